@@ -1,0 +1,213 @@
+package snapfmt
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math/bits"
+)
+
+// Magic opens every snapshot file (6 bytes, ASCII).
+const Magic = "TGSNAP"
+
+// Version is the format version this package writes and the only one it reads.
+const Version = 1
+
+// Limits enforced by both the Writer (as ErrInvalid) and the Reader (as
+// ErrCorrupt). They bound what a reader allocates before a checksum has been
+// verified, and are generous for real clusters.
+const (
+	// MaxShards bounds Header.Shards (a power of two).
+	MaxShards = 1 << 16
+	// MaxMetaSize bounds len(Header.Meta).
+	MaxMetaSize = 16 << 20
+	// MaxTenants bounds len(Header.Tenants).
+	MaxTenants = 1 << 20
+	// MaxTenantNameLen bounds the length of one tenant name, in bytes.
+	MaxTenantNameLen = 1 << 10
+	// MaxHeaderBody bounds the encoded header body (fields, meta, tenant names).
+	MaxHeaderBody = 64 << 20
+	// MaxBlockSeries bounds the series held by one shard block.
+	MaxBlockSeries = 1 << 30
+	// MaxPayload bounds the payload of one shard block, in bytes.
+	MaxPayload = 1<<31 - 1
+	// MaxMinute is the largest valid minute value (the FSM's clock is a
+	// 120-minute ring, values 0..119).
+	MaxMinute = 119
+)
+
+// Framing constants (see format.md).
+const (
+	headerFixed  = 12 // magic(6) version(2) bodyLen(4)
+	headerFields = 32 // partitions shards groupLo groupHi (4 each) index term (8 each)
+	kindShard    = 'S'
+	kindEnd      = 'E'
+	frameLen     = 13 // kind(1) shard(4) payloadLen(4) crc(4)
+	trailerLen   = 21 // kind(1) blocks(4) series(8) chain(4) crc(4)
+	minuteChunk  = 1 << 17
+	padding      = 16 // zero bytes kept after a decoded payload for 8-byte loads
+
+	modeRaw    = 0
+	modeRLE    = 1
+	modeHuff4X = 2
+	modeHuff1X = 3
+)
+
+// ErrCorrupt is wrapped by every error the Reader returns for malformed input:
+// bad magic, unsupported version, checksum mismatch, truncation, out-of-range
+// fields. The message names the block and the field that failed.
+var ErrCorrupt = errors.New("snapfmt: corrupt snapshot")
+
+// ErrVersion is wrapped (together with ErrCorrupt) when the file declares a
+// format version this build cannot read.
+var ErrVersion = errors.New("snapfmt: unsupported snapshot version")
+
+// ErrInvalid is wrapped by Writer errors caused by invalid input (a hash in the
+// wrong shard, a duplicate hash, a minute > MaxMinute, a bad header...). Nothing
+// is written to the underlying io.Writer when such an error is returned, and the
+// Writer stays usable.
+var ErrInvalid = errors.New("snapfmt: invalid input")
+
+// Header describes a snapshot. It is written once at the start of the file.
+type Header struct {
+	Partitions       uint32 // P of the cluster, ≥ 1
+	Shards           uint32 // S, a power of two in [1, MaxShards]
+	GroupLo, GroupHi uint32 // partition range [lo, hi) of the group, lo < hi ≤ P
+	Index, Term      uint64 // raft index/term of the snapshot
+	Meta             []byte // opaque FSM state, ≤ MaxMetaSize bytes
+	Tenants          []string
+	// Tenants are the tenant names TenantSeries.Tenant indexes: distinct,
+	// 1..MaxTenantNameLen bytes each, at most MaxTenants of them.
+}
+
+// TenantSeries is the series of one tenant within one shard.
+type TenantSeries struct {
+	Tenant  uint32   // index into Header.Tenants
+	Hashes  []uint64 // distinct; any order on write, ascending on read
+	Minutes []uint8  // parallel to Hashes, each ≤ MaxMinute
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func corruptf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+}
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrInvalid}, args...)...)
+}
+
+// lowBits returns the Elias-Fano low-part width for m values in [0, u), u ≥ m ≥ 1.
+func lowBits(u, m uint64) uint {
+	return uint(bits.Len64(u/m)) - 1
+}
+
+// efSizes returns the byte sizes of the low and high parts of an Elias-Fano
+// sequence of m values in [0, u) with l low bits, and the bit length of the
+// high part.
+func efSizes(u, m uint64, l uint) (lowLen, highLen, highBits uint64) {
+	lowLen = (m*uint64(l) + 7) / 8
+	highBits = (u-1)>>l + m
+	return lowLen, (highBits + 7) / 8, highBits
+}
+
+// checkHeader validates the fields both sides agree on. It returns a message
+// (no prefix) or "".
+func checkHeader(h *Header) string {
+	switch {
+	case h.Partitions < 1:
+		return "partitions = 0"
+	case h.Shards < 1 || h.Shards > MaxShards || h.Shards&(h.Shards-1) != 0:
+		return fmt.Sprintf("shards = %d: must be a power of two in [1, %d]", h.Shards, MaxShards)
+	case h.GroupLo >= h.GroupHi || h.GroupHi > h.Partitions:
+		return fmt.Sprintf("group partitions [%d, %d) not a non-empty range within [0, %d)", h.GroupLo, h.GroupHi, h.Partitions)
+	case len(h.Meta) > MaxMetaSize:
+		return fmt.Sprintf("meta is %d bytes, at most %d allowed", len(h.Meta), MaxMetaSize)
+	case len(h.Tenants) > MaxTenants:
+		return fmt.Sprintf("%d tenants, at most %d allowed", len(h.Tenants), MaxTenants)
+	}
+	seen := make(map[string]struct{}, len(h.Tenants))
+	for i, t := range h.Tenants {
+		if len(t) < 1 || len(t) > MaxTenantNameLen {
+			return fmt.Sprintf("tenant %d name is %d bytes, must be 1..%d", i, len(t), MaxTenantNameLen)
+		}
+		if _, dup := seen[t]; dup {
+			return fmt.Sprintf("tenant %d name %q listed twice", i, t)
+		}
+		seen[t] = struct{}{}
+	}
+	return ""
+}
+
+// appendHeader appends the complete header frame (magic through crc).
+func appendHeader(b []byte, h *Header) []byte {
+	start := len(b)
+	b = append(b, Magic...)
+	b = binary.LittleEndian.AppendUint16(b, Version)
+	b = binary.LittleEndian.AppendUint32(b, 0) // body length, patched below
+	body := len(b)
+	b = binary.LittleEndian.AppendUint32(b, h.Partitions)
+	b = binary.LittleEndian.AppendUint32(b, h.Shards)
+	b = binary.LittleEndian.AppendUint32(b, h.GroupLo)
+	b = binary.LittleEndian.AppendUint32(b, h.GroupHi)
+	b = binary.LittleEndian.AppendUint64(b, h.Index)
+	b = binary.LittleEndian.AppendUint64(b, h.Term)
+	b = binary.AppendUvarint(b, uint64(len(h.Meta)))
+	b = append(b, h.Meta...)
+	b = binary.AppendUvarint(b, uint64(len(h.Tenants)))
+	for _, t := range h.Tenants {
+		b = binary.AppendUvarint(b, uint64(len(t)))
+		b = append(b, t...)
+	}
+	binary.LittleEndian.PutUint32(b[body-4:], uint32(len(b)-body))
+	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
+}
+
+// parseHeaderBody decodes a header body whose checksum was verified.
+func parseHeaderBody(body []byte) (Header, error) {
+	var h Header
+	if len(body) < headerFields {
+		return h, corruptf("header: body is %d bytes, fixed fields need %d", len(body), headerFields)
+	}
+	h.Partitions = binary.LittleEndian.Uint32(body[0:])
+	h.Shards = binary.LittleEndian.Uint32(body[4:])
+	h.GroupLo = binary.LittleEndian.Uint32(body[8:])
+	h.GroupHi = binary.LittleEndian.Uint32(body[12:])
+	h.Index = binary.LittleEndian.Uint64(body[16:])
+	h.Term = binary.LittleEndian.Uint64(body[24:])
+	p := body[headerFields:]
+	metaLen, n := binary.Uvarint(p)
+	if n <= 0 || metaLen > MaxMetaSize || metaLen > uint64(len(p)-n) {
+		return h, corruptf("header: bad meta length")
+	}
+	p = p[n:]
+	if metaLen > 0 {
+		h.Meta = append([]byte(nil), p[:metaLen]...)
+	}
+	p = p[metaLen:]
+	count, n := binary.Uvarint(p)
+	// Each name takes at least two bytes, which bounds the allocation.
+	if n <= 0 || count > MaxTenants || count > uint64(len(p)-n)/2 {
+		return h, corruptf("header: bad tenant count")
+	}
+	p = p[n:]
+	if count > 0 {
+		h.Tenants = make([]string, count)
+	}
+	for i := range h.Tenants {
+		l, n := binary.Uvarint(p)
+		if n <= 0 || l > uint64(len(p)-n) {
+			return h, corruptf("header: tenant %d: bad name length", i)
+		}
+		h.Tenants[i] = string(p[n : n+int(l)])
+		p = p[n+int(l):]
+	}
+	if len(p) != 0 {
+		return h, corruptf("header: %d unexpected bytes after the tenant list", len(p))
+	}
+	if msg := checkHeader(&h); msg != "" {
+		return h, corruptf("header: %s", msg)
+	}
+	return h, nil
+}
