@@ -1,0 +1,58 @@
+// Package raftnode hosts the G raft groups of one Tollgate node.
+//
+// Each group is an independent hashicorp/raft instance with its own log,
+// stable store and snapshots; all groups of a node share one TCP port. The
+// package knows nothing about the application: the caller passes one
+// raft.FSM per group to New and wires everything else (leader sessions,
+// readiness, metrics) on top of Host.Raft(g) and Config.LeaderNotify.
+//
+// # Transport: one port, many groups
+//
+// hashicorp/raft's NetworkTransport speaks a wire format without any group
+// id, so every group gets its own raft.StreamLayer (GroupLayer) on a shared
+// Mux. A dialing layer opens a TCP connection, runs the TLS client handshake
+// if TLS is configured, and then writes a 7-byte header before handing the
+// connection to raft:
+//
+//	+--------+--------+--------+--------+---------+-----------------+
+//	|  'T'   |  'G'   |  'R'   |  'F'   | version | group (uint16   |
+//	|        |        |        |        |  = 1    |  big-endian)    |
+//	+--------+--------+--------+--------+---------+-----------------+
+//	 byte 0                                byte 4   bytes 5-6
+//
+// followed by raft's own byte stream for that group, unchanged. The Mux's
+// accept loop hands each new connection to a goroutine that (under a
+// handshake deadline, so a silent client cannot stall anything) runs the TLS
+// server handshake if configured, reads the header and passes the connection
+// to the group's Accept. A bad magic, an unknown version or a group not
+// registered on this node closes the connection (logged); nothing is ever
+// written back. Closing one group's layer leaves the listener and the other
+// groups untouched; closing the Mux closes everything.
+//
+// # Disk layout
+//
+//	<DataDir>/
+//	  group-0/
+//	    raft.db        raft-boltdb/v2: raft log + stable store (term, vote)
+//	    snapshots/     raft file snapshot store (<term>-<index>-<ms>/{meta.json,state.bin})
+//	  group-1/
+//	  ...
+//
+// The log store is wrapped in an in-memory raft.LogCache (512 entries). On
+// restart raft restores the newest readable snapshot into the FSM and
+// replays the committed log entries that follow it; a group is bootstrapped
+// only if raft.HasExistingState reports nothing on disk.
+//
+// # Lifecycle
+//
+//	h, err := raftnode.New(cfg, func(g int) raft.FSM { return fsms[g] })
+//	h.BootstrapCluster(servers)   // new multi-node cluster, on one node only
+//	h.WaitReady(ctx)              // leaders known, local state recovered
+//	h.Raft(g).Apply(...)          // on the leader of g
+//	h.Shutdown()
+//
+// Multi-node growth (add-voter / remove-server) is done with the raft API
+// of each group (Raft(g).AddVoter, RemoveServer) by the caller; the
+// transport needs nothing more. TLS on the raft port is Config.ServerTLS +
+// Config.ClientTLS.
+package raftnode

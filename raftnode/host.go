@@ -1,0 +1,490 @@
+package raftnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+)
+
+// ErrShutdown is returned by WaitReady once Shutdown has been called.
+var ErrShutdown = errors.New("raftnode: host is shut down")
+
+// Host runs the G raft groups of one node over one shared TCP port.
+type Host struct {
+	cfg    Config
+	log    *slog.Logger
+	mux    *Mux
+	addr   raft.ServerAddress
+	groups []*group
+
+	closing      chan struct{} // closed when Shutdown starts
+	shutdownOnce sync.Once
+	shutdownErr  error
+}
+
+// group is one raft group and everything it owns.
+type group struct {
+	id    int
+	dir   string
+	layer *GroupLayer
+	trans *raft.NetworkTransport
+	store *raftboltdb.BoltStore
+	logs  raft.LogStore // LogCache in front of store
+	snaps *raft.FileSnapshotStore
+	fsm   *trackingFSM
+	raft  *raft.Raft
+
+	// startIndex is the last index (log or snapshot) found on local disk
+	// when the group was opened.
+	startIndex uint64
+	ready      atomic.Bool // latched by WaitReady
+
+	notifyCh   chan bool     // raft Config.NotifyCh
+	stopNotify chan struct{} // closed after raft shut down
+	notifyDone sync.WaitGroup
+}
+
+// New opens (or creates) every group's stores under cfg.DataDir, starts the
+// shared listener on cfg.BindAddr and starts every group's raft. fsmFor is
+// called once per group, in order, before that group's raft starts; raft
+// restores the group's latest snapshot into the FSM (synchronously, inside
+// New) and then replays the committed log on top of it as the commit index
+// becomes known (see WaitReady).
+//
+// If cfg.Bootstrap is set, every group without existing state is
+// bootstrapped with this node as its only voter. Otherwise groups without
+// state wait to be bootstrapped (BootstrapCluster, here or on another node)
+// or added to a cluster by its leader.
+func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
+	if fsmFor == nil {
+		return nil, errors.New("raftnode: New: fsmFor is nil")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o750); err != nil {
+		return nil, fmt.Errorf("raftnode: create data dir: %w", err)
+	}
+
+	ln, err := net.Listen("tcp", cfg.BindAddr)
+	if err != nil {
+		return nil, fmt.Errorf("raftnode: listen on %s: %w", cfg.BindAddr, err)
+	}
+	adv := cfg.AdvertiseAddr
+	if adv == "" {
+		adv = ln.Addr().String()
+		tcp, ok := ln.Addr().(*net.TCPAddr)
+		if ok && tcp.IP.IsUnspecified() {
+			adv = net.JoinHostPort("127.0.0.1", strconv.Itoa(tcp.Port))
+			cfg.Logger.Warn("raftnode: bind address is unspecified and no AdvertiseAddr set; advertising loopback (fine for one node, wrong for a cluster)",
+				"bind", cfg.BindAddr, "advertise", adv)
+		}
+	}
+	mux, err := NewMux(ln, MuxConfig{
+		AdvertiseAddr:    adv,
+		ServerTLS:        cfg.ServerTLS,
+		ClientTLS:        cfg.ClientTLS,
+		HandshakeTimeout: cfg.HandshakeTimeout,
+		Logger:           cfg.Logger,
+	})
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+
+	h := &Host{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		mux:     mux,
+		addr:    raft.ServerAddress(adv),
+		closing: make(chan struct{}),
+	}
+	for g := 0; g < cfg.Groups; g++ {
+		f := fsmFor(g)
+		if f == nil {
+			_ = h.Shutdown()
+			return nil, fmt.Errorf("raftnode: fsmFor(%d) returned nil", g)
+		}
+		if err := h.openGroup(g, f); err != nil {
+			_ = h.Shutdown()
+			return nil, fmt.Errorf("raftnode: group %d: %w", g, err)
+		}
+	}
+	// Accept only now that every group is registered: a peer's connection
+	// for a group we have not registered yet would be rejected.
+	mux.Start()
+
+	h.log.Info("raftnode: started", "node", cfg.NodeID, "addr", adv, "bind", mux.ListenAddr().String(),
+		"groups", cfg.Groups, "data_dir", cfg.DataDir, "tls", cfg.ServerTLS != nil, "nosync", cfg.NoSync)
+	return h, nil
+}
+
+// openGroup builds group g's stores, transport and raft. On error, whatever
+// was created is recorded in h.groups so Shutdown releases it.
+func (h *Host) openGroup(id int, inner raft.FSM) error {
+	cfg := &h.cfg
+	g := &group{
+		id:         id,
+		dir:        filepath.Join(cfg.DataDir, fmt.Sprintf("group-%d", id)),
+		fsm:        newTrackingFSM(inner),
+		notifyCh:   make(chan bool, 8),
+		stopNotify: make(chan struct{}),
+	}
+	h.groups = append(h.groups, g)
+	hlog := newHCLogAdapter(h.log.With("group", id), cfg.RaftLogLevel, "raft")
+
+	if err := os.MkdirAll(g.dir, 0o750); err != nil {
+		return err
+	}
+	layer, err := h.mux.Register(id)
+	if err != nil {
+		return err
+	}
+	g.layer = layer
+	g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: cfg.TransportMaxPool,
+		Timeout: cfg.TransportTimeout,
+		Logger:  hlog.Named("transport"),
+	})
+
+	boltOpts := *bbolt.DefaultOptions
+	boltOpts.Timeout = boltOpenTimeout
+	store, err := raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(g.dir, "raft.db"),
+		BoltOptions: &boltOpts,
+		NoSync:      cfg.NoSync,
+	})
+	if err != nil {
+		return fmt.Errorf("open raft.db (is another process using %s?): %w", g.dir, err)
+	}
+	g.store = store
+	logs, err := raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		return err
+	}
+	g.logs = logs
+	// The snapshot store uses <dir>/snapshots.
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, cfg.SnapshotRetain, hlog.Named("snapshot"))
+	if err != nil {
+		return err
+	}
+	g.snaps = snaps
+
+	rc := cfg.raftConfig()
+	rc.Logger = hlog
+	rc.NotifyCh = g.notifyCh
+
+	existing, err := raft.HasExistingState(logs, store, snaps)
+	if err != nil {
+		return fmt.Errorf("inspect state: %w", err)
+	}
+	if !existing && cfg.Bootstrap {
+		conf := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter,
+			ID:       raft.ServerID(cfg.NodeID),
+			Address:  h.addr,
+		}}}
+		if err := raft.BootstrapCluster(rc, logs, store, snaps, g.trans, conf); err != nil {
+			return fmt.Errorf("bootstrap: %w", err)
+		}
+		h.log.Info("raftnode: bootstrapped group as single voter", "group", id)
+	}
+
+	r, err := raft.NewRaft(rc, g.fsm, logs, store, snaps, g.trans)
+	if err != nil {
+		return err
+	}
+	g.raft = r
+	g.startIndex = r.LastIndex()
+
+	cb := h.cfg.LeaderNotify
+	q := newLeaderQueue()
+	g.notifyDone.Add(2)
+	go func() { // drain raft's NotifyCh promptly: raft blocks on it
+		defer g.notifyDone.Done()
+		defer q.close()
+		for {
+			select {
+			case v := <-g.notifyCh:
+				q.push(v)
+			case <-g.stopNotify:
+				for {
+					select {
+					case v := <-g.notifyCh:
+						q.push(v)
+					default:
+						return
+					}
+				}
+			}
+		}
+	}()
+	go func() { // deliver in order, one at a time
+		defer g.notifyDone.Done()
+		last := false
+		for {
+			v, ok := q.pop()
+			if !ok {
+				break
+			}
+			h.log.Info("raftnode: leadership changed", "group", id, "leader", v)
+			if cb != nil {
+				cb(id, v)
+			}
+			last = v
+		}
+		if last && cb != nil {
+			cb(id, false)
+		}
+	}()
+	return nil
+}
+
+// Groups returns G.
+func (h *Host) Groups() int { return len(h.groups) }
+
+// Raft returns group g's raft instance (Apply, Barrier, State, Leader,
+// AddVoter, RemoveServer, Snapshot, ...). It panics if g is out of range.
+func (h *Host) Raft(g int) *raft.Raft {
+	if g < 0 || g >= len(h.groups) {
+		panic(fmt.Sprintf("raftnode: group %d out of range [0, %d)", g, len(h.groups)))
+	}
+	return h.groups[g].raft
+}
+
+// Addr returns this node's advertised raft address (shared by all groups).
+func (h *Host) Addr() raft.ServerAddress { return h.addr }
+
+// NodeID returns this node's raft server ID.
+func (h *Host) NodeID() raft.ServerID { return raft.ServerID(h.cfg.NodeID) }
+
+// WaitReady blocks until every group is ready, ctx is done, or Shutdown is
+// called. A group is ready when both hold:
+//
+//  1. a leader is known to this node (Raft(g).Leader() is not empty: this
+//     node won an election, or heard from the current leader);
+//  2. the FSM has applied (or restored from a snapshot) every entry up to
+//     T = min(S, current last index), where S is the last log/snapshot
+//     index that was on local disk when New opened the group. The min
+//     matters only when this node's log ended in entries that were never
+//     committed and the new leader overwrote them.
+//
+// "Applied" means the FSM's Apply/ApplyBatch/StoreConfiguration returned,
+// not merely that raft queued the entry for the FSM (raft's AppliedIndex).
+// So after WaitReady the FSM reflects at least everything this node had
+// persisted before the restart (every entry it acknowledged), i.e. restart
+// recovery is finished. It does not mean the FSM has caught up with the
+// rest of the cluster (a follower may still be behind its leader), nor that
+// this node leads anything; the leader of a group should still run
+// Raft(g).Barrier() before serving reads that must see every earlier term.
+//
+// Readiness is latched per group: once reached it is not re-evaluated
+// (WaitReady is a startup gate, not a health check; use Raft(g).State() and
+// Leader() for live status). On a node that was never bootstrapped and not
+// yet added to a cluster, no leader is known and WaitReady waits for ctx.
+func (h *Host) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-h.closing:
+			return ErrShutdown
+		default:
+		}
+		var waiting []int
+		for _, g := range h.groups {
+			if !g.ready.Load() {
+				if h.groupReady(g) {
+					g.ready.Store(true)
+				} else {
+					waiting = append(waiting, g.id)
+				}
+			}
+		}
+		if len(waiting) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("raftnode: groups %v not ready: %w", waiting, ctx.Err())
+		case <-h.closing:
+			return ErrShutdown
+		case <-t.C:
+		}
+	}
+}
+
+func (h *Host) groupReady(g *group) bool {
+	r := g.raft
+	if _, id := r.LeaderWithID(); id == "" {
+		return false
+	}
+	target := min(g.startIndex, r.LastIndex())
+	if r.AppliedIndex() < target {
+		return false
+	}
+	if g.fsm.seen.Load() >= target {
+		return true
+	}
+	// raft has dispatched everything up to target. The FSM has consumed it
+	// once it has consumed the last FSM-visible entry (command or
+	// configuration) in (lastSnapshot, target]; entries at or below the
+	// last snapshot are in the FSM via snapshot or restore.
+	snap, err := strconv.ParseUint(r.Stats()["last_snapshot_index"], 10, 64)
+	if err != nil {
+		return false
+	}
+	for i := target; i > snap; i-- {
+		var l raft.Log
+		if err := g.logs.GetLog(i, &l); err != nil {
+			return false // e.g. compacted by a concurrent snapshot: retry
+		}
+		if fsmVisible(l.Type) {
+			return g.fsm.seen.Load() >= i
+		}
+	}
+	return true
+}
+
+// BootstrapCluster bootstraps every group that has no existing state with
+// the given configuration (normally one voter per zone). It is meant to be
+// called on exactly one node of a new cluster; the others start without
+// state and receive the configuration from the elected leader. Groups that
+// already have state are skipped, so calling it again is harmless. This node
+// must be a voter in servers.
+func (h *Host) BootstrapCluster(servers []raft.Server) error {
+	if len(servers) == 0 {
+		return errors.New("raftnode: BootstrapCluster: no servers")
+	}
+	conf := raft.Configuration{Servers: append([]raft.Server(nil), servers...)}
+	var errs []error
+	for _, g := range h.groups {
+		err := g.raft.BootstrapCluster(conf).Error()
+		switch {
+		case err == nil:
+			h.log.Info("raftnode: bootstrapped group", "group", g.id, "servers", len(servers))
+		case errors.Is(err, raft.ErrCantBootstrap):
+			h.log.Info("raftnode: group already has state; not bootstrapping", "group", g.id)
+		default:
+			errs = append(errs, fmt.Errorf("raftnode: bootstrap group %d: %w", g.id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Shutdown stops the node: every group's raft shuts down in parallel (each
+// waits for its FSM goroutine; pending Applies fail with ErrRaftShutdown),
+// pending leadership notifications are delivered, then the transports and
+// the shared listener close (with every open raft connection), then the
+// bolt stores close. Idempotent: later calls return the first call's result.
+func (h *Host) Shutdown() error {
+	h.shutdownOnce.Do(func() {
+		close(h.closing)
+		h.shutdownErr = h.shutdown()
+	})
+	return h.shutdownErr
+}
+
+func (h *Host) shutdown() error {
+	var errs []error
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, g := range h.groups {
+		if g.raft == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := g.raft.Shutdown().Error(); err != nil {
+				mu.Lock()
+				errs = append(errs, fmt.Errorf("group %d: raft shutdown: %w", g.id, err))
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+
+	for _, g := range h.groups {
+		if g.raft != nil {
+			close(g.stopNotify)
+			g.notifyDone.Wait()
+		}
+	}
+	for _, g := range h.groups {
+		if g.trans != nil {
+			_ = g.trans.Close() // raft's shutdown closed it already; idempotent
+		}
+	}
+	if err := h.mux.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close listener: %w", err))
+	}
+	for _, g := range h.groups {
+		if g.store != nil {
+			if err := g.store.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("group %d: close raft.db: %w", g.id, err))
+			}
+		}
+	}
+	if len(errs) == 0 {
+		h.log.Info("raftnode: stopped", "node", h.cfg.NodeID)
+	}
+	return errors.Join(errs...)
+}
+
+// leaderQueue is an unbounded FIFO of leadership transitions between the
+// goroutine draining raft's NotifyCh and the one calling LeaderNotify.
+type leaderQueue struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	q      []bool
+	closed bool
+}
+
+func newLeaderQueue() *leaderQueue {
+	q := &leaderQueue{}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *leaderQueue) push(v bool) {
+	q.mu.Lock()
+	q.q = append(q.q, v)
+	q.mu.Unlock()
+	q.cond.Signal()
+}
+
+func (q *leaderQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.mu.Unlock()
+	q.cond.Broadcast()
+}
+
+// pop returns the next transition; ok is false once closed and drained.
+func (q *leaderQueue) pop() (v, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.q) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.q) == 0 {
+		return false, false
+	}
+	v = q.q[0]
+	q.q = q.q[1:]
+	return v, true
+}

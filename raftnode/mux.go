@@ -1,0 +1,499 @@
+package raftnode
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Connection header written by the dialing side right after the TCP connect
+// (and after the TLS handshake when TLS is enabled), before any raft bytes:
+//
+//	offset 0: 4 bytes  magic "TGRF"
+//	offset 4: 1 byte   header version (currently 1)
+//	offset 5: 2 bytes  group id, big-endian uint16
+//
+// Everything after the header belongs to hashicorp/raft's NetworkTransport
+// of that group. The listener never answers the header: a rejected
+// connection is simply closed, which the dialer's raft transport sees as an
+// I/O error on its first RPC (and retries like any other failure).
+const (
+	headerMagic   = "TGRF"
+	headerVersion = 1
+	headerLen     = 7
+
+	// MaxGroups is the number of group ids the header can address.
+	MaxGroups = 1 << 16
+
+	// DefaultHandshakeTimeout bounds how long an accepted connection may take
+	// to complete TLS (if enabled) and send its header.
+	DefaultHandshakeTimeout = 5 * time.Second
+)
+
+// ErrUnknownGroup is returned when dialing or registering an invalid group id.
+var ErrUnknownGroup = errors.New("raftnode: unknown group")
+
+func encodeHeader(group int) [headerLen]byte {
+	var h [headerLen]byte
+	copy(h[:4], headerMagic)
+	h[4] = headerVersion
+	binary.BigEndian.PutUint16(h[5:], uint16(group))
+	return h
+}
+
+// decodeHeader validates a header and returns its group id.
+func decodeHeader(h [headerLen]byte) (int, error) {
+	if string(h[:4]) != headerMagic {
+		return 0, fmt.Errorf("bad magic %q", h[:4])
+	}
+	if h[4] != headerVersion {
+		return 0, fmt.Errorf("unsupported header version %d", h[4])
+	}
+	return int(binary.BigEndian.Uint16(h[5:])), nil
+}
+
+// MuxConfig configures a Mux.
+type MuxConfig struct {
+	// AdvertiseAddr is the address other nodes dial to reach this listener
+	// ("host:port"); it is what Addr() and every GroupLayer.Addr() report,
+	// and so what raft advertises as this node's address. Empty means the
+	// listener's own address.
+	AdvertiseAddr string
+
+	// ServerTLS, if set, makes the listener run a TLS server handshake on
+	// every accepted connection before reading the header. Set
+	// ClientAuth = tls.RequireAndVerifyClientCert for mutual TLS.
+	ServerTLS *tls.Config
+	// ClientTLS, if set, makes Dial run a TLS client handshake before writing
+	// the header. If its ServerName is empty, the host part of the dialed
+	// address is used. Nodes of one cluster must agree: either all use TLS
+	// on the raft port or none does.
+	ClientTLS *tls.Config
+
+	// HandshakeTimeout bounds TLS handshake + header read on accepted
+	// connections, so a silent client cannot hold a goroutine forever.
+	// Default DefaultHandshakeTimeout.
+	HandshakeTimeout time.Duration
+
+	Logger *slog.Logger // default slog.Default()
+}
+
+// Mux shares one TCP listener among several raft groups. Each group gets a
+// GroupLayer (a raft.StreamLayer) from Register. Incoming connections are
+// routed by their header; outgoing connections are dialed by the group's
+// layer, which writes the header.
+//
+// Connections are accepted only once Start has been called, so that every
+// group can be registered first (a connection for a not-yet-registered group
+// would otherwise be rejected).
+type Mux struct {
+	ln        net.Listener
+	addr      net.Addr
+	serverTLS *tls.Config
+	clientTLS *tls.Config
+	hsTimeout time.Duration
+	log       *slog.Logger
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	layers   map[int]*GroupLayer
+	pending  map[net.Conn]struct{} // accepted, header not yet read
+	started  bool
+	closed   bool
+	closeErr error
+
+	wg sync.WaitGroup // accept loop + handshake goroutines
+}
+
+// NewMux wraps ln. The Mux owns ln from now on: Close closes it.
+func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
+	if ln == nil {
+		return nil, errors.New("raftnode: NewMux: nil listener")
+	}
+	if cfg.HandshakeTimeout <= 0 {
+		cfg.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	var addr net.Addr = ln.Addr()
+	if cfg.AdvertiseAddr != "" {
+		if _, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil {
+			return nil, fmt.Errorf("raftnode: bad advertise address %q: %w", cfg.AdvertiseAddr, err)
+		}
+		addr = advertiseAddr(cfg.AdvertiseAddr)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Mux{
+		ln:        ln,
+		addr:      addr,
+		serverTLS: cfg.ServerTLS,
+		clientTLS: cfg.ClientTLS,
+		hsTimeout: cfg.HandshakeTimeout,
+		log:       cfg.Logger,
+		ctx:       ctx,
+		cancel:    cancel,
+		layers:    make(map[int]*GroupLayer),
+		pending:   make(map[net.Conn]struct{}),
+	}, nil
+}
+
+// advertiseAddr is a net.Addr whose String is a configured "host:port",
+// which may be a DNS name.
+type advertiseAddr string
+
+func (a advertiseAddr) Network() string { return "tcp" }
+func (a advertiseAddr) String() string  { return string(a) }
+
+// Addr returns the advertised address.
+func (m *Mux) Addr() net.Addr { return m.addr }
+
+// ListenAddr returns the address the listener is actually bound to.
+func (m *Mux) ListenAddr() net.Addr { return m.ln.Addr() }
+
+// Register creates the stream layer of a group. It fails if the group id is
+// out of range, if the group already has an open layer, or if the Mux is
+// closed. After the layer is closed the id may be registered again.
+func (m *Mux) Register(group int) (*GroupLayer, error) {
+	if group < 0 || group >= MaxGroups {
+		return nil, fmt.Errorf("%w: %d out of range [0, %d)", ErrUnknownGroup, group, MaxGroups)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
+		return nil, fmt.Errorf("raftnode: register group %d: %w", group, net.ErrClosed)
+	}
+	if _, ok := m.layers[group]; ok {
+		return nil, fmt.Errorf("raftnode: group %d already registered", group)
+	}
+	l := &GroupLayer{
+		mux:    m,
+		group:  group,
+		header: encodeHeader(group),
+		accept: make(chan net.Conn),
+		done:   make(chan struct{}),
+		conns:  make(map[*trackedConn]struct{}),
+	}
+	l.ctx, l.cancel = context.WithCancel(m.ctx)
+	m.layers[group] = l
+	return l, nil
+}
+
+// Start begins accepting connections. Calling it again is a no-op.
+func (m *Mux) Start() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.started || m.closed {
+		return
+	}
+	m.started = true
+	m.wg.Add(1)
+	go m.acceptLoop()
+}
+
+// Close closes the listener, every group layer (their Accept calls return an
+// error wrapping net.ErrClosed) and every connection the Mux accepted or
+// dialed, then waits for its goroutines. Idempotent.
+func (m *Mux) Close() error {
+	m.mu.Lock()
+	if m.closed {
+		m.mu.Unlock()
+		m.wg.Wait()
+		return m.closeErr
+	}
+	m.closed = true
+	m.cancel()
+	err := m.ln.Close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	m.closeErr = err
+	layers := make([]*GroupLayer, 0, len(m.layers))
+	for _, l := range m.layers {
+		layers = append(layers, l)
+	}
+	for c := range m.pending {
+		_ = c.Close()
+	}
+	m.mu.Unlock()
+
+	for _, l := range layers {
+		_ = l.Close()
+	}
+	m.wg.Wait()
+	return err
+}
+
+func (m *Mux) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+func (m *Mux) acceptLoop() {
+	defer m.wg.Done()
+	const baseDelay, maxDelay = 5 * time.Millisecond, time.Second
+	var delay time.Duration
+	for {
+		conn, err := m.ln.Accept()
+		if err != nil {
+			if m.isClosed() || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Transient (e.g. EMFILE): back off like net/http does.
+			if delay == 0 {
+				delay = baseDelay
+			} else {
+				delay = min(2*delay, maxDelay)
+			}
+			m.log.Warn("raft mux: accept failed", "error", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+				continue
+			case <-m.ctx.Done():
+				return
+			}
+		}
+		delay = 0
+
+		m.mu.Lock()
+		if m.closed {
+			m.mu.Unlock()
+			_ = conn.Close()
+			return
+		}
+		m.pending[conn] = struct{}{}
+		m.wg.Add(1)
+		m.mu.Unlock()
+		go m.handshake(conn)
+	}
+}
+
+// handshake runs on its own goroutine per accepted connection: it performs
+// the TLS handshake (if enabled) and reads the header under a deadline, then
+// hands the connection to its group's layer.
+func (m *Mux) handshake(raw net.Conn) {
+	defer m.wg.Done()
+	removePending := func() {
+		m.mu.Lock()
+		delete(m.pending, raw)
+		m.mu.Unlock()
+	}
+	reject := func(level slog.Level, reason string, args ...any) {
+		removePending()
+		_ = raw.Close()
+		if m.isClosed() {
+			return
+		}
+		m.log.Log(context.Background(), level, "raft mux: rejected connection",
+			append([]any{"remote", raw.RemoteAddr().String(), "reason", reason}, args...)...)
+	}
+
+	_ = raw.SetDeadline(time.Now().Add(m.hsTimeout))
+	var conn net.Conn = raw
+	if m.serverTLS != nil {
+		tc := tls.Server(raw, m.serverTLS)
+		if err := tc.HandshakeContext(m.ctx); err != nil {
+			reject(slog.LevelWarn, "tls handshake failed", "error", err)
+			return
+		}
+		conn = tc
+	}
+	var h [headerLen]byte
+	if _, err := io.ReadFull(conn, h[:]); err != nil {
+		// Connect-and-close probes (load balancer health checks, port
+		// scans) end up here; keep them out of the warning log.
+		reject(slog.LevelDebug, "no header", "error", err)
+		return
+	}
+	group, err := decodeHeader(h)
+	if err != nil {
+		reject(slog.LevelWarn, "bad header", "error", err)
+		return
+	}
+	_ = raw.SetDeadline(time.Time{})
+
+	m.mu.Lock()
+	l := m.layers[group]
+	m.mu.Unlock()
+	if l == nil {
+		reject(slog.LevelWarn, "unknown group", "group", group)
+		return
+	}
+	removePending()
+	l.deliver(conn)
+}
+
+// GroupLayer is one group's raft.StreamLayer on a shared Mux. Accept returns
+// the connections whose header names this group; Dial opens connections to
+// the same group on another node. Close stops this group only: the shared
+// listener and the other groups are unaffected.
+type GroupLayer struct {
+	mux    *Mux
+	group  int
+	header [headerLen]byte
+	accept chan net.Conn
+	ctx    context.Context // cancelled by Close (or the Mux's Close)
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	done   chan struct{}
+	conns  map[*trackedConn]struct{} // accepted and dialed, still open
+}
+
+var _ raft.StreamLayer = (*GroupLayer)(nil)
+
+// Group returns the group id of the layer.
+func (l *GroupLayer) Group() int { return l.group }
+
+// Addr returns the Mux's advertised address (raft uses it as this node's
+// address for the group).
+func (l *GroupLayer) Addr() net.Addr { return l.mux.addr }
+
+// Accept waits for the next connection for this group. After Close (of the
+// layer or of the Mux) it returns an error wrapping net.ErrClosed.
+func (l *GroupLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.accept:
+		return c, nil
+	case <-l.done:
+		return nil, fmt.Errorf("raftnode: group %d stream layer: %w", l.group, net.ErrClosed)
+	}
+}
+
+// Close unregisters the group from the Mux, unblocks Accept and closes
+// every connection this layer accepted or dialed. Idempotent.
+func (l *GroupLayer) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.cancel()
+	close(l.done)
+	conns := make([]*trackedConn, 0, len(l.conns))
+	for c := range l.conns {
+		conns = append(conns, c)
+	}
+	l.mu.Unlock()
+
+	for _, c := range conns {
+		_ = c.Close()
+	}
+	m := l.mux
+	m.mu.Lock()
+	if m.layers[l.group] == l {
+		delete(m.layers, l.group)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// Dial connects to the same group on the node at address: TCP connect, TLS
+// handshake if the Mux has a ClientTLS config, then the header. timeout
+// bounds the whole sequence (zero means the Mux's handshake timeout).
+func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	if timeout <= 0 {
+		timeout = l.mux.hsTimeout
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, timeout)
+	defer cancel()
+
+	var d net.Dialer
+	raw, err := d.DialContext(ctx, "tcp", string(address))
+	if err != nil {
+		return nil, err
+	}
+	fail := func(err error) (net.Conn, error) {
+		_ = raw.Close()
+		return nil, fmt.Errorf("raftnode: dial group %d at %s: %w", l.group, address, err)
+	}
+	deadline, _ := ctx.Deadline()
+	_ = raw.SetDeadline(deadline)
+
+	var conn net.Conn = raw
+	if l.mux.clientTLS != nil {
+		cfg := l.mux.clientTLS
+		if cfg.ServerName == "" {
+			host, _, err := net.SplitHostPort(string(address))
+			if err != nil {
+				return fail(err)
+			}
+			cfg = cfg.Clone()
+			cfg.ServerName = host
+		}
+		tc := tls.Client(raw, cfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return fail(fmt.Errorf("tls handshake: %w", err))
+		}
+		conn = tc
+	}
+	if _, err := conn.Write(l.header[:]); err != nil {
+		return fail(fmt.Errorf("write header: %w", err))
+	}
+	_ = raw.SetDeadline(time.Time{})
+
+	tc := l.track(conn)
+	if tc == nil {
+		_ = conn.Close()
+		return nil, fmt.Errorf("raftnode: dial group %d: %w", l.group, net.ErrClosed)
+	}
+	return tc, nil
+}
+
+// deliver hands an accepted connection (header already consumed) to Accept.
+func (l *GroupLayer) deliver(conn net.Conn) {
+	tc := l.track(conn)
+	if tc == nil {
+		_ = conn.Close()
+		return
+	}
+	select {
+	case l.accept <- tc:
+	case <-l.done:
+		_ = tc.Close()
+	}
+}
+
+// track registers conn with the layer so Close can close it; nil if the
+// layer is already closed.
+func (l *GroupLayer) track(conn net.Conn) *trackedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	tc := &trackedConn{Conn: conn, layer: l}
+	l.conns[tc] = struct{}{}
+	return tc
+}
+
+// trackedConn removes itself from its layer's set when closed.
+type trackedConn struct {
+	net.Conn
+	layer *GroupLayer
+	once  sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() {
+		c.layer.mu.Lock()
+		delete(c.layer.conns, c)
+		c.layer.mu.Unlock()
+	})
+	return err
+}

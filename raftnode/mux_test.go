@@ -1,0 +1,410 @@
+package raftnode
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+const ioTimeout = 5 * time.Second
+
+func newTestMux(t *testing.T, cfg MuxConfig, groups ...int) (*Mux, []*GroupLayer) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t, slog.LevelDebug)
+	}
+	m, err := NewMux(ln, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Close() })
+	layers := make([]*GroupLayer, len(groups))
+	for i, g := range groups {
+		if layers[i], err = m.Register(g); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.Start()
+	return m, layers
+}
+
+// acceptTimeout runs l.Accept with a bound.
+func acceptTimeout(t *testing.T, l *GroupLayer) net.Conn {
+	t.Helper()
+	type res struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		c, err := l.Accept()
+		ch <- res{c, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			t.Fatalf("accept on group %d: %v", l.Group(), r.err)
+		}
+		return r.c
+	case <-time.After(ioTimeout):
+		t.Fatalf("accept on group %d: timed out", l.Group())
+		return nil
+	}
+}
+
+// roundTrip dials group g of server from client layer, accepts it, and
+// checks bytes flow both ways.
+func roundTrip(t *testing.T, client, server *GroupLayer, addr net.Addr) {
+	t.Helper()
+	c, err := client.Dial(raft.ServerAddress(addr.String()), ioTimeout)
+	if err != nil {
+		t.Fatalf("dial group %d: %v", client.Group(), err)
+	}
+	defer c.Close()
+	s := acceptTimeout(t, server)
+	defer s.Close()
+	_ = c.SetDeadline(time.Now().Add(ioTimeout))
+	_ = s.SetDeadline(time.Now().Add(ioTimeout))
+
+	msg := fmt.Sprintf("hello group %d", client.Group())
+	if _, err := c.Write([]byte(msg)); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(msg))
+	if _, err := io.ReadFull(s, buf); err != nil {
+		t.Fatalf("server read: %v", err)
+	}
+	if string(buf) != msg {
+		t.Fatalf("group %d server got %q, want %q", server.Group(), buf, msg)
+	}
+	if _, err := s.Write([]byte("ok")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf[:2]); err != nil || string(buf[:2]) != "ok" {
+		t.Fatalf("client read: %q %v", buf[:2], err)
+	}
+}
+
+// expectClosed reads from c until the peer closes it; a timeout fails.
+func expectClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(ioTimeout))
+	buf := make([]byte, 256)
+	for {
+		_, err := c.Read(buf)
+		if err == nil {
+			continue // e.g. a TLS alert before the close
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("connection was not closed by the server within %v", ioTimeout)
+		}
+		return
+	}
+}
+
+func rawHeader(magic string, version byte, group uint16) []byte {
+	return append([]byte(magic), version, byte(group>>8), byte(group))
+}
+
+func TestHeaderRoundTrip(t *testing.T) {
+	for _, g := range []int{0, 1, 255, 256, MaxGroups - 1} {
+		got, err := decodeHeader(encodeHeader(g))
+		if err != nil || got != g {
+			t.Fatalf("group %d: got %d, %v", g, got, err)
+		}
+	}
+	h := encodeHeader(3)
+	h[0] = 'X'
+	if _, err := decodeHeader(h); err == nil {
+		t.Fatal("bad magic accepted")
+	}
+	h = encodeHeader(3)
+	h[4] = 2
+	if _, err := decodeHeader(h); err == nil {
+		t.Fatal("bad version accepted")
+	}
+}
+
+func TestMuxRoutesGroups(t *testing.T) {
+	srv, sl := newTestMux(t, MuxConfig{}, 0, 1, 2, 300)
+	_, cl := newTestMux(t, MuxConfig{}, 0, 1, 2, 300)
+	for i := range sl {
+		roundTrip(t, cl[i], sl[i], srv.Addr())
+	}
+	// Interleaved: dial all, then accept all; each lands on its own group.
+	conns := make([]net.Conn, len(cl))
+	for i := range cl {
+		c, err := cl[i].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Write([]byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for i := len(sl) - 1; i >= 0; i-- {
+		s := acceptTimeout(t, sl[i])
+		_ = s.SetReadDeadline(time.Now().Add(ioTimeout))
+		b := make([]byte, 1)
+		if _, err := io.ReadFull(s, b); err != nil || int(b[0]) != i {
+			t.Fatalf("layer %d got %v %v", i, b, err)
+		}
+		s.Close()
+	}
+}
+
+func TestMuxRegister(t *testing.T) {
+	m, _ := newTestMux(t, MuxConfig{}, 0)
+	if _, err := m.Register(0); err == nil {
+		t.Fatal("double register accepted")
+	}
+	if _, err := m.Register(-1); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("register -1: %v", err)
+	}
+	if _, err := m.Register(MaxGroups); !errors.Is(err, ErrUnknownGroup) {
+		t.Fatalf("register MaxGroups: %v", err)
+	}
+}
+
+func TestMuxRejectsBadConnections(t *testing.T) {
+	srv, sl := newTestMux(t, MuxConfig{HandshakeTimeout: 300 * time.Millisecond}, 0, 1)
+	_, cl := newTestMux(t, MuxConfig{}, 0, 1, 7)
+
+	cases := []struct {
+		name string
+		send []byte
+	}{
+		{"bad magic", rawHeader("HTTP", 1, 0)},
+		{"bad version", rawHeader("TGRF", 9, 0)},
+		{"unknown group", rawHeader("TGRF", 1, 7)},
+		{"short header then close", []byte("TG")},
+		{"silent", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.DialTimeout("tcp", srv.Addr().String(), ioTimeout)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if tc.send != nil {
+				if _, err := c.Write(tc.send); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.name == "short header then close" {
+				_ = c.(*net.TCPConn).CloseWrite()
+			}
+			// While the bad connection is pending, other groups work.
+			roundTrip(t, cl[1], sl[1], srv.Addr())
+			expectClosed(t, c)
+			roundTrip(t, cl[0], sl[0], srv.Addr())
+		})
+	}
+
+	// Through the real dialer too: group 7 is not registered on srv.
+	c, err := cl[2].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	expectClosed(t, c)
+	roundTrip(t, cl[0], sl[0], srv.Addr())
+}
+
+func TestMuxLayerCloseIsolated(t *testing.T) {
+	srv, sl := newTestMux(t, MuxConfig{}, 0, 1, 2)
+	_, cl := newTestMux(t, MuxConfig{}, 0, 1, 2)
+
+	// An established group-1 connection is closed with its layer.
+	c1, err := cl[1].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c1.Close()
+	s1 := acceptTimeout(t, sl[1])
+	defer s1.Close()
+
+	acceptErr := make(chan error, 1)
+	go func() {
+		_, err := sl[1].Accept()
+		acceptErr <- err
+	}()
+	if err := sl[1].Close(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-acceptErr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("accept after close: %v", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("Accept not unblocked by Close")
+	}
+	if err := sl[1].Close(); err != nil { // idempotent
+		t.Fatal(err)
+	}
+	expectClosed(t, c1)
+
+	// New connections for group 1 are rejected; groups 0 and 2 still work.
+	c, err := cl[1].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	expectClosed(t, c)
+	roundTrip(t, cl[0], sl[0], srv.Addr())
+	roundTrip(t, cl[2], sl[2], srv.Addr())
+
+	// The id can be registered again.
+	again, err := srv.Register(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roundTrip(t, cl[1], again, srv.Addr())
+
+	// A closed client layer cannot dial.
+	if err := cl[2].Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl[2].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout); err == nil {
+		t.Fatal("dial on closed layer succeeded")
+	}
+}
+
+func TestMuxClose(t *testing.T) {
+	srv, sl := newTestMux(t, MuxConfig{}, 0, 1)
+	_, cl := newTestMux(t, MuxConfig{}, 0)
+
+	c, err := cl[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := acceptTimeout(t, sl[0])
+	defer s.Close()
+	// A pending (silent) connection is closed too.
+	silent, err := net.DialTimeout("tcp", srv.Addr().String(), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.Close()
+
+	acceptErr := make(chan error, 1)
+	go func() {
+		_, err := sl[1].Accept()
+		acceptErr <- err
+	}()
+	done := make(chan error, 1)
+	go func() { done <- srv.Close() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("close: %v", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("Mux.Close hung")
+	}
+	select {
+	case err := <-acceptErr:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Fatalf("accept after mux close: %v", err)
+		}
+	case <-time.After(ioTimeout):
+		t.Fatal("Accept not unblocked by Mux.Close")
+	}
+	expectClosed(t, c)
+	expectClosed(t, silent)
+	if err := srv.Close(); err != nil {
+		t.Fatalf("second close: %v", err)
+	}
+	if _, err := srv.Register(5); err == nil {
+		t.Fatal("register after close succeeded")
+	}
+	if _, err := cl[0].Dial(raft.ServerAddress(srv.Addr().String()), time.Second); err == nil {
+		t.Fatal("dial to closed mux succeeded")
+	}
+}
+
+func TestMuxAdvertiseAddr(t *testing.T) {
+	m, l := newTestMux(t, MuxConfig{AdvertiseAddr: "raft-0.example:7301"}, 0)
+	if got := m.Addr().String(); got != "raft-0.example:7301" {
+		t.Fatalf("Addr = %q", got)
+	}
+	if got := l[0].Addr().String(); got != "raft-0.example:7301" {
+		t.Fatalf("layer Addr = %q", got)
+	}
+	if m.ListenAddr().String() == m.Addr().String() {
+		t.Fatal("ListenAddr should be the bound address")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := NewMux(ln, MuxConfig{AdvertiseAddr: "no-port"}); err == nil {
+		t.Fatal("bad advertise address accepted")
+	}
+}
+
+func TestMuxTLS(t *testing.T) {
+	serverTLS, clientTLS := testCerts(t)
+	srv, sl := newTestMux(t, MuxConfig{ServerTLS: serverTLS, ClientTLS: clientTLS, HandshakeTimeout: time.Second}, 0, 1)
+	_, cl := newTestMux(t, MuxConfig{ServerTLS: serverTLS, ClientTLS: clientTLS}, 0, 1)
+
+	roundTrip(t, cl[0], sl[0], srv.Addr())
+	roundTrip(t, cl[1], sl[1], srv.Addr())
+
+	// The accepted conn really is TLS.
+	c, err := cl[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s := acceptTimeout(t, sl[0])
+	defer s.Close()
+	if _, ok := s.(*trackedConn).Conn.(*tls.Conn); !ok {
+		t.Fatalf("accepted conn is %T, want *tls.Conn", s.(*trackedConn).Conn)
+	}
+
+	// A plaintext client is rejected; TLS groups keep working.
+	_, plain := newTestMux(t, MuxConfig{}, 0)
+	pc, err := plain[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	expectClosed(t, pc)
+
+	// A client that does not trust the server's certificate fails to dial.
+	_, otherClient := testCerts(t)
+	_, untrusting := newTestMux(t, MuxConfig{ClientTLS: otherClient}, 0)
+	if _, err := untrusting[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout); err == nil {
+		t.Fatal("dial with untrusted server certificate succeeded")
+	}
+	// A client without a certificate is refused by the server (mutual TLS).
+	noCert := clientTLS.Clone()
+	noCert.Certificates = nil
+	_, anon := newTestMux(t, MuxConfig{ClientTLS: noCert}, 0)
+	if ac, err := anon[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout); err == nil {
+		// With TLS 1.3 the client may finish its handshake before the server
+		// rejects the missing certificate; the server then closes.
+		expectClosed(t, ac)
+		ac.Close()
+	}
+	roundTrip(t, cl[1], sl[1], srv.Addr())
+}
