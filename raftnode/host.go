@@ -327,6 +327,22 @@ func (h *Host) WaitReady(ctx context.Context) error {
 	}
 }
 
+// Loaded reports, without blocking, whether every group has reached the
+// readiness WaitReady waits for (latched the same way).
+func (h *Host) Loaded() bool {
+	ok := true
+	for _, g := range h.groups {
+		if !g.ready.Load() {
+			if h.groupReady(g) {
+				g.ready.Store(true)
+			} else {
+				ok = false
+			}
+		}
+	}
+	return ok
+}
+
 func (h *Host) groupReady(g *group) bool {
 	r := g.raft
 	if _, id := r.LeaderWithID(); id == "" {

@@ -1,0 +1,406 @@
+package fsm
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm/seriesmap"
+)
+
+// DefaultIdleMinutes is the idle timeout the FSM assumes for self-expiry until an
+// expire entry tells it the configured one.
+const DefaultIdleMinutes = 20
+
+// Config is the fixed layout of the group this FSM holds.
+type Config struct {
+	Partitions int // P of the cluster
+	Groups     int // G of the cluster
+	Shards     int // S, a power of two
+	Group      int // which group this FSM replicates
+	Logger     *slog.Logger
+}
+
+func (c *Config) validate() error {
+	if err := api.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
+		return fmt.Errorf("fsm config: %w", err)
+	}
+	if c.Group < 0 || c.Group >= c.Groups {
+		return fmt.Errorf("fsm config: group %d outside [0, %d)", c.Group, c.Groups)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Tenant is one tenant's registration in a group. Ids are dense and assigned in
+// the order tenants first appear (in the log, a snapshot, or a leader's
+// reservation); they never reach a snapshot, which lists tenants by name.
+type Tenant struct {
+	Name string
+	id   uint32
+
+	mu     sync.Mutex
+	active int64 // replicated: series held
+	// reserved is leader-local, never replicated: series this node logged as new
+	// whose entries are not applied yet. Applying an entry moves its New count from
+	// reserved to active under mu, so active+reserved is exact at every instant.
+	reserved int64
+}
+
+// Active is the tenant's number of active series in this group.
+func (t *Tenant) Active() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active
+}
+
+// Usage returns active series and this node's outstanding reservations.
+func (t *Tenant) Usage() (active, reserved int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.active, t.reserved
+}
+
+func (t *Tenant) addActive(n int64) {
+	t.mu.Lock()
+	t.active += n
+	t.mu.Unlock()
+}
+
+type shard struct {
+	mu     sync.RWMutex
+	tables []*seriesmap.Table // by tenant id; nil when the tenant has no series here
+	gens   []uint64           // snapshot generation each table was last written in
+}
+
+// FSM is one group's state machine. Apply, Snapshot and Restore are called by raft
+// from one goroutine; the read methods (Lookup, Tenant, Stats…) may be called
+// concurrently from any goroutine.
+type FSM struct {
+	cfg       Config
+	shardMask uint64
+	lo, hi    int
+
+	shards []shard
+
+	regMu   sync.RWMutex
+	byName  map[string]*Tenant
+	tenants []*Tenant
+
+	now          atomic.Int64 // highest Unix minute stamped on an applied entry
+	lastExpire   int64        // apply goroutine only
+	idle         int          // apply goroutine only
+	appliedIndex atomic.Uint64
+	appliedTerm  atomic.Uint64
+
+	snapGen   uint64 // apply goroutine only
+	liveSnaps atomic.Int32
+
+	// apply-goroutine scratch
+	byShard [][]uint64
+}
+
+// New returns an empty FSM for one group.
+func New(cfg Config) (*FSM, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := &FSM{cfg: cfg, shardMask: uint64(cfg.Shards - 1), idle: DefaultIdleMinutes}
+	f.lo, f.hi = api.GroupRange(cfg.Group, cfg.Partitions, cfg.Groups)
+	f.reset()
+	return f, nil
+}
+
+func (f *FSM) reset() {
+	f.shards = make([]shard, f.cfg.Shards)
+	f.byName = map[string]*Tenant{}
+	f.tenants = nil
+	f.byShard = make([][]uint64, f.cfg.Shards)
+}
+
+// Config returns the layout this FSM was built with.
+func (f *FSM) Config() Config { return f.cfg }
+
+// PartitionRange returns the group's partitions [lo, hi).
+func (f *FSM) PartitionRange() (lo, hi int) { return f.lo, f.hi }
+
+// Now returns the highest Unix minute applied so far (0 before the first entry).
+func (f *FSM) Now() int64 { return f.now.Load() }
+
+// AppliedIndex returns the raft index of the last applied entry or restored snapshot.
+func (f *FSM) AppliedIndex() uint64 { return f.appliedIndex.Load() }
+
+// Apply implements raft.FSM. It returns nil, or an error for an entry that cannot be
+// decoded (every replica sees the same bytes and skips it the same way).
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	f.appliedIndex.Store(l.Index)
+	f.appliedTerm.Store(l.Term)
+	if l.Type != raft.LogCommand {
+		return nil
+	}
+	e, err := DecodeEntry(l.Data)
+	if err != nil {
+		f.cfg.Logger.Error("skipping undecodable raft entry", "group", f.cfg.Group, "index", l.Index, "err", err)
+		return fmt.Errorf("group %d entry %d: %w", f.cfg.Group, l.Index, err)
+	}
+	f.ApplyEntry(e)
+	return nil
+}
+
+// ApplyEntry applies a decoded entry. Exposed for tests and benchmarks that drive
+// the FSM without raft; raft uses Apply.
+func (f *FSM) ApplyEntry(e Entry) {
+	prev := f.now.Load()
+	now := max(e.Now, prev)
+	if prev == 0 {
+		prev = now
+	}
+	switch e.Type {
+	case EntryExpire:
+		f.idle = e.Idle
+		f.expire(prev, now, e.Idle)
+		f.now.Store(now)
+	case EntryTrack:
+		// Keep every stored minute younger than the 120-minute ring even when
+		// expire entries stopped (e.g. no leader for a long time).
+		if now-f.lastExpire >= selfExpireAfter {
+			f.expire(prev, now, f.idle)
+		}
+		f.now.Store(now)
+		m := MinuteOf(now)
+		for _, th := range e.Tenants {
+			f.track(f.register(th.Tenant), th.Hashes, th.New, m)
+		}
+	}
+}
+
+func (f *FSM) register(name string) *Tenant {
+	f.regMu.RLock()
+	t := f.byName[name]
+	f.regMu.RUnlock()
+	if t != nil {
+		return t
+	}
+	f.regMu.Lock()
+	defer f.regMu.Unlock()
+	t = &Tenant{Name: name, id: uint32(len(f.tenants))}
+	f.tenants = append(f.tenants, t)
+	f.byName[name] = t
+	return t
+}
+
+func (f *FSM) track(t *Tenant, hashes []uint64, reservedNew int, m uint8) {
+	for s := range f.byShard {
+		f.byShard[s] = f.byShard[s][:0]
+	}
+	for _, h := range hashes {
+		s := h & f.shardMask
+		f.byShard[s] = append(f.byShard[s], h)
+	}
+	created := 0
+	for s, hs := range f.byShard {
+		if len(hs) == 0 {
+			continue
+		}
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		tbl := f.writableTable(sh, t.id, len(hs))
+		for _, h := range hs {
+			if tbl.Put(h, m) {
+				created++
+			}
+		}
+		sh.mu.Unlock()
+	}
+	t.mu.Lock()
+	t.active += int64(created)
+	// Followers never reserved; clamping keeps them at 0.
+	t.reserved = max(0, t.reserved-int64(reservedNew))
+	t.mu.Unlock()
+}
+
+// Reserve records that this node (as leader) logged n series of tenant as new.
+// The reservation is released when the entry carrying them is applied.
+func (f *FSM) Reserve(tenant string, n int64) {
+	t := f.register(tenant)
+	t.mu.Lock()
+	t.reserved += n
+	t.mu.Unlock()
+}
+
+// ResetReservations drops every reservation; a new leader session calls it after
+// its barrier (entries of an earlier session that never committed left them behind).
+func (f *FSM) ResetReservations() {
+	for _, t := range f.Tenants() {
+		t.mu.Lock()
+		t.reserved = 0
+		t.mu.Unlock()
+	}
+}
+
+// TenantUsage returns a tenant's active series and outstanding reservations.
+func (f *FSM) TenantUsage(name string) (active, reserved int64) {
+	if t := f.Tenant(name); t != nil {
+		return t.Usage()
+	}
+	return 0, 0
+}
+
+// writableTable returns the tenant's table in sh, creating it, or cloning it when a
+// live snapshot may still be reading the current one. sh.mu must be held for writing.
+func (f *FSM) writableTable(sh *shard, id uint32, hint int) *seriesmap.Table {
+	for int(id) >= len(sh.tables) {
+		sh.tables = append(sh.tables, nil)
+		sh.gens = append(sh.gens, 0)
+	}
+	t := sh.tables[id]
+	switch {
+	case t == nil:
+		t = seriesmap.New(hint)
+		sh.tables[id] = t
+	case sh.gens[id] != f.snapGen && f.liveSnaps.Load() > 0:
+		t = t.Clone()
+		sh.tables[id] = t
+	}
+	sh.gens[id] = f.snapGen
+	return t
+}
+
+// expire removes series idle at now. Ages are computed at prev, the FSM's time
+// before this entry, because every stored minute is at most prev and younger than
+// the ring there; at now (possibly hours later after a leaderless gap) the ring may
+// already have wrapped. A series of age a at prev is idle at now iff
+// a ≥ idle − (now − prev).
+func (f *FSM) expire(prev, now int64, idle int) {
+	f.lastExpire = now
+	gap := min(now-prev, RingMinutes)
+	expired := ExpiredTable(prev, idle-int(gap))
+	f.regMu.RLock()
+	tenants := f.tenants
+	f.regMu.RUnlock()
+	for s := range f.shards {
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		for id, t := range sh.tables {
+			if t == nil {
+				continue
+			}
+			t = f.writableTable(sh, uint32(id), 0)
+			if removed := t.Cleanup(expired); removed > 0 {
+				tenants[id].addActive(-int64(removed))
+			}
+			if t.Len() == 0 {
+				sh.tables[id] = nil
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// Series states returned by Lookup.
+const (
+	StateAbsent = 0 // not present, or idle: a new series
+	StateActive = 1 // active; its minute is older than now, so a refresh must be logged
+	StateFresh  = 2 // active and already refreshed this minute: nothing to log
+)
+
+// Lookup classifies each hash of one tenant against the committed state at Unix
+// minute now with the given idle timeout, writing StateAbsent/StateActive/StateFresh
+// into out (len(out) ≥ len(hashes)). Safe for concurrent use with Apply.
+func (f *FSM) Lookup(tenant string, hashes []uint64, now int64, idle int, out []uint8) {
+	out = out[:len(hashes)]
+	clear(out)
+	f.regMu.RLock()
+	t := f.byName[tenant]
+	f.regMu.RUnlock()
+	if t == nil {
+		return
+	}
+	cur := MinuteOf(now)
+	// One shard lock per shard touched, not per hash: walk shards in order and pick
+	// the hashes of each with a cheap mask test (S passes over an L1-resident slice
+	// cost less than S lock round trips per hash).
+	var seen [1024]bool
+	for _, h := range hashes {
+		seen[h&f.shardMask] = true
+	}
+	for s := range f.shards {
+		if !seen[s] {
+			continue
+		}
+		sh := &f.shards[s]
+		sh.mu.RLock()
+		if int(t.id) < len(sh.tables) && sh.tables[t.id] != nil {
+			tbl := sh.tables[t.id]
+			for i, h := range hashes {
+				if h&f.shardMask != uint64(s) {
+					continue
+				}
+				m, ok := tbl.Get(h)
+				switch {
+				case !ok || Age(now, m) >= idle:
+				case m == cur:
+					out[i] = StateFresh
+				default:
+					out[i] = StateActive
+				}
+			}
+		}
+		sh.mu.RUnlock()
+	}
+}
+
+// Tenant returns the tenant's registration, or nil if it never had series here.
+func (f *FSM) Tenant(name string) *Tenant {
+	f.regMu.RLock()
+	defer f.regMu.RUnlock()
+	return f.byName[name]
+}
+
+// TenantActive returns the tenant's active series in this group.
+func (f *FSM) TenantActive(name string) int64 {
+	if t := f.Tenant(name); t != nil {
+		return t.Active()
+	}
+	return 0
+}
+
+// Tenants returns a snapshot of the tenant registrations.
+func (f *FSM) Tenants() []*Tenant {
+	f.regMu.RLock()
+	defer f.regMu.RUnlock()
+	return append([]*Tenant(nil), f.tenants...)
+}
+
+// Stats is a cheap summary for metrics and status.
+type Stats struct {
+	Series       int64
+	Tenants      int
+	AppliedIndex uint64
+	Now          int64
+}
+
+// Stats sums the tenants' active counters.
+func (f *FSM) Stats() Stats {
+	st := Stats{AppliedIndex: f.AppliedIndex(), Now: f.Now()}
+	for _, t := range f.Tenants() {
+		if a := t.Active(); a > 0 {
+			st.Series += a
+			st.Tenants++
+		}
+	}
+	return st
+}
+
+// Restore implements raft.FSM: it replaces the whole state with a snapshot.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	return f.restore(rc)
+}

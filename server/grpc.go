@@ -1,0 +1,166 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// trackerService implements api.TrackerServer.
+type trackerService struct {
+	api.UnimplementedTrackerServer
+	s *Server
+}
+
+func (s *Server) startGRPC() error {
+	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
+	}
+	s.grpcLis = lis
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.metricsInterceptor),
+		grpc.MaxRecvMsgSize(16+s.cfg.MaxHashesPerRequest*8+1024),
+	)
+	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
+	go func() {
+		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			s.log.Error("grpc server stopped", "err", err)
+		}
+	}()
+	return nil
+}
+
+// recoverInterceptor turns a handler panic into codes.Internal: a bug must not take
+// down every group this node hosts.
+func (s *Server) recoverInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic in grpc handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
+		}
+	}()
+	return h(ctx, req)
+}
+
+func (s *Server) metricsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	start := time.Now()
+	resp, err := h(ctx, req)
+	s.metrics.requests.WithLabelValues(info.FullMethod, status.Code(err).String()).Inc()
+	s.metrics.requestDur.WithLabelValues(info.FullMethod).Observe(time.Since(start).Seconds())
+	return resp, err
+}
+
+// validateTrack checks a request and returns its group.
+func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
+	if err := api.ValidateTenantID(req.Tenant); err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	p := int(req.Partition)
+	if p >= s.cfg.Partitions {
+		return 0, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
+	}
+	if n := len(req.Hashes); n > s.cfg.MaxHashesPerRequest {
+		return 0, status.Errorf(codes.InvalidArgument, "%d hashes in one request, at most %d allowed; split the request", n, s.cfg.MaxHashesPerRequest)
+	}
+	for i, h := range req.Hashes {
+		if hp := api.Partition(h, s.cfg.Partitions); hp != p {
+			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Partitions)
+		}
+	}
+	return api.GroupOf(p, s.cfg.Partitions, s.cfg.Groups), nil
+}
+
+func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+	s := t.s
+	g, err := s.validateTrack(req)
+	if err != nil {
+		return nil, err
+	}
+	if len(req.Hashes) == 0 {
+		return &api.TrackSeriesResponse{}, nil
+	}
+	rejected, err := s.trackers[g].track(ctx, req.Tenant, req.Hashes)
+	if err != nil {
+		return nil, s.trackError(g, err)
+	}
+	return &api.TrackSeriesResponse{RejectedHashes: rejected}, nil
+}
+
+// trackError maps internal errors to gRPC statuses with actionable messages.
+func (s *Server) trackError(g int, err error) error {
+	switch {
+	case errors.Is(err, errNotLeader):
+		return s.notLeaderStatus(g)
+	case errors.Is(err, errLeaderStepDown), errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
+		return status.Errorf(codes.Unavailable, "group %d: %v; the series may or may not be recorded, retry", g, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "group %d: deadline exceeded before commit; retry is safe", g)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "group %d: request canceled", g)
+	}
+	return status.Errorf(codes.Internal, "group %d: %v", g, err)
+}
+
+// notLeaderStatus builds FailedPrecondition with a NotLeader detail so clients can
+// redirect without another lookup.
+func (s *Server) notLeaderStatus(g int) error {
+	addr, id := s.host.Raft(g).LeaderWithID()
+	nl := &api.NotLeader{Group: uint32(g), LeaderId: string(id), LeaderGrpcAddress: s.grpcAddrOf(id, addr)}
+	msg := fmt.Sprintf("this node does not lead group %d", g)
+	if nl.LeaderGrpcAddress != "" {
+		msg += "; leader is " + nl.LeaderGrpcAddress
+	} else if addr == "" {
+		return status.Errorf(codes.Unavailable, "group %d has no leader yet; retry", g)
+	}
+	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(nl)
+	if err != nil {
+		return status.Error(codes.FailedPrecondition, msg)
+	}
+	return st.Err()
+}
+
+// grpcAddrOf maps a raft server to its gRPC address. A single node knows only
+// itself; membership (serf) extends this for clusters.
+func (s *Server) grpcAddrOf(id raft.ServerID, _ raft.ServerAddress) string {
+	if id == s.host.NodeID() {
+		return s.GRPCAddr()
+	}
+	return ""
+}
+
+func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {
+	s := t.s
+	if int(req.Partition) >= s.cfg.Partitions {
+		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
+	}
+	g := api.GroupOf(int(req.Partition), s.cfg.Partitions, s.cfg.Groups)
+	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
+}
+
+// closeToLimit lists tenants at or above NearLimitFraction of their group share,
+// read from this replica's committed state (followers answer too).
+func (s *Server) closeToLimit(g int) []string {
+	limits := s.limits.Get()
+	lo, hi := s.fsms[g].PartitionRange()
+	var out []string
+	for _, t := range s.fsms[g].Tenants() {
+		share := GroupShare(limits.For(t.Name).MaxSeries, hi-lo, s.cfg.Partitions)
+		if share > 0 && float64(t.Active()) >= s.cfg.NearLimitFraction*float64(share) {
+			out = append(out, t.Name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,399 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/raftnode"
+)
+
+// Config configures one Tollgate node. Zero values take the defaults documented
+// on each field (see Validate).
+type Config struct {
+	NodeID  string // raft server id; default: hostname
+	Zone    string // availability zone label; default "zone-a"
+	DataDir string // required
+
+	GRPCAddr      string // API + admin; default 127.0.0.1:7300
+	HTTPAddr      string // metrics, health, pprof; default 127.0.0.1:7380; "-" disables
+	RaftAddr      string // raft (all groups multiplexed); default 127.0.0.1:7301
+	RaftAdvertise string // default: RaftAddr
+
+	// Bootstrap makes this node the only voter of every group on first start (dev).
+	Bootstrap bool
+
+	// Layout, fixed at cluster creation and recorded in <DataDir>/cluster.json.
+	Partitions, Groups, Shards int // defaults 64, 4, 16
+
+	IdleTimeout         time.Duration // default 20m; whole minutes in [1m, 60m]
+	DefaultMaxSeries    int64         // default max_series for tenants without override; 0 = unlimited
+	LimitsFile          string        // optional YAML runtime limits, reloaded on change
+	LimitsReload        time.Duration // poll period of LimitsFile; default 5s
+	NearLimitFraction   float64       // tenants ≥ this fraction of their share are "close to limit"; default 0.85
+	MaxHashesPerRequest int           // default 100,000
+
+	BatchWindow    time.Duration // how long the leader gathers requests into one entry; default 200µs
+	MaxBatchHashes int           // entry size cap; default 65,536
+	MaxInFlight    int           // entries pipelined per group before backpressure; default 8
+	ApplyTimeout   time.Duration // raft enqueue timeout; default 5s
+
+	// Raft tuning passed to raftnode (zero = raftnode defaults).
+	RaftNoSync bool // tests only: skip fsync
+
+	Clock  func() time.Time // injectable wall clock (tests); default time.Now
+	Logger *slog.Logger
+}
+
+// Validate fills defaults and checks ranges.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("config: data dir is required")
+	}
+	if c.NodeID == "" {
+		h, _ := os.Hostname()
+		if h == "" {
+			h = "node"
+		}
+		c.NodeID = h
+	}
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	def(&c.Zone, "zone-a")
+	def(&c.GRPCAddr, "127.0.0.1:7300")
+	def(&c.HTTPAddr, "127.0.0.1:7380")
+	def(&c.RaftAddr, "127.0.0.1:7301")
+	defInt := func(v *int, d int) {
+		if *v == 0 {
+			*v = d
+		}
+	}
+	defInt(&c.Partitions, api.DefaultPartitions)
+	defInt(&c.Groups, api.DefaultGroups)
+	defInt(&c.Shards, api.DefaultShards)
+	defInt(&c.MaxHashesPerRequest, 100_000)
+	defInt(&c.MaxBatchHashes, 1<<16)
+	defInt(&c.MaxInFlight, 8)
+	if err := api.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = 20 * time.Minute
+	}
+	if c.IdleTimeout%time.Minute != 0 || c.IdleTimeout < time.Minute || c.IdleTimeout > fsm.MaxIdleMinutes*time.Minute {
+		return fmt.Errorf("config: idle timeout %v: must be whole minutes in [1m, %dm]", c.IdleTimeout, fsm.MaxIdleMinutes)
+	}
+	if c.DefaultMaxSeries < 0 {
+		return fmt.Errorf("config: default max series %d: must be ≥ 0", c.DefaultMaxSeries)
+	}
+	if c.LimitsReload == 0 {
+		c.LimitsReload = 5 * time.Second
+	}
+	if c.NearLimitFraction == 0 {
+		c.NearLimitFraction = 0.85
+	}
+	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
+		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
+	}
+	if c.BatchWindow == 0 {
+		c.BatchWindow = 200 * time.Microsecond
+	}
+	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
+		return fmt.Errorf("config: batch window %v: must be in [0, 1s]", c.BatchWindow)
+	}
+	if c.MaxHashesPerRequest < 1 || c.MaxBatchHashes < 1 || c.MaxInFlight < 1 {
+		return errors.New("config: max hashes per request, max batch hashes and max in flight must be ≥ 1")
+	}
+	if c.ApplyTimeout == 0 {
+		c.ApplyTimeout = 5 * time.Second
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Server is one Tollgate node.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	metrics *metrics
+	limits  *limitsSource
+
+	host     *raftnode.Host
+	fsms     []*fsm.FSM
+	trackers []*groupTracker
+
+	grpcLis net.Listener
+	grpc    *grpc.Server
+	httpLis net.Listener
+	http    *http.Server
+
+	leaderEvents chan leaderEvent
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	stopOnce     sync.Once
+	stopErr      error
+}
+
+type leaderEvent struct {
+	group  int
+	leader bool
+}
+
+// clusterLayout is persisted so a node never starts with a layout that differs
+// from the one its data was written with.
+type clusterLayout struct {
+	Partitions int `json:"partitions"`
+	Groups     int `json:"groups"`
+	Shards     int `json:"shards"`
+}
+
+// New validates cfg, opens (or creates) the data dir and starts the node: raft
+// groups, gRPC and HTTP listeners. It returns once everything listens; use
+// WaitReady to wait for the groups to elect and load.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{})}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	}
+	if err := checkLayout(cfg); err != nil {
+		return nil, err
+	}
+	s.metrics = newMetrics(s.groupStats)
+	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
+		res := "success"
+		if !ok {
+			res = "failure"
+		}
+		s.metrics.limitsReloads.WithLabelValues(res).Inc()
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.limits = ls
+
+	s.fsms = make([]*fsm.FSM, cfg.Groups)
+	for g := range s.fsms {
+		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log})
+		if err != nil {
+			return nil, err
+		}
+		s.fsms[g] = f
+	}
+	host, err := raftnode.New(raftnode.Config{
+		NodeID:        cfg.NodeID,
+		DataDir:       filepath.Join(cfg.DataDir, "raft"),
+		BindAddr:      cfg.RaftAddr,
+		AdvertiseAddr: cfg.RaftAdvertise,
+		Groups:        cfg.Groups,
+		Bootstrap:     cfg.Bootstrap,
+		NoSync:        cfg.RaftNoSync,
+		Logger:        s.log,
+		LeaderNotify: func(group int, leader bool) {
+			select {
+			case s.leaderEvents <- leaderEvent{group, leader}:
+			case <-s.stop:
+			}
+		},
+	}, func(g int) raft.FSM { return s.fsms[g] })
+	if err != nil {
+		return nil, fmt.Errorf("start raft: %w", err)
+	}
+	s.host = host
+	s.trackers = make([]*groupTracker, cfg.Groups)
+	for g := range s.trackers {
+		lo, hi := api.GroupRange(g, cfg.Partitions, cfg.Groups)
+		s.trackers[g] = newGroupTracker(trackerConfig{
+			Group:             g,
+			PartitionsInGroup: hi - lo,
+			Partitions:        cfg.Partitions,
+			IdleMinutes:       int(cfg.IdleTimeout / time.Minute),
+			BatchWindow:       cfg.BatchWindow,
+			MaxBatchHashes:    cfg.MaxBatchHashes,
+			MaxInFlight:       cfg.MaxInFlight,
+			ApplyTimeout:      cfg.ApplyTimeout,
+			Clock:             cfg.Clock,
+		}, s.fsms[g], host.Raft(g), s.limits.Get, s.log, s.metrics)
+	}
+	s.wg.Add(2)
+	go func() { defer s.wg.Done(); s.watchLeadership() }()
+	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
+
+	if err := s.startGRPC(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	if err := s.startHTTP(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(),
+		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
+		"partitions", cfg.Partitions, "groups", cfg.Groups, "shards", cfg.Shards)
+	return s, nil
+}
+
+func checkLayout(cfg Config) error {
+	path := filepath.Join(cfg.DataDir, "cluster.json")
+	want := clusterLayout{cfg.Partitions, cfg.Groups, cfg.Shards}
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		b, _ := json.MarshalIndent(want, "", "  ")
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var have clusterLayout
+	if err := json.Unmarshal(data, &have); err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	if have != want {
+		return fmt.Errorf("data dir %s was created with partitions=%d groups=%d shards=%d, but this node is configured with partitions=%d groups=%d shards=%d; the layout is fixed when a cluster is created",
+			cfg.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, want.Groups, want.Shards)
+	}
+	return nil
+}
+
+func (s *Server) watchLeadership() {
+	for {
+		select {
+		case <-s.stop:
+			return
+		case ev := <-s.leaderEvents:
+			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
+			s.trackers[ev.group].setLeader(ev.leader)
+		}
+	}
+}
+
+// WaitReady blocks until every group has a leader and, for groups led here, the
+// leader has applied all earlier entries.
+func (s *Server) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(10 * time.Millisecond)
+	defer t.Stop()
+	for {
+		if s.Ready() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait ready: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+// Ready reports whether every group knows a leader, this node's replicas have
+// replayed what they had on disk, and each group led here passed its barrier.
+func (s *Server) Ready() bool {
+	if !s.host.Loaded() {
+		return false // restart recovery (snapshot + log replay) not finished
+	}
+	for g, tr := range s.trackers {
+		r := s.host.Raft(g)
+		addr, _ := r.LeaderWithID()
+		if addr == "" {
+			return false
+		}
+		if r.State() == raft.Leader && !tr.ready() {
+			return false
+		}
+	}
+	return true
+}
+
+// GRPCAddr is the address the gRPC API listens on.
+func (s *Server) GRPCAddr() string { return s.grpcLis.Addr().String() }
+
+// HTTPAddr is the HTTP address, or "" when disabled.
+func (s *Server) HTTPAddr() string {
+	if s.httpLis == nil {
+		return ""
+	}
+	return s.httpLis.Addr().String()
+}
+
+// RaftAddr is the advertised raft address.
+func (s *Server) RaftAddr() string { return string(s.host.Addr()) }
+
+// FSM exposes a group's state machine (tests, status).
+func (s *Server) FSM(group int) *fsm.FSM { return s.fsms[group] }
+
+// Raft exposes a group's raft instance (tests, admin).
+func (s *Server) Raft(group int) *raft.Raft { return s.host.Raft(group) }
+
+func (s *Server) groupStats() []groupStat {
+	out := make([]groupStat, len(s.fsms))
+	for g, f := range s.fsms {
+		st := f.Stats()
+		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
+		if s.host != nil {
+			out[g].leader = s.host.Raft(g).State() == raft.Leader
+		}
+	}
+	return out
+}
+
+// Stop shuts the node down gracefully: stop accepting requests, let in-flight
+// requests finish (bounded by ctx), stop leader sessions, shut raft down (which
+// flushes and closes the stores), then the HTTP server.
+func (s *Server) Stop(ctx context.Context) error {
+	s.stopOnce.Do(func() {
+		if s.grpc != nil {
+			done := make(chan struct{})
+			go func() { s.grpc.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpc.Stop()
+			}
+		}
+		close(s.stop)
+		for _, t := range s.trackers {
+			t.setLeader(false)
+		}
+		var errs []error
+		if s.host != nil {
+			if err := s.host.Shutdown(); err != nil {
+				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+			}
+		}
+		if s.http != nil {
+			if err := s.http.Shutdown(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+			}
+		}
+		s.wg.Wait()
+		s.stopErr = errors.Join(errs...)
+		s.log.Info("tollgate node stopped", "node", s.cfg.NodeID)
+	})
+	return s.stopErr
+}
