@@ -16,7 +16,10 @@ import (
 //     tables of ~156 series. Series reach a table in runs of 16 (a request's
 //     hashes for one shard), tables in random order.
 //
-// Throughput benchmarks report ns/key (ns/op is one pass over all keys):
+// Throughput benchmarks report ns/key (ns/op is one pass over all keys).
+// "seriesmap" calls Put (or Get) per key, "seriesmap-batch" calls PutMany per
+// run of keys, "builtin" is map[uint64]uint8 with the same keys in the same
+// order. The machine is noisy: compare medians of several counts, e.g.
 //
 //	go test -run='^$' -bench='Insert|Refresh|Lookup' -benchtime=3x -count=5 ./fsm/seriesmap/
 //

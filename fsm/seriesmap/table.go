@@ -28,14 +28,17 @@ const (
 	splitLoad256    = 218 // the halves of a split segment are sized for 85% full
 
 	// A growth picks the largest allocation at most growNum/growDen times the
-	// current one (see growBytes): the load right after a growth is at least
-	// 95% / 1.25 = 76%, so memory stays under 9 / 0.76 ≈ 11.9 bytes per entry
-	// wherever allocator size classes allow it (from about 1,000 entries on
-	// they always do). Below smallBytes, where the fixed per-table cost
-	// dominates anyway, segments double, to rehash less.
-	growNum    = 5
-	growDen    = 4
-	smallBytes = 1024
+	// current one (see growBytes), 1.2× within the allocator's size classes
+	// (up to 32 KB) and 1.25× above, where allocations are whole pages: the
+	// load right after a growth is at least 95% / 1.25 = 76%, so memory stays
+	// under 9 / 0.76 ≈ 11.85 bytes per entry, plus the fixed per-table cost.
+	// Below smallBytes, where the fixed cost dominates anyway, segments
+	// double, to rehash less.
+	growNum      = 6
+	growDen      = 5
+	growNumLarge = 5
+	growDenLarge = 4
+	smallBytes   = 1024
 
 	// maxSegBytes bounds a segment's backing array: a segment that would grow
 	// past it is split in two instead (while the directory bound allows). So a
@@ -86,7 +89,7 @@ func probeSizeClasses() []int {
 // usual.
 var (
 	smallPools = make([]sync.Pool, len(sizeClasses))
-	largePools [maxSegBytes*growNum/growDen/pageBytes + 1]sync.Pool
+	largePools [maxSegBytes*growNumLarge/growDenLarge/pageBytes + 1]sync.Pool
 )
 
 // allocSize returns the size the allocator gives a request of size bytes.
@@ -139,11 +142,15 @@ func freeWords(buf []uint64) {
 
 // growBytes returns the size of the allocation a segment holding cur bytes
 // grows into: the largest allocator size (size class or page multiple) at most
-// growNum/growDen times cur, or the smallest one above cur if there is none.
+// the growth limit times cur (see growNum), or the smallest one above cur if
+// there is none.
 func growBytes(cur int) int {
 	limit := cur * growNum / growDen
-	if cur < smallBytes {
+	switch {
+	case cur < smallBytes:
 		limit = 2 * cur
+	case cur >= maxSmallAlloc:
+		limit = cur * growNumLarge / growDenLarge
 	}
 	best := 0
 	for _, c := range sizeClasses {

@@ -394,16 +394,18 @@ func TestDirectory(t *testing.T) {
 	}
 }
 
-// TestCraftedPrefixes inserts keys whose mixed values share long prefixes:
-// the directory must stay small (segments grow instead), and everything
-// still works.
+// TestCraftedPrefixes inserts keys crafted so that their mixed values share
+// long prefixes: the directory must stay small (segments grow instead), and
+// everything must still work. (Such keys all get nearly the same home bucket,
+// so they are slow, quadratic in their number: hence the small counts.)
 func TestCraftedPrefixes(t *testing.T) {
 	inv := mixInverse()
 	r := rand.New(rand.NewPCG(11, 12))
-	for _, shared := range []int{20, 40, 60} {
+	for _, c := range []struct{ shared, n int }{{12, 20000}, {20, 10000}, {40, 5000}, {60, 1000}} {
+		shared := c.shared
 		o := &oracle{t: t, tb: New(0), want: map[uint64]uint8{}}
 		prefix := r.Uint64() &^ (1<<(64-shared) - 1)
-		for range 100000 {
+		for range c.n {
 			x := prefix | r.Uint64()>>shared
 			o.put(x*inv, uint8(r.IntN(120)))
 		}
@@ -417,6 +419,63 @@ func TestCraftedPrefixes(t *testing.T) {
 		}
 		o.cleanup(&e)
 		checkEqual(t, o.tb, o.want)
+	}
+}
+
+func TestCanSplit(t *testing.T) {
+	tb := &Table{dir: &directory{segs: make([]*seg, 1024), depth: 10, count: 100000}}
+	for _, c := range []struct {
+		ld    uint8
+		count int
+		want  bool
+	}{
+		{5, 100000, true},    // no doubling needed
+		{10, 100000, false},  // doubling to 2048 entries needs 262,144 keys
+		{10, 300000, true},   // ... which it has
+		{63, 1 << 40, false}, // no bit left
+	} {
+		tb.dir.count = c.count
+		if got := tb.canSplit(&seg{ld: c.ld}); got != c.want {
+			t.Errorf("canSplit(ld %d, count %d) = %v", c.ld, c.count, got)
+		}
+	}
+}
+
+func TestGrowBytes(t *testing.T) {
+	prev := 0
+	for cur := 80; cur < 1<<22; cur = growBytes(cur) {
+		if cur <= prev {
+			t.Fatalf("growBytes(%d) = %d", prev, cur)
+		}
+		if prev >= smallBytes && cur*growDenLarge > prev*growNumLarge && cur-prev > pageBytes {
+			t.Fatalf("growBytes(%d) = %d: more than 1.25×", prev, cur)
+		}
+		if allocSize(cur) != cur {
+			t.Fatalf("growBytes(%d) = %d, not an allocator size", prev, cur)
+		}
+		prev = cur
+	}
+}
+
+// TestMemoryBound checks the bytes per entry (MemoryBytes plus the 8-byte
+// pointer the FSM keeps per table) of a table grown from empty, at every size
+// from 140 to 400,000 entries: at most 12.
+func TestMemoryBound(t *testing.T) {
+	r := rand.New(rand.NewPCG(13, 14))
+	tb := New(0)
+	worst, at := 0.0, 0
+	for n := 1; n <= 400000; n++ {
+		tb.Put(r.Uint64()|1, 1)
+		if n < 140 {
+			continue
+		}
+		if v := float64(tb.MemoryBytes()+8) / float64(tb.Len()); v > worst {
+			worst, at = v, n
+		}
+	}
+	t.Logf("worst %.2f bytes/entry at %d entries", worst, at)
+	if worst > 12 {
+		t.Fatalf("%.2f bytes/entry at %d entries", worst, at)
 	}
 }
 
