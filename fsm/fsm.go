@@ -211,12 +211,7 @@ func (f *FSM) track(t *Tenant, hashes []uint64, reservedNew int, m uint8) {
 		}
 		sh := &f.shards[s]
 		sh.mu.Lock()
-		tbl := f.writableTable(sh, t.id, len(hs))
-		for _, h := range hs {
-			if tbl.Put(h, m) {
-				created++
-			}
-		}
+		created += f.writableTable(sh, t.id, len(hs)).PutMany(hs, m)
 		sh.mu.Unlock()
 	}
 	t.mu.Lock()
