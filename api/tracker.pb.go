@@ -33,6 +33,285 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type WatchClusterRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchClusterRequest) Reset() {
+	*x = WatchClusterRequest{}
+	mi := &file_tracker_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchClusterRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchClusterRequest) ProtoMessage() {}
+
+func (x *WatchClusterRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchClusterRequest.ProtoReflect.Descriptor instead.
+func (*WatchClusterRequest) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{0}
+}
+
+type ClusterView struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increases with every change seen by the serving node (not comparable across nodes).
+	Version    uint64    `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Partitions uint32    `protobuf:"varint,2,opt,name=partitions,proto3" json:"partitions,omitempty"`
+	Groups     uint32    `protobuf:"varint,3,opt,name=groups,proto3" json:"groups,omitempty"`
+	Members    []*Member `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	// One entry per group, index = group id.
+	GroupInfo []*GroupInfo `protobuf:"bytes,5,rep,name=group_info,json=groupInfo,proto3" json:"group_info,omitempty"`
+	// The node that produced this view.
+	ServedBy      string `protobuf:"bytes,6,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClusterView) Reset() {
+	*x = ClusterView{}
+	mi := &file_tracker_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClusterView) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClusterView) ProtoMessage() {}
+
+func (x *ClusterView) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClusterView.ProtoReflect.Descriptor instead.
+func (*ClusterView) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ClusterView) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ClusterView) GetPartitions() uint32 {
+	if x != nil {
+		return x.Partitions
+	}
+	return 0
+}
+
+func (x *ClusterView) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *ClusterView) GetMembers() []*Member {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *ClusterView) GetGroupInfo() []*GroupInfo {
+	if x != nil {
+		return x.GroupInfo
+	}
+	return nil
+}
+
+func (x *ClusterView) GetServedBy() string {
+	if x != nil {
+		return x.ServedBy
+	}
+	return ""
+}
+
+type Member struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Zone        string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	GrpcAddress string                 `protobuf:"bytes,3,opt,name=grpc_address,json=grpcAddress,proto3" json:"grpc_address,omitempty"`
+	RaftAddress string                 `protobuf:"bytes,4,opt,name=raft_address,json=raftAddress,proto3" json:"raft_address,omitempty"`
+	// "alive", "leaving", "left", "failed".
+	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
+	// Groups this node leads, as last gossiped.
+	GroupsLed     []uint32 `protobuf:"varint,6,rep,packed,name=groups_led,json=groupsLed,proto3" json:"groups_led,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Member) Reset() {
+	*x = Member{}
+	mi := &file_tracker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Member) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Member) ProtoMessage() {}
+
+func (x *Member) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Member.ProtoReflect.Descriptor instead.
+func (*Member) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Member) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Member) GetZone() string {
+	if x != nil {
+		return x.Zone
+	}
+	return ""
+}
+
+func (x *Member) GetGrpcAddress() string {
+	if x != nil {
+		return x.GrpcAddress
+	}
+	return ""
+}
+
+func (x *Member) GetRaftAddress() string {
+	if x != nil {
+		return x.RaftAddress
+	}
+	return ""
+}
+
+func (x *Member) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *Member) GetGroupsLed() []uint32 {
+	if x != nil {
+		return x.GroupsLed
+	}
+	return nil
+}
+
+type GroupInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Empty when the group has no known leader.
+	LeaderId          string `protobuf:"bytes,2,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	LeaderGrpcAddress string `protobuf:"bytes,3,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
+	// Raft voters of the group, when known to the serving node.
+	Voters        []string `protobuf:"bytes,4,rep,name=voters,proto3" json:"voters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupInfo) Reset() {
+	*x = GroupInfo{}
+	mi := &file_tracker_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupInfo) ProtoMessage() {}
+
+func (x *GroupInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
+func (*GroupInfo) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *GroupInfo) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupInfo) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetLeaderGrpcAddress() string {
+	if x != nil {
+		return x.LeaderGrpcAddress
+	}
+	return ""
+}
+
+func (x *GroupInfo) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
 type TrackSeriesRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -45,7 +324,7 @@ type TrackSeriesRequest struct {
 
 func (x *TrackSeriesRequest) Reset() {
 	*x = TrackSeriesRequest{}
-	mi := &file_tracker_proto_msgTypes[0]
+	mi := &file_tracker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -57,7 +336,7 @@ func (x *TrackSeriesRequest) String() string {
 func (*TrackSeriesRequest) ProtoMessage() {}
 
 func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[0]
+	mi := &file_tracker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -70,7 +349,7 @@ func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesRequest.ProtoReflect.Descriptor instead.
 func (*TrackSeriesRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{0}
+	return file_tracker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *TrackSeriesRequest) GetTenant() string {
@@ -104,7 +383,7 @@ type TrackSeriesResponse struct {
 
 func (x *TrackSeriesResponse) Reset() {
 	*x = TrackSeriesResponse{}
-	mi := &file_tracker_proto_msgTypes[1]
+	mi := &file_tracker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -116,7 +395,7 @@ func (x *TrackSeriesResponse) String() string {
 func (*TrackSeriesResponse) ProtoMessage() {}
 
 func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[1]
+	mi := &file_tracker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -129,7 +408,7 @@ func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesResponse.ProtoReflect.Descriptor instead.
 func (*TrackSeriesResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{1}
+	return file_tracker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TrackSeriesResponse) GetRejectedHashes() []uint64 {
@@ -149,7 +428,7 @@ type GetUsersCloseToLimitRequest struct {
 
 func (x *GetUsersCloseToLimitRequest) Reset() {
 	*x = GetUsersCloseToLimitRequest{}
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -161,7 +440,7 @@ func (x *GetUsersCloseToLimitRequest) String() string {
 func (*GetUsersCloseToLimitRequest) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -174,7 +453,7 @@ func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitRequest.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{2}
+	return file_tracker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GetUsersCloseToLimitRequest) GetPartition() uint32 {
@@ -195,7 +474,7 @@ type GetUsersCloseToLimitResponse struct {
 
 func (x *GetUsersCloseToLimitResponse) Reset() {
 	*x = GetUsersCloseToLimitResponse{}
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -207,7 +486,7 @@ func (x *GetUsersCloseToLimitResponse) String() string {
 func (*GetUsersCloseToLimitResponse) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -220,7 +499,7 @@ func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitResponse.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{3}
+	return file_tracker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetUsersCloseToLimitResponse) GetTenants() []string {
@@ -251,7 +530,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -263,7 +542,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -276,7 +555,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{4}
+	return file_tracker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NotLeader) GetGroup() uint32 {
@@ -304,7 +583,31 @@ var File_tracker_proto protoreflect.FileDescriptor
 
 const file_tracker_proto_rawDesc = "" +
 	"\n" +
-	"\rtracker.proto\x12\vtollgate.v1\"b\n" +
+	"\rtracker.proto\x12\vtollgate.v1\"\x15\n" +
+	"\x13WatchClusterRequest\"\xe2\x01\n" +
+	"\vClusterView\x12\x18\n" +
+	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1e\n" +
+	"\n" +
+	"partitions\x18\x02 \x01(\rR\n" +
+	"partitions\x12\x16\n" +
+	"\x06groups\x18\x03 \x01(\rR\x06groups\x12-\n" +
+	"\amembers\x18\x04 \x03(\v2\x13.tollgate.v1.MemberR\amembers\x125\n" +
+	"\n" +
+	"group_info\x18\x05 \x03(\v2\x16.tollgate.v1.GroupInfoR\tgroupInfo\x12\x1b\n" +
+	"\tserved_by\x18\x06 \x01(\tR\bservedBy\"\xa9\x01\n" +
+	"\x06Member\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
+	"\fgrpc_address\x18\x03 \x01(\tR\vgrpcAddress\x12!\n" +
+	"\fraft_address\x18\x04 \x01(\tR\vraftAddress\x12\x16\n" +
+	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1d\n" +
+	"\n" +
+	"groups_led\x18\x06 \x03(\rR\tgroupsLed\"\x86\x01\n" +
+	"\tGroupInfo\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
+	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
+	"\x13leader_grpc_address\x18\x03 \x01(\tR\x11leaderGrpcAddress\x12\x16\n" +
+	"\x06voters\x18\x04 \x03(\tR\x06voters\"b\n" +
 	"\x12TrackSeriesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
@@ -319,10 +622,11 @@ const file_tracker_proto_rawDesc = "" +
 	"\tNotLeader\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12.\n" +
 	"\x13leader_grpc_address\x18\x02 \x01(\tR\x11leaderGrpcAddress\x12\x1b\n" +
-	"\tleader_id\x18\x03 \x01(\tR\bleaderId2\xc8\x01\n" +
+	"\tleader_id\x18\x03 \x01(\tR\bleaderId2\x96\x02\n" +
 	"\aTracker\x12P\n" +
 	"\vTrackSeries\x12\x1f.tollgate.v1.TrackSeriesRequest\x1a .tollgate.v1.TrackSeriesResponse\x12k\n" +
-	"\x14GetUsersCloseToLimit\x12(.tollgate.v1.GetUsersCloseToLimitRequest\x1a).tollgate.v1.GetUsersCloseToLimitResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\x14GetUsersCloseToLimit\x12(.tollgate.v1.GetUsersCloseToLimitRequest\x1a).tollgate.v1.GetUsersCloseToLimitResponse\x12L\n" +
+	"\fWatchCluster\x12 .tollgate.v1.WatchClusterRequest\x1a\x18.tollgate.v1.ClusterView0\x01B)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_tracker_proto_rawDescOnce sync.Once
@@ -336,24 +640,32 @@ func file_tracker_proto_rawDescGZIP() []byte {
 	return file_tracker_proto_rawDescData
 }
 
-var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
 var file_tracker_proto_goTypes = []any{
-	(*TrackSeriesRequest)(nil),           // 0: tollgate.v1.TrackSeriesRequest
-	(*TrackSeriesResponse)(nil),          // 1: tollgate.v1.TrackSeriesResponse
-	(*GetUsersCloseToLimitRequest)(nil),  // 2: tollgate.v1.GetUsersCloseToLimitRequest
-	(*GetUsersCloseToLimitResponse)(nil), // 3: tollgate.v1.GetUsersCloseToLimitResponse
-	(*NotLeader)(nil),                    // 4: tollgate.v1.NotLeader
+	(*WatchClusterRequest)(nil),          // 0: tollgate.v1.WatchClusterRequest
+	(*ClusterView)(nil),                  // 1: tollgate.v1.ClusterView
+	(*Member)(nil),                       // 2: tollgate.v1.Member
+	(*GroupInfo)(nil),                    // 3: tollgate.v1.GroupInfo
+	(*TrackSeriesRequest)(nil),           // 4: tollgate.v1.TrackSeriesRequest
+	(*TrackSeriesResponse)(nil),          // 5: tollgate.v1.TrackSeriesResponse
+	(*GetUsersCloseToLimitRequest)(nil),  // 6: tollgate.v1.GetUsersCloseToLimitRequest
+	(*GetUsersCloseToLimitResponse)(nil), // 7: tollgate.v1.GetUsersCloseToLimitResponse
+	(*NotLeader)(nil),                    // 8: tollgate.v1.NotLeader
 }
 var file_tracker_proto_depIdxs = []int32{
-	0, // 0: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
-	2, // 1: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
-	1, // 2: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
-	3, // 3: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
-	2, // [2:4] is the sub-list for method output_type
-	0, // [0:2] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	2, // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
+	3, // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
+	4, // 2: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
+	6, // 3: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
+	0, // 4: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
+	5, // 5: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
+	7, // 6: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
+	1, // 7: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
+	5, // [5:8] is the sub-list for method output_type
+	2, // [2:5] is the sub-list for method input_type
+	2, // [2:2] is the sub-list for extension type_name
+	2, // [2:2] is the sub-list for extension extendee
+	0, // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_tracker_proto_init() }
@@ -367,7 +679,7 @@ func file_tracker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tracker_proto_rawDesc), len(file_tracker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   9,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

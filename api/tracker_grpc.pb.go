@@ -33,6 +33,7 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Tracker_TrackSeries_FullMethodName          = "/tollgate.v1.Tracker/TrackSeries"
 	Tracker_GetUsersCloseToLimit_FullMethodName = "/tollgate.v1.Tracker/GetUsersCloseToLimit"
+	Tracker_WatchCluster_FullMethodName         = "/tollgate.v1.Tracker/WatchCluster"
 )
 
 // TrackerClient is the client API for Tracker service.
@@ -47,6 +48,11 @@ type TrackerClient interface {
 	// owns the partition are at or above the server's near-limit fraction of their
 	// group share. Any replica may answer (followers serve reads).
 	GetUsersCloseToLimit(ctx context.Context, in *GetUsersCloseToLimitRequest, opts ...grpc.CallOption) (*GetUsersCloseToLimitResponse, error)
+	// WatchCluster streams the cluster view: the layout, the members with their
+	// zones and addresses, and the leader of every group. The first message is the
+	// full current view; another full view follows every change (membership,
+	// leadership). Any node serves it; clients use it to route writes to leaders.
+	WatchCluster(ctx context.Context, in *WatchClusterRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterView], error)
 }
 
 type trackerClient struct {
@@ -77,6 +83,25 @@ func (c *trackerClient) GetUsersCloseToLimit(ctx context.Context, in *GetUsersCl
 	return out, nil
 }
 
+func (c *trackerClient) WatchCluster(ctx context.Context, in *WatchClusterRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ClusterView], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Tracker_ServiceDesc.Streams[0], Tracker_WatchCluster_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WatchClusterRequest, ClusterView]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tracker_WatchClusterClient = grpc.ServerStreamingClient[ClusterView]
+
 // TrackerServer is the server API for Tracker service.
 // All implementations must embed UnimplementedTrackerServer
 // for forward compatibility.
@@ -89,6 +114,11 @@ type TrackerServer interface {
 	// owns the partition are at or above the server's near-limit fraction of their
 	// group share. Any replica may answer (followers serve reads).
 	GetUsersCloseToLimit(context.Context, *GetUsersCloseToLimitRequest) (*GetUsersCloseToLimitResponse, error)
+	// WatchCluster streams the cluster view: the layout, the members with their
+	// zones and addresses, and the leader of every group. The first message is the
+	// full current view; another full view follows every change (membership,
+	// leadership). Any node serves it; clients use it to route writes to leaders.
+	WatchCluster(*WatchClusterRequest, grpc.ServerStreamingServer[ClusterView]) error
 	mustEmbedUnimplementedTrackerServer()
 }
 
@@ -104,6 +134,9 @@ func (UnimplementedTrackerServer) TrackSeries(context.Context, *TrackSeriesReque
 }
 func (UnimplementedTrackerServer) GetUsersCloseToLimit(context.Context, *GetUsersCloseToLimitRequest) (*GetUsersCloseToLimitResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetUsersCloseToLimit not implemented")
+}
+func (UnimplementedTrackerServer) WatchCluster(*WatchClusterRequest, grpc.ServerStreamingServer[ClusterView]) error {
+	return status.Errorf(codes.Unimplemented, "method WatchCluster not implemented")
 }
 func (UnimplementedTrackerServer) mustEmbedUnimplementedTrackerServer() {}
 func (UnimplementedTrackerServer) testEmbeddedByValue()                 {}
@@ -162,6 +195,17 @@ func _Tracker_GetUsersCloseToLimit_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Tracker_WatchCluster_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(WatchClusterRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(TrackerServer).WatchCluster(m, &grpc.GenericServerStream[WatchClusterRequest, ClusterView]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Tracker_WatchClusterServer = grpc.ServerStreamingServer[ClusterView]
+
 // Tracker_ServiceDesc is the grpc.ServiceDesc for Tracker service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -178,6 +222,12 @@ var Tracker_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Tracker_GetUsersCloseToLimit_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "WatchCluster",
+			Handler:       _Tracker_WatchCluster_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "tracker.proto",
 }
