@@ -144,6 +144,19 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
 	start := time.Now()
+	// The first few distinct error messages go to stderr, so an error count
+	// in the summary always comes with its cause.
+	var errMu sync.Mutex
+	errSeen := map[string]bool{}
+	reportErr := func(err error) {
+		msg := err.Error()
+		errMu.Lock()
+		defer errMu.Unlock()
+		if len(errSeen) < 5 && !errSeen[msg] {
+			errSeen[msg] = true
+			fmt.Fprintf(stderr, "error: %s\n", msg)
+		}
+	}
 	var wg sync.WaitGroup
 	for w := range o.concurrency {
 		wg.Add(1)
@@ -174,15 +187,22 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 				for len(hashes) < o.requestSize {
 					hashes = append(hashes, b.hash(t, p, r.Int64N(have)))
 				}
-				rctx, rcancel := context.WithTimeout(runCtx, o.timeout)
+				// The request's deadline comes from ctx, not runCtx: requests in
+				// flight when the run ends finish normally and are not counted,
+				// instead of failing with DeadlineExceeded (the server's copy of
+				// the deadline fires first, so such errors could not be told apart
+				// from real ones).
+				rctx, rcancel := context.WithTimeout(ctx, o.timeout)
 				t0 := time.Now()
 				rej, err := c.TrackPartition(rctx, b.tenants[t], p, hashes)
 				d := time.Since(t0)
 				rcancel()
+				if runCtx.Err() != nil {
+					break
+				}
 				if err != nil {
-					if runCtx.Err() == nil {
-						errs.Add(1)
-					}
+					errs.Add(1)
+					reportErr(err)
 					continue
 				}
 				requests.Add(1)
