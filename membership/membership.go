@@ -1,0 +1,446 @@
+package membership
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/serf"
+)
+
+// Status of a member as serf sees it.
+const (
+	StatusAlive   = "alive"
+	StatusLeaving = "leaving"
+	StatusLeft    = "left"
+	StatusFailed  = "failed"
+)
+
+// maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
+const maxLedTag = 300
+
+// Config configures the serf agent. Zero values take the defaults noted.
+type Config struct {
+	NodeID   string // serf node name = raft server id; required
+	Zone     string // required
+	GRPCAddr string // advertised gRPC address; required
+	RaftAddr string // advertised raft address; required
+
+	BindAddr      string // gossip listener (TCP+UDP); default 127.0.0.1:7302
+	AdvertiseAddr string // default: BindAddr (an unspecified IP is refused)
+
+	// DataDir, when set, holds serf's snapshot of known members, so a restarted
+	// node rejoins the cluster without being told where it is.
+	DataDir string
+
+	// ProbeInterval / SuspicionMult tune failure detection (memberlist). Defaults
+	// 1s and 4: a dead node is declared failed after roughly 4–6 s on a small
+	// cluster, while a node paused for a GC or a slow disk is not.
+	ProbeInterval time.Duration
+	SuspicionMult int
+
+	Logger *slog.Logger
+}
+
+// Member is one node of the cluster.
+type Member struct {
+	ID        string
+	Zone      string
+	GRPCAddr  string
+	RaftAddr  string
+	Status    string // StatusAlive, StatusLeaving, StatusLeft, StatusFailed
+	GroupsLed []int  // ascending
+}
+
+// Membership is a running serf agent.
+type Membership struct {
+	cfg  Config
+	log  *slog.Logger
+	serf *serf.Serf
+
+	mu   sync.Mutex
+	tags map[string]string
+
+	events  chan serf.Event
+	changed chan struct{} // closed and replaced on every change
+	chMu    sync.Mutex
+	done    chan struct{}
+	wg      sync.WaitGroup
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.NodeID == "":
+		return errors.New("membership: node id is required")
+	case c.Zone == "":
+		return errors.New("membership: zone is required")
+	case c.GRPCAddr == "" || c.RaftAddr == "":
+		return errors.New("membership: gRPC and raft addresses are required")
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = "127.0.0.1:7302"
+	}
+	if c.AdvertiseAddr == "" {
+		c.AdvertiseAddr = c.BindAddr
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = time.Second
+	}
+	if c.SuspicionMult == 0 {
+		c.SuspicionMult = 4
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return nil
+}
+
+func splitHostPort(what, addr string) (string, int, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, fmt.Errorf("membership: %s %q: %w", what, addr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 0 || p > 65535 {
+		return "", 0, fmt.Errorf("membership: %s %q: bad port", what, addr)
+	}
+	return host, p, nil
+}
+
+// New starts the agent (it does not join anyone; see Join).
+func New(cfg Config) (*Membership, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	bindHost, bindPort, err := splitHostPort("bind address", cfg.BindAddr)
+	if err != nil {
+		return nil, err
+	}
+	advHost, advPort, err := splitHostPort("advertise address", cfg.AdvertiseAddr)
+	if err != nil {
+		return nil, err
+	}
+	if ip := net.ParseIP(advHost); ip != nil && ip.IsUnspecified() {
+		if bindPort == 0 {
+			return nil, fmt.Errorf("membership: advertise address %q is unspecified; set it explicitly", cfg.AdvertiseAddr)
+		}
+		advHost = "127.0.0.1"
+		cfg.Logger.Warn("membership: gossip bind address is unspecified and no advertise address set; advertising loopback (wrong for a multi-host cluster)")
+	}
+	// Port 0 (tests): pick a free port now, because serf needs the same port for
+	// TCP and UDP and reports it back only through memberlist.
+	if bindPort == 0 {
+		p, err := freePort(bindHost)
+		if err != nil {
+			return nil, err
+		}
+		bindPort = p
+		if advPort == 0 {
+			advPort = p
+		}
+	}
+
+	m := &Membership{
+		cfg:     cfg,
+		log:     cfg.Logger.With("component", "membership"),
+		events:  make(chan serf.Event, 256),
+		changed: make(chan struct{}),
+		done:    make(chan struct{}),
+		tags: map[string]string{
+			"z": cfg.Zone,
+			"g": cfg.GRPCAddr,
+			"r": cfg.RaftAddr,
+			"l": "",
+		},
+	}
+	logger := log.New(&logWriter{log: m.log}, "", 0)
+
+	ml := memberlist.DefaultLANConfig()
+	ml.Name = cfg.NodeID
+	ml.BindAddr = bindHost
+	ml.BindPort = bindPort
+	ml.AdvertiseAddr = advHost
+	ml.AdvertisePort = advPort
+	ml.ProbeInterval = cfg.ProbeInterval
+	ml.SuspicionMult = cfg.SuspicionMult
+	ml.Logger = logger
+	ml.LogOutput = nil
+
+	sc := serf.DefaultConfig()
+	sc.NodeName = cfg.NodeID
+	sc.Tags = m.copyTags()
+	sc.EventCh = m.events
+	sc.MemberlistConfig = ml
+	sc.Logger = logger
+	sc.LogOutput = nil
+	sc.EnableNameConflictResolution = true
+	// A leaving node's intent must reach the others before it goes quiet.
+	sc.LeavePropagateDelay = time.Second
+	// Failed members are kept (and retried) for a day, then reaped; members that
+	// left are forgotten after the tombstone timeout.
+	sc.ReconnectTimeout = 24 * time.Hour
+	if cfg.DataDir != "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+			return nil, fmt.Errorf("membership: data dir: %w", err)
+		}
+		sc.SnapshotPath = filepath.Join(cfg.DataDir, "serf.snapshot")
+		sc.RejoinAfterLeave = true
+	}
+	s, err := serf.Create(sc)
+	if err != nil {
+		return nil, fmt.Errorf("membership: start serf on %s: %w", cfg.BindAddr, err)
+	}
+	m.serf = s
+	m.wg.Add(1)
+	go m.loop()
+	return m, nil
+}
+
+func freePort(host string) (int, error) {
+	// The port must be free for both TCP and UDP.
+	for range 20 {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+		if err != nil {
+			return 0, fmt.Errorf("membership: pick a port: %w", err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", net.JoinHostPort(host, strconv.Itoa(p)))
+		_ = l.Close()
+		if err == nil {
+			_ = u.Close()
+			return p, nil
+		}
+	}
+	return 0, errors.New("membership: no free TCP+UDP port")
+}
+
+func (m *Membership) loop() {
+	defer m.wg.Done()
+	for {
+		select {
+		case <-m.done:
+			return
+		case ev := <-m.events:
+			if me, ok := ev.(serf.MemberEvent); ok {
+				for _, mem := range me.Members {
+					lvl := slog.LevelDebug
+					switch me.Type {
+					case serf.EventMemberJoin, serf.EventMemberLeave, serf.EventMemberFailed, serf.EventMemberReap:
+						lvl = slog.LevelInfo
+					}
+					if me.Type == serf.EventMemberFailed {
+						lvl = slog.LevelWarn
+					}
+					m.log.Log(context.Background(), lvl, "member "+me.Type.String(), "member", mem.Name,
+						"zone", mem.Tags["z"], "addr", net.JoinHostPort(mem.Addr.String(), strconv.Itoa(int(mem.Port))))
+				}
+				m.notify()
+			}
+		}
+	}
+}
+
+func (m *Membership) notify() {
+	m.chMu.Lock()
+	close(m.changed)
+	m.changed = make(chan struct{})
+	m.chMu.Unlock()
+}
+
+// Changed returns a channel closed at the next membership change (join, leave,
+// failure, tag update). Call it again after each wake-up.
+func (m *Membership) Changed() <-chan struct{} {
+	m.chMu.Lock()
+	defer m.chMu.Unlock()
+	return m.changed
+}
+
+// Join contacts the given gossip addresses; it succeeds if at least one answered.
+func (m *Membership) Join(addrs []string) (int, error) {
+	n, err := m.serf.Join(addrs, true)
+	if n > 0 {
+		return n, nil
+	}
+	if err == nil {
+		err = errors.New("nobody answered")
+	}
+	return 0, fmt.Errorf("membership: join %v: %w", addrs, err)
+}
+
+// Members lists every member serf knows, sorted by ID, including itself.
+func (m *Membership) Members() []Member {
+	ms := m.serf.Members()
+	out := make([]Member, 0, len(ms))
+	for _, sm := range ms {
+		led, _ := ParseGroups(sm.Tags["l"])
+		out = append(out, Member{
+			ID:        sm.Name,
+			Zone:      sm.Tags["z"],
+			GRPCAddr:  sm.Tags["g"],
+			RaftAddr:  sm.Tags["r"],
+			Status:    statusString(sm.Status),
+			GroupsLed: led,
+		})
+	}
+	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+func statusString(s serf.MemberStatus) string {
+	switch s {
+	case serf.StatusAlive:
+		return StatusAlive
+	case serf.StatusLeaving:
+		return StatusLeaving
+	case serf.StatusLeft:
+		return StatusLeft
+	case serf.StatusFailed:
+		return StatusFailed
+	}
+	return "unknown"
+}
+
+// GossipAddr is the advertised gossip address (for others' --join).
+func (m *Membership) GossipAddr() string {
+	lm := m.serf.LocalMember()
+	return net.JoinHostPort(lm.Addr.String(), strconv.Itoa(int(lm.Port)))
+}
+
+// SetLed gossips the set of groups this node leads.
+func (m *Membership) SetLed(groups []int) error {
+	enc := FormatGroups(groups)
+	if len(enc) > maxLedTag {
+		return fmt.Errorf("membership: led-groups tag %d bytes > %d; too many scattered groups to gossip", len(enc), maxLedTag)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tags["l"] == enc {
+		return nil
+	}
+	m.tags["l"] = enc
+	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
+		return fmt.Errorf("membership: set tags: %w", err)
+	}
+	return nil
+}
+
+func (m *Membership) copyTags() map[string]string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.copyTagsLocked()
+}
+
+func (m *Membership) copyTagsLocked() map[string]string {
+	t := make(map[string]string, len(m.tags))
+	for k, v := range m.tags {
+		t[k] = v
+	}
+	return t
+}
+
+// Leave announces a graceful departure (others see "left", not "failed").
+func (m *Membership) Leave() error {
+	if err := m.serf.Leave(); err != nil {
+		return fmt.Errorf("membership: leave: %w", err)
+	}
+	return nil
+}
+
+// Shutdown stops the agent without leaving (others will see the node fail).
+func (m *Membership) Shutdown() error {
+	err := m.serf.Shutdown()
+	select {
+	case <-m.done:
+	default:
+		close(m.done)
+	}
+	m.wg.Wait()
+	if err != nil {
+		return fmt.Errorf("membership: shutdown: %w", err)
+	}
+	return nil
+}
+
+// FormatGroups encodes ascending group ids as ranges: [0 1 2 3 7] → "0-3,7".
+func FormatGroups(groups []int) string {
+	gs := slices.Clone(groups)
+	slices.Sort(gs)
+	gs = slices.Compact(gs)
+	var b strings.Builder
+	for i := 0; i < len(gs); {
+		j := i
+		for j+1 < len(gs) && gs[j+1] == gs[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(gs[i]))
+		if j > i {
+			b.WriteByte('-')
+			b.WriteString(strconv.Itoa(gs[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}
+
+// ParseGroups decodes FormatGroups' encoding.
+func ParseGroups(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("membership: bad group list %q", s)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a || b-a > 1<<16 {
+				return nil, fmt.Errorf("membership: bad group list %q", s)
+			}
+		}
+		for g := a; g <= b; g++ {
+			out = append(out, g)
+		}
+	}
+	return out, nil
+}
+
+// logWriter routes serf/memberlist's "[LEVEL] msg" lines to slog: errors and
+// warnings as such, the rest at debug (serf's own join/leave lines are repeated
+// by loop at info with structure).
+type logWriter struct{ log *slog.Logger }
+
+func (w *logWriter) Write(p []byte) (int, error) {
+	sc := bufio.NewScanner(bytes.NewReader(p))
+	for sc.Scan() {
+		line := strings.TrimSpace(sc.Text())
+		lvl := slog.LevelDebug
+		switch {
+		case strings.Contains(line, "[ERR]"):
+			lvl = slog.LevelError
+		case strings.Contains(line, "[WARN]"):
+			lvl = slog.LevelWarn
+		}
+		w.log.Log(context.Background(), lvl, line)
+	}
+	return len(p), nil
+}
