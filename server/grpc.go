@@ -30,10 +30,13 @@ func (s *Server) startGRPC() error {
 	}
 	s.grpcLis = lis
 	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.metricsInterceptor),
-		grpc.MaxRecvMsgSize(16+s.cfg.MaxHashesPerRequest*8+1024),
+		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream),
+		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 	)
 	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
+	s.admin = newAdminService(s)
+	api.RegisterAdminServer(s.grpc, s.admin)
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("grpc server stopped", "err", err)
@@ -52,6 +55,16 @@ func (s *Server) recoverInterceptor(ctx context.Context, req any, info *grpc.Una
 		}
 	}()
 	return h(ctx, req)
+}
+
+func (s *Server) recoverStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("panic in grpc stream handler", "method", info.FullMethod, "panic", p, "stack", string(debug.Stack()))
+			err = status.Errorf(codes.Internal, "internal error in %s", info.FullMethod)
+		}
+	}()
+	return h(srv, ss)
 }
 
 func (s *Server) metricsInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
@@ -116,28 +129,22 @@ func (s *Server) trackError(g int, err error) error {
 // notLeaderStatus builds FailedPrecondition with a NotLeader detail so clients can
 // redirect without another lookup.
 func (s *Server) notLeaderStatus(g int) error {
-	addr, id := s.host.Raft(g).LeaderWithID()
-	nl := &api.NotLeader{Group: uint32(g), LeaderId: string(id), LeaderGrpcAddress: s.grpcAddrOf(id, addr)}
-	msg := fmt.Sprintf("this node does not lead group %d", g)
-	if nl.LeaderGrpcAddress != "" {
-		msg += "; leader is " + nl.LeaderGrpcAddress
-	} else if addr == "" {
-		return status.Errorf(codes.Unavailable, "group %d has no leader yet; retry", g)
+	id, addr := s.leaderOf(g)
+	if id == "" || id == s.cfg.NodeID {
+		// No leader known, or the view still names this node while it is
+		// stepping down: either way the client should retry shortly.
+		return status.Errorf(codes.Unavailable, "group %d has no leader at the moment; retry", g)
+	}
+	nl := &api.NotLeader{Group: uint32(g), LeaderId: id, LeaderGrpcAddress: addr}
+	msg := fmt.Sprintf("this node does not lead group %d; leader is %s", g, id)
+	if addr != "" {
+		msg += " at " + addr
 	}
 	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(nl)
 	if err != nil {
 		return status.Error(codes.FailedPrecondition, msg)
 	}
 	return st.Err()
-}
-
-// grpcAddrOf maps a raft server to its gRPC address. A single node knows only
-// itself; membership (serf) extends this for clusters.
-func (s *Server) grpcAddrOf(id raft.ServerID, _ raft.ServerAddress) string {
-	if id == s.host.NodeID() {
-		return s.GRPCAddr()
-	}
-	return ""
 }
 
 func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {
@@ -163,4 +170,27 @@ func (s *Server) closeToLimit(g int) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// WatchCluster sends the current view, then every changed view, until the
+// client goes away or the node stops.
+func (t *trackerService) WatchCluster(_ *api.WatchClusterRequest, stream grpc.ServerStreamingServer[api.ClusterView]) error {
+	s := t.s
+	var sent uint64
+	for {
+		v, changed := s.view.get()
+		if v != nil && v.Version != sent {
+			if err := stream.Send(v); err != nil {
+				return err
+			}
+			sent = v.Version
+		}
+		select {
+		case <-changed:
+		case <-stream.Context().Done():
+			return stream.Context().Err()
+		case <-s.closing:
+			return status.Error(codes.Unavailable, "node is shutting down; reconnect to another node")
+		}
+	}
 }

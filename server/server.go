@@ -18,6 +18,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
@@ -32,6 +33,29 @@ type Config struct {
 	HTTPAddr      string // metrics, health, pprof; default 127.0.0.1:7380; "-" disables
 	RaftAddr      string // raft (all groups multiplexed); default 127.0.0.1:7301
 	RaftAdvertise string // default: RaftAddr
+	GRPCAdvertise string // default: the gRPC listener's address
+
+	// Cluster membership (serf). GossipAddr "" disables gossip: a single node
+	// that knows only itself (library users, tests). The CLI defaults it to
+	// 127.0.0.1:7302.
+	GossipAddr          string
+	GossipAdvertise     string        // default: GossipAddr
+	GossipProbeInterval time.Duration // failure-detection probe period; default 1s
+	Join                []string      // gossip addresses of existing members, retried until one answers
+	// BootstrapExpect > 0 forms a new cluster once that many members are alive:
+	// each computes the same placement and bootstraps the groups it is a voter
+	// of. Start exactly that many nodes for a new cluster.
+	BootstrapExpect int
+	Replicas        int // voters per group; default 3 (one per zone when there are three zones)
+	// DisableAutoPlace stops leaders from adding joining members to groups whose
+	// zone has no voter (operators then use the admin API).
+	DisableAutoPlace bool
+	// LeaderBalanceInterval: how often a node checks whether it leads more than
+	// its share of groups; default 10s, negative disables.
+	LeaderBalanceInterval time.Duration
+	// AdminToken protects the Admin service (Bearer token). Empty: admin calls
+	// are accepted from loopback peers only.
+	AdminToken string
 
 	// Bootstrap makes this node the only voter of every group on first start (dev).
 	Bootstrap bool
@@ -90,6 +114,19 @@ func (c *Config) Validate() error {
 	defInt(&c.MaxHashesPerRequest, 100_000)
 	defInt(&c.MaxBatchHashes, 1<<16)
 	defInt(&c.MaxInFlight, 8)
+	defInt(&c.Replicas, 3)
+	if c.LeaderBalanceInterval == 0 {
+		c.LeaderBalanceInterval = 10 * time.Second
+	}
+	if c.GossipAddr == "" && (len(c.Join) > 0 || c.BootstrapExpect > 0) {
+		return errors.New("config: --join and --bootstrap-expect need gossip (set a gossip address)")
+	}
+	if c.BootstrapExpect < 0 || c.Replicas < 1 {
+		return errors.New("config: bootstrap-expect must be ≥ 0 and replicas ≥ 1")
+	}
+	if c.Bootstrap && c.BootstrapExpect > 0 {
+		return errors.New("config: --dev/bootstrap (single voter) and --bootstrap-expect are exclusive")
+	}
 	if err := api.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
 		return fmt.Errorf("config: %w", err)
 	}
@@ -140,6 +177,9 @@ type Server struct {
 	limits  *limitsSource
 
 	host     *raftnode.Host
+	members  *membership.Membership // nil when gossip is disabled
+	view     clusterView
+	admin    *adminService
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 
@@ -149,6 +189,7 @@ type Server struct {
 	http    *http.Server
 
 	leaderEvents chan leaderEvent
+	closing      chan struct{} // closed when Stop begins (ends watch streams)
 	stop         chan struct{}
 	wg           sync.WaitGroup
 	stopOnce     sync.Once
@@ -175,7 +216,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{})}
+	s := &Server{cfg: cfg, log: cfg.Logger, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
+	s.view.changed = make(chan struct{})
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
 	}
@@ -250,7 +292,14 @@ func New(cfg Config) (*Server, error) {
 		s.Stop(context.Background())
 		return nil, err
 	}
-	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(),
+	if err := s.startMembership(); err != nil {
+		s.Stop(context.Background())
+		return nil, err
+	}
+	s.publishView()
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.clusterLoop() }()
+	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
 		"partitions", cfg.Partitions, "groups", cfg.Groups, "shards", cfg.Shards)
 	return s, nil
@@ -311,19 +360,22 @@ func (s *Server) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Ready reports whether every group knows a leader, this node's replicas have
-// replayed what they had on disk, and each group led here passed its barrier.
+// Ready reports whether this node can serve: every group has a known leader,
+// every group this node is a member of has replayed what was on local disk, and
+// each group led here passed its leader barrier.
 func (s *Server) Ready() bool {
-	if !s.host.Loaded() {
-		return false // restart recovery (snapshot + log replay) not finished
-	}
+	v, _ := s.view.get()
 	for g, tr := range s.trackers {
-		r := s.host.Raft(g)
-		addr, _ := r.LeaderWithID()
-		if addr == "" {
+		if v == nil || v.GroupInfo[g].LeaderId == "" {
 			return false
 		}
-		if r.State() == raft.Leader && !tr.ready() {
+		if !s.hostsGroup(g) {
+			continue
+		}
+		if !s.host.GroupLoaded(g) {
+			return false // restart recovery (snapshot + log replay) not finished
+		}
+		if s.host.Raft(g).State() == raft.Leader && !tr.ready() {
 			return false
 		}
 	}
@@ -339,6 +391,14 @@ func (s *Server) HTTPAddr() string {
 		return ""
 	}
 	return s.httpLis.Addr().String()
+}
+
+// GossipAddr is the advertised serf address ("" when gossip is off).
+func (s *Server) GossipAddr() string {
+	if s.members == nil {
+		return ""
+	}
+	return s.members.GossipAddr()
 }
 
 // RaftAddr is the advertised raft address.
@@ -367,6 +427,17 @@ func (s *Server) groupStats() []groupStat {
 // flushes and closes the stores), then the HTTP server.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
+		if s.host != nil {
+			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			s.handOffLeadership(hctx)
+			cancel()
+		}
+		if s.members != nil {
+			if err := s.members.Leave(); err != nil {
+				s.log.Warn("serf leave", "err", err)
+			}
+		}
+		close(s.closing)
 		if s.grpc != nil {
 			done := make(chan struct{})
 			go func() { s.grpc.GracefulStop(); close(done) }()
@@ -392,6 +463,14 @@ func (s *Server) Stop(ctx context.Context) error {
 			}
 		}
 		s.wg.Wait()
+		if s.members != nil {
+			if err := s.members.Shutdown(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if s.admin != nil {
+			s.admin.close()
+		}
 		s.stopErr = errors.Join(errs...)
 		s.log.Info("tollgate node stopped", "node", s.cfg.NodeID)
 	})

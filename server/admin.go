@@ -1,0 +1,595 @@
+package server
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/membership"
+)
+
+const (
+	adminPrefix = "/tollgate.v1.Admin/"
+	// forwardedKey marks a call one node forwarded to the leader, so a stale
+	// view cannot bounce it back and forth.
+	forwardedKey      = "x-tollgate-forwarded"
+	snapshotChunkSize = 1 << 20
+	membershipTimeout = 10 * time.Second
+	maxRestoreBytes   = 64 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// adminService implements api.AdminServer. Calls that must run on a group's
+// leader are forwarded to it by the node that received them.
+type adminService struct {
+	api.UnimplementedAdminServer
+	s *Server
+
+	connMu sync.Mutex
+	conns  map[string]*grpc.ClientConn
+
+	restoreMu sync.Mutex // one restore at a time per node
+}
+
+func newAdminService(s *Server) *adminService {
+	return &adminService{s: s, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (a *adminService) close() {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	for _, c := range a.conns {
+		_ = c.Close()
+	}
+	a.conns = map[string]*grpc.ClientConn{}
+}
+
+func (a *adminService) client(addr string) (api.AdminClient, error) {
+	a.connMu.Lock()
+	defer a.connMu.Unlock()
+	cc := a.conns[addr]
+	if cc == nil {
+		var err error
+		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
+		}
+		a.conns[addr] = cc
+	}
+	return api.NewAdminClient(cc), nil
+}
+
+// authorize checks the admin token (or, without one, that the peer is on loopback).
+func (s *Server) authorize(ctx context.Context, method string) error {
+	if !strings.HasPrefix(method, adminPrefix) {
+		return nil
+	}
+	if s.cfg.AdminToken == "" {
+		p, ok := peer.FromContext(ctx)
+		if ok {
+			if tcp, ok := p.Addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+				return nil
+			}
+		}
+		return status.Error(codes.PermissionDenied, "admin API: no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token")
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, v := range md.Get("authorization") {
+		tok, ok := strings.CutPrefix(v, "Bearer ")
+		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1 {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "admin API: missing or wrong token (metadata \"authorization: Bearer <token>\"; the CLI reads --token or TOLLGATE_ADMIN_TOKEN)")
+}
+
+func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if err := s.authorize(ctx, info.FullMethod); err != nil {
+		return nil, err
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+		return err
+	}
+	return h(srv, ss)
+}
+
+// outgoing copies the caller's credentials onto a forwarded call.
+func outgoing(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	out := metadata.Pairs(forwardedKey, "1")
+	if auth := md.Get("authorization"); len(auth) > 0 {
+		out.Set("authorization", auth...)
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+func wasForwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+func (a *adminService) checkGroup(g uint32) (int, error) {
+	if int(g) >= a.s.cfg.Groups {
+		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, a.s.cfg.Groups)
+	}
+	return int(g), nil
+}
+
+// leaderClient returns nil when this node leads g, else a client for the
+// leader (or an error when there is none or the call was already forwarded).
+func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient, error) {
+	s := a.s
+	if s.host.Raft(g).State() == raft.Leader {
+		return nil, nil
+	}
+	id, addr := s.leaderOf(g)
+	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+		return nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
+	}
+	return a.client(addr)
+}
+
+func peersOf(r *raft.Raft) ([]*api.Peer, uint64, error) {
+	fut := r.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return nil, 0, err
+	}
+	_, leaderID := r.LeaderWithID()
+	var out []*api.Peer
+	for _, srv := range fut.Configuration().Servers {
+		out = append(out, &api.Peer{Id: string(srv.ID), Address: string(srv.Address), Suffrage: srv.Suffrage.String(), Leader: srv.ID == leaderID})
+	}
+	return out, fut.Index(), nil
+}
+
+func (a *adminService) ListPeers(ctx context.Context, req *api.ListPeersRequest) (*api.ListPeersResponse, error) {
+	g, err := a.checkGroup(req.Group)
+	if err != nil {
+		return nil, err
+	}
+	if c, err := a.leaderClient(ctx, g); err == nil && c != nil {
+		return c.ListPeers(outgoing(ctx), req)
+	}
+	// This node leads the group, or no leader is reachable: answer with the
+	// configuration this replica knows.
+	peers, idx, err := peersOf(a.s.host.Raft(g))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "group %d: read configuration: %v", g, err)
+	}
+	return &api.ListPeersResponse{Group: uint32(g), Peers: peers, ConfigurationIndex: idx}, nil
+}
+
+func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (*api.MembershipResponse, error) {
+	g, err := a.checkGroup(req.Group)
+	if err != nil {
+		return nil, err
+	}
+	if req.Id == "" {
+		return nil, status.Error(codes.InvalidArgument, "add-voter: server id is required")
+	}
+	c, err := a.leaderClient(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		return c.AddVoter(outgoing(ctx), req)
+	}
+	addr := req.Address
+	if addr == "" {
+		for _, m := range a.s.memberList() {
+			if m.ID == req.Id && m.Status == membership.StatusAlive {
+				addr = m.RaftAddr
+			}
+		}
+		if addr == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "add-voter: %q is not an alive member; pass its raft address explicitly", req.Id)
+		}
+	}
+	r := a.s.host.Raft(g)
+	a.s.log.Info("admin: add voter", "group", g, "id", req.Id, "address", addr)
+	fut := r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(addr), 0, membershipTimeout)
+	if err := fut.Error(); err != nil {
+		return nil, raftStatus(g, "add voter", err)
+	}
+	peers, _, _ := peersOf(r)
+	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
+}
+
+func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
+	g, err := a.checkGroup(req.Group)
+	if err != nil {
+		return nil, err
+	}
+	if req.Id == "" {
+		return nil, status.Error(codes.InvalidArgument, "remove-server: server id is required")
+	}
+	c, err := a.leaderClient(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		return c.RemoveServer(outgoing(ctx), req)
+	}
+	r := a.s.host.Raft(g)
+	peers, _, err := peersOf(r)
+	if err != nil {
+		return nil, raftStatus(g, "read configuration", err)
+	}
+	found, voters := false, 0
+	for _, p := range peers {
+		found = found || p.Id == req.Id
+		if p.Suffrage == raft.Voter.String() {
+			voters++
+		}
+	}
+	if !found {
+		return nil, status.Errorf(codes.NotFound, "remove-server: %q is not in group %d's configuration", req.Id, g)
+	}
+	if voters <= 1 {
+		return nil, status.Errorf(codes.FailedPrecondition, "remove-server: %q is the last voter of group %d", req.Id, g)
+	}
+	a.s.log.Info("admin: remove server", "group", g, "id", req.Id)
+	fut := r.RemoveServer(raft.ServerID(req.Id), 0, membershipTimeout)
+	if err := fut.Error(); err != nil {
+		return nil, raftStatus(g, "remove server", err)
+	}
+	peers, _, _ = peersOf(r)
+	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
+}
+
+func (a *adminService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
+	g, err := a.checkGroup(req.Group)
+	if err != nil {
+		return nil, err
+	}
+	c, err := a.leaderClient(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		return c.TransferLeadership(outgoing(ctx), req)
+	}
+	r := a.s.host.Raft(g)
+	var fut raft.Future
+	if req.ToId == "" {
+		fut = r.LeadershipTransfer()
+	} else {
+		peers, _, err := peersOf(r)
+		if err != nil {
+			return nil, raftStatus(g, "read configuration", err)
+		}
+		var addr string
+		for _, p := range peers {
+			if p.Id == req.ToId && p.Suffrage == raft.Voter.String() {
+				addr = p.Address
+			}
+		}
+		if addr == "" {
+			return nil, status.Errorf(codes.InvalidArgument, "transfer-leadership: %q is not a voter of group %d", req.ToId, g)
+		}
+		fut = r.LeadershipTransferToServer(raft.ServerID(req.ToId), raft.ServerAddress(addr))
+	}
+	a.s.log.Info("admin: transfer leadership", "group", g, "to", req.ToId)
+	if err := fut.Error(); err != nil {
+		return nil, raftStatus(g, "transfer leadership", err)
+	}
+	// Report the new leader once this node has heard from it.
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, id := r.LeaderWithID(); id != "" && string(id) != a.s.cfg.NodeID {
+			return &api.TransferLeadershipResponse{Group: uint32(g), NewLeaderId: string(id)}, nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return &api.TransferLeadershipResponse{Group: uint32(g)}, nil
+}
+
+func raftStatus(g int, what string, err error) error {
+	code := codes.Internal
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
+		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
+		code = codes.Unavailable
+	case errors.Is(err, raft.ErrUnsupportedProtocol):
+		code = codes.FailedPrecondition
+	}
+	return status.Errorf(code, "group %d: %s: %v", g, what, err)
+}
+
+// NodeGroups is this node's local raft state per group (not forwarded).
+func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api.NodeGroupsResponse, error) {
+	return a.s.nodeGroups(), nil
+}
+
+func (s *Server) nodeGroups() *api.NodeGroupsResponse {
+	out := &api.NodeGroupsResponse{NodeId: s.cfg.NodeID, Zone: s.cfg.Zone}
+	for g := range s.cfg.Groups {
+		r := s.host.Raft(g)
+		st := s.fsms[g].Stats()
+		stats := r.Stats()
+		commit, _ := strconv.ParseUint(stats["commit_index"], 10, 64)
+		term, _ := strconv.ParseUint(stats["term"], 10, 64)
+		state := r.State().String()
+		if !s.hostsGroup(g) {
+			state = "None"
+		}
+		_, lid := r.LeaderWithID()
+		out.Groups = append(out.Groups, &api.GroupState{
+			Group: uint32(g), RaftState: state, AppliedIndex: st.AppliedIndex, LastIndex: r.LastIndex(),
+			CommitIndex: commit, Term: term, Series: uint64(st.Series), Tenants: uint32(st.Tenants), LeaderId: string(lid),
+		})
+	}
+	return out
+}
+
+// Status gathers every alive member's NodeGroups in parallel.
+func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
+	s := a.s
+	v, _ := s.view.get()
+	resp := &api.StatusResponse{View: v}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, m := range s.memberList() {
+		if m.ID == s.cfg.NodeID {
+			mu.Lock()
+			resp.Nodes = append(resp.Nodes, s.nodeGroups())
+			mu.Unlock()
+			continue
+		}
+		if m.Status != membership.StatusAlive {
+			resp.Unreachable = append(resp.Unreachable, m.ID)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cctx, cancel := context.WithTimeout(outgoing(ctx), 2*time.Second)
+			defer cancel()
+			c, err := a.client(m.GRPCAddr)
+			var ng *api.NodeGroupsResponse
+			if err == nil {
+				ng, err = c.NodeGroups(cctx, &api.NodeGroupsRequest{})
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				resp.Unreachable = append(resp.Unreachable, m.ID)
+				return
+			}
+			resp.Nodes = append(resp.Nodes, ng)
+		}()
+	}
+	wg.Wait()
+	sortNodes(resp.Nodes)
+	return resp, nil
+}
+
+func sortNodes(ns []*api.NodeGroupsResponse) {
+	for i := 1; i < len(ns); i++ {
+		for j := i; j > 0 && ns[j].NodeId < ns[j-1].NodeId; j-- {
+			ns[j], ns[j-1] = ns[j-1], ns[j]
+		}
+	}
+}
+
+// SnapshotGroup streams a snapshot of group g taken on its leader after a
+// barrier, so it holds every write acknowledged before the call.
+func (a *adminService) SnapshotGroup(req *api.SnapshotGroupRequest, stream grpc.ServerStreamingServer[api.SnapshotChunk]) error {
+	ctx := stream.Context()
+	g, err := a.checkGroup(req.Group)
+	if err != nil {
+		return err
+	}
+	c, err := a.leaderClient(ctx, g)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		up, err := c.SnapshotGroup(outgoing(ctx), req)
+		if err != nil {
+			return err
+		}
+		for {
+			ch, err := up.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if err := stream.Send(ch); err != nil {
+				return err
+			}
+		}
+	}
+	s := a.s
+	r := s.host.Raft(g)
+	if err := r.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+		return raftStatus(g, "barrier before snapshot", err)
+	}
+	meta, rc, err := s.host.Snapshot(g, s.cfg.ApplyTimeout)
+	if err != nil {
+		return status.Errorf(codes.Unavailable, "group %d: snapshot: %v (a group that has applied nothing yet has nothing to snapshot; retry in a second)", g, err)
+	}
+	defer rc.Close()
+	s.log.Info("admin: streaming snapshot", "group", g, "index", meta.Index, "term", meta.Term, "bytes", meta.Size)
+	buf := make([]byte, snapshotChunkSize)
+	first := true
+	for {
+		n, err := io.ReadFull(rc, buf)
+		if n > 0 || first {
+			ch := &api.SnapshotChunk{Group: uint32(g), Data: buf[:n]}
+			if first {
+				ch.Index, ch.Term = meta.Index, meta.Term
+				first = false
+			}
+			if err := stream.Send(ch); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "group %d: read snapshot: %v", g, err)
+		}
+	}
+}
+
+// RestoreGroup receives a group snapshot, verifies it completely (checksum,
+// format, layout) before anything changes, then installs it through raft on the
+// group's leader: the FSM state is replaced, followers receive it as a snapshot,
+// and every write after the snapshot is rolled back.
+func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.RestoreChunk, api.RestoreGroupResponse]) error {
+	ctx := stream.Context()
+	s := a.s
+	first, err := stream.Recv()
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "restore: no header: %v", err)
+	}
+	h := first.Header
+	if h == nil {
+		return status.Error(codes.InvalidArgument, "restore: the first message must carry the header")
+	}
+	g, err := a.checkGroup(h.Group)
+	if err != nil {
+		return err
+	}
+	if h.Size == 0 || h.Size > maxRestoreBytes {
+		return status.Errorf(codes.InvalidArgument, "restore: size %d out of range (1..%d)", h.Size, uint64(maxRestoreBytes))
+	}
+	f, err := os.CreateTemp(s.cfg.DataDir, "restore-*.tmp")
+	if err != nil {
+		return status.Errorf(codes.Internal, "restore: temp file: %v", err)
+	}
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	crc := crc32.New(castagnoli)
+	w := io.MultiWriter(f, crc)
+	var got uint64
+	write := func(b []byte) error {
+		got += uint64(len(b))
+		if got > h.Size {
+			return status.Errorf(codes.InvalidArgument, "restore: more than the announced %d bytes", h.Size)
+		}
+		_, err := w.Write(b)
+		return err
+	}
+	if err := write(first.Data); err != nil {
+		return err
+	}
+	for {
+		ch, err := stream.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return err
+		}
+		if err := write(ch.Data); err != nil {
+			return err
+		}
+	}
+	if got != h.Size {
+		return status.Errorf(codes.InvalidArgument, "restore: got %d bytes, header announced %d", got, h.Size)
+	}
+	if crc.Sum32() != h.Crc32C {
+		return status.Errorf(codes.InvalidArgument, "restore: checksum mismatch (got %08x, header %08x): the snapshot was damaged in transit", crc.Sum32(), h.Crc32C)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+	sum, err := snapfmt.Inspect(f)
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "restore: group %d: the snapshot is not valid: %v", g, err)
+	}
+	lo, hi := s.fsms[g].PartitionRange()
+	sh := sum.Header
+	if int(sh.Partitions) != s.cfg.Partitions || int(sh.Shards) != s.cfg.Shards || int(sh.GroupLo) != lo || int(sh.GroupHi) != hi {
+		return status.Errorf(codes.FailedPrecondition, "restore: group %d: snapshot is for partitions=%d shards=%d range [%d,%d), this cluster has partitions=%d shards=%d range [%d,%d); nothing was changed",
+			g, sh.Partitions, sh.Shards, sh.GroupLo, sh.GroupHi, s.cfg.Partitions, s.cfg.Shards, lo, hi)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return status.Errorf(codes.Internal, "restore: %v", err)
+	}
+
+	c, err := a.leaderClient(ctx, g)
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		return a.forwardRestore(ctx, c, h, f, stream)
+	}
+	a.restoreMu.Lock()
+	defer a.restoreMu.Unlock()
+	r := s.host.Raft(g)
+	tr := s.trackers[g]
+	// Stop deciding while the state is replaced: the session's pending sets and
+	// reservations describe the old state. A new session (with its barrier)
+	// starts afterwards if this node still leads.
+	tr.setLeader(false)
+	defer func() {
+		if r.State() == raft.Leader {
+			tr.setLeader(true)
+		}
+	}()
+	s.log.Warn("admin: restoring group from snapshot", "group", g, "snapshot_index", sh.Index, "series", sum.Series, "bytes", h.Size)
+	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Index: sh.Index, Term: sh.Term, Size: int64(h.Size)}
+	if err := r.Restore(meta, f, time.Minute); err != nil {
+		return raftStatus(g, "restore", err)
+	}
+	return stream.SendAndClose(&api.RestoreGroupResponse{Group: uint32(g), Index: r.LastIndex(), Series: uint64(s.fsms[g].Stats().Series)})
+}
+
+func (a *adminService) forwardRestore(ctx context.Context, c api.AdminClient, h *api.RestoreHeader, f *os.File, stream grpc.ClientStreamingServer[api.RestoreChunk, api.RestoreGroupResponse]) error {
+	up, err := c.RestoreGroup(outgoing(ctx))
+	if err != nil {
+		return err
+	}
+	if err := up.Send(&api.RestoreChunk{Header: h}); err != nil {
+		return fmt.Errorf("restore: forward to leader: %w", err)
+	}
+	buf := make([]byte, snapshotChunkSize)
+	for {
+		n, err := f.Read(buf)
+		if n > 0 {
+			if err := up.Send(&api.RestoreChunk{Data: buf[:n]}); err != nil {
+				break // the real error comes from CloseAndRecv
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return status.Errorf(codes.Internal, "restore: read temp file: %v", err)
+		}
+	}
+	resp, err := up.CloseAndRecv()
+	if err != nil {
+		return err
+	}
+	return stream.SendAndClose(resp)
+}

@@ -1,0 +1,349 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+const testToken = "s3cret"
+
+type testCluster struct {
+	t     *testing.T
+	nodes []*Server
+	dirs  []string
+}
+
+func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster {
+	t.Helper()
+	tc := &testCluster{t: t}
+	var seed string
+	for i := range n {
+		dir := t.TempDir()
+		cfg := Config{
+			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: dir,
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
+			GossipProbeInterval: 200 * time.Millisecond,
+			BootstrapExpect:     n, RaftNoSync: true, AdminToken: testToken,
+			DefaultMaxSeries: 6400, // group share 1600
+			Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		}
+		if seed != "" {
+			cfg.Join = []string{seed}
+		}
+		if mod != nil {
+			mod(i, &cfg)
+		}
+		s, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seed == "" {
+			seed = s.GossipAddr()
+		}
+		tc.nodes = append(tc.nodes, s)
+		tc.dirs = append(tc.dirs, dir)
+	}
+	t.Cleanup(func() {
+		for _, s := range tc.nodes {
+			if s != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				_ = s.Stop(ctx)
+				cancel()
+			}
+		}
+	})
+	tc.waitReady()
+	return tc
+}
+
+func (tc *testCluster) live() []*Server {
+	var out []*Server
+	for _, s := range tc.nodes {
+		if s != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (tc *testCluster) waitReady() {
+	waitFor(tc.t, "every node ready", func() bool {
+		for _, s := range tc.live() {
+			if !s.Ready() {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// leader returns the live node leading group g.
+func (tc *testCluster) leader(g int) *Server {
+	var out *Server
+	waitFor(tc.t, fmt.Sprintf("a leader for group %d", g), func() bool {
+		for _, s := range tc.live() {
+			if s.Raft(g).State() == raft.Leader && s.trackers[g].ready() {
+				out = s
+				return true
+			}
+		}
+		return false
+	})
+	return out
+}
+
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+func adminCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
+}
+
+func TestClusterPlacementLeadersAndFailover(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	// Every group: three voters, one per zone.
+	for g := range 4 {
+		peers, _, err := peersOf(tc.nodes[0].Raft(g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(peers) != 3 {
+			t.Fatalf("group %d: %d peers, want 3", g, len(peers))
+		}
+	}
+	// A write to a non-leader gets NotLeader with the leader's gRPC address.
+	g0 := tc.leader(0)
+	var follower *Server
+	for _, s := range tc.nodes {
+		if s != g0 {
+			follower = s
+			break
+		}
+	}
+	waitFor(t, "follower view names the leader", func() bool {
+		_, addr := follower.leaderOf(0)
+		return addr == g0.GRPCAddr()
+	})
+	_, err := api.NewTrackerClient(dial(t, follower.GRPCAddr())).TrackSeries(context.Background(),
+		&api.TrackSeriesRequest{Tenant: "t", Partition: 0, Hashes: hashesIn(1, 0, 10)})
+	st, _ := status.FromError(err)
+	if st.Code() != codes.FailedPrecondition {
+		t.Fatalf("write to follower: %v, want FailedPrecondition", err)
+	}
+	var nl *api.NotLeader
+	for _, d := range st.Details() {
+		if x, ok := d.(*api.NotLeader); ok {
+			nl = x
+		}
+	}
+	if nl == nil || nl.LeaderGrpcAddress != g0.GRPCAddr() || nl.LeaderId != g0.cfg.NodeID {
+		t.Fatalf("NotLeader detail %+v, want leader %s at %s", nl, g0.cfg.NodeID, g0.GRPCAddr())
+	}
+
+	// The watch stream describes members and leaders.
+	ws, err := api.NewTrackerClient(dial(t, follower.GRPCAddr())).WatchCluster(context.Background(), &api.WatchClusterRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := ws.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(v.Members) != 3 || len(v.GroupInfo) != 4 || v.GroupInfo[0].LeaderGrpcAddress != g0.GRPCAddr() || len(v.GroupInfo[0].Voters) != 3 {
+		t.Fatalf("cluster view: %v", v)
+	}
+
+	// Accept series on the leader, then stop it; the new leader must accept
+	// every one of them again (never reject an accepted active series).
+	accepted := hashesIn(2, 0, 1000)
+	if rej := track(t, api.NewTrackerClient(dial(t, g0.GRPCAddr())), "t", 0, accepted); len(rej) != 0 {
+		t.Fatalf("%d rejected below the limit", len(rej))
+	}
+	for i, s := range tc.nodes {
+		if s == g0 {
+			stop(t, s)
+			tc.nodes[i] = nil
+		}
+	}
+	nl0 := tc.leader(0)
+	c := api.NewTrackerClient(dial(t, nl0.GRPCAddr()))
+	if rej := track(t, c, "t", 0, accepted); len(rej) != 0 {
+		t.Fatalf("after failover %d accepted series were rejected", len(rej))
+	}
+	// The group share is 1600: 600 more fit, the rest is rejected.
+	more := hashesIn(3, 0, 1000)
+	if rej := track(t, c, "t", 0, more); len(rej) != 400 {
+		t.Fatalf("after failover: %d of 1000 new rejected, want 400 (share 1600, 1000 held)", len(rej))
+	}
+}
+
+func TestAdminMembershipAndTransfer(t *testing.T) {
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	ctx := adminCtx(t)
+	// Ask a node that does not lead group 1: the call is forwarded.
+	l1 := tc.leader(1)
+	var other *Server
+	for _, s := range tc.nodes {
+		if s != l1 {
+			other = s
+			break
+		}
+	}
+	adm := api.NewAdminClient(dial(t, other.GRPCAddr()))
+	if _, err := adm.ListPeers(context.Background(), &api.ListPeersRequest{Group: 1}); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without token: %v, want Unauthenticated", err)
+	}
+	lp, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: 1})
+	if err != nil || len(lp.Peers) != 3 {
+		t.Fatalf("list peers: %v %v", lp, err)
+	}
+	var victim string
+	for _, p := range lp.Peers {
+		if !p.Leader {
+			victim = p.Id
+		}
+	}
+	rm, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: 1, Id: victim})
+	if err != nil || len(rm.Peers) != 2 {
+		t.Fatalf("remove %s: %v %v", victim, rm, err)
+	}
+	if _, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: 1, Id: "nope"}); status.Code(err) != codes.NotFound {
+		t.Fatalf("remove unknown: %v, want NotFound", err)
+	}
+	add, err := adm.AddVoter(ctx, &api.AddVoterRequest{Group: 1, Id: victim})
+	if err != nil || len(add.Peers) != 3 {
+		t.Fatalf("add %s back: %v %v", victim, add, err)
+	}
+	tr, err := adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: 1, ToId: victim})
+	if err != nil || tr.NewLeaderId != victim {
+		t.Fatalf("transfer to %s: %v %v", victim, tr, err)
+	}
+	stResp, err := adm.Status(ctx, &api.StatusRequest{})
+	if err != nil || len(stResp.Nodes) != 3 || len(stResp.Unreachable) != 0 {
+		t.Fatalf("status: %v %v", stResp, err)
+	}
+	if _, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: 9}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("bad group: %v", err)
+	}
+}
+
+func TestLeadersBalance(t *testing.T) {
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		c.Groups, c.LeaderBalanceInterval = 6, 200*time.Millisecond
+	})
+	waitFor(t, "leaders spread 2/2/2", func() bool {
+		for _, s := range tc.live() {
+			if len(s.ledGroups()) != 2 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestSnapshotRestoreRollsBackOnEveryReplica(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	ctx := adminCtx(t)
+	l := tc.leader(0)
+	c := api.NewTrackerClient(dial(t, l.GRPCAddr()))
+	before := hashesIn(10, 1, 500)
+	track(t, c, "t", 1, before)
+
+	adm := api.NewAdminClient(dial(t, tc.nodes[2].GRPCAddr()))
+	ss, err := adm.SnapshotGroup(ctx, &api.SnapshotGroupRequest{Group: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []byte
+	for {
+		ch, err := ss.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data = append(data, ch.Data...)
+	}
+	want := stripIndex(data)
+
+	after := hashesIn(11, 1, 300)
+	track(t, c, "t", 1, after)
+
+	restore := func(d []byte, crc uint32) (*api.RestoreGroupResponse, error) {
+		up, err := adm.RestoreGroup(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := up.Send(&api.RestoreChunk{Header: &api.RestoreHeader{Group: 0, Size: uint64(len(d)), Crc32C: crc}}); err != nil {
+			return nil, err
+		}
+		for i := 0; i < len(d); i += 1000 {
+			if err := up.Send(&api.RestoreChunk{Data: d[i:min(i+1000, len(d))]}); err != nil {
+				break
+			}
+		}
+		return up.CloseAndRecv()
+	}
+	crc := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli))
+	// A damaged snapshot is refused and nothing changes.
+	bad := slices.Clone(data)
+	bad[len(bad)/2] ^= 1
+	if _, err := restore(bad, crc); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("damaged snapshot: %v, want InvalidArgument", err)
+	}
+	if _, err := restore(data, crc); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tc.nodes {
+		waitFor(t, "replica "+s.cfg.NodeID+" holds exactly the snapshot", func() bool {
+			return string(snapshotOfLive(t, s, 0)) == string(want)
+		})
+	}
+	// Writes continue after the restore; the rolled-back series are new again.
+	l = tc.leader(0)
+	if rej := track(t, api.NewTrackerClient(dial(t, l.GRPCAddr())), "t", 1, after); len(rej) != 0 {
+		t.Fatalf("after restore: %d rejected", len(rej))
+	}
+}
+
+// snapshotOfLive snapshots a replica through raft's own path, which is safe while
+// applies run.
+func snapshotOfLive(t *testing.T, s *Server, g int) []byte {
+	t.Helper()
+	_, rc, err := s.host.Snapshot(g, 5*time.Second)
+	if err != nil {
+		return []byte(err.Error())
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return stripIndex(b)
+}
