@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"slices"
 	"sync"
@@ -161,6 +162,7 @@ func (s *Server) buildView() *api.ClusterView {
 					gi.Voters = append(gi.Voters, string(srv.ID))
 				}
 			}
+			slices.Sort(gi.Voters)
 		}
 		v.GroupInfo = append(v.GroupInfo, gi)
 	}
@@ -269,7 +271,9 @@ func (s *Server) clusterLoop() {
 		}
 		s.publishView()
 		if s.cfg.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
-			nextBalance = time.Now().Add(s.cfg.LeaderBalanceInterval)
+			// ±25 % jitter so nodes do not decide at the same instant.
+			iv := s.cfg.LeaderBalanceInterval
+			nextBalance = time.Now().Add(iv*3/4 + rand.N(iv/2+1))
 			s.balanceLeaders()
 		}
 	}
@@ -397,10 +401,11 @@ func (s *Server) addVoter(g int, m membership.Member, why string) {
 	}
 }
 
-// balanceLeaders moves one group's leadership away from this node when it leads
-// more than its fair share (ceil(G / alive members)) and some voter of that
-// group leads at least two fewer groups. One transfer per interval per node
-// keeps it from oscillating.
+// balanceLeaders moves one group's leadership from this node to a voter of
+// that group leading at least two fewer groups, so leader counts converge to
+// within one of each other (the leader does the group's deciding and fsyncs).
+// One transfer per interval per node, with the interval jittered, keeps nodes
+// from all dumping on the same target at once.
 func (s *Server) balanceLeaders() {
 	ms := alive(s.memberList())
 	if len(ms) < 2 {
@@ -412,10 +417,6 @@ func (s *Server) balanceLeaders() {
 	}
 	mine := s.ledGroups()
 	counts[s.cfg.NodeID] = len(mine)
-	fair := (s.cfg.Groups + len(ms) - 1) / len(ms)
-	if len(mine) <= fair {
-		return
-	}
 	for i := len(mine) - 1; i >= 0; i-- {
 		g := mine[i]
 		r := s.host.Raft(g)
@@ -424,21 +425,21 @@ func (s *Server) balanceLeaders() {
 			continue
 		}
 		var best *raft.Server
-		bestN := len(mine) - 1 // target must end up below our count
+		bestN := len(mine) - 1 // the target must lead ≤ len(mine)-2
 		for _, srv := range fut.Configuration().Servers {
 			n, ok := counts[string(srv.ID)]
 			if srv.Suffrage != raft.Voter || string(srv.ID) == s.cfg.NodeID || !ok {
 				continue
 			}
-			if n+1 < bestN || (best == nil && n+1 <= len(mine)-1) {
+			if n < bestN {
 				srv := srv
-				best, bestN = &srv, n+1
+				best, bestN = &srv, n
 			}
 		}
 		if best == nil {
 			continue
 		}
-		s.log.Info("balancing leadership", "group", g, "to", best.ID, "led_here", len(mine), "fair_share", fair)
+		s.log.Info("balancing leadership", "group", g, "to", best.ID, "led_here", len(mine), "led_there", bestN)
 		if err := r.LeadershipTransferToServer(best.ID, best.Address).Error(); err != nil {
 			s.log.Warn("leadership transfer failed", "group", g, "to", best.ID, "err", err)
 		}

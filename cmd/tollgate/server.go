@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +29,12 @@ type fileConfig struct {
 	HTTPAddr            string        `yaml:"http_addr"`
 	RaftAddr            string        `yaml:"raft_addr"`
 	RaftAdvertise       string        `yaml:"raft_advertise"`
+	GRPCAdvertise       string        `yaml:"grpc_advertise"`
+	GossipAddr          string        `yaml:"gossip_addr"`
+	GossipAdvertise     string        `yaml:"gossip_advertise"`
+	Join                []string      `yaml:"join"`
+	BootstrapExpect     int           `yaml:"bootstrap_expect"`
+	AdminToken          string        `yaml:"admin_token"`
 	Bootstrap           bool          `yaml:"bootstrap"`
 	Partitions          int           `yaml:"partitions"`
 	Groups              int           `yaml:"groups"`
@@ -49,6 +56,7 @@ func newServerCmd() *cobra.Command {
 		logFormat  string
 		maxSeries  int64
 		shutdownTO time.Duration
+		tokenFile  string
 	)
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -57,8 +65,17 @@ func newServerCmd() *cobra.Command {
 
 --dev starts a single-node cluster that needs no configuration: every raft group
 is bootstrapped with this node as its only voter, data goes to ./data/dev unless
---data-dir says otherwise, and the addresses are printed once the node is ready.`,
+--data-dir says otherwise, gossip is off unless --gossip-addr is given, and the
+addresses are printed once the node is ready.
+
+A cluster: start one node per zone with --bootstrap-expect 3 and --join pointing
+at another node's gossip address. The nodes form the cluster once three of them
+are alive: every raft group gets one voter per zone. Nodes that join later are
+added by the group leaders to groups whose zone has no voter. A node that
+restarts rejoins by itself (serf remembers the members in its data dir).`,
 		Example: `  tollgate server --dev
+  tollgate server --node-id a --zone zone-a --data-dir /var/lib/tollgate --bootstrap-expect 3 \
+      --grpc-addr 10.0.0.1:7300 --raft-addr 10.0.0.1:7301 --gossip-addr 10.0.0.1:7302 --join 10.0.0.2:7302
   tollgate server --config /etc/tollgate.yaml --zone zone-b`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			log, err := newLogger(logLevel, logFormat)
@@ -79,6 +96,22 @@ is bootstrapped with this node as its only voter, data goes to ./data/dev unless
 					cfg.NodeID = "dev"
 				}
 				cfg.Bootstrap = true
+				if !cmd.Flags().Changed("gossip-addr") && (configFile == "" || cfg.GossipAddr == "127.0.0.1:7302") {
+					cfg.GossipAddr = ""
+				}
+			}
+			if cfg.GossipAddr == "-" {
+				cfg.GossipAddr = ""
+			}
+			if tokenFile != "" {
+				b, err := os.ReadFile(tokenFile)
+				if err != nil {
+					return fmt.Errorf("--admin-token-file: %w", err)
+				}
+				cfg.AdminToken = strings.TrimSpace(string(b))
+			}
+			if cfg.AdminToken == "" {
+				cfg.AdminToken = os.Getenv("TOLLGATE_ADMIN_TOKEN")
 			}
 			if cfg.DataDir == "" {
 				return fmt.Errorf("--data-dir is required (or use --dev)")
@@ -96,8 +129,12 @@ is bootstrapped with this node as its only voter, data goes to ./data/dev unless
 			if err != nil && ctx.Err() == nil {
 				log.Warn("node not ready yet; serving anyway", "err", err)
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "tollgate node %q ready\n  grpc:     %s\n  http:     http://%s  (/metrics /healthz /readyz /api/v1/status)\n  raft:     %s\n  data dir: %s\n  default max_series per tenant: %d (0 = unlimited)\n",
-				cfg.NodeID, srv.GRPCAddr(), srv.HTTPAddr(), srv.RaftAddr(), cfg.DataDir, cfg.DefaultMaxSeries)
+			gossip := srv.GossipAddr()
+			if gossip == "" {
+				gossip = "off (single node)"
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     http://%s  (/metrics /healthz /readyz /api/v1/status)\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  default max_series per tenant: %d (0 = unlimited)\n",
+				cfg.NodeID, cfg.Zone, srv.GRPCAddr(), srv.HTTPAddr(), srv.RaftAddr(), gossip, cfg.DataDir, cfg.DefaultMaxSeries)
 			<-ctx.Done()
 			log.Info("shutting down", "timeout", shutdownTO)
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownTO)
@@ -115,6 +152,16 @@ is bootstrapped with this node as its only voter, data goes to ./data/dev unless
 	f.StringVar(&cfg.HTTPAddr, "http-addr", "127.0.0.1:7380", "HTTP (metrics, health, status) listen address; - disables")
 	f.StringVar(&cfg.RaftAddr, "raft-addr", "127.0.0.1:7301", "raft listen address (all groups share it)")
 	f.StringVar(&cfg.RaftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
+	f.StringVar(&cfg.GRPCAdvertise, "grpc-advertise", "", "gRPC address clients and other nodes dial (default: --grpc-addr)")
+	f.StringVar(&cfg.GossipAddr, "gossip-addr", "127.0.0.1:7302", "serf gossip listen address (TCP and UDP); - disables gossip (single node)")
+	f.StringVar(&cfg.GossipAdvertise, "gossip-advertise", "", "gossip address other nodes dial (default: --gossip-addr)")
+	f.StringSliceVar(&cfg.Join, "join", nil, "gossip addresses of existing members (comma-separated or repeated); retried until one answers")
+	f.IntVar(&cfg.BootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes are alive (start exactly that many)")
+	f.IntVar(&cfg.Replicas, "replicas", 3, "voters per raft group (one per zone when there are that many zones)")
+	f.BoolVar(&cfg.DisableAutoPlace, "disable-auto-place", false, "do not add joining nodes to groups whose zone has no voter")
+	f.DurationVar(&cfg.LeaderBalanceInterval, "leader-balance-interval", 10*time.Second, "how often a node hands off leadership it holds beyond its share; negative disables")
+	f.StringVar(&cfg.AdminToken, "admin-token", "", "token for the admin API (also TOLLGATE_ADMIN_TOKEN); empty: admin API from loopback only")
+	f.StringVar(&tokenFile, "admin-token-file", "", "read the admin token from this file")
 	f.BoolVar(&cfg.Bootstrap, "bootstrap", false, "bootstrap every group with this node as the only voter on first start")
 	f.IntVar(&cfg.Partitions, "partitions", 64, "partitions P (fixed at cluster creation)")
 	f.IntVar(&cfg.Groups, "groups", 4, "raft groups G (fixed at cluster creation)")
@@ -166,6 +213,14 @@ func applyConfigFile(path string, cfg *server.Config, maxSeries *int64, flags *p
 	setS("raft-addr", &cfg.RaftAddr, fc.RaftAddr)
 	setS("raft-advertise", &cfg.RaftAdvertise, fc.RaftAdvertise)
 	setS("limits-file", &cfg.LimitsFile, fc.LimitsFile)
+	setS("grpc-advertise", &cfg.GRPCAdvertise, fc.GRPCAdvertise)
+	setS("gossip-addr", &cfg.GossipAddr, fc.GossipAddr)
+	setS("gossip-advertise", &cfg.GossipAdvertise, fc.GossipAdvertise)
+	setS("admin-token", &cfg.AdminToken, fc.AdminToken)
+	setI("bootstrap-expect", &cfg.BootstrapExpect, fc.BootstrapExpect)
+	if len(fc.Join) > 0 && !flags.Changed("join") {
+		cfg.Join = fc.Join
+	}
 	setI("partitions", &cfg.Partitions, fc.Partitions)
 	setI("groups", &cfg.Groups, fc.Groups)
 	setI("shards", &cfg.Shards, fc.Shards)

@@ -1,0 +1,349 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// adminOpts are the connection flags shared by the operator commands.
+type adminOpts struct {
+	addrs   string
+	token   string
+	timeout time.Duration
+}
+
+func (o *adminOpts) register(cmd *cobra.Command) {
+	def := os.Getenv("TOLLGATE_ADDR")
+	if def == "" {
+		def = "127.0.0.1:7300"
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.addrs, "addr", def, "gRPC address(es) of any node, comma-separated; the first that answers is used (env TOLLGATE_ADDR)")
+	f.StringVar(&o.token, "token", "", "admin token (env TOLLGATE_ADMIN_TOKEN)")
+	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline of the whole command")
+}
+
+// conn dials the first address that answers a NodeGroups call.
+func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClient, func(), error) {
+	tok := o.token
+	if tok == "" {
+		tok = os.Getenv("TOLLGATE_ADMIN_TOKEN")
+	}
+	var errs []error
+	for _, addr := range strings.Split(o.addrs, ",") {
+		addr = strings.TrimSpace(addr)
+		if addr == "" {
+			continue
+		}
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8 << 20))}
+		if tok != "" {
+			opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, co ...grpc.CallOption) error {
+				return inv(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), m, req, reply, cc, co...)
+			}), grpc.WithChainStreamInterceptor(func(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, m string, s grpc.Streamer, co ...grpc.CallOption) (grpc.ClientStream, error) {
+				return s(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok), d, cc, m, co...)
+			}))
+		}
+		cc, err := grpc.NewClient(addr, opts...)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		adm := api.NewAdminClient(cc)
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err = adm.NodeGroups(pctx, &api.NodeGroupsRequest{})
+		cancel()
+		if err != nil {
+			cc.Close()
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			continue
+		}
+		return adm, api.NewTrackerClient(cc), func() { cc.Close() }, nil
+	}
+	return nil, nil, nil, fmt.Errorf("no node answered: %w", errors.Join(errs...))
+}
+
+func (o *adminOpts) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(cmd.Context(), o.timeout)
+}
+
+func newStatusCmd() *cobra.Command {
+	var o adminOpts
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show members by zone, groups, leaders, applied index and series per group",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, _, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			st, err := adm.Status(ctx, &api.StatusRequest{})
+			if err != nil {
+				return fmt.Errorf("status: %w", err)
+			}
+			if asJSON {
+				b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+				_, err := fmt.Fprintln(cmd.OutOrStdout(), string(b))
+				return err
+			}
+			printStatus(cmd.OutOrStdout(), st)
+			return nil
+		},
+	}
+	o.register(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw status as JSON")
+	return cmd
+}
+
+func printStatus(out io.Writer, st *api.StatusResponse) {
+	v := st.View
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	members := slices.Clone(v.GetMembers())
+	slices.SortFunc(members, func(a, b *api.Member) int {
+		if c := strings.Compare(a.Zone, b.Zone); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Id, b.Id)
+	})
+	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tGRPC\tRAFT\tLEADS")
+	for _, m := range members {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Zone, m.Id, m.Status, m.GrpcAddress, m.RaftAddress, groupList(m.GroupsLed))
+	}
+	w.Flush()
+	fmt.Fprintln(out)
+	byNode := map[string]map[uint32]*api.GroupState{}
+	for _, n := range st.Nodes {
+		byNode[n.NodeId] = map[uint32]*api.GroupState{}
+		for _, g := range n.Groups {
+			byNode[n.NodeId][g.Group] = g
+		}
+	}
+	fmt.Fprintln(w, "GROUP\tLEADER\tVOTERS\tAPPLIED (per voter)\tSERIES\tTENANTS")
+	for _, gi := range v.GetGroupInfo() {
+		leader := gi.LeaderId
+		if leader == "" {
+			leader = "NONE"
+		}
+		var applied []string
+		var series uint64
+		var tenants uint32
+		for _, id := range gi.Voters {
+			gs := byNode[id][gi.Group]
+			if gs == nil {
+				applied = append(applied, id+"=?")
+				continue
+			}
+			applied = append(applied, fmt.Sprintf("%s=%d", id, gs.AppliedIndex))
+			if id == gi.LeaderId {
+				series, tenants = gs.Series, gs.Tenants
+			}
+		}
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", gi.Group, leader, strings.Join(gi.Voters, ","), strings.Join(applied, " "), series, tenants)
+	}
+	w.Flush()
+	if len(st.Unreachable) > 0 {
+		fmt.Fprintf(out, "\nunreachable: %s\n", strings.Join(st.Unreachable, ", "))
+	}
+}
+
+func groupList(gs []uint32) string {
+	if len(gs) == 0 {
+		return "-"
+	}
+	var s []string
+	for _, g := range gs {
+		s = append(s, fmt.Sprint(g))
+	}
+	return strings.Join(s, ",")
+}
+
+func newRaftCmd() *cobra.Command {
+	var o adminOpts
+	cmd := &cobra.Command{
+		Use:   "raft",
+		Short: "Inspect and change raft group membership (operator commands)",
+		Long: `Raft operator commands. Membership changes are raft configuration changes made
+by the group's leader (any node forwards the call there); nothing edits files.
+
+Note: when a node joins (or rejoins) the cluster, group leaders add it to groups
+whose zone has no voter (unless servers run with --disable-auto-place). A server
+removed with remove-server stays out until it joins again.`,
+	}
+	o.register(cmd)
+	var group int
+	var all bool
+	groupsOf := func(ctx context.Context, tc api.TrackerClient) ([]uint32, error) {
+		if !all && group >= 0 {
+			return []uint32{uint32(group)}, nil
+		}
+		w, err := tc.WatchCluster(ctx, &api.WatchClusterRequest{})
+		if err != nil {
+			return nil, err
+		}
+		v, err := w.Recv()
+		if err != nil {
+			return nil, err
+		}
+		var gs []uint32
+		for g := range v.Groups {
+			gs = append(gs, g)
+		}
+		return gs, nil
+	}
+
+	list := &cobra.Command{
+		Use:   "list-peers",
+		Short: "List the voters of one group (--group) or of every group",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, tc, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			gs, err := groupsOf(ctx, tc)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+			fmt.Fprintln(w, "GROUP\tNODE\tADDRESS\tSUFFRAGE\tLEADER")
+			for _, g := range gs {
+				resp, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: g})
+				if err != nil {
+					return fmt.Errorf("group %d: %w", g, err)
+				}
+				for _, p := range resp.Peers {
+					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\n", g, p.Id, p.Address, p.Suffrage, p.Leader)
+				}
+			}
+			return w.Flush()
+		},
+	}
+	list.Flags().IntVar(&group, "group", -1, "group id (default: every group)")
+
+	var id, address string
+	add := &cobra.Command{
+		Use:   "add-voter",
+		Short: "Add a server as a voter of a group (--group G or --all-groups)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, tc, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if group < 0 && !all {
+				return errors.New("add-voter: give --group G or --all-groups")
+			}
+			gs, err := groupsOf(ctx, tc)
+			if err != nil {
+				return err
+			}
+			for _, g := range gs {
+				resp, err := adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
+				if err != nil {
+					return fmt.Errorf("group %d: %w", g, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s is a voter (configuration index %d, %d servers)\n", g, id, resp.Index, len(resp.Peers))
+			}
+			return nil
+		},
+	}
+	add.Flags().IntVar(&group, "group", -1, "group id")
+	add.Flags().BoolVar(&all, "all-groups", false, "every group")
+	add.Flags().StringVar(&id, "id", "", "server (node) id")
+	add.Flags().StringVar(&address, "address", "", "raft address (default: the member's gossiped raft address)")
+	_ = add.MarkFlagRequired("id")
+
+	rm := &cobra.Command{
+		Use:   "remove-server",
+		Short: "Remove a server from a group's configuration (--group G or --all-groups)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, tc, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if group < 0 && !all {
+				return errors.New("remove-server: give --group G or --all-groups")
+			}
+			gs, err := groupsOf(ctx, tc)
+			if err != nil {
+				return err
+			}
+			for _, g := range gs {
+				resp, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+				if err != nil {
+					return fmt.Errorf("group %d: %w", g, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s removed (configuration index %d, %d servers left)\n", g, id, resp.Index, len(resp.Peers))
+			}
+			return nil
+		},
+	}
+	rm.Flags().IntVar(&group, "group", -1, "group id")
+	rm.Flags().BoolVar(&all, "all-groups", false, "every group")
+	rm.Flags().StringVar(&id, "id", "", "server (node) id")
+	_ = rm.MarkFlagRequired("id")
+
+	var to string
+	tr := &cobra.Command{
+		Use:   "transfer-leadership",
+		Short: "Move a group's leadership to another voter (--to ID, or the most up-to-date one)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, _, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if group < 0 {
+				return errors.New("transfer-leadership: --group is required")
+			}
+			resp, err := adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: uint32(group), ToId: to})
+			if err != nil {
+				return fmt.Errorf("group %d: %w", group, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "group %d: leader is now %s\n", group, resp.NewLeaderId)
+			return nil
+		},
+	}
+	tr.Flags().IntVar(&group, "group", -1, "group id")
+	tr.Flags().StringVar(&to, "to", "", "target voter id (default: raft picks the most up-to-date voter)")
+
+	cmd.AddCommand(list, add, rm, tr)
+	return cmd
+}
+
+// printJSON is used by commands with --json.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
