@@ -4,63 +4,150 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 )
 
-// Config configures a Client.
-type Config struct {
-	// Addrs are gRPC addresses of Tollgate nodes; the first reachable one is asked
-	// first, and NotLeader answers redirect to the group leader.
-	Addrs []string
-	// Partitions must equal the cluster's P (default api.DefaultPartitions).
-	Partitions int
-	// Groups must equal the cluster's G (default api.DefaultGroups).
-	Groups int
-	// MaxRedirects bounds NotLeader hops per call (default 3).
-	MaxRedirects int
-	// DialOptions are added to every connection (TLS, interceptors...). Without
-	// transport credentials the connection is plaintext.
-	DialOptions []grpc.DialOption
-}
-
-// Client is safe for concurrent use.
+// Client tracks series against a Tollgate cluster. It is safe for concurrent
+// use. Create it with New and release it with Close.
 type Client struct {
 	cfg Config
+	log *slog.Logger
 
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
-	leaders map[int]string // group → gRPC address of its last known leader
+	ctx    context.Context // canceled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background goroutines (watch, poller, async requests)
+
+	layoutKnown chan struct{} // closed once p, g (or layoutErr) are set
+	layoutTimer *time.Timer   // sets the configured layout if no view came first
+
+	mu        sync.Mutex
+	closed    bool
+	conns     map[string]*grpc.ClientConn
+	p, g      int   // layout; 0 until known
+	layoutErr error // permanent: layout mismatch
+	leaders   []string
+	nodes     []string   // seeds, then alive members (deduplicated)
+	members   []member   // from the latest view
+	voters    [][]string // per group: raft ids of its voters, from the latest view
+
+	near   atomic.Pointer[nearTable]
+	nearMu sync.Mutex    // serializes writers of near
+	rr     atomic.Uint64 // round robin over nodes
+
+	stats stats
 }
 
-// New validates cfg; connections are opened lazily.
+type member struct {
+	id, addr, status string
+}
+
+type stats struct {
+	requests, retries, notLeader                  atomic.Uint64
+	syncReq, asyncReq                             atomic.Uint64
+	failedOpen, errors                            atomic.Uint64
+	asyncLate, asyncLateRejected, asyncLateErrors atomic.Uint64
+	watchReconnects, watchViews                   atomic.Uint64
+	nearLimitPolls, nearLimitPollErrors           atomic.Uint64
+}
+
+// Stats is a snapshot of the client's counters (monotonic since New) and gauges.
+type Stats struct {
+	// Requests counts partition requests: one per non-empty partition of a
+	// TrackSeries call, one per TrackPartition call.
+	Requests uint64
+	// SyncRequests and AsyncRequests split Requests by how they were waited for.
+	SyncRequests, AsyncRequests uint64
+	// Retries counts re-sent RPCs (every attempt after a request's first).
+	Retries uint64
+	// NotLeaderRedirects counts NotLeader answers (with or without a hint).
+	NotLeaderRedirects uint64
+	// FailedOpen counts partition requests that failed and, with FailOpen,
+	// were answered "no rejections" (plus whole calls made before the layout
+	// could be learned).
+	FailedOpen uint64
+	// Errors counts partition requests whose failure was returned to the
+	// caller (plus whole calls that failed before the layout was known).
+	Errors uint64
+	// AsyncLate counts async answers that came after the caller stopped
+	// waiting; AsyncLateRejected the hashes those answers rejected (series
+	// that were let through although over the limit); AsyncLateErrors the
+	// background requests that finally failed.
+	AsyncLate, AsyncLateRejected, AsyncLateErrors uint64
+	// WatchReconnects counts attempts to open a WatchCluster stream after the
+	// first one (the previous stream broke, or could not be opened);
+	// WatchViews the cluster views applied.
+	WatchReconnects, WatchViews uint64
+	// NearLimitPolls and NearLimitPollErrors count GetUsersCloseToLimit calls.
+	NearLimitPolls, NearLimitPollErrors uint64
+	// LeaderTableSize is the number of groups whose leader is known now.
+	LeaderTableSize int
+	// NearLimit is the number of (group, tenant) pairs now treated as near
+	// their limit.
+	NearLimit int
+}
+
+// New validates cfg, applies its defaults and starts the background work (the
+// WatchCluster stream and, in ModeAuto, the near-limit poller). Connections
+// are opened lazily: New does not fail because nodes are unreachable.
 func New(cfg Config) (*Client, error) {
-	if len(cfg.Addrs) == 0 {
-		return nil, errors.New("clientlib: no node addresses")
+	cfg.Addrs = slices.Clone(cfg.Addrs)
+	cfg.DialOptions = slices.Clone(cfg.DialOptions)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Partitions == 0 {
-		cfg.Partitions = api.DefaultPartitions
+	c := &Client{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		layoutKnown: make(chan struct{}),
+		conns:       map[string]*grpc.ClientConn{},
 	}
-	if cfg.Groups == 0 {
-		cfg.Groups = api.DefaultGroups
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	for _, a := range cfg.Addrs {
+		if !slices.Contains(c.nodes, a) {
+			c.nodes = append(c.nodes, a)
+		}
 	}
-	if cfg.MaxRedirects == 0 {
-		cfg.MaxRedirects = 3
+	c.near.Store(&nearTable{})
+	if cfg.Partitions > 0 && cfg.Groups > 0 {
+		// Calls wait for the first watch outcome so that a cluster with
+		// another layout is reported as such, but never long: an unreachable
+		// seed must not hold up the configured layout.
+		c.layoutTimer = time.AfterFunc(layoutGrace, c.layoutFromConfig)
 	}
-	if err := api.ValidateLayout(cfg.Partitions, cfg.Groups, 1); err != nil {
-		return nil, fmt.Errorf("clientlib: %w", err)
+	c.wg.Add(1)
+	go func() { defer c.wg.Done(); c.watchLoop() }()
+	if cfg.Mode == ModeAuto {
+		c.wg.Add(1)
+		go func() { defer c.wg.Done(); c.pollLoop() }()
 	}
-	return &Client{cfg: cfg, conns: map[string]*grpc.ClientConn{}, leaders: map[int]string{}}, nil
+	return c, nil
 }
 
-// Close closes every connection.
+// Close stops the background work, cancels requests still running in the
+// background and closes every connection. Calls in flight fail with ErrClosed
+// (or a Canceled status). Close is idempotent.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	if c.layoutTimer != nil {
+		c.layoutTimer.Stop()
+	}
+	c.mu.Unlock()
+	c.cancel()
+	c.wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
@@ -71,9 +158,88 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
+// Layout returns the cluster's partitions and groups, or zeros while unknown.
+func (c *Client) Layout() (partitions, groups int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.p, c.g
+}
+
+// WaitReady waits until the cluster layout is known (from the configuration,
+// the first ClusterView, or the defaults when WatchCluster is unimplemented).
+// It returns a *LayoutError if the cluster disagrees with the configuration.
+// Calling it is optional: tracking calls wait for the layout themselves.
+func (c *Client) WaitReady(ctx context.Context) error {
+	_, _, err := c.layout(ctx)
+	return err
+}
+
+// layout waits for the layout within ctx.
+func (c *Client) layout(ctx context.Context) (p, g int, err error) {
+	select {
+	case <-c.layoutKnown:
+	default:
+		select {
+		case <-c.layoutKnown:
+		case <-ctx.Done():
+			return 0, 0, fmt.Errorf("clientlib: cluster layout not known yet (no ClusterView received): %w", ctxStatusErr(ctx))
+		case <-c.ctx.Done():
+			return 0, 0, closedErr{}
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.layoutErr != nil {
+		return 0, 0, c.layoutErr
+	}
+	return c.p, c.g, nil
+}
+
+// layoutGrace is how long, with Config.Partitions and Groups set, calls wait
+// for the first WatchCluster outcome before using the configured layout.
+const layoutGrace = time.Second
+
+// layoutFromConfig uses the configured layout if none is known yet.
+func (c *Client) layoutFromConfig() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.p == 0 && c.layoutErr == nil && c.cfg.Partitions > 0 && c.cfg.Groups > 0 {
+		c.setLayoutLocked(c.cfg.Partitions, c.cfg.Groups)
+	}
+}
+
+// setLayoutLocked fixes the layout and sizes the per-group tables.
+func (c *Client) setLayoutLocked(p, g int) {
+	c.p, c.g = p, g
+	c.leaders = make([]string, g)
+	if len(c.voters) != g {
+		c.voters = make([][]string, g)
+	}
+	c.near.Store(newNearTable(g))
+	close(c.layoutKnown)
+}
+
+// failLayoutLocked records a permanent layout error.
+func (c *Client) failLayoutLocked(err error) {
+	if c.layoutErr != nil {
+		return
+	}
+	c.layoutErr = err
+	c.log.Error("clientlib: unusable cluster layout", "err", err)
+	select {
+	case <-c.layoutKnown:
+	default:
+		close(c.layoutKnown)
+	}
+}
+
+// conn returns the connection to addr, opening it if needed.
 func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		return nil, closedErr{}
+	}
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
@@ -86,93 +252,91 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	return cc, nil
 }
 
-// TrackSeries tracks hashes for a tenant and returns the rejected ones. Hashes
-// are split by partition and sent in parallel; the first error is returned (with
-// the rejections gathered from the partitions that answered).
-func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
-	if err := api.ValidateTenantID(tenant); err != nil {
+func (c *Client) tracker(addr string) (api.TrackerClient, error) {
+	cc, err := c.conn(addr)
+	if err != nil {
 		return nil, err
 	}
-	byPart := map[int][]uint64{}
-	for _, h := range hashes {
-		p := api.Partition(h, c.cfg.Partitions)
-		byPart[p] = append(byPart[p], h)
-	}
-	type result struct {
-		rejected []uint64
-		err      error
-	}
-	results := make(chan result, len(byPart))
-	for p, hs := range byPart {
-		go func() {
-			rej, err := c.TrackPartition(ctx, tenant, p, hs)
-			results <- result{rej, err}
-		}()
-	}
-	var rejected []uint64
-	var firstErr error
-	for range byPart {
-		r := <-results
-		rejected = append(rejected, r.rejected...)
-		if r.err != nil && firstErr == nil {
-			firstErr = r.err
-		}
-	}
-	return rejected, firstErr
+	return api.NewTrackerClient(cc), nil
 }
 
-// TrackPartition sends one partition's hashes to the leader of its group,
-// following NotLeader redirects.
-func (c *Client) TrackPartition(ctx context.Context, tenant string, partition int, hashes []uint64) ([]uint64, error) {
-	group := api.GroupOf(partition, c.cfg.Partitions, c.cfg.Groups)
-	addr := c.leaderAddr(group)
-	req := &api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(partition), Hashes: hashes}
-	var lastErr error
-	for hop := 0; hop <= c.cfg.MaxRedirects; hop++ {
-		cc, err := c.conn(addr)
-		if err != nil {
-			return nil, err
-		}
-		resp, err := api.NewTrackerClient(cc).TrackSeries(ctx, req)
-		if err == nil {
-			c.setLeader(group, addr)
-			return resp.RejectedHashes, nil
-		}
-		lastErr = err
-		next := LeaderHint(err)
-		if next == "" || next == addr {
-			return nil, err
-		}
-		addr = next
-	}
-	return nil, fmt.Errorf("clientlib: group %d: too many NotLeader redirects: %w", group, lastErr)
-}
-
-func (c *Client) leaderAddr(group int) string {
+// leaderOf returns the known leader address of group g, or "".
+func (c *Client) leaderOf(g int) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if a := c.leaders[group]; a != "" {
-		return a
-	}
-	return c.cfg.Addrs[group%len(c.cfg.Addrs)]
-}
-
-func (c *Client) setLeader(group int, addr string) {
-	c.mu.Lock()
-	c.leaders[group] = addr
-	c.mu.Unlock()
-}
-
-// LeaderHint returns the leader address carried by a NotLeader error, or "".
-func LeaderHint(err error) string {
-	st, ok := status.FromError(err)
-	if !ok || st.Code() != codes.FailedPrecondition {
-		return ""
-	}
-	for _, d := range st.Details() {
-		if nl, ok := d.(*api.NotLeader); ok {
-			return nl.LeaderGrpcAddress
-		}
+	if g < len(c.leaders) {
+		return c.leaders[g]
 	}
 	return ""
+}
+
+// setLeader records addr as leader of g ("" = unknown).
+func (c *Client) setLeader(g int, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g < len(c.leaders) {
+		c.leaders[g] = addr
+	}
+	if addr != "" && !slices.Contains(c.nodes, addr) {
+		c.nodes = append(c.nodes, addr)
+	}
+}
+
+// forgetLeader clears g's leader if it is still addr.
+func (c *Client) forgetLeader(g int, addr string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g < len(c.leaders) && c.leaders[g] == addr {
+		c.leaders[g] = ""
+	}
+}
+
+// anyNode returns a known node, rotating, avoiding avoid when there is a choice.
+func (c *Client) anyNode(avoid string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := len(c.nodes)
+	i := int(c.rr.Add(1) % uint64(n))
+	if c.nodes[i] == avoid && n > 1 {
+		i = (i + 1) % n
+	}
+	return c.nodes[i]
+}
+
+// Stats returns the current counters.
+func (c *Client) Stats() Stats {
+	s := &c.stats
+	out := Stats{
+		Requests:            s.requests.Load(),
+		SyncRequests:        s.syncReq.Load(),
+		AsyncRequests:       s.asyncReq.Load(),
+		Retries:             s.retries.Load(),
+		NotLeaderRedirects:  s.notLeader.Load(),
+		FailedOpen:          s.failedOpen.Load(),
+		Errors:              s.errors.Load(),
+		AsyncLate:           s.asyncLate.Load(),
+		AsyncLateRejected:   s.asyncLateRejected.Load(),
+		AsyncLateErrors:     s.asyncLateErrors.Load(),
+		WatchReconnects:     s.watchReconnects.Load(),
+		WatchViews:          s.watchViews.Load(),
+		NearLimitPolls:      s.nearLimitPolls.Load(),
+		NearLimitPollErrors: s.nearLimitPollErrors.Load(),
+		NearLimit:           c.near.Load().size(),
+	}
+	c.mu.Lock()
+	for _, l := range c.leaders {
+		if l != "" {
+			out.LeaderTableSize++
+		}
+	}
+	c.mu.Unlock()
+	return out
+}
+
+// Leaders returns a copy of the leader table: the gRPC address of each group's
+// leader as last learned ("" = unknown).
+func (c *Client) Leaders() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.leaders)
 }

@@ -1,15 +1,66 @@
-// Package clientlib is the Go client distributors embed to ask Tollgate whether
-// series may be written.
+// Package clientlib is the Go client distributors embed to ask Tollgate, before
+// writing, whether a tenant's series may go in.
 //
-// It depends only on package api: it splits hashes by partition with
-// api.Partition, sends one TrackSeries per partition in parallel, and follows
-// NotLeader redirects (the FailedPrecondition status carries the leader's gRPC
-// address). This first version talks to a fixed set of nodes; the cluster-aware
-// client (leader table from a watch stream, sync/async tracking, fail-open) builds
-// on it.
+// It depends only on the standard library, gRPC, protobuf and package api.
 //
-//	c, err := clientlib.New(clientlib.Config{Addrs: []string{"127.0.0.1:7300"}})
+//	c, err := clientlib.New(clientlib.Config{Addrs: []string{"10.0.0.1:7300", "10.0.0.2:7300"}})
 //	if err != nil { ... }
 //	defer c.Close()
 //	rejected, err := c.TrackSeries(ctx, "tenant-a", hashes)
+//
+// # Routing
+//
+// Series hashes fall into P partitions (api.Partition) and partitions into G
+// raft groups (api.GroupOf); each group is decided by its leader. TrackSeries
+// splits the hashes by partition and sends one TrackSeries RPC per non-empty
+// partition, in parallel, to the leader of the partition's group.
+//
+// The client learns leaders from a WatchCluster stream it keeps open to one
+// node (seeds from Config.Addrs, then every member the cluster view lists, in
+// turn, with backoff on failure): each ClusterView replaces the group → leader
+// table and the member list. The first view also gives the layout when
+// Config.Partitions/Groups are 0, and is checked against them otherwise (a
+// mismatch fails every call with a *LayoutError). A NotLeader answer
+// (FailedPrecondition with an api.NotLeader detail, see LeaderHint) updates the
+// table too, and the request follows the hint at once. A group without a known
+// leader is asked of any known node, which redirects. Against servers that do
+// not implement WatchCluster (Unimplemented) the client routes by hints alone,
+// logs that once, assumes api.DefaultPartitions/DefaultGroups for a layout left
+// at 0, and asks again for a stream every 30s.
+//
+// # Retries and deadlines
+//
+// NotLeader, Unavailable (no leader yet, node stopping, connection errors) and
+// Aborted are retried, and so is DeadlineExceeded while the caller's own
+// deadline has not passed; other errors (InvalidArgument, ResourceExhausted…)
+// are returned at once. Waits between attempts grow exponentially from
+// Config.RetryInitial to Config.RetryMax with jitter, and a wait that would end
+// past the caller's deadline is not started. Calls without a deadline get
+// Config.Timeout. Re-sending is always safe: tracking is idempotent, and a
+// series that was accepted is never rejected while it stays active.
+//
+// # Sync and async tracking
+//
+// In ModeAuto (the default) the client polls GetUsersCloseToLimit for every
+// group each Config.NearLimitRefresh, preferring replicas that do not lead the
+// group, and keeps the set of (group, tenant) near their limit; an answer with
+// rejections adds its (group, tenant) until the next poll. Partitions of a
+// group where the tenant is near its limit — or where the client has no fresh
+// list (before the first poll, or when polls keep failing) — are sync: the
+// call waits for their answer. The other partitions are async: the call waits
+// at most Config.AsyncWait for them and then returns without their rejections
+// and without error, while the request keeps running in the background for at
+// most Config.AsyncTimeout; answers that come late are counted in Stats. A
+// tenant far from its limit almost never has series rejected, so async trades
+// a rare, bounded overshoot for latency. ModeSync waits for everything.
+// TrackPartition always waits.
+//
+// # Failures
+//
+// With Config.FailOpen, a partition whose request finally fails because
+// Tollgate could not answer (IsFailOpenable) contributes no rejections and no
+// error, and is counted in Stats.FailedOpen. Otherwise the call returns a
+// *PartitionError (or a *TrackError for several partitions) naming the group
+// and partition and wrapping the gRPC error: status.Code(err) and
+// status.FromError(err) give its code.
 package clientlib

@@ -118,7 +118,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 {
 		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1 and --new-fraction in [0,1]")
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(o.addrs, ","), Partitions: o.partitions, Groups: o.groups})
+	// ModeSync: the load generator measures the servers' answers (and needs no
+	// near-limit polling); TrackPartition waits for them in any mode.
+	c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(o.addrs, ","), Partitions: o.partitions, Groups: o.groups, Mode: clientlib.ModeSync})
 	if err != nil {
 		return err
 	}

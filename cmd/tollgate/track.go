@@ -51,7 +51,8 @@ so the same command re-sends the same series.`,
 			if len(hashes) == 0 {
 				return fmt.Errorf("no hashes: pass them as arguments or use --count")
 			}
-			c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(addrs, ","), Partitions: partitions, Groups: groups})
+			// ModeSync: print the exact answer for every series.
+			c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(addrs, ","), Partitions: partitions, Groups: groups, Mode: clientlib.ModeSync})
 			if err != nil {
 				return err
 			}
