@@ -176,8 +176,8 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 					nNew = 0
 				}
 				have := b.next[t][p].Load()
-				if have == 0 && nNew == 0 {
-					nNew = o.requestSize // nothing to refresh yet
+				if have == 0 {
+					nNew = o.requestSize // nothing to refresh in this partition yet
 				}
 				if nNew > 0 {
 					k0 := b.next[t][p].Add(int64(nNew)) - int64(nNew)
