@@ -43,6 +43,14 @@
 // replays the committed log entries that follow it; a group is bootstrapped
 // only if raft.HasExistingState reports nothing on disk.
 //
+// # Disaster recovery
+//
+// SeedGroup writes a group's FSM snapshot (e.g. from a backup file) into an
+// empty data dir as a raft snapshot whose configuration is this node alone,
+// and records its term; New then restores it and the node elects itself
+// leader of the group. HasState tells whether a data dir already holds raft
+// state (seeding refuses it).
+//
 // # Lifecycle
 //
 //	h, err := raftnode.New(cfg, func(g int) raft.FSM { return fsms[g] })
