@@ -305,6 +305,18 @@ func New(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// InitLayout records the layout in a new data dir, or checks it against the one
+// recorded (offline restore seeds a data dir before any server starts).
+func InitLayout(dataDir string, partitions, groups, shards int) error {
+	if err := api.ValidateLayout(partitions, groups, shards); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
+		return fmt.Errorf("data dir %s: %w", dataDir, err)
+	}
+	return checkLayout(Config{DataDir: dataDir, Partitions: partitions, Groups: groups, Shards: shards})
+}
+
 func checkLayout(cfg Config) error {
 	path := filepath.Join(cfg.DataDir, "cluster.json")
 	want := clusterLayout{cfg.Partitions, cfg.Groups, cfg.Shards}

@@ -1,0 +1,354 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/backup"
+	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/server"
+)
+
+func newSnapshotCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "snapshot",
+		Short: "Save, inspect and restore cluster snapshots (backups)",
+		Long: `A snapshot file holds one snapshot per raft group, each taken on the group's
+leader after a barrier, so it contains every write acknowledged before the save
+began. Groups own disjoint partitions, so each group's snapshot is consistent on
+its own; the groups are taken one after another. Every part carries a checksum;
+a damaged or truncated file is refused.`,
+	}
+	cmd.AddCommand(newSnapshotSaveCmd(), newSnapshotInspectCmd(), newSnapshotRestoreCmd())
+	return cmd
+}
+
+func newSnapshotSaveCmd() *cobra.Command {
+	var o adminOpts
+	var out string
+	cmd := &cobra.Command{
+		Use:   "save -o FILE",
+		Short: "Save a snapshot of every group into one file",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if out == "" {
+				return errors.New("snapshot save: -o FILE is required")
+			}
+			ctx, cancel := o.ctx(cmd)
+			defer cancel()
+			adm, tc, closeFn, err := o.conn(ctx)
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			view, err := firstView(ctx, tc)
+			if err != nil {
+				return err
+			}
+			type part struct {
+				index, term uint64
+				data        []byte
+			}
+			parts := make([]part, view.Groups)
+			for g := range view.Groups {
+				st, err := adm.SnapshotGroup(ctx, &api.SnapshotGroupRequest{Group: g})
+				if err != nil {
+					return fmt.Errorf("snapshot group %d: %w", g, err)
+				}
+				for {
+					ch, err := st.Recv()
+					if err == io.EOF {
+						break
+					}
+					if err != nil {
+						return fmt.Errorf("snapshot group %d: %w", g, err)
+					}
+					if ch.Index != 0 {
+						parts[g].index, parts[g].term = ch.Index, ch.Term
+					}
+					parts[g].data = append(parts[g].data, ch.Data...)
+				}
+			}
+			// The file records the FSM's own index/term (from the snapfmt
+			// header), which is what restore compares with the cluster's applied
+			// index; raft's snapshot index also counts entries the FSM never
+			// sees (no-ops, barriers, configuration).
+			var shards int
+			for g := range parts {
+				rd, err := snapfmt.NewReader(bytes.NewReader(parts[g].data))
+				if err != nil {
+					return fmt.Errorf("snapshot of group %d from the cluster is unreadable: %w", g, err)
+				}
+				h := rd.Header()
+				parts[g].index, parts[g].term, shards = h.Index, h.Term, int(h.Shards)
+			}
+			tmp := out + ".tmp"
+			f, err := os.Create(tmp)
+			if err != nil {
+				return err
+			}
+			defer os.Remove(tmp)
+			w, err := backup.NewWriter(f, backup.Header{Partitions: int(view.Partitions), Groups: int(view.Groups), Shards: shards,
+				Created: time.Now(), Source: "tollgate snapshot save via " + view.ServedBy})
+			if err != nil {
+				f.Close()
+				return err
+			}
+			for g, p := range parts {
+				if err := w.AddGroup(g, p.index, p.term, p.data); err != nil {
+					f.Close()
+					return fmt.Errorf("write group %d: %w", g, err)
+				}
+			}
+			if err := w.Close(); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Sync(); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			if err := os.Rename(tmp, out); err != nil {
+				return err
+			}
+			return inspectFile(cmd.OutOrStdout(), out)
+		},
+	}
+	o.register(cmd)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write")
+	return cmd
+}
+
+func firstView(ctx context.Context, tc api.TrackerClient) (*api.ClusterView, error) {
+	w, err := tc.WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("watch cluster: %w", err)
+	}
+	v, err := w.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("watch cluster: %w", err)
+	}
+	return v, nil
+}
+
+func newSnapshotInspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect FILE",
+		Short: "Verify a snapshot file and show its groups, raft index/term, tenants and series",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return inspectFile(cmd.OutOrStdout(), args[0])
+		},
+	}
+}
+
+func inspectFile(out io.Writer, path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sum, err := backup.Inspect(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	h := sum.Header
+	fmt.Fprintf(out, "%s: valid (every checksum verified), %d bytes\n", path, sum.Bytes)
+	fmt.Fprintf(out, "layout: partitions=%d groups=%d shards=%d; created %s by %q\n\n", h.Partitions, h.Groups, h.Shards,
+		h.Created.UTC().Format(time.RFC3339), h.Source)
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tINDEX\tTERM\tBYTES\tSERIES\tTENANTS\tBYTES/SERIES")
+	for _, g := range sum.Groups {
+		bps := "-"
+		if g.Series > 0 {
+			bps = fmt.Sprintf("%.2f", float64(g.Bytes)/float64(g.Series))
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%d\t%s\n", g.Group, g.Index, g.Term, g.Bytes, g.Series, len(g.Tenants), bps)
+	}
+	w.Flush()
+	fmt.Fprintf(out, "\n%d series, %d tenants\n", sum.Series, len(sum.Tenants))
+	if len(sum.Tenants) > 0 {
+		fmt.Fprintln(w, "\nTENANT\tSERIES")
+		for i, t := range sum.Tenants {
+			if i == 50 {
+				fmt.Fprintf(w, "… %d more\t\n", len(sum.Tenants)-50)
+				break
+			}
+			fmt.Fprintf(w, "%s\t%d\n", t.Tenant, t.Series)
+		}
+		w.Flush()
+	}
+	return nil
+}
+
+func newSnapshotRestoreCmd() *cobra.Command {
+	var (
+		o                 adminOpts
+		force, offline    bool
+		dataDir, nodeID   string
+		raftAddr          string
+	)
+	cmd := &cobra.Command{
+		Use:   "restore FILE",
+		Short: "Restore a snapshot file: online through the admin API, or --offline into an empty data dir",
+		Long: `Online (default): every group's state is replaced by the snapshot's through raft:
+its leader installs the snapshot and the followers receive it, so afterwards every
+replica holds exactly the snapshot's series; writes made after the snapshot are
+rolled back. If the cluster holds newer state than the snapshot, the command
+lists what would be lost and refuses unless --force is given. The file is
+verified completely first; a damaged file, or one taken from a cluster with a
+different layout (partitions, groups, shards), is refused and nothing changes.
+
+Offline (--offline --data-dir DIR --node-id ID --raft-addr ADDR): seeds an empty
+data dir for disaster recovery. Start that node with the same --node-id and raft
+address and without --bootstrap-expect: it leads every group alone with the
+snapshot's state. Then start the other nodes with --join pointing at it; the
+group leaders add them as voters (one per zone) and they receive the state.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			file, err := backup.Read(f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("%s: %w; nothing was changed", args[0], err)
+			}
+			if offline {
+				return restoreOffline(cmd.OutOrStdout(), file, dataDir, nodeID, raftAddr)
+			}
+			return restoreOnline(cmd, &o, file, force)
+		},
+	}
+	o.register(cmd)
+	f := cmd.Flags()
+	f.BoolVar(&force, "force", false, "restore even though the cluster holds newer state (it is lost)")
+	f.BoolVar(&offline, "offline", false, "seed an empty data dir instead of talking to a cluster")
+	f.StringVar(&dataDir, "data-dir", "", "with --offline: the data dir to seed")
+	f.StringVar(&nodeID, "node-id", "", "with --offline: the id the node will run with")
+	f.StringVar(&raftAddr, "raft-addr", "", "with --offline: the raft address the node will advertise")
+	return cmd
+}
+
+func restoreOffline(out io.Writer, file *backup.File, dataDir, nodeID, raftAddr string) error {
+	if dataDir == "" || nodeID == "" || raftAddr == "" {
+		return errors.New("restore --offline needs --data-dir, --node-id and --raft-addr")
+	}
+	h := file.Header
+	raftDir := filepath.Join(dataDir, "raft")
+	has, err := raftnode.HasState(raftDir, h.Groups)
+	if err != nil {
+		return err
+	}
+	if has {
+		return fmt.Errorf("%s already holds raft state; offline restore only seeds an empty data dir (use the online restore for a running cluster); nothing was changed", dataDir)
+	}
+	if err := server.InitLayout(dataDir, h.Partitions, h.Groups, h.Shards); err != nil {
+		return fmt.Errorf("%w; nothing was changed", err)
+	}
+	for _, g := range file.Groups {
+		if err := raftnode.SeedGroup(raftDir, g.Group, nodeID, raftAddr, g.Index, g.Term, bytes.NewReader(g.Data), int64(len(g.Data))); err != nil {
+			return fmt.Errorf("seed group %d: %w", g.Group, err)
+		}
+	}
+	fmt.Fprintf(out, "seeded %s with %d groups (partitions=%d shards=%d) for node %q at raft address %s\n", dataDir, len(file.Groups), h.Partitions, h.Shards, nodeID, raftAddr)
+	fmt.Fprintf(out, "next: tollgate server --data-dir %s --node-id %s --raft-addr %s ... (no --bootstrap-expect), then start the other nodes with --join\n", dataDir, nodeID, raftAddr)
+	return nil
+}
+
+func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bool) error {
+	out := cmd.OutOrStdout()
+	ctx, cancel := o.ctx(cmd)
+	defer cancel()
+	adm, tc, closeFn, err := o.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	view, err := firstView(ctx, tc)
+	if err != nil {
+		return err
+	}
+	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), file.Header.Shards); err != nil {
+		return fmt.Errorf("%w; nothing was changed", err)
+	}
+	st, err := adm.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		return fmt.Errorf("status: %w", err)
+	}
+	// The leader's state is the cluster's state.
+	leaderState := map[uint32]*api.GroupState{}
+	for _, n := range st.Nodes {
+		for _, gs := range n.Groups {
+			if gs.RaftState == "Leader" {
+				leaderState[gs.Group] = gs
+			}
+		}
+	}
+	summaries := map[int]uint64{}
+	for _, g := range file.Groups {
+		s, err := snapfmt.Inspect(bytes.NewReader(g.Data))
+		if err != nil {
+			return fmt.Errorf("group %d: %w; nothing was changed", g.Group, err)
+		}
+		summaries[g.Group] = s.Series
+	}
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tCLUSTER INDEX\tCLUSTER SERIES\tSNAPSHOT INDEX\tSNAPSHOT SERIES\t")
+	var newer []string
+	for _, g := range file.Groups {
+		cs := leaderState[uint32(g.Group)]
+		if cs == nil {
+			w.Flush()
+			return fmt.Errorf("group %d has no leader right now; retry when `tollgate status` shows one; nothing was changed", g.Group)
+		}
+		note := ""
+		if cs.AppliedIndex > g.Index {
+			note = "cluster is newer: writes after the snapshot will be lost"
+			newer = append(newer, fmt.Sprint(g.Group))
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\t%d\t%s\n", g.Group, cs.AppliedIndex, cs.Series, g.Index, summaries[g.Group], note)
+	}
+	w.Flush()
+	if len(newer) > 0 && !force {
+		return fmt.Errorf("the cluster holds newer state than the snapshot in groups %s; restoring rolls it back to the snapshot and every series tracked after it is lost (see above). Re-run with --force to restore anyway; nothing was changed", strings.Join(newer, ","))
+	}
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for _, g := range file.Groups {
+		up, err := adm.RestoreGroup(ctx)
+		if err != nil {
+			return fmt.Errorf("restore group %d: %w", g.Group, err)
+		}
+		hdr := &api.RestoreHeader{Group: uint32(g.Group), Size: uint64(len(g.Data)), Crc32C: crc32.Checksum(g.Data, castagnoli)}
+		if err := up.Send(&api.RestoreChunk{Header: hdr}); err != nil {
+			return fmt.Errorf("restore group %d: %w", g.Group, err)
+		}
+		for off := 0; off < len(g.Data); off += 1 << 20 {
+			if err := up.Send(&api.RestoreChunk{Data: g.Data[off:min(off+1<<20, len(g.Data))]}); err != nil {
+				break // the cause comes back from CloseAndRecv
+			}
+		}
+		resp, err := up.CloseAndRecv()
+		if err != nil {
+			return fmt.Errorf("restore group %d: %w", g.Group, err)
+		}
+		fmt.Fprintf(out, "group %d: restored at raft index %d, %d series\n", g.Group, resp.Index, resp.Series)
+	}
+	return nil
+}

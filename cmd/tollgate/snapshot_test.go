@@ -1,0 +1,105 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	return string(out), err
+}
+
+func mustCLI(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	out, err := runCLI(t, bin, args...)
+	if err != nil {
+		t.Fatalf("tollgate %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// TestSnapshotSaveRestoreCLI drives the snapshot commands against a real server:
+// save, a refused restore while the cluster is newer (nothing changes), a refused
+// damaged file, a forced restore that rolls back exactly to the snapshot, a
+// refused restore into a cluster with another layout, and an offline restore that
+// seeds a new data dir.
+func TestSnapshotSaveRestoreCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	addrs := [3]string{freePort(t), freePort(t), freePort(t)}
+	p := startDev(t, bin, t.TempDir(), addrs, "--default-max-series", "0")
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+	file := filepath.Join(t.TempDir(), "backup.tgb")
+
+	mustCLI(t, bin, "track", "--addr", p.grpc, "--tenant", "a", "--count", "2000")
+	out := mustCLI(t, bin, "snapshot", "save", "--addr", p.grpc, "-o", file)
+	if !strings.Contains(out, "2000 series") {
+		t.Fatalf("save output does not report 2000 series:\n%s", out)
+	}
+	if out := mustCLI(t, bin, "snapshot", "inspect", file); !strings.Contains(out, "valid") {
+		t.Fatalf("inspect:\n%s", out)
+	}
+	mustCLI(t, bin, "track", "--addr", p.grpc, "--tenant", "b", "--count", "1000")
+
+	out, err := runCLI(t, bin, "snapshot", "restore", "--addr", p.grpc, file)
+	if err == nil || !strings.Contains(out, "--force") || !strings.Contains(out, "will be lost") {
+		t.Fatalf("restore onto newer state without --force: err=%v\n%s", err, out)
+	}
+	if got := usage(t, p, "b"); got != 1000 {
+		t.Fatalf("after refused restore tenant b has %d series, want 1000 (nothing may change)", got)
+	}
+
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := filepath.Join(t.TempDir(), "bad.tgb")
+	data[len(data)/2] ^= 0x40
+	if err := os.WriteFile(bad, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err = runCLI(t, bin, "snapshot", "restore", "--force", "--addr", p.grpc, bad)
+	if err == nil || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("damaged file: err=%v\n%s", err, out)
+	}
+	if _, err := runCLI(t, bin, "snapshot", "inspect", bad); err == nil {
+		t.Fatal("inspect accepted a damaged file")
+	}
+	if got := usage(t, p, "b"); got != 1000 {
+		t.Fatalf("after refused damaged restore tenant b has %d series, want 1000", got)
+	}
+
+	mustCLI(t, bin, "snapshot", "restore", "--force", "--addr", p.grpc, file)
+	if a, b := usage(t, p, "a"), usage(t, p, "b"); a != 2000 || b != 0 {
+		t.Fatalf("after restore: a=%d b=%d, want exactly the snapshot (2000, 0)", a, b)
+	}
+
+	// Another layout: refused before anything changes.
+	addrs32 := [3]string{freePort(t), freePort(t), freePort(t)}
+	p32 := startDev(t, bin, t.TempDir(), addrs32, "--partitions", "32")
+	defer func() { _ = p32.cmd.Process.Kill(); _ = p32.cmd.Wait() }()
+	out, err = runCLI(t, bin, "snapshot", "restore", "--force", "--addr", p32.grpc, file)
+	if err == nil || !strings.Contains(out, "partitions=64") || !strings.Contains(out, "nothing was changed") {
+		t.Fatalf("layout mismatch: err=%v\n%s", err, out)
+	}
+
+	// Offline: seed a new data dir and start a node on it.
+	dir2 := t.TempDir()
+	addrs2 := [3]string{freePort(t), freePort(t), freePort(t)}
+	mustCLI(t, bin, "snapshot", "restore", "--offline", "--data-dir", dir2, "--node-id", "dev", "--raft-addr", addrs2[2], file)
+	if _, err := runCLI(t, bin, "snapshot", "restore", "--offline", "--data-dir", dir2, "--node-id", "dev", "--raft-addr", addrs2[2], file); err == nil {
+		t.Fatal("offline restore into a data dir with state was accepted")
+	}
+	p2 := startDev(t, bin, dir2, addrs2)
+	defer func() { _ = p2.cmd.Process.Kill(); _ = p2.cmd.Wait() }()
+	if a, b := usage(t, p2, "a"), usage(t, p2, "b"); a != 2000 || b != 0 {
+		t.Fatalf("node seeded offline: a=%d b=%d, want 2000, 0", a, b)
+	}
+}
