@@ -198,10 +198,10 @@ func inspectFile(out io.Writer, path string) error {
 
 func newSnapshotRestoreCmd() *cobra.Command {
 	var (
-		o                 adminOpts
-		force, offline    bool
-		dataDir, nodeID   string
-		raftAddr          string
+		o               adminOpts
+		force, offline  bool
+		dataDir, nodeID string
+		raftAddr        string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore FILE",
