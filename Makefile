@@ -32,6 +32,21 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
+.PHONY: cluster cluster-stop test-fault
+
+# Local three-zone cluster on loopback (scripts/cluster.sh: gRPC 7410/7420/7430,
+# admin token local-dev-token); `make cluster-stop` stops it.
+cluster: build
+	TOLLGATE_BIN=./$(BIN) ./scripts/cluster.sh start
+
+cluster-stop:
+	./scripts/cluster.sh stop
+
+# End-to-end fault tests against real processes (also part of `make test`);
+# TOLLGATE_FAILOVER_KILLS=20 make test-fault for the failover figure.
+test-fault:
+	$(GO) test -count=1 -v ./faulttest/
+
 # Microbenchmarks of the hot paths (see BENCHMARKS.md for the recorded figures).
 bench-fsm:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./fsm/...

@@ -1,0 +1,16 @@
+// Package faulttest holds end-to-end fault tests that run real tollgate
+// processes on loopback: a three-node, three-zone cluster built from
+// ./cmd/tollgate, under load from an independent checker client (raw gRPC, not
+// clientlib), while nodes are killed (SIGKILL), frozen (SIGSTOP/SIGCONT),
+// stopped gracefully (SIGTERM), restarted, and while raft membership changes.
+//
+// The checker asserts the product's consistency promise (SPEC §2): no series
+// that was acknowledged is ever rejected afterwards, a tenant never holds more
+// acknowledged series in a group than the group's share of its limit, and the
+// cluster accepts writes again after every fault. TestFailoverTiming measures
+// the time from a leader SIGKILL to the next successful write
+// (TOLLGATE_FAILOVER_KILLS=20 for the figure in BENCHMARKS.md).
+//
+// The package is test-only: this file is its only non-test source. The tests
+// run in `go test ./...` (they take a few minutes) and with `make test-fault`.
+package faulttest
