@@ -191,6 +191,11 @@ func TestClusterPlacementLeadersAndFailover(t *testing.T) {
 		}
 	}
 	nl0 := tc.leader(0)
+	// The stopped node left gracefully; the survivors report it.
+	waitFor(t, "a member reported as left in metrics", func() bool {
+		return gaugeValue(t, nl0, "tollgate_cluster_members", "status", "left") == 1 &&
+			gaugeValue(t, nl0, "tollgate_cluster_members", "status", "alive") == 2
+	})
 	c := api.NewTrackerClient(dial(t, nl0.GRPCAddr()))
 	if rej := track(t, c, "t", 0, accepted); len(rej) != 0 {
 		t.Fatalf("after failover %d accepted series were rejected", len(rej))
@@ -347,4 +352,26 @@ func snapshotOfLive(t *testing.T, s *Server, g int) []byte {
 		t.Fatal(err)
 	}
 	return stripIndex(b)
+}
+
+// gaugeValue reads one labelled sample from a node's metrics registry (-1 if absent).
+func gaugeValue(t *testing.T, s *Server, name, label, value string) float64 {
+	t.Helper()
+	mfs, err := s.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label && lp.GetValue() == value {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	return -1
 }

@@ -132,3 +132,42 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(s.appliedIndex), g)
 	}
 }
+
+// clusterCollector exports the node's cluster view at scrape time, so a dead
+// node ("failed") or a group without a leader shows up on every live node.
+type clusterCollector struct{ s *Server }
+
+var (
+	descMembers   = prometheus.NewDesc("tollgate_cluster_members", "Members known to this node by serf status (alive, leaving, left, failed).", []string{"status"}, nil)
+	descHasLeader = prometheus.NewDesc("tollgate_group_has_leader", "1 if this node knows a leader for the group.", []string{"group"}, nil)
+	descVoters    = prometheus.NewDesc("tollgate_group_voters", "Voters in the group's raft configuration as this node knows it (0 when it is not a member).", []string{"group"}, nil)
+)
+
+func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descMembers
+	ch <- descHasLeader
+	ch <- descVoters
+}
+
+func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	v, _ := c.s.view.get()
+	if v == nil {
+		return
+	}
+	counts := map[string]int{"alive": 0, "leaving": 0, "left": 0, "failed": 0}
+	for _, m := range v.Members {
+		counts[m.Status]++
+	}
+	for st, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), st)
+	}
+	for _, gi := range v.GroupInfo {
+		g := strconv.Itoa(int(gi.Group))
+		has := 0.0
+		if gi.LeaderId != "" {
+			has = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, has, g)
+		ch <- prometheus.MustNewConstMetric(descVoters, prometheus.GaugeValue, float64(len(gi.Voters)), g)
+	}
+}

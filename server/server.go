@@ -225,6 +225,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = newMetrics(s.groupStats)
+	s.metrics.reg.MustRegister(&clusterCollector{s: s})
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
