@@ -166,6 +166,17 @@ func (s *Server) buildView() *api.ClusterView {
 		}
 		v.GroupInfo = append(v.GroupInfo, gi)
 	}
+	// Members' "groups led" follow the leaders found above (raft first), not
+	// only their gossiped tags, which lag for a node that just died.
+	led := map[string][]uint32{}
+	for _, gi := range v.GroupInfo {
+		if gi.LeaderId != "" {
+			led[gi.LeaderId] = append(led[gi.LeaderId], gi.Group)
+		}
+	}
+	for _, m := range v.Members {
+		m.GroupsLed = led[m.Id]
+	}
 	return v
 }
 
