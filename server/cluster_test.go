@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,13 +61,19 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster 
 		tc.dirs = append(tc.dirs, dir)
 	}
 	t.Cleanup(func() {
+		var wg sync.WaitGroup
 		for _, s := range tc.nodes {
 			if s != nil {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				_ = s.Stop(ctx)
-				cancel()
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+					defer cancel()
+					_ = s.Stop(ctx)
+				}()
 			}
 		}
+		wg.Wait()
 	})
 	tc.waitReady()
 	return tc
@@ -374,4 +381,41 @@ func gaugeValue(t *testing.T, s *Server, name, label, value string) float64 {
 		}
 	}
 	return -1
+}
+
+// Two nodes per zone: each group still gets exactly one voter per zone, the one
+// placement picks, so groups spread over a zone's nodes.
+func TestBootstrapTwoNodesPerZone(t *testing.T) {
+	tc := startCluster(t, 6, func(i int, c *Config) {
+		c.Zone = fmt.Sprintf("zone-%c", 'a'+i/2)
+		c.Groups = 8
+	})
+	ms := alive(tc.nodes[0].memberList())
+	if len(ms) != 6 {
+		t.Fatalf("%d alive members, want 6", len(ms))
+	}
+	hosting := map[string]int{}
+	for g := range 8 {
+		peers, _, err := peersOf(tc.leader(g).Raft(g))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, p := range peers {
+			got = append(got, p.Id)
+			hosting[p.Id]++
+		}
+		var want []string
+		for _, m := range Placement(g, ms, 3) {
+			want = append(want, m.ID)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("group %d voters %v, placement says %v", g, got, want)
+		}
+	}
+	if len(hosting) < 5 {
+		t.Fatalf("8 groups landed on only %d of 6 nodes: %v", len(hosting), hosting)
+	}
 }
