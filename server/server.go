@@ -298,6 +298,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.publishView()
+	if !cfg.Bootstrap && cfg.BootstrapExpect == 0 {
+		empty := true
+		for g := range cfg.Groups {
+			if has, err := host.GroupHasState(g); err != nil || has {
+				empty = false
+			}
+		}
+		if empty {
+			s.log.Info("no raft state and neither --dev nor --bootstrap-expect: waiting for a cluster's group leaders to add this node (it needs --join, or another node joining it)",
+				"join", cfg.Join)
+		}
+	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
