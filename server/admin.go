@@ -65,6 +65,16 @@ func (a *adminService) close() {
 }
 
 func (a *adminService) client(addr string) (api.AdminClient, error) {
+	cc, err := a.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewAdminClient(cc), nil
+}
+
+// conn returns a cached connection to another node (admin forwarding, reads
+// forwarded to a replica).
+func (a *adminService) conn(addr string) (*grpc.ClientConn, error) {
 	a.connMu.Lock()
 	defer a.connMu.Unlock()
 	cc := a.conns[addr]
@@ -76,7 +86,7 @@ func (a *adminService) client(addr string) (api.AdminClient, error) {
 		}
 		a.conns[addr] = cc
 	}
-	return api.NewAdminClient(cc), nil
+	return cc, nil
 }
 
 // authorize checks the admin token (or, without one, that the peer is on loopback).

@@ -418,4 +418,22 @@ func TestBootstrapTwoNodesPerZone(t *testing.T) {
 	if len(hosting) < 5 {
 		t.Fatalf("8 groups landed on only %d of 6 nodes: %v", len(hosting), hosting)
 	}
+
+	// A node without a replica of a group forwards GetUsersCloseToLimit.
+	var outsider *Server
+	g := 0
+	for _, s := range tc.nodes {
+		if !s.hostsGroup(g) {
+			outsider = s
+			break
+		}
+	}
+	lo, _ := api.GroupRange(g, 64, 8)
+	// Group share with G=8: ceil(6400·8/64) = 800; 700 ≥ 0.85·800.
+	track(t, api.NewTrackerClient(dial(t, tc.leader(g).GRPCAddr())), "near", lo, hashesIn(5, lo, 700))
+	waitFor(t, "outsider reports the near-limit tenant", func() bool {
+		resp, err := api.NewTrackerClient(dial(t, outsider.GRPCAddr())).GetUsersCloseToLimit(context.Background(),
+			&api.GetUsersCloseToLimitRequest{Partition: uint32(lo)})
+		return err == nil && slices.Equal(resp.Tenants, []string{"near"})
+	})
 }

@@ -153,6 +153,19 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
 	}
 	g := api.GroupOf(int(req.Partition), s.cfg.Partitions, s.cfg.Groups)
+	if !s.hostsGroup(g) {
+		// This node holds no replica of the group (clusters with more nodes
+		// than voters per group): ask the leader, once.
+		id, addr := s.leaderOf(g)
+		if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+			return nil, status.Errorf(codes.Unavailable, "group %d: this node holds no replica and knows no leader; retry", g)
+		}
+		cc, err := s.admin.conn(addr)
+		if err != nil {
+			return nil, err
+		}
+		return api.NewTrackerClient(cc).GetUsersCloseToLimit(outgoing(ctx), req)
+	}
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }
 
