@@ -158,6 +158,17 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 		MaxPool: cfg.TransportMaxPool,
 		Timeout: cfg.TransportTimeout,
 		Logger:  hlog.Named("transport"),
+		// 1 = no pipelined replication: every AppendEntries waits for its
+		// answer (and carries every entry pending for that follower, so
+		// batching is unchanged). raft v1.8's pipeline can deadlock when a
+		// follower answers Success=false (after a leader change or a user
+		// restore leaves a log hole): the send parks on an unbuffered channel
+		// whose reader has exited, the replication goroutine never returns,
+		// that follower silently stops receiving entries and Shutdown hangs.
+		// We hit it in TestSnapshotRestoreRollsBackOnEveryReplica (goroutine
+		// dump: replicate → pipelineSend → netPipeline.AppendEntries).
+		// HashiCorp measured pipelining to bring little benefit (raft#541).
+		MaxRPCsInFlight: 1,
 	})
 
 	boltOpts := *bbolt.DefaultOptions
