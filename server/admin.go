@@ -308,7 +308,7 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		return nil, raftStatus(g, "transfer leadership", err)
 	}
 	// Report the new leader once this node has heard from it.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		if _, id := r.LeaderWithID(); id != "" && string(id) != a.s.cfg.NodeID {
 			return &api.TransferLeadershipResponse{Group: uint32(g), NewLeaderId: string(id)}, nil

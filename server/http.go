@@ -29,8 +29,8 @@ func (s *Server) startHTTP() error {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !s.Ready() {
-			http.Error(w, "not ready: a group has no leader yet or is still loading", http.StatusServiceUnavailable)
+		if why := s.NotReadyReason(); why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
 		fmt.Fprintln(w, "ready")

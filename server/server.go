@@ -388,23 +388,30 @@ func (s *Server) WaitReady(ctx context.Context) error {
 // Ready reports whether this node can serve: every group has a known leader,
 // every group this node is a member of has replayed what was on local disk, and
 // each group led here passed its leader barrier.
-func (s *Server) Ready() bool {
+func (s *Server) Ready() bool { return s.NotReadyReason() == "" }
+
+// NotReadyReason says why the node is not ready ("" when it is), for /readyz
+// and logs.
+func (s *Server) NotReadyReason() string {
 	v, _ := s.view.get()
+	if v == nil {
+		return "starting"
+	}
 	for g, tr := range s.trackers {
-		if v == nil || v.GroupInfo[g].LeaderId == "" {
-			return false
+		if v.GroupInfo[g].LeaderId == "" {
+			return fmt.Sprintf("group %d: no known leader", g)
 		}
 		if !s.hostsGroup(g) {
 			continue
 		}
 		if !s.host.GroupLoaded(g) {
-			return false // restart recovery (snapshot + log replay) not finished
+			return fmt.Sprintf("group %d: replaying local state", g) // snapshot + log replay not finished
 		}
 		if s.host.Raft(g).State() == raft.Leader && !tr.ready() {
-			return false
+			return fmt.Sprintf("group %d: leader barrier not passed yet", g)
 		}
 	}
-	return true
+	return ""
 }
 
 // GRPCAddr is the address the gRPC API listens on.
