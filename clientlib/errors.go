@@ -129,14 +129,3 @@ func IsFailOpenable(err error) bool {
 	}
 	return false
 }
-
-// retryable reports whether a failed TrackSeries RPC may be re-sent. Re-sending
-// is always safe (tracking is idempotent); these codes are the ones another
-// attempt can fix.
-func retryable(code codes.Code) bool {
-	switch code {
-	case codes.Unavailable, codes.FailedPrecondition, codes.Aborted:
-		return true
-	}
-	return false
-}

@@ -636,15 +636,6 @@ func (c *cluster) grpcAddrs() []string {
 	return out
 }
 
-func (c *cluster) byID(id string) *node {
-	for _, n := range c.nodes {
-		if n.id == id {
-			return n
-		}
-	}
-	return nil
-}
-
 // nodeGroups asks every usable node for its local raft state, in parallel.
 func (c *cluster) nodeGroups() map[*node]*api.NodeGroupsResponse {
 	out := map[*node]*api.NodeGroupsResponse{}

@@ -180,22 +180,6 @@ func (s *Server) buildView() *api.ClusterView {
 	return v
 }
 
-// grpcAddrOf maps a raft server id to its gRPC address through the view.
-func (s *Server) grpcAddrOf(id raft.ServerID) string {
-	if id == "" {
-		return ""
-	}
-	if string(id) == s.cfg.NodeID {
-		return s.GRPCAddr()
-	}
-	for _, m := range s.memberList() {
-		if m.ID == string(id) {
-			return m.GRPCAddr
-		}
-	}
-	return ""
-}
-
 // leaderOf returns the id and gRPC address of group g's leader, "" if unknown.
 func (s *Server) leaderOf(g int) (string, string) {
 	v, _ := s.view.get()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -339,11 +338,4 @@ removed with remove-server stays out until it joins again.`,
 
 	cmd.AddCommand(list, add, rm, tr)
 	return cmd
-}
-
-// printJSON is used by commands with --json.
-func printJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
