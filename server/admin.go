@@ -284,6 +284,9 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		return c.TransferLeadership(outgoing(ctx), req)
 	}
 	r := a.s.host.Raft(g)
+	if req.ToId == a.s.cfg.NodeID {
+		return &api.TransferLeadershipResponse{Group: uint32(g), NewLeaderId: req.ToId}, nil // already there
+	}
 	var fut raft.Future
 	if req.ToId == "" {
 		fut = r.LeadershipTransfer()

@@ -82,6 +82,18 @@ func (o *adminOpts) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc
 	return context.WithTimeout(cmd.Context(), o.timeout)
 }
 
+// run connects to the first node that answers and calls fn within --timeout.
+func (o *adminOpts) run(cmd *cobra.Command, fn func(ctx context.Context, adm api.AdminClient, tc api.TrackerClient) error) error {
+	ctx, cancel := o.ctx(cmd)
+	defer cancel()
+	adm, tc, closeFn, err := o.conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	return fn(ctx, adm, tc)
+}
+
 func newStatusCmd() *cobra.Command {
 	var o adminOpts
 	var asJSON bool
@@ -89,24 +101,19 @@ func newStatusCmd() *cobra.Command {
 		Use:   "status",
 		Short: "Show members by zone, groups, leaders, applied index and series per group",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, _, closeFn, err := o.conn(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			st, err := adm.Status(ctx, &api.StatusRequest{})
-			if err != nil {
-				return fmt.Errorf("status: %w", err)
-			}
-			if asJSON {
-				b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
-				_, err := fmt.Fprintln(cmd.OutOrStdout(), string(b))
-				return err
-			}
-			printStatus(cmd.OutOrStdout(), st)
-			return nil
+			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, _ api.TrackerClient) error {
+				st, err := adm.Status(ctx, &api.StatusRequest{})
+				if err != nil {
+					return fmt.Errorf("status: %w", err)
+				}
+				if asJSON {
+					b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
+					_, err := fmt.Fprintln(cmd.OutOrStdout(), string(b))
+					return err
+				}
+				printStatus(cmd.OutOrStdout(), st)
+				return nil
+			})
 		},
 	}
 	o.register(cmd)
@@ -190,150 +197,110 @@ whose zone has no voter (unless servers run with --disable-auto-place). A server
 removed with remove-server stays out until it joins again.`,
 	}
 	o.register(cmd)
-	var group int
-	var all bool
-	groupsOf := func(ctx context.Context, tc api.TrackerClient) ([]uint32, error) {
-		if !all && group >= 0 {
-			return []uint32{uint32(group)}, nil
+	var (
+		group       int
+		all         bool
+		id, address string
+		to          string
+	)
+	// perGroup runs fn for --group G, or for every group with --all-groups (or,
+	// when allByDefault, without --group).
+	perGroup := func(name string, allByDefault bool, fn func(ctx context.Context, adm api.AdminClient, g uint32) error) func(*cobra.Command, []string) error {
+		return func(cmd *cobra.Command, _ []string) error {
+			if group < 0 && !all && !allByDefault {
+				return fmt.Errorf("%s: give --group G or --all-groups", name)
+			}
+			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, tc api.TrackerClient) error {
+				gs := []uint32{uint32(group)}
+				if all || group < 0 {
+					v, err := firstView(ctx, tc)
+					if err != nil {
+						return err
+					}
+					gs = gs[:0]
+					for g := range v.Groups {
+						gs = append(gs, g)
+					}
+				}
+				for _, g := range gs {
+					if err := fn(ctx, adm, g); err != nil {
+						return fmt.Errorf("group %d: %w", g, err)
+					}
+				}
+				return nil
+			})
 		}
-		w, err := tc.WatchCluster(ctx, &api.WatchClusterRequest{})
-		if err != nil {
-			return nil, err
-		}
-		v, err := w.Recv()
-		if err != nil {
-			return nil, err
-		}
-		var gs []uint32
-		for g := range v.Groups {
-			gs = append(gs, g)
-		}
-		return gs, nil
 	}
 
+	var w *tabwriter.Writer
 	list := &cobra.Command{
 		Use:   "list-peers",
 		Short: "List the voters of one group (--group) or of every group",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, tc, closeFn, err := o.conn(ctx)
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			gs, err := groupsOf(ctx, tc)
-			if err != nil {
-				return err
-			}
-			w := tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
+		PreRun: func(cmd *cobra.Command, _ []string) {
+			w = tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "GROUP\tNODE\tADDRESS\tSUFFRAGE\tLEADER")
-			for _, g := range gs {
-				resp, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: g})
-				if err != nil {
-					return fmt.Errorf("group %d: %w", g, err)
-				}
-				for _, p := range resp.Peers {
-					fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\n", g, p.Id, p.Address, p.Suffrage, p.Leader)
-				}
-			}
-			return w.Flush()
 		},
+		RunE: perGroup("list-peers", true, func(ctx context.Context, adm api.AdminClient, g uint32) error {
+			resp, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: g})
+			if err != nil {
+				return err
+			}
+			for _, p := range resp.Peers {
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\n", g, p.Id, p.Address, p.Suffrage, p.Leader)
+			}
+			return nil
+		}),
+		PostRunE: func(*cobra.Command, []string) error { return w.Flush() },
 	}
 	list.Flags().IntVar(&group, "group", -1, "group id (default: every group)")
 
-	var id, address string
 	add := &cobra.Command{
 		Use:   "add-voter",
 		Short: "Add a server as a voter of a group (--group G or --all-groups)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, tc, closeFn, err := o.conn(ctx)
+		RunE: perGroup("add-voter", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
+			resp, err := adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			if group < 0 && !all {
-				return errors.New("add-voter: give --group G or --all-groups")
-			}
-			gs, err := groupsOf(ctx, tc)
-			if err != nil {
-				return err
-			}
-			for _, g := range gs {
-				resp, err := adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
-				if err != nil {
-					return fmt.Errorf("group %d: %w", g, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s is a voter (configuration index %d, %d servers)\n", g, id, resp.Index, len(resp.Peers))
-			}
+			fmt.Printf("group %d: %s is a voter (configuration index %d, %d servers)\n", g, id, resp.Index, len(resp.Peers))
 			return nil
-		},
+		}),
 	}
-	add.Flags().IntVar(&group, "group", -1, "group id")
-	add.Flags().BoolVar(&all, "all-groups", false, "every group")
-	add.Flags().StringVar(&id, "id", "", "server (node) id")
 	add.Flags().StringVar(&address, "address", "", "raft address (default: the member's gossiped raft address)")
-	_ = add.MarkFlagRequired("id")
 
 	rm := &cobra.Command{
 		Use:   "remove-server",
 		Short: "Remove a server from a group's configuration (--group G or --all-groups)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, tc, closeFn, err := o.conn(ctx)
+		RunE: perGroup("remove-server", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
+			resp, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			if group < 0 && !all {
-				return errors.New("remove-server: give --group G or --all-groups")
-			}
-			gs, err := groupsOf(ctx, tc)
-			if err != nil {
-				return err
-			}
-			for _, g := range gs {
-				resp, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
-				if err != nil {
-					return fmt.Errorf("group %d: %w", g, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s removed (configuration index %d, %d servers left)\n", g, id, resp.Index, len(resp.Peers))
-			}
+			fmt.Printf("group %d: %s removed (configuration index %d, %d servers left)\n", g, id, resp.Index, len(resp.Peers))
 			return nil
-		},
+		}),
 	}
-	rm.Flags().IntVar(&group, "group", -1, "group id")
-	rm.Flags().BoolVar(&all, "all-groups", false, "every group")
-	rm.Flags().StringVar(&id, "id", "", "server (node) id")
-	_ = rm.MarkFlagRequired("id")
+	for _, c := range []*cobra.Command{add, rm} {
+		c.Flags().IntVar(&group, "group", -1, "group id")
+		c.Flags().BoolVar(&all, "all-groups", false, "every group")
+		c.Flags().StringVar(&id, "id", "", "server (node) id")
+		_ = c.MarkFlagRequired("id")
+	}
 
-	var to string
 	tr := &cobra.Command{
 		Use:   "transfer-leadership",
 		Short: "Move a group's leadership to another voter (--to ID, or the most up-to-date one)",
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, _, closeFn, err := o.conn(ctx)
+		RunE: perGroup("transfer-leadership", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
+			resp, err := adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: g, ToId: to})
 			if err != nil {
 				return err
 			}
-			defer closeFn()
-			if group < 0 {
-				return errors.New("transfer-leadership: --group is required")
-			}
-			resp, err := adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: uint32(group), ToId: to})
-			if err != nil {
-				return fmt.Errorf("group %d: %w", group, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "group %d: leader is now %s\n", group, resp.NewLeaderId)
+			fmt.Printf("group %d: leader is now %s\n", g, resp.NewLeaderId)
 			return nil
-		},
+		}),
 	}
 	tr.Flags().IntVar(&group, "group", -1, "group id")
+	tr.Flags().BoolVar(&all, "all-groups", false, "every group (each leader hands off to another voter)")
 	tr.Flags().StringVar(&to, "to", "", "target voter id (default: raft picks the most up-to-date voter)")
 
 	cmd.AddCommand(list, add, rm, tr)
