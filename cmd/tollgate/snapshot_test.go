@@ -103,3 +103,36 @@ func TestSnapshotSaveRestoreCLI(t *testing.T) {
 		t.Fatalf("node seeded offline: a=%d b=%d, want 2000, 0", a, b)
 	}
 }
+
+// TestOperatorCommandsCLI runs status and the raft commands against a real dev
+// node (admin calls from loopback need no token).
+func TestOperatorCommandsCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	addrs := [3]string{freePort(t), freePort(t), freePort(t)}
+	p := startDev(t, bin, t.TempDir(), addrs)
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+
+	out := mustCLI(t, bin, "status", "--addr", p.grpc)
+	if !strings.Contains(out, "zone-a  dev") || !strings.Contains(out, "0,1,2,3") {
+		t.Fatalf("status does not show the dev node leading every group:\n%s", out)
+	}
+	out = mustCLI(t, bin, "raft", "list-peers", "--addr", p.grpc)
+	if strings.Count(out, "Voter") != 4 || strings.Count(out, "true") != 4 {
+		t.Fatalf("list-peers: want one leading voter per group:\n%s", out)
+	}
+	out, err := runCLI(t, bin, "raft", "remove-server", "--addr", p.grpc, "--group", "0", "--id", "dev")
+	if err == nil || !strings.Contains(out, "last voter") {
+		t.Fatalf("removing the last voter: err=%v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, "raft", "add-voter", "--addr", p.grpc, "--id", "x")
+	if err == nil || !strings.Contains(out, "--group") {
+		t.Fatalf("add-voter without a group: err=%v\n%s", err, out)
+	}
+	out, err = runCLI(t, bin, "raft", "list-peers", "--addr", p.grpc, "--group", "9")
+	if err == nil || !strings.Contains(out, "out of range") {
+		t.Fatalf("bad group: err=%v\n%s", err, out)
+	}
+}
