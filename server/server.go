@@ -425,6 +425,12 @@ func (s *Server) HTTPAddr() string {
 	return s.httpLis.Addr().String()
 }
 
+// NodeID and Zone are the validated identity of this node.
+func (s *Server) NodeID() string { return s.cfg.NodeID }
+
+// Zone is this node's availability zone.
+func (s *Server) Zone() string { return s.cfg.Zone }
+
 // GossipAddr is the advertised serf address ("" when gossip is off).
 func (s *Server) GossipAddr() string {
 	if s.members == nil {

@@ -134,7 +134,7 @@ restarts rejoins by itself (serf remembers the members in its data dir).`,
 				gossip = "off (single node)"
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     http://%s  (/metrics /healthz /readyz /api/v1/status)\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  default max_series per tenant: %d (0 = unlimited)\n",
-				cfg.NodeID, cfg.Zone, srv.GRPCAddr(), srv.HTTPAddr(), srv.RaftAddr(), gossip, cfg.DataDir, cfg.DefaultMaxSeries)
+				srv.NodeID(), srv.Zone(), srv.GRPCAddr(), srv.HTTPAddr(), srv.RaftAddr(), gossip, cfg.DataDir, cfg.DefaultMaxSeries)
 			<-ctx.Done()
 			log.Info("shutting down", "timeout", shutdownTO)
 			sctx, cancel := context.WithTimeout(context.Background(), shutdownTO)
