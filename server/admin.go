@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -397,16 +398,8 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		}()
 	}
 	wg.Wait()
-	sortNodes(resp.Nodes)
+	slices.SortFunc(resp.Nodes, func(a, b *api.NodeGroupsResponse) int { return strings.Compare(a.NodeId, b.NodeId) })
 	return resp, nil
-}
-
-func sortNodes(ns []*api.NodeGroupsResponse) {
-	for i := 1; i < len(ns); i++ {
-		for j := i; j > 0 && ns[j].NodeId < ns[j-1].NodeId; j-- {
-			ns[j], ns[j-1] = ns[j-1], ns[j]
-		}
-	}
 }
 
 // SnapshotGroup streams a snapshot of group g taken on its leader after a

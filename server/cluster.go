@@ -229,9 +229,10 @@ func (s *Server) clusterLoop() {
 		}
 		now := time.Now()
 		if s.members != nil {
-			led := membership.FormatGroups(s.ledGroups())
+			ledGroups := s.ledGroups()
+			led := membership.FormatGroups(ledGroups)
 			if led != lastLed {
-				if err := s.members.SetLed(s.ledGroups()); err != nil {
+				if err := s.members.SetLed(ledGroups); err != nil {
 					s.log.Warn("gossip led groups", "err", err)
 				} else {
 					lastLed = led
@@ -343,6 +344,10 @@ func (s *Server) tryBootstrap() bool {
 // It never removes a server: removal is an operator decision (raft
 // remove-server), and a removed node stays out until it joins again.
 func (s *Server) reconcileAll(ms []membership.Member) {
+	byID := map[string]membership.Member{}
+	for _, m := range ms {
+		byID[m.ID] = m
+	}
 	for g := range s.cfg.Groups {
 		r := s.host.Raft(g)
 		if r.State() != raft.Leader {
@@ -355,10 +360,6 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 		conf := fut.Configuration()
 		inConf := map[string]raft.Server{}
 		zones := map[string]bool{}
-		byID := map[string]membership.Member{}
-		for _, m := range ms {
-			byID[m.ID] = m
-		}
 		voters := 0
 		for _, srv := range conf.Servers {
 			inConf[string(srv.ID)] = srv

@@ -78,19 +78,25 @@ func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClien
 	return nil, nil, nil, fmt.Errorf("no node answered: %w", errors.Join(errs...))
 }
 
-func (o *adminOpts) ctx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(cmd.Context(), o.timeout)
+// open starts the command's --timeout and connects to the first node that
+// answers; done releases both.
+func (o *adminOpts) open(cmd *cobra.Command) (ctx context.Context, adm api.AdminClient, tc api.TrackerClient, done func(), err error) {
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	adm, tc, closeFn, err := o.conn(ctx)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, adm, tc, func() { closeFn(); cancel() }, nil
 }
 
-// run connects to the first node that answers and calls fn within --timeout.
+// run opens a connection (see open) and calls fn with it.
 func (o *adminOpts) run(cmd *cobra.Command, fn func(ctx context.Context, adm api.AdminClient, tc api.TrackerClient) error) error {
-	ctx, cancel := o.ctx(cmd)
-	defer cancel()
-	adm, tc, closeFn, err := o.conn(ctx)
+	ctx, adm, tc, done, err := o.open(cmd)
 	if err != nil {
 		return err
 	}
-	defer closeFn()
+	defer done()
 	return fn(ctx, adm, tc)
 }
 

@@ -46,13 +46,11 @@ func newSnapshotSaveCmd() *cobra.Command {
 			if out == "" {
 				return errors.New("snapshot save: -o FILE is required")
 			}
-			ctx, cancel := o.ctx(cmd)
-			defer cancel()
-			adm, tc, closeFn, err := o.conn(ctx)
+			ctx, adm, tc, done, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
-			defer closeFn()
+			defer done()
 			view, err := firstView(ctx, tc)
 			if err != nil {
 				return err
@@ -74,9 +72,6 @@ func newSnapshotSaveCmd() *cobra.Command {
 					}
 					if err != nil {
 						return fmt.Errorf("snapshot group %d: %w", g, err)
-					}
-					if ch.Index != 0 {
-						parts[g].index, parts[g].term = ch.Index, ch.Term
 					}
 					parts[g].data = append(parts[g].data, ch.Data...)
 				}
@@ -274,13 +269,11 @@ func restoreOffline(out io.Writer, file *backup.File, dataDir, nodeID, raftAddr 
 
 func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bool) error {
 	out := cmd.OutOrStdout()
-	ctx, cancel := o.ctx(cmd)
-	defer cancel()
-	adm, tc, closeFn, err := o.conn(ctx)
+	ctx, adm, tc, done, err := o.open(cmd)
 	if err != nil {
 		return err
 	}
-	defer closeFn()
+	defer done()
 	view, err := firstView(ctx, tc)
 	if err != nil {
 		return err
