@@ -8,8 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 // Magic opens every backup file (8 bytes, ASCII).
@@ -112,7 +112,7 @@ func invalidf(format string, args ...any) error {
 // checkHeader validates the fields both sides agree on. It returns a message
 // (no prefix) or "".
 func checkHeader(h *Header) string {
-	if err := api.ValidateLayout(h.Partitions, h.Groups, h.Shards); err != nil {
+	if err := layout.ValidateLayout(h.Partitions, h.Groups, h.Shards); err != nil {
 		return "layout: " + err.Error()
 	}
 	if len(h.Source) > MaxSource {
@@ -192,7 +192,7 @@ func chainAdd(chain, crc uint32) uint32 {
 // the backup's layout at the section's index and term. It returns a message
 // or "".
 func checkSnapshot(h *Header, g int, index, term uint64, sh *snapfmt.Header) string {
-	lo, hi := api.GroupRange(g, h.Partitions, h.Groups)
+	lo, hi := layout.GroupRange(g, h.Partitions, h.Groups)
 	switch {
 	case int(sh.Partitions) != h.Partitions || int(sh.Shards) != h.Shards:
 		return fmt.Sprintf("snapshot has partitions=%d shards=%d, backup has partitions=%d shards=%d",

@@ -17,7 +17,7 @@ func FuzzRead(f *testing.F) {
 	seed := smallFile(f)
 	f.Add(seed, false)
 	f.Add(seed, true)
-	one := encodeFile(f, Header{Partitions: 1, Groups: 1, Shards: 1}, makeGroups(f, layout{1, 1, 1}, 1, 1, 12))
+	one := encodeFile(f, Header{Partitions: 1, Groups: 1, Shards: 1}, makeGroups(f, testLayout{1, 1, 1}, 1, 1, 12))
 	f.Add(one, false)
 	f.Add(one, true)
 	f.Fuzz(func(t *testing.T, data []byte, resealIt bool) {

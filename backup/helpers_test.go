@@ -11,16 +11,16 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
-// layout is a cluster layout used by the tests.
-type layout struct{ P, G, S int }
+// testLayout is a cluster layout used by the tests.
+type testLayout struct{ P, G, S int }
 
 var (
-	bigLayout   = layout{64, 4, 16}
-	smallLayout = layout{8, 2, 4}
+	bigLayout   = testLayout{64, 4, 16}
+	smallLayout = testLayout{8, 2, 4}
 )
 
 // groupState is one group's FSM after applying a known log, its snapshot and
@@ -34,7 +34,7 @@ type groupState struct {
 // makeGroups builds one real FSM per group, applies track entries creating
 // about perGroup series spread over tenants (and refreshes of some of them),
 // and snapshots each with fsm.WriteSnapshot.
-func makeGroups(tb testing.TB, l layout, perGroup, tenants int, seed uint64) []groupState {
+func makeGroups(tb testing.TB, l testLayout, perGroup, tenants int, seed uint64) []groupState {
 	tb.Helper()
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	out := make([]groupState, l.G)
@@ -57,7 +57,7 @@ func makeGroups(tb testing.TB, l layout, perGroup, tenants int, seed uint64) []g
 						th.Hashes = append(th.Hashes, known[r.IntN(len(known))])
 						continue
 					}
-					first, last := api.PartitionHashRange(lo+r.IntN(hi-lo), l.P)
+					first, last := layout.PartitionHashRange(lo+r.IntN(hi-lo), l.P)
 					h := first + r.Uint64N(last-first)
 					known = append(known, h)
 					th.Hashes = append(th.Hashes, h)
@@ -84,7 +84,7 @@ func makeGroups(tb testing.TB, l layout, perGroup, tenants int, seed uint64) []g
 	return out
 }
 
-func testHeader(l layout) Header {
+func testHeader(l testLayout) Header {
 	return Header{
 		Partitions: l.P, Groups: l.G, Shards: l.S,
 		Created: time.UnixMilli(1_760_000_000_123).UTC(),

@@ -9,8 +9,8 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/seriesmap"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 // DefaultIdleMinutes is the idle timeout the FSM assumes for self-expiry until an
@@ -27,7 +27,7 @@ type Config struct {
 }
 
 func (c *Config) validate() error {
-	if err := api.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
+	if err := layout.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
 		return fmt.Errorf("fsm config: %w", err)
 	}
 	if c.Group < 0 || c.Group >= c.Groups {
@@ -113,7 +113,7 @@ func New(cfg Config) (*FSM, error) {
 		return nil, err
 	}
 	f := &FSM{cfg: cfg, shardMask: uint64(cfg.Shards - 1), idle: DefaultIdleMinutes}
-	f.lo, f.hi = api.GroupRange(cfg.Group, cfg.Partitions, cfg.Groups)
+	f.lo, f.hi = layout.GroupRange(cfg.Group, cfg.Partitions, cfg.Groups)
 	f.reset()
 	return f, nil
 }

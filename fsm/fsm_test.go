@@ -10,7 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 const testP, testG, testS = 64, 4, 16
@@ -27,7 +27,7 @@ func newTestFSM(t testing.TB, group int) *FSM {
 // hashIn returns a random hash owned by the FSM's group.
 func hashIn(r *rand.Rand, f *FSM) uint64 {
 	lo, hi := f.PartitionRange()
-	first, last := api.PartitionHashRange(lo+r.IntN(hi-lo), testP)
+	first, last := layout.PartitionHashRange(lo+r.IntN(hi-lo), testP)
 	return first + r.Uint64N(last-first)
 }
 

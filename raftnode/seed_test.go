@@ -16,9 +16,9 @@ import (
 
 	"github.com/hashicorp/raft"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 const seedP, seedG, seedS = 64, 4, 16
@@ -59,7 +59,7 @@ func seedSources(t *testing.T) []seedSource {
 					name := fmt.Sprintf("tenant-%d", tn)
 					th := fsm.TenantHashes{Tenant: name}
 					for i := 0; i < 500/(1+g); i++ {
-						first, last := api.PartitionHashRange(lo+r.IntN(hi-lo), seedP)
+						first, last := layout.PartitionHashRange(lo+r.IntN(hi-lo), seedP)
 						h := first + r.Uint64N(last-first)
 						th.Hashes = append(th.Hashes, h)
 						src.hashes[name] = append(src.hashes[name], h)
@@ -218,8 +218,8 @@ func TestSeedGroup(t *testing.T) {
 	// New series on top of the seeded state, in group 0 and in the empty group.
 	extra := map[int][]uint64{}
 	for _, g := range []int{0, seedG - 1} {
-		lo, _ := api.GroupRange(g, seedP, seedG)
-		first, _ := api.PartitionHashRange(lo, seedP)
+		lo, _ := layout.GroupRange(g, seedP, seedG)
+		first, _ := layout.PartitionHashRange(lo, seedP)
 		hs := []uint64{first + 1, first + 2, first + 3}
 		extra[g] = hs
 		f := h.Raft(g).Apply(fsm.AppendTrack(nil, 29_000_000, []fsm.TenantHashes{{Tenant: "late", Hashes: hs}}), 5*time.Second)

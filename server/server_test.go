@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -335,6 +336,11 @@ func TestLayoutIsFixed(t *testing.T) {
 	_, err := New(Config{NodeID: "n1", DataDir: dir, Partitions: 32, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0"})
 	if err == nil {
 		t.Fatal("node started with a different partition count than its data")
+	}
+	// The refusal must be the layout check naming both layouts, not any other
+	// start-up failure (a busy port would also make New fail).
+	if msg := err.Error(); !strings.Contains(msg, "partitions=64") || !strings.Contains(msg, "partitions=32") || !strings.Contains(msg, "layout is fixed") {
+		t.Fatalf("want the layout mismatch named, got: %v", err)
 	}
 }
 

@@ -1,8 +1,7 @@
-package api
+package layout
 
 import (
 	"math"
-	"strings"
 	"testing"
 )
 
@@ -51,21 +50,6 @@ func TestGroupOfMatchesGroupRange(t *testing.T) {
 			if covered != p {
 				t.Fatalf("p=%d g=%d: ranges cover %d partitions", p, g, covered)
 			}
-		}
-	}
-}
-
-func TestValidateTenantID(t *testing.T) {
-	good := []string{"a", "tenant-1", "Team_A.prod", "x*(y)'!", strings.Repeat("a", MaxTenantIDLength)}
-	for _, id := range good {
-		if err := ValidateTenantID(id); err != nil {
-			t.Errorf("ValidateTenantID(%q) = %v, want nil", id, err)
-		}
-	}
-	bad := []string{"", ".", "..", "a/b", "a b", "ü", "a\x00", strings.Repeat("a", MaxTenantIDLength+1)}
-	for _, id := range bad {
-		if err := ValidateTenantID(id); err == nil {
-			t.Errorf("ValidateTenantID(%q) = nil, want error", id)
 		}
 	}
 }
