@@ -32,7 +32,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-.PHONY: cluster cluster-stop test-fault
+.PHONY: cluster cluster-stop test-fault demo demo-down
 
 # Local three-zone cluster on loopback (scripts/cluster.sh: gRPC 7410/7420/7430,
 # admin token local-dev-token); `make cluster-stop` stops it.
@@ -41,6 +41,14 @@ cluster: build
 
 cluster-stop:
 	./scripts/cluster.sh stop
+
+# Three-zone docker-compose demo (deployments/): FROM-scratch image, three nodes,
+# load generator. `make demo-down` removes containers, network, volumes, image.
+demo:
+	./scripts/demo.sh up
+
+demo-down:
+	./scripts/demo.sh down
 
 # End-to-end fault tests against real processes (also part of `make test`);
 # TOLLGATE_FAILOVER_KILLS=20 make test-fault for the failover figure.
