@@ -51,7 +51,7 @@ type member struct {
 }
 
 type stats struct {
-	requests, retries, notLeader                  atomic.Uint64
+	requests, retries, notLeader, attemptTimeouts atomic.Uint64
 	syncReq, asyncReq                             atomic.Uint64
 	failedOpen, errors                            atomic.Uint64
 	asyncLate, asyncLateRejected, asyncLateErrors atomic.Uint64
@@ -70,6 +70,9 @@ type Stats struct {
 	Retries uint64
 	// NotLeaderRedirects counts NotLeader answers (with or without a hint).
 	NotLeaderRedirects uint64
+	// AttemptTimeouts counts attempts abandoned after Config.AttemptTimeout
+	// without an answer (a node cut off by a partition, or frozen).
+	AttemptTimeouts uint64
 	// FailedOpen counts partition requests that failed and, with FailOpen,
 	// were answered "no rejections" (plus whole calls made before the layout
 	// could be learned).
@@ -311,6 +314,7 @@ func (c *Client) Stats() Stats {
 		SyncRequests:        s.syncReq.Load(),
 		AsyncRequests:       s.asyncReq.Load(),
 		Retries:             s.retries.Load(),
+		AttemptTimeouts:     s.attemptTimeouts.Load(),
 		NotLeaderRedirects:  s.notLeader.Load(),
 		FailedOpen:          s.failedOpen.Load(),
 		Errors:              s.errors.Load(),

@@ -42,6 +42,7 @@ const (
 	DefaultNearLimitRefresh = time.Second
 	DefaultAsyncWait        = 5 * time.Millisecond
 	DefaultAsyncTimeout     = 2 * time.Second
+	DefaultAttemptTimeout   = 2 * time.Second
 	// DefaultWatchReprobe is how long the client waits before asking again for
 	// a WatchCluster stream after a node answered Unimplemented.
 	DefaultWatchReprobe = 30 * time.Second
@@ -64,6 +65,16 @@ type Config struct {
 	// takes api.DefaultPartitions / api.DefaultGroups.
 	Partitions int
 	Groups     int
+
+	// AttemptTimeout bounds one RPC attempt to one node; the call's deadline
+	// (Timeout) bounds them all. A leader cut off by a network partition drops
+	// packets instead of refusing them, so without this bound a request sent to
+	// it waits for the whole deadline; with it, the client gives up on that node
+	// after AttemptTimeout and retries through another one (re-sending is safe:
+	// tracking is idempotent). A healthy leader answers within milliseconds and
+	// one that lost its quorum fails pending writes within about a second, so
+	// the default (2s) only cuts attempts that would not have answered.
+	AttemptTimeout time.Duration
 
 	// DialOptions are added to every connection (TLS, interceptors, keepalive…).
 	// Without transport credentials the connections are plaintext.
@@ -146,6 +157,7 @@ func (c *Config) validate() error {
 		{"NearLimitRefresh", &c.NearLimitRefresh, DefaultNearLimitRefresh},
 		{"AsyncWait", &c.AsyncWait, DefaultAsyncWait},
 		{"AsyncTimeout", &c.AsyncTimeout, DefaultAsyncTimeout},
+		{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout},
 		{"watchReprobe", &c.watchReprobe, DefaultWatchReprobe},
 	}
 	for _, d := range durs {

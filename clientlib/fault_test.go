@@ -614,3 +614,32 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestAttemptTimeoutMovesOn: a node that never answers (a leader cut off by a
+// partition drops packets) costs one AttemptTimeout, not the call's deadline;
+// the client then goes through another node.
+func TestAttemptTimeoutMovesOn(t *testing.T) {
+	silent, healthy := newFakeNode(t), newFakeNode(t)
+	silent.setTrack(func(ctx context.Context, _ *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		<-ctx.Done() // blackholed: no answer until the client gives up
+		return nil, ctx.Err()
+	})
+	// The node list is tried round-robin starting at index 1: the silent node first.
+	cfg := testConfig(healthy.addr, silent.addr)
+	cfg.Partitions, cfg.Groups = 4, 1
+	cfg.AttemptTimeout = 100 * time.Millisecond
+	c := newTestClient(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rej, err := c.TrackSeries(ctx, "t", hashesIn(2, 4, 3))
+	if err != nil || len(rej) != 0 {
+		t.Fatalf("got %x, %v; want success through the healthy node", rej, err)
+	}
+	if silent.trackCalls.Load() != 1 || healthy.trackCalls.Load() != 1 {
+		t.Fatalf("calls: silent %d, healthy %d; want the silent node tried once, then the healthy one",
+			silent.trackCalls.Load(), healthy.trackCalls.Load())
+	}
+	if st := c.Stats(); st.AttemptTimeouts != 1 || st.Retries != 1 {
+		t.Errorf("stats %+v: want 1 attempt timeout and 1 retry", st)
+	}
+}

@@ -316,7 +316,10 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			c.stats.retries.Add(1)
 		}
 		attempts++
-		resp, err := tc.TrackSeries(ctx, req)
+		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
+		resp, err := tc.TrackSeries(actx, req)
+		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
+		acancel()
 		if err == nil {
 			if c.leaderOf(group) != addr {
 				c.setLeader(group, addr)
@@ -345,6 +348,13 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 				addr = ""
 			}
 		case code == codes.Unavailable || code == codes.Aborted:
+			c.forgetLeader(group, addr)
+			addr = ""
+		case attemptTimedOut:
+			// No answer within AttemptTimeout: the node may be cut off (a
+			// partitioned leader drops packets). Try another node; it knows
+			// the current leader or redirects to it.
+			c.stats.attemptTimeouts.Add(1)
 			c.forgetLeader(group, addr)
 			addr = ""
 		case code == codes.DeadlineExceeded && ctx.Err() == nil:
