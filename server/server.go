@@ -80,6 +80,12 @@ type Config struct {
 
 	Clock  func() time.Time // injectable wall clock (tests); default time.Now
 	Logger *slog.Logger
+
+	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
+	// same rule as the admin API (Bearer AdminToken, or loopback peers only when
+	// no token is set). Off by default: profiles and the command line reveal
+	// internals, and a CPU profile or trace is a cheap way to load a node.
+	EnableDebugEndpoints bool
 }
 
 // Validate fills defaults and checks ranges.
