@@ -29,11 +29,11 @@ func (s *Server) startGRPC() error {
 		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
 	}
 	s.grpcLis = lis
-	s.grpc = grpc.NewServer(
+	s.grpc = grpc.NewServer(append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream),
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
-	)
+	)...)
 	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
 	s.admin = newAdminService(s)
 	api.RegisterAdminServer(s.grpc, s.admin)

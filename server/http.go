@@ -1,17 +1,22 @@
 package server
 
 import (
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html/template"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/version"
 )
 
 func (s *Server) startHTTP() error {
@@ -36,12 +41,16 @@ func (s *Server) startHTTP() error {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /api/v1/status", s.handleStatus)
+	mux.HandleFunc("GET /api/v1/tenants", s.handleTenants)
 	mux.HandleFunc("GET /api/v1/tenants/{tenant}", s.handleTenant)
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("GET /{$}", s.handleIndex)
+	if s.cfg.EnableDebugEndpoints {
+		mux.Handle("/debug/pprof/", s.requireAdmin(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/cmdline", s.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("/debug/pprof/profile", s.requireAdmin(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("/debug/pprof/symbol", s.requireAdmin(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("/debug/pprof/trace", s.requireAdmin(http.HandlerFunc(pprof.Trace)))
+	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -90,10 +99,7 @@ func (s *Server) Status() NodeStatus {
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(s.Status())
+	writeJSON(w, s.Status())
 }
 
 // TenantUsage is /api/v1/tenants/{tenant}: the tenant's active series per group as
@@ -119,12 +125,150 @@ func (s *Server) Usage(tenant string) TenantUsage {
 	return u
 }
 
+// KnownTenant reports whether this node knows the tenant: a replica here has
+// registered it (it sent series at some point, even if all are idle now), or the
+// limits file names it. An unknown name is most often a typo, which an operator
+// must be able to tell from a tenant that is merely idle.
+func (s *Server) KnownTenant(tenant string) bool {
+	for _, f := range s.fsms {
+		if f.Tenant(tenant) != nil {
+			return true
+		}
+	}
+	return s.limits.Get().Has(tenant)
+}
+
 func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
 	tenant := r.PathValue("tenant")
 	if err := api.ValidateTenantID(tenant); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
+		writeJSONError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if !s.KnownTenant(tenant) {
+		writeJSONError(w, http.StatusNotFound, fmt.Sprintf(
+			"tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the limits file (see /api/v1/tenants)",
+			tenant, s.cfg.NodeID))
+		return
+	}
+	writeJSON(w, s.Usage(tenant))
+}
+
+// TenantSummary is one row of /api/v1/tenants.
+type TenantSummary struct {
+	Tenant    string `json:"tenant"`
+	Series    int64  `json:"series"`     // active series over every group, as this node's replicas see them
+	MaxSeries int64  `json:"max_series"` // effective limit; 0 = unlimited
+	// FractionOfLimit is Series/MaxSeries; null when the tenant is unlimited.
+	FractionOfLimit *float64 `json:"fraction_of_limit"`
+}
+
+// TenantList is /api/v1/tenants.
+type TenantList struct {
+	Tenants []TenantSummary `json:"tenants"`
+}
+
+// Tenants lists every tenant this node knows (see KnownTenant), sorted by name.
+func (s *Server) Tenants() TenantList {
+	series := map[string]int64{}
+	for _, f := range s.fsms {
+		for _, t := range f.Tenants() {
+			series[t.Name] += t.Active()
+		}
+	}
+	limits := s.limits.Get()
+	for _, name := range limits.Overridden() {
+		if _, ok := series[name]; !ok {
+			series[name] = 0
+		}
+	}
+	out := TenantList{Tenants: make([]TenantSummary, 0, len(series))}
+	for name, n := range series {
+		ts := TenantSummary{Tenant: name, Series: n, MaxSeries: limits.For(name).MaxSeries}
+		if ts.MaxSeries > 0 {
+			frac := float64(n) / float64(ts.MaxSeries)
+			ts.FractionOfLimit = &frac
+		}
+		out.Tenants = append(out.Tenants, ts)
+	}
+	slices.SortFunc(out.Tenants, func(a, b TenantSummary) int { return strings.Compare(a.Tenant, b.Tenant) })
+	return out
+}
+
+func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, s.Tenants())
+}
+
+// indexPage links the endpoints until a dashboard exists; a new operator who
+// opens the HTTP address in a browser lands here.
+var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>Tollgate {{.Node}}</title></head>
+<body>
+<h1>Tollgate node {{.Node}}</h1>
+<p>Zone {{.Zone}}, gRPC {{.GRPC}}, {{.Build}}.</p>
+<ul>
+<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes (JSON)</li>
+<li><a href="/api/v1/tenants">/api/v1/tenants</a>: tenants with active series and their limits (JSON)</li>
+<li>/api/v1/tenants/<i>TENANT</i>: one tenant's usage per group (JSON; 404 for an unknown tenant)</li>
+<li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
+<li><a href="/healthz">/healthz</a>: the process is up</li>
+<li><a href="/readyz">/readyz</a>: the node can serve, or why not</li>
+{{if .Debug}}<li><a href="/debug/pprof/">/debug/pprof/</a>: Go profiles (admin token required)</li>
+{{end}}</ul>
+</body></html>
+`))
+
+func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = indexPage.Execute(w, map[string]any{
+		"Node": s.cfg.NodeID, "Zone": s.cfg.Zone, "GRPC": s.GRPCAddr(),
+		"Build": version.Get().String(), "Debug": s.cfg.EnableDebugEndpoints,
+	})
+}
+
+// requireAdmin applies the admin API's rule to an HTTP handler: with an admin
+// token, the request must carry "Authorization: Bearer <token>"; without one,
+// only loopback peers are served.
+func (s *Server) requireAdmin(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if code, msg := s.authorizeHTTP(r); code != 0 {
+			if code == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate admin"`)
+			}
+			http.Error(w, msg, code)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// authorizeHTTP returns 0 when r may use admin endpoints, else the HTTP status
+// and the reason.
+func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
+	if s.cfg.AdminToken == "" {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
+			return 0, ""
+		}
+		return http.StatusForbidden, "debug endpoints: no admin token is configured on this node, so only loopback clients may use them; start the server with --admin-token-file"
+	}
+	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1 {
+		return 0, ""
+	}
+	return http.StatusUnauthorized, "debug endpoints: missing or wrong admin token (header \"Authorization: Bearer <token>\")"
+}
+
+func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(s.Usage(tenant))
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+// writeJSONError answers {"error": msg} so scripts reading JSON get a reason,
+// not an HTML or plain-text body.
+func writeJSONError(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -17,18 +18,20 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 )
 
-// TenantLimits are one tenant's runtime limits. Zero values mean "inherit the
-// default" in overrides; in the effective limits MaxSeries = 0 means unlimited.
+// TenantLimits are one tenant's effective runtime limits. A zero field means "no
+// limit" (MaxSeries = 0: unlimited), as for the --default-max-series flag.
 type TenantLimits struct {
-	MaxSeries int64 `yaml:"max_series"`
+	MaxSeries int64
 	// The fields below are read by later subsystems (rate limits, HLL partition
 	// limits); they are parsed and validated now so one file serves them all.
-	IngestionRate         float64 `yaml:"ingestion_rate"`
-	IngestionBurst        int64   `yaml:"ingestion_burst"`
-	MaxSeriesPerPartition int64   `yaml:"max_series_per_partition"`
+	IngestionRate         float64
+	IngestionBurst        int64
+	MaxSeriesPerPartition int64
 }
 
-// LimitsFile is the YAML runtime-limits file:
+// LimitsFile is the YAML runtime-limits file. A key that is present sets the
+// value, and 0 means "no limit" exactly as in --default-max-series; a key that is
+// left out inherits (a tenant from defaults, defaults from the flag):
 //
 //	defaults:
 //	  max_series: 150000
@@ -36,25 +39,34 @@ type TenantLimits struct {
 //	  tenant-a:
 //	    max_series: 1000000
 //	  tenant-b:
-//	    max_series: 0      # inherits the default (use unlimited: true for no limit)
-//	    unlimited: true
+//	    max_series: 0      # unlimited, same as "unlimited: true"
+//	  tenant-c:
+//	    ingestion_rate: 10 # max_series left out: inherits 150000
 type LimitsFile struct {
 	Defaults TenantOverride            `yaml:"defaults"`
 	Tenants  map[string]TenantOverride `yaml:"tenants"`
 }
 
-// TenantOverride is a per-tenant entry; Unlimited lifts max_series entirely.
+// TenantOverride is one section of the file. Pointer fields tell a key left out
+// (nil: inherit) from an explicit 0 (no limit). Unlimited is the readable
+// spelling of max_series: 0.
 type TenantOverride struct {
-	TenantLimits `yaml:",inline"`
-	Unlimited    bool `yaml:"unlimited"`
+	MaxSeries             *int64   `yaml:"max_series"`
+	IngestionRate         *float64 `yaml:"ingestion_rate"`
+	IngestionBurst        *int64   `yaml:"ingestion_burst"`
+	MaxSeriesPerPartition *int64   `yaml:"max_series_per_partition"`
+	Unlimited             bool     `yaml:"unlimited"`
 }
 
 // Limits is an immutable, validated set of runtime limits. A tenant's effective
 // limits are the server's base (its --default-max-series flag), overlaid by the
-// file's defaults, overlaid by the tenant's own entry; a zero field inherits.
+// file's defaults, overlaid by the tenant's own entry; a key left out inherits.
 type Limits struct {
 	defaults  TenantLimits
 	overrides map[string]TenantOverride
+	// defaultFromFile: the file's defaults set max_series, so the flag's value is
+	// not the one in force (the banner says which applies).
+	defaultFromFile bool
 }
 
 // NewLimits returns limits with the given default max_series and no overrides.
@@ -71,30 +83,36 @@ func ParseLimits(data []byte, base TenantLimits) (*Limits, error) {
 	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
 		return nil, fmt.Errorf("parse limits: %w", err)
 	}
-	if err := validateTenantLimits("defaults", f.Defaults.TenantLimits); err != nil {
+	if err := validateOverride("defaults", f.Defaults); err != nil {
 		return nil, err
 	}
 	for name, o := range f.Tenants {
 		if err := api.ValidateTenantID(name); err != nil {
 			return nil, fmt.Errorf("limits: tenants.%q: %w", name, err)
 		}
-		if err := validateTenantLimits("tenants."+name, o.TenantLimits); err != nil {
+		if err := validateOverride("tenants."+name, o); err != nil {
 			return nil, err
 		}
 	}
-	return &Limits{defaults: overlay(base, f.Defaults), overrides: f.Tenants}, nil
+	return &Limits{
+		defaults:        overlay(base, f.Defaults),
+		overrides:       f.Tenants,
+		defaultFromFile: f.Defaults.MaxSeries != nil || f.Defaults.Unlimited,
+	}, nil
 }
 
-func validateTenantLimits(where string, l TenantLimits) error {
+func validateOverride(where string, o TenantOverride) error {
 	switch {
-	case l.MaxSeries < 0:
-		return fmt.Errorf("limits: %s.max_series = %d: must be ≥ 0", where, l.MaxSeries)
-	case l.IngestionRate < 0 || math.IsNaN(l.IngestionRate) || math.IsInf(l.IngestionRate, 0):
-		return fmt.Errorf("limits: %s.ingestion_rate = %v: must be a finite number ≥ 0", where, l.IngestionRate)
-	case l.IngestionBurst < 0:
-		return fmt.Errorf("limits: %s.ingestion_burst = %d: must be ≥ 0", where, l.IngestionBurst)
-	case l.MaxSeriesPerPartition < 0:
-		return fmt.Errorf("limits: %s.max_series_per_partition = %d: must be ≥ 0", where, l.MaxSeriesPerPartition)
+	case o.MaxSeries != nil && *o.MaxSeries < 0:
+		return fmt.Errorf("limits: %s.max_series = %d: must be ≥ 0 (0 = unlimited)", where, *o.MaxSeries)
+	case o.Unlimited && o.MaxSeries != nil && *o.MaxSeries != 0:
+		return fmt.Errorf("limits: %s: unlimited: true contradicts max_series = %d; keep one", where, *o.MaxSeries)
+	case o.IngestionRate != nil && (*o.IngestionRate < 0 || math.IsNaN(*o.IngestionRate) || math.IsInf(*o.IngestionRate, 0)):
+		return fmt.Errorf("limits: %s.ingestion_rate = %v: must be a finite number ≥ 0", where, *o.IngestionRate)
+	case o.IngestionBurst != nil && *o.IngestionBurst < 0:
+		return fmt.Errorf("limits: %s.ingestion_burst = %d: must be ≥ 0", where, *o.IngestionBurst)
+	case o.MaxSeriesPerPartition != nil && *o.MaxSeriesPerPartition < 0:
+		return fmt.Errorf("limits: %s.max_series_per_partition = %d: must be ≥ 0", where, *o.MaxSeriesPerPartition)
 	}
 	return nil
 }
@@ -108,21 +126,27 @@ func (l *Limits) For(tenant string) TenantLimits {
 	return overlay(l.defaults, o)
 }
 
+// Has reports whether the file has an entry for the tenant.
+func (l *Limits) Has(tenant string) bool {
+	_, ok := l.overrides[tenant]
+	return ok
+}
+
 func overlay(eff TenantLimits, o TenantOverride) TenantLimits {
-	if o.MaxSeries != 0 {
-		eff.MaxSeries = o.MaxSeries
+	if o.MaxSeries != nil {
+		eff.MaxSeries = *o.MaxSeries
 	}
 	if o.Unlimited {
 		eff.MaxSeries = 0
 	}
-	if o.IngestionRate != 0 {
-		eff.IngestionRate = o.IngestionRate
+	if o.IngestionRate != nil {
+		eff.IngestionRate = *o.IngestionRate
 	}
-	if o.IngestionBurst != 0 {
-		eff.IngestionBurst = o.IngestionBurst
+	if o.IngestionBurst != nil {
+		eff.IngestionBurst = *o.IngestionBurst
 	}
-	if o.MaxSeriesPerPartition != 0 {
-		eff.MaxSeriesPerPartition = o.MaxSeriesPerPartition
+	if o.MaxSeriesPerPartition != nil {
+		eff.MaxSeriesPerPartition = *o.MaxSeriesPerPartition
 	}
 	return eff
 }
@@ -135,6 +159,28 @@ func (l *Limits) Overridden() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// LimitsInfo describes the limits in force, for the start-up banner and status.
+type LimitsInfo struct {
+	// DefaultMaxSeries applies to tenants without an entry of their own; 0 = unlimited.
+	DefaultMaxSeries int64
+	// DefaultFrom says where DefaultMaxSeries comes from: "flag"
+	// (--default-max-series) or "file" (the file's defaults.max_series).
+	DefaultFrom string
+	File        string // limits file in use; "" when none
+	Overrides   int    // tenants with an entry in the file
+}
+
+// EffectiveLimits reports the limits in force now (the file may have been
+// reloaded since start).
+func (s *Server) EffectiveLimits() LimitsInfo {
+	l := s.limits.Get()
+	info := LimitsInfo{DefaultMaxSeries: l.defaults.MaxSeries, DefaultFrom: "flag", File: s.limits.path, Overrides: len(l.overrides)}
+	if l.defaultFromFile {
+		info.DefaultFrom = "file"
+	}
+	return info
 }
 
 // GroupShare is a group's share of a tenant-wide max_series:
@@ -154,9 +200,14 @@ type limitsSource struct {
 	path     string
 	base     TenantLimits
 	log      *slog.Logger
-	lastMod  time.Time
-	lastSize int64
 	onReload func(ok bool)
+
+	// What the last attempt saw, good or bad: a file is parsed (and a broken
+	// one reported) once per change, not on every poll.
+	seenMod  time.Time
+	seenSize int64
+	seenSum  [sha256.Size]byte
+	seenErr  string // last stat/read error, so a missing file is reported once
 }
 
 func newLimitsSource(path string, defaultMaxSeries int64, log *slog.Logger, onReload func(bool)) (*limitsSource, error) {
@@ -174,20 +225,29 @@ func newLimitsSource(path string, defaultMaxSeries int64, log *slog.Logger, onRe
 
 func (s *limitsSource) Get() *Limits { return s.cur.Load() }
 
-// reload re-reads the file if its modification time or size changed. A bad file
-// keeps the previous limits in force and is reported, never half-applied.
+// reload re-reads the file if it changed since the last attempt (modification
+// time or size, then content hash, so a touch alone does not reparse). A bad
+// file keeps the previous limits in force and is returned as an error once; the
+// same bad file is not reported again until it changes.
 func (s *limitsSource) reload(force bool) (bool, error) {
 	st, err := os.Stat(s.path)
 	if err != nil {
-		return false, fmt.Errorf("limits file %s: %w", s.path, err)
+		return false, s.readFailed(force, fmt.Errorf("limits file %s: %w", s.path, err))
 	}
-	if !force && st.ModTime().Equal(s.lastMod) && st.Size() == s.lastSize {
+	if !force && s.seenErr == "" && st.ModTime().Equal(s.seenMod) && st.Size() == s.seenSize {
 		return false, nil
 	}
 	data, err := os.ReadFile(s.path)
 	if err != nil {
-		return false, fmt.Errorf("limits file %s: %w", s.path, err)
+		return false, s.readFailed(force, fmt.Errorf("limits file %s: %w", s.path, err))
 	}
+	s.seenErr = ""
+	sum := sha256.Sum256(data)
+	s.seenMod, s.seenSize = st.ModTime(), st.Size()
+	if !force && sum == s.seenSum {
+		return false, nil
+	}
+	s.seenSum = sum
 	l, err := ParseLimits(data, s.base)
 	if err != nil {
 		if s.onReload != nil {
@@ -195,7 +255,6 @@ func (s *limitsSource) reload(force bool) (bool, error) {
 		}
 		return false, fmt.Errorf("limits file %s: %w", s.path, err)
 	}
-	s.lastMod, s.lastSize = st.ModTime(), st.Size()
 	s.cur.Store(l)
 	if s.onReload != nil {
 		s.onReload(true)
@@ -203,6 +262,20 @@ func (s *limitsSource) reload(force bool) (bool, error) {
 	return true, nil
 }
 
+// readFailed reports a stat/read error unless it is the one already reported.
+// The next successful read must parse again, whatever its hash: the content
+// last parsed may not be the one in force.
+func (s *limitsSource) readFailed(force bool, err error) error {
+	s.seenSum = [sha256.Size]byte{}
+	if !force && err.Error() == s.seenErr {
+		return nil
+	}
+	s.seenErr = err.Error()
+	if s.onReload != nil && !force {
+		s.onReload(false)
+	}
+	return err
+}
 func (s *limitsSource) watch(stop <-chan struct{}, every time.Duration) {
 	if s.path == "" {
 		return

@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tollgate-io/tollgate/version"
 )
 
 // metrics are registered on a per-server registry (no global state), exposed on
@@ -67,6 +69,18 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 	reg.MustRegister(m.requests, m.requestDur, m.seriesCreated, m.seriesRefresh, m.seriesReject,
 		m.entries, m.entryBytes, m.batchHashes, m.commitDur, m.limitsReloads)
 	reg.MustRegister(&groupCollector{stats: groupStats})
+	// The build is fixed for the process lifetime: a constant 1 whose labels say
+	// what runs, so dashboards can join on it and spot mixed versions in a cluster.
+	bi := version.Get()
+	rev := bi.Revision
+	if bi.Modified {
+		rev += "+dirty"
+	}
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name:        "tollgate_build_info",
+		Help:        "Always 1; the labels name the running build (release version, VCS revision, Go version).",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "revision": rev, "goversion": bi.GoVersion},
+	}, func() float64 { return 1 }))
 	return m
 }
 
@@ -129,7 +143,9 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descSeries, prometheus.GaugeValue, float64(s.series), g)
 		ch <- prometheus.MustNewConstMetric(descTenants, prometheus.GaugeValue, float64(s.tenants), g)
 		ch <- prometheus.MustNewConstMetric(descLeader, prometheus.GaugeValue, lead, g)
-		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.CounterValue, float64(s.appliedIndex), g)
+		// A gauge, not a counter: the index can go back when a replica is restored
+		// from a snapshot, and rate() over it would misread that as a reset.
+		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.appliedIndex), g)
 	}
 }
 

@@ -80,6 +80,12 @@ type Config struct {
 
 	Clock  func() time.Time // injectable wall clock (tests); default time.Now
 	Logger *slog.Logger
+
+	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
+	// same rule as the admin API (Bearer AdminToken, or loopback peers only when
+	// no token is set). Off by default: profiles and the command line reveal
+	// internals, and a CPU profile or trace is a cheap way to load a node.
+	EnableDebugEndpoints bool
 }
 
 // Validate fills defaults and checks ranges.
@@ -188,6 +194,9 @@ type Server struct {
 	httpLis net.Listener
 	http    *http.Server
 
+	dir        *dataDir // locked for the server's lifetime
+	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
+
 	leaderEvents chan leaderEvent
 	closing      chan struct{} // closed when Stop begins (ends watch streams)
 	stop         chan struct{}
@@ -216,13 +225,25 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
+	dir, err := openDataDir(cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, log: cfg.Logger, dir: dir, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
 	s.view.changed = make(chan struct{})
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
-		return nil, fmt.Errorf("data dir %s: %w", cfg.DataDir, err)
+	// Every failure from here on stops what was started and, for a data dir
+	// this start found empty, removes what it wrote: a retry after fixing the
+	// cause (a busy port, a bad flag) then starts clean.
+	fail := func(err error) (*Server, error) {
+		s.wipeOnStop = true
+		s.Stop(context.Background())
+		if dir.fresh {
+			s.log.Info("start failed; removed what it wrote to the new data dir", "data_dir", cfg.DataDir)
+		}
+		return nil, err
 	}
 	if err := checkLayout(cfg); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	s.metrics = newMetrics(s.groupStats)
 	s.metrics.reg.MustRegister(&clusterCollector{s: s})
@@ -234,7 +255,7 @@ func New(cfg Config) (*Server, error) {
 		s.metrics.limitsReloads.WithLabelValues(res).Inc()
 	})
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	s.limits = ls
 
@@ -242,7 +263,7 @@ func New(cfg Config) (*Server, error) {
 	for g := range s.fsms {
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log})
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		s.fsms[g] = f
 	}
@@ -263,7 +284,7 @@ func New(cfg Config) (*Server, error) {
 		},
 	}, func(g int) raft.FSM { return s.fsms[g] })
 	if err != nil {
-		return nil, fmt.Errorf("start raft: %w", err)
+		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
 	s.trackers = make([]*groupTracker, cfg.Groups)
@@ -286,16 +307,13 @@ func New(cfg Config) (*Server, error) {
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
 
 	if err := s.startGRPC(); err != nil {
-		s.Stop(context.Background())
-		return nil, err
+		return fail(err)
 	}
 	if err := s.startHTTP(); err != nil {
-		s.Stop(context.Background())
-		return nil, err
+		return fail(err)
 	}
 	if err := s.startMembership(); err != nil {
-		s.Stop(context.Background())
-		return nil, err
+		return fail(err)
 	}
 	s.publishView()
 	if !cfg.Bootstrap && cfg.BootstrapExpect == 0 {
@@ -508,6 +526,10 @@ func (s *Server) Stop(ctx context.Context) error {
 		}
 		if s.admin != nil {
 			s.admin.close()
+		}
+		// Last, after raft closed its stores: the next node on this dir may start.
+		if err := s.dir.release(s.wipeOnStop); err != nil {
+			errs = append(errs, err)
 		}
 		s.stopErr = errors.Join(errs...)
 		s.log.Info("tollgate node stopped", "node", s.cfg.NodeID)
