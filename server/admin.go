@@ -2,12 +2,10 @@ package server
 
 import (
 	"context"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
-	"net"
 	"os"
 	"slices"
 	"strconv"
@@ -18,9 +16,6 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -29,10 +24,6 @@ import (
 )
 
 const (
-	adminPrefix = "/tollgate.v1.Admin/"
-	// forwardedKey marks a call one node forwarded to the leader, so a stale
-	// view cannot bounce it back and forth.
-	forwardedKey      = "x-tollgate-forwarded"
 	snapshotChunkSize = 1 << 20
 	membershipTimeout = 10 * time.Second
 	maxRestoreBytes   = 64 << 30
@@ -41,106 +32,18 @@ const (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // adminService implements api.AdminServer. Calls that must run on a group's
-// leader are forwarded to it by the node that received them.
+// leader are forwarded to it (peers.go) by the node that received them; the
+// token check runs before any handler (auth.go).
 type adminService struct {
 	api.UnimplementedAdminServer
-	s *Server
-
-	connMu sync.Mutex
-	conns  map[string]*grpc.ClientConn
+	s        *Server
+	peerPool // connections to other nodes, for forwarding
 
 	restoreMu sync.Mutex // one restore at a time per node
 }
 
 func newAdminService(s *Server) *adminService {
-	return &adminService{s: s, conns: map[string]*grpc.ClientConn{}}
-}
-
-func (a *adminService) close() {
-	a.connMu.Lock()
-	defer a.connMu.Unlock()
-	for _, c := range a.conns {
-		_ = c.Close()
-	}
-	a.conns = map[string]*grpc.ClientConn{}
-}
-
-func (a *adminService) client(addr string) (api.AdminClient, error) {
-	cc, err := a.conn(addr)
-	if err != nil {
-		return nil, err
-	}
-	return api.NewAdminClient(cc), nil
-}
-
-// conn returns a cached connection to another node (admin forwarding, reads
-// forwarded to a replica).
-func (a *adminService) conn(addr string) (*grpc.ClientConn, error) {
-	a.connMu.Lock()
-	defer a.connMu.Unlock()
-	cc := a.conns[addr]
-	if cc == nil {
-		var err error
-		cc, err = grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
-		}
-		a.conns[addr] = cc
-	}
-	return cc, nil
-}
-
-// authorize checks the admin token (or, without one, that the peer is on loopback).
-func (s *Server) authorize(ctx context.Context, method string) error {
-	if !strings.HasPrefix(method, adminPrefix) {
-		return nil
-	}
-	if s.cfg.AdminToken == "" {
-		p, ok := peer.FromContext(ctx)
-		if ok {
-			if tcp, ok := p.Addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
-				return nil
-			}
-		}
-		return status.Error(codes.PermissionDenied, "admin API: no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token")
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		tok, ok := strings.CutPrefix(v, "Bearer ")
-		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1 {
-			return nil
-		}
-	}
-	return status.Error(codes.Unauthenticated, "admin API: missing or wrong token (metadata \"authorization: Bearer <token>\"; the CLI reads --token or TOLLGATE_ADMIN_TOKEN)")
-}
-
-func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.authorize(ctx, info.FullMethod); err != nil {
-		return nil, err
-	}
-	return h(ctx, req)
-}
-
-func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
-		return err
-	}
-	return h(srv, ss)
-}
-
-// outgoing copies the caller's credentials onto a forwarded call.
-func outgoing(ctx context.Context) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
-	out := metadata.Pairs(forwardedKey, "1")
-	if auth := md.Get("authorization"); len(auth) > 0 {
-		out.Set("authorization", auth...)
-	}
-	return metadata.NewOutgoingContext(ctx, out)
-}
-
-func wasForwarded(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(forwardedKey)) > 0
+	return &adminService{s: s}
 }
 
 func (a *adminService) checkGroup(g uint32) (int, error) {
@@ -148,20 +51,6 @@ func (a *adminService) checkGroup(g uint32) (int, error) {
 		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, a.s.cfg.Groups)
 	}
 	return int(g), nil
-}
-
-// leaderClient returns nil when this node leads g, else a client for the
-// leader (or an error when there is none or the call was already forwarded).
-func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient, error) {
-	s := a.s
-	if s.host.Raft(g).State() == raft.Leader {
-		return nil, nil
-	}
-	id, addr := s.leaderOf(g)
-	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
-		return nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
-	}
-	return a.client(addr)
 }
 
 func peersOf(r *raft.Raft) ([]*api.Peer, uint64, error) {

@@ -267,9 +267,7 @@ func (s *Server) clusterLoop() {
 		}
 		s.publishView()
 		if s.cfg.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
-			// ±25 % jitter so nodes do not decide at the same instant.
-			iv := s.cfg.LeaderBalanceInterval
-			nextBalance = time.Now().Add(iv*3/4 + rand.N(iv/2+1))
+			nextBalance = time.Now().Add(balanceDelay(s.cfg.LeaderBalanceInterval, rand.N[time.Duration]))
 			s.balanceLeaders()
 		}
 	}
@@ -286,51 +284,33 @@ func (s *Server) publishView() {
 	}
 }
 
-// tryBootstrap forms a new cluster once BootstrapExpect members are alive: every
-// such node computes the same placement and bootstraps the groups it is a voter
-// of with the identical configuration (raft makes identical bootstraps safe).
-// A group that already has state, or that some member already leads (the
-// cluster exists and this node will be added by its leader), is left alone.
-// It returns true when nothing is left to do.
+// tryBootstrap executes planBootstrap: once --bootstrap-expect members are
+// alive it bootstraps the groups this node is a voter of. It returns true when
+// nothing is left to do.
 func (s *Server) tryBootstrap() bool {
-	ms := alive(s.members.Members())
-	if len(ms) < s.cfg.BootstrapExpect {
-		return false
+	ms := s.members.Members()
+	if len(alive(ms)) < s.cfg.BootstrapExpect {
+		return false // not yet; skip reading every group's state
 	}
-	if len(ms) > s.cfg.BootstrapExpect {
-		s.log.Warn("more members alive than --bootstrap-expect; bootstrapping with the first ones by id", "alive", len(ms), "expect", s.cfg.BootstrapExpect)
-		ms = ms[:s.cfg.BootstrapExpect]
-	}
-	for g := range s.cfg.Groups {
+	hasState := make([]bool, s.cfg.Groups)
+	for g := range hasState {
 		has, err := s.host.GroupHasState(g)
 		if err != nil {
 			s.log.Error("bootstrap: check group state", "group", g, "err", err)
 			return false
 		}
-		if has {
-			continue
-		}
-		ledElsewhere := false
-		for _, m := range ms {
-			if slices.Contains(m.GroupsLed, g) {
-				ledElsewhere = true
-			}
-		}
-		if ledElsewhere {
-			continue
-		}
-		voters := Placement(g, ms, s.cfg.Replicas)
-		var servers []raft.Server
-		self := false
-		for _, v := range voters {
-			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
-			self = self || v.ID == s.cfg.NodeID
-		}
-		if !self {
-			continue
-		}
-		if err := s.host.BootstrapGroup(g, servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			s.log.Error("bootstrap group", "group", g, "err", err)
+		hasState[g] = has
+	}
+	plan := planBootstrap(bootstrapInput{Self: s.cfg.NodeID, Expect: s.cfg.BootstrapExpect, Replicas: s.cfg.Replicas, Members: ms, HasState: hasState})
+	if plan.Wait {
+		return false
+	}
+	if len(plan.Ignored) > 0 {
+		s.log.Warn("more members alive than --bootstrap-expect; bootstrapping with the first ones by id", "expect", s.cfg.BootstrapExpect, "left_out", plan.Ignored)
+	}
+	for _, gc := range plan.Groups {
+		if err := s.host.BootstrapGroup(gc.Group, gc.Servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			s.log.Error("bootstrap group", "group", gc.Group, "err", err)
 			return false
 		}
 	}
@@ -338,16 +318,9 @@ func (s *Server) tryBootstrap() bool {
 	return true
 }
 
-// reconcileAll runs placement repair for every group led here: a zone with
-// alive members but no voter gets the placement's choice for that zone, voters
-// are topped up to Replicas, and a voter whose raft address changed is updated.
-// It never removes a server: removal is an operator decision (raft
-// remove-server), and a removed node stays out until it joins again.
+// reconcileAll executes planReconcile for every group led here, one group at a
+// time, so each plan starts from that group's current configuration.
 func (s *Server) reconcileAll(ms []membership.Member) {
-	byID := map[string]membership.Member{}
-	for _, m := range ms {
-		byID[m.ID] = m
-	}
 	for g := range s.cfg.Groups {
 		r := s.host.Raft(g)
 		if r.State() != raft.Leader {
@@ -357,89 +330,49 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 		if fut.Error() != nil {
 			continue
 		}
-		conf := fut.Configuration()
-		inConf := map[string]raft.Server{}
-		zones := map[string]bool{}
-		voters := 0
-		for _, srv := range conf.Servers {
-			inConf[string(srv.ID)] = srv
-			if srv.Suffrage == raft.Voter {
-				voters++
-				if m, ok := byID[string(srv.ID)]; ok {
-					zones[m.Zone] = true
-					if m.RaftAddr != "" && raft.ServerAddress(m.RaftAddr) != srv.Address {
-						s.addVoter(g, m, "raft address changed")
-					}
-				}
-			}
-		}
-		for _, m := range Placement(g, ms, s.cfg.Replicas) {
-			if _, ok := inConf[m.ID]; ok {
-				continue
-			}
-			switch {
-			case !zones[m.Zone]:
-				s.addVoter(g, m, "zone has no voter")
-				zones[m.Zone] = true
-				voters++
-			case voters < s.cfg.Replicas:
-				s.addVoter(g, m, "group has fewer voters than replicas")
-				voters++
-			}
+		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
+			s.addVoter(add)
 		}
 	}
 }
 
-func (s *Server) addVoter(g int, m membership.Member, why string) {
-	s.log.Info("adding voter", "group", g, "node", m.ID, "zone", m.Zone, "raft", m.RaftAddr, "reason", why)
-	if err := s.host.Raft(g).AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, 10*time.Second).Error(); err != nil {
+// addVoter executes one voterAdd; a failure is logged and retried at the next
+// reconcile (when a member becomes alive again).
+func (s *Server) addVoter(add voterAdd) {
+	g, m := add.Group, add.Member
+	s.log.Info("adding voter", "group", g, "node", m.ID, "zone", m.Zone, "raft", m.RaftAddr, "reason", add.Reason)
+	if err := s.host.Raft(g).AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error(); err != nil {
 		s.log.Warn("add voter failed", "group", g, "node", m.ID, "err", err)
 	}
 }
 
-// balanceLeaders moves one group's leadership from this node to a voter of
-// that group leading at least two fewer groups, so leader counts converge to
-// within one of each other (the leader does the group's deciding and fsyncs).
-// One transfer per interval per node, with the interval jittered, keeps nodes
-// from all dumping on the same target at once.
+// balanceInput gathers planBalance's snapshot: alive members with their
+// gossiped leader counts, and the configuration of every group led here.
+func (s *Server) balanceInput() balanceInput {
+	in := balanceInput{Self: s.cfg.NodeID, Members: s.memberList()}
+	for _, g := range s.ledGroups() {
+		gc := groupConfig{Group: g}
+		if fut := s.host.Raft(g).GetConfiguration(); fut.Error() == nil {
+			gc.Servers = fut.Configuration().Servers
+		}
+		in.Led = append(in.Led, gc)
+	}
+	return in
+}
+
+// balanceLeaders executes planBalance: at most one leadership transfer.
 func (s *Server) balanceLeaders() {
-	ms := alive(s.memberList())
-	if len(ms) < 2 {
-		return
+	if mv, ok := planBalance(s.balanceInput()); ok {
+		s.moveLeader(mv)
 	}
-	counts := map[string]int{}
-	for _, m := range ms {
-		counts[m.ID] = len(m.GroupsLed)
-	}
-	mine := s.ledGroups()
-	counts[s.cfg.NodeID] = len(mine)
-	for i := len(mine) - 1; i >= 0; i-- {
-		g := mine[i]
-		r := s.host.Raft(g)
-		fut := r.GetConfiguration()
-		if fut.Error() != nil {
-			continue
-		}
-		var best *raft.Server
-		bestN := len(mine) - 1 // the target must lead ≤ len(mine)-2
-		for _, srv := range fut.Configuration().Servers {
-			n, ok := counts[string(srv.ID)]
-			if srv.Suffrage != raft.Voter || string(srv.ID) == s.cfg.NodeID || !ok {
-				continue
-			}
-			if n < bestN {
-				srv := srv
-				best, bestN = &srv, n
-			}
-		}
-		if best == nil {
-			continue
-		}
-		s.log.Info("balancing leadership", "group", g, "to", best.ID, "led_here", len(mine), "led_there", bestN)
-		if err := r.LeadershipTransferToServer(best.ID, best.Address).Error(); err != nil {
-			s.log.Warn("leadership transfer failed", "group", g, "to", best.ID, "err", err)
-		}
-		return
+}
+
+// moveLeader executes one leaderMove. Raft's transfer is best effort (another
+// voter's election may win); the next balance check sees the outcome.
+func (s *Server) moveLeader(mv leaderMove) {
+	s.log.Info("balancing leadership", "group", mv.Group, "to", mv.To.ID, "led_here", mv.LedHere, "led_there", mv.LedThere)
+	if err := s.host.Raft(mv.Group).LeadershipTransferToServer(mv.To.ID, mv.To.Address).Error(); err != nil {
+		s.log.Warn("leadership transfer failed", "group", mv.Group, "to", mv.To.ID, "err", err)
 	}
 }
 

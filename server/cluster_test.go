@@ -283,19 +283,125 @@ func TestAdminMembershipAndTransfer(t *testing.T) {
 	}
 }
 
+// TestLeadersBalance drives the balancer's own pieces (balanceInput →
+// planBalance → moveLeader, what the cluster loop runs every interval) on a
+// real 3-node cluster from a skewed start, one move at a time on a settled
+// cluster, until no node plans a move. It fails, with the history of moves,
+// if the planner stops before leaders are within one of even, or if it keeps
+// moving long after it should have converged. Waits only bound hangs.
 func TestLeadersBalance(t *testing.T) {
+	const groups = 6
+	// The loop's own balancing is off so the test decides when a move runs.
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.Groups, c.LeaderBalanceInterval = 6, 200*time.Millisecond
+		c.Groups, c.LeaderBalanceInterval = groups, -1
 	})
-	// Elections alone rarely give 2/2/2; the balancer must get there.
-	waitFor(t, "leaders spread 2/2/2", func() bool {
-		for _, s := range tc.live() {
-			if len(s.ledGroups()) != 2 {
-				return false
+	nodes := tc.nodes
+	byID := map[string]*Server{}
+	for _, s := range nodes {
+		byID[s.cfg.NodeID] = s
+	}
+	// Skew: every group's leadership to n1. Transfers are best effort, so
+	// retry until it holds.
+	n1 := nodes[0]
+	waitFor(t, "n1 leading every group", func() bool {
+		all := true
+		for g := range groups {
+			for _, s := range nodes {
+				if s != n1 && s.Raft(g).State() == raft.Leader {
+					all = false
+					_ = s.Raft(g).LeadershipTransferToServer(raft.ServerID(n1.cfg.NodeID), raft.ServerAddress(n1.RaftAddr())).Error()
+				}
 			}
 		}
-		return true
+		return all && len(n1.ledGroups()) == groups
 	})
+
+	// settled returns every node's balance input once raft has one leader per
+	// group and every node's gossiped view of who leads what agrees with raft,
+	// so each plan starts from the truth.
+	var inputs []balanceInput
+	var state string
+	settled := func() bool {
+		led := map[string][]int{}
+		owner := map[int]string{}
+		for _, s := range nodes {
+			led[s.cfg.NodeID] = s.ledGroups()
+			for _, g := range led[s.cfg.NodeID] {
+				if o, dup := owner[g]; dup {
+					state = fmt.Sprintf("group %d led by both %s and %s", g, o, s.cfg.NodeID)
+					return false
+				}
+				owner[g] = s.cfg.NodeID
+			}
+		}
+		state = fmt.Sprint(led)
+		if len(owner) != groups {
+			return false
+		}
+		inputs = inputs[:0]
+		for _, s := range nodes {
+			in := s.balanceInput()
+			var own []int
+			for _, gc := range in.Led {
+				own = append(own, gc.Group)
+			}
+			if !slices.Equal(own, led[s.cfg.NodeID]) || len(alive(in.Members)) != len(nodes) {
+				return false
+			}
+			for _, m := range alive(in.Members) {
+				if !slices.Equal(m.GroupsLed, led[m.ID]) {
+					return false // gossip still lags
+				}
+			}
+			inputs = append(inputs, in)
+		}
+		return true
+	}
+
+	var history []string
+	var last *leaderMove
+	for {
+		waitFor(t, "a settled cluster (one leader per group, gossip agrees with raft)", settled)
+		if last != nil && byID[string(last.To.ID)].Raft(last.Group).State() != raft.Leader {
+			// Raft's transfer is best effort: an election may have won; the
+			// next plan starts from whatever holds now.
+			history[len(history)-1] += " (did not land)"
+		}
+		var mover *Server
+		var mv leaderMove
+		for i, in := range inputs {
+			if m, ok := planBalance(in); ok {
+				mover, mv = nodes[i], m
+				break
+			}
+		}
+		if mover == nil {
+			break
+		}
+		history = append(history, fmt.Sprintf("%s: group %d → %s (%d vs %d)", mover.cfg.NodeID, mv.Group, mv.To.ID, mv.LedHere, mv.LedThere))
+		// 6/0/0 needs 4 moves; a transfer lost to an election costs another.
+		// Far more means the planner moves without converging.
+		if len(history) > 20 {
+			t.Fatalf("balancer still moving after %d moves (now %s): %v", len(history), state, history)
+		}
+		mover.moveLeader(mv)
+		last = &mv
+	}
+	counts := map[string]int{}
+	for _, in := range inputs {
+		counts[in.Self] = len(in.Led)
+	}
+	lo, hi := groups, 0
+	for _, n := range counts {
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi-lo > 1 || lo < 1 {
+		t.Fatalf("no node plans a move, but leaders are %v (%s), not within one of even; moves: %v", counts, state, history)
+	}
+	if len(history) == 0 {
+		t.Fatalf("from n1 leading all %d groups the planner moved nothing, yet ended at %v", groups, counts)
+	}
+	t.Logf("balanced %v after %d moves: %v", counts, len(history), history)
 }
 
 func TestSnapshotRestoreRollsBackOnEveryReplica(t *testing.T) {

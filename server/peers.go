@@ -1,0 +1,100 @@
+package server
+
+import (
+	"context"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// This file holds what a node needs to pass a call on to another node: a pool
+// of client connections to peers, and the metadata that carries the caller's
+// credentials and marks the call as forwarded, so it is forwarded at most once.
+
+// forwardedKey marks a call one node forwarded to the leader, so a stale view
+// cannot bounce it back and forth.
+const forwardedKey = "x-tollgate-forwarded"
+
+// peerPool caches one gRPC client connection per peer address. A connection
+// is dialled lazily and reconnects by itself, so an entry is never evicted;
+// the pool lives as long as the node.
+type peerPool struct {
+	mu    sync.Mutex
+	conns map[string]*grpc.ClientConn
+}
+
+// conn returns the cached connection to addr, creating it on first use (admin
+// forwarding, reads forwarded to a replica).
+func (p *peerPool) conn(addr string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cc := p.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
+	}
+	if p.conns == nil {
+		p.conns = map[string]*grpc.ClientConn{}
+	}
+	p.conns[addr] = cc
+	return cc, nil
+}
+
+// client returns an Admin client over the pooled connection to addr.
+func (p *peerPool) client(addr string) (api.AdminClient, error) {
+	cc, err := p.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return api.NewAdminClient(cc), nil
+}
+
+// close closes every pooled connection; a later conn dials afresh.
+func (p *peerPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.Close()
+	}
+	p.conns = nil
+}
+
+// outgoing copies the caller's credentials onto a forwarded call and marks it
+// as forwarded.
+func outgoing(ctx context.Context) context.Context {
+	md, _ := metadata.FromIncomingContext(ctx)
+	out := metadata.Pairs(forwardedKey, "1")
+	if auth := md.Get("authorization"); len(auth) > 0 {
+		out.Set("authorization", auth...)
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// wasForwarded reports whether another node already forwarded this call.
+func wasForwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+// leaderClient returns nil when this node leads g, else a client for the
+// leader (or an error when there is none or the call was already forwarded).
+func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient, error) {
+	s := a.s
+	if s.host.Raft(g).State() == raft.Leader {
+		return nil, nil
+	}
+	id, addr := s.leaderOf(g)
+	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+		return nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
+	}
+	return a.client(addr)
+}
