@@ -361,7 +361,7 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 		fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", r.group, r.applied, r.series, r.raftIx)
 	}
 	w.Flush()
-	fmt.Fprintln(out, "APPLIED INDEX is what `tollgate status` shows until new writes arrive; RAFT LOG INDEX is raft's (it also counts elections and configuration entries).")
+	fmt.Fprintln(out, "\nAPPLIED INDEX is what `tollgate status` shows until new writes arrive; RAFT LOG INDEX is raft's (it also counts elections and configuration entries).")
 	return nil
 }
 
