@@ -13,6 +13,8 @@ import (
 
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate-io/tollgate/version"
 )
 
 // loadSettings binds, parses args and loads with env as the environment.
@@ -283,5 +285,18 @@ func TestWaitUntilReadyLogsReasonChanges(t *testing.T) {
 	cancel()
 	if waitUntilReady(ctx, &fakeReadiness{reasons: []string{"waiting: x"}}, log, time.Microsecond) {
 		t.Fatal("claimed ready")
+	}
+}
+
+func TestVersionFlag(t *testing.T) {
+	root := newRootCmd()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := out.String(), version.Get().String()+"\n"; got != want {
+		t.Fatalf("--version printed %q, want %q", got, want)
 	}
 }
