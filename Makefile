@@ -35,7 +35,7 @@ fmt-check:
 .PHONY: cluster cluster-stop test-fault demo demo-down
 
 # Local three-zone cluster on loopback (scripts/cluster.sh: gRPC 7410/7420/7430,
-# admin token local-dev-token); `make cluster-stop` stops it.
+# admin token in data/cluster/admin-token); `make cluster-stop` stops it.
 cluster: build
 	TOLLGATE_BIN=./$(BIN) ./scripts/cluster.sh start
 

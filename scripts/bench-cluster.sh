@@ -13,7 +13,7 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
 
-waitready() { for _ in $(seq 300); do grep -q ready "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
+waitready() { for _ in $(seq 300); do grep -q '^tollgate node .* ready$' "$1" 2>/dev/null && return 0; sleep 0.1; done; echo "not ready: $1" >&2; exit 1; }
 
 run() { # label addr args...
   local label=$1 addr=$2; shift 2

@@ -12,7 +12,7 @@ trap 'kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 $bin server --dev --data-dir "$dir" --default-max-series 0 --log-level warn \
   --grpc-addr 127.0.0.1:17300 --http-addr 127.0.0.1:17380 --raft-addr 127.0.0.1:17301 > "$dir/server.out" &
 pid=$!
-for _ in $(seq 100); do grep -q ready "$dir/server.out" 2>/dev/null && break; sleep 0.1; done
+for _ in $(seq 100); do grep -q '^tollgate node .* ready$' "$dir/server.out" 2>/dev/null && break; sleep 0.1; done
 echo "== new series (1000-hash requests, 16 tenants) =="
 $bin bench --addr 127.0.0.1:17300 --tenants 16 --series-per-tenant 100000000 --new-fraction 1 \
   --request-size 1000 --concurrency 32 --duration "$dur" --json

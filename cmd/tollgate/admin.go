@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -13,8 +14,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -28,12 +31,8 @@ type adminOpts struct {
 }
 
 func (o *adminOpts) register(cmd *cobra.Command) {
-	def := os.Getenv("TOLLGATE_ADDR")
-	if def == "" {
-		def = "127.0.0.1:7300"
-	}
 	f := cmd.PersistentFlags()
-	f.StringVar(&o.addrs, "addr", def, "gRPC address(es) of any node, comma-separated; the first that answers is used (env TOLLGATE_ADDR)")
+	f.StringVar(&o.addrs, "addr", defaultAddr(), "gRPC address(es) of any node, comma-separated; the first that answers is used (env TOLLGATE_ADDR)")
 	f.StringVar(&o.token, "token", "", "admin token (env TOLLGATE_ADMIN_TOKEN)")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline of the whole command")
 }
@@ -78,6 +77,50 @@ func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClien
 	return nil, nil, nil, fmt.Errorf("no node answered: %w", errors.Join(errs...))
 }
 
+// retryCall calls fn until it succeeds, fails in a way retrying cannot fix, or
+// ctx (the command's --timeout) ends. During a leader election or transfer
+// nodes answer Unavailable, or NotLeader, for a moment: those are retried with
+// exponential backoff (50ms doubling to 1s, jittered).
+func retryCall[T any](ctx context.Context, fn func(context.Context) (T, error)) (T, error) {
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		v, err := fn(ctx)
+		if err == nil || !retryable(err) {
+			return v, err
+		}
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+			return v, fmt.Errorf("%w (gave up after %d attempts: --timeout)", err, attempt)
+		}
+		select {
+		case <-ctx.Done():
+			return v, fmt.Errorf("%w (gave up after %d attempts: %v)", err, attempt, ctx.Err())
+		case <-time.After(wait):
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// retryable: the cluster could not answer right now (no leader, leader
+// changing, node restarting), as opposed to a refused request.
+func retryable(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	switch st.Code() {
+	case codes.Unavailable, codes.Aborted:
+		return true
+	case codes.FailedPrecondition:
+		for _, d := range st.Details() {
+			if _, ok := d.(*api.NotLeader); ok {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // open starts the command's --timeout and connects to the first node that
 // answers; done releases both.
 func (o *adminOpts) open(cmd *cobra.Command) (ctx context.Context, adm api.AdminClient, tc api.TrackerClient, done func(), err error) {
@@ -108,23 +151,47 @@ func newStatusCmd() *cobra.Command {
 		Short: "Show members by zone, groups, leaders, applied index and series per group",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, _ api.TrackerClient) error {
-				st, err := adm.Status(ctx, &api.StatusRequest{})
+				st, err := retryCall(ctx, func(ctx context.Context) (*api.StatusResponse, error) {
+					return adm.Status(ctx, &api.StatusRequest{})
+				})
 				if err != nil {
 					return fmt.Errorf("status: %w", err)
 				}
 				if asJSON {
 					b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(st)
-					_, err := fmt.Fprintln(cmd.OutOrStdout(), string(b))
-					return err
+					if _, err := fmt.Fprintln(cmd.OutOrStdout(), string(b)); err != nil {
+						return err
+					}
+				} else {
+					printStatus(cmd.OutOrStdout(), st)
 				}
-				printStatus(cmd.OutOrStdout(), st)
-				return nil
+				return leaderlessError(leaderless(st.GetView()))
 			})
 		},
 	}
 	o.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw status as JSON")
 	return cmd
+}
+
+// leaderless lists the groups of a view that have no leader.
+func leaderless(v *api.ClusterView) []uint32 {
+	var out []uint32
+	for _, gi := range v.GetGroupInfo() {
+		if gi.LeaderId == "" {
+			out = append(out, gi.Group)
+		}
+	}
+	return out
+}
+
+// leaderlessError makes the command exit non-zero when groups have no leader:
+// their partitions can be neither tracked nor changed until one is elected.
+func leaderlessError(groups []uint32) error {
+	if len(groups) == 0 {
+		return nil
+	}
+	return fmt.Errorf("groups %s have no leader: tracking for their partitions fails until a quorum of their voters is up (see the VOTERS column, and the nodes' logs)", groupList(groups))
 }
 
 func printStatus(out io.Writer, st *api.StatusResponse) {
@@ -151,7 +218,10 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 			byNode[n.NodeId][g.Group] = g
 		}
 	}
-	fmt.Fprintln(w, "GROUP\tLEADER\tVOTERS\tAPPLIED (per voter)\tSERIES\tTENANTS")
+	// APPLIED is the state machine's applied index (fsm), the index `snapshot
+	// restore` and `snapshot inspect` show too; raft's own log index is higher
+	// (it also counts elections and configuration entries).
+	fmt.Fprintln(w, "GROUP\tLEADER\tVOTERS\tAPPLIED INDEX (per voter)\tSERIES\tTENANTS")
 	for _, gi := range v.GetGroupInfo() {
 		leader := gi.LeaderId
 		if leader == "" {
@@ -176,6 +246,9 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	w.Flush()
 	if len(st.Unreachable) > 0 {
 		fmt.Fprintf(out, "\nunreachable: %s\n", strings.Join(st.Unreachable, ", "))
+	}
+	if ll := leaderless(v); len(ll) > 0 {
+		fmt.Fprintf(out, "\nNO LEADER in groups %s\n", groupList(ll))
 	}
 }
 
@@ -219,7 +292,7 @@ removed with remove-server stays out until it joins again.`,
 			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, tc api.TrackerClient) error {
 				gs := []uint32{uint32(group)}
 				if all || group < 0 {
-					v, err := firstView(ctx, tc)
+					v, err := retryCall(ctx, func(ctx context.Context) (*api.ClusterView, error) { return firstView(ctx, tc) })
 					if err != nil {
 						return err
 					}
@@ -238,25 +311,43 @@ removed with remove-server stays out until it joins again.`,
 		}
 	}
 
-	var w *tabwriter.Writer
+	var (
+		w        *tabwriter.Writer
+		noLeader []uint32
+	)
 	list := &cobra.Command{
 		Use:   "list-peers",
-		Short: "List the voters of one group (--group) or of every group",
+		Short: "List the voters of one group (--group) or of every group; exits non-zero when a group has no leader",
 		PreRun: func(cmd *cobra.Command, _ []string) {
 			w = tabwriter.NewWriter(cmd.OutOrStdout(), 2, 4, 2, ' ', 0)
 			fmt.Fprintln(w, "GROUP\tNODE\tADDRESS\tSUFFRAGE\tLEADER")
 		},
 		RunE: perGroup("list-peers", true, func(ctx context.Context, adm api.AdminClient, g uint32) error {
-			resp, err := adm.ListPeers(ctx, &api.ListPeersRequest{Group: g})
+			resp, err := retryCall(ctx, func(ctx context.Context) (*api.ListPeersResponse, error) {
+				return adm.ListPeers(ctx, &api.ListPeersRequest{Group: g})
+			})
 			if err != nil {
 				return err
 			}
+			led := false
 			for _, p := range resp.Peers {
 				fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%v\n", g, p.Id, p.Address, p.Suffrage, p.Leader)
+				led = led || p.Leader
+			}
+			if !led {
+				// A group without a leader answers with the configuration the
+				// contacted replica knows.
+				fmt.Fprintf(w, "%d\t(no leader)\t\t\t\n", g)
+				noLeader = append(noLeader, g)
 			}
 			return nil
 		}),
-		PostRunE: func(*cobra.Command, []string) error { return w.Flush() },
+		PostRunE: func(*cobra.Command, []string) error {
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return leaderlessError(noLeader)
+		},
 	}
 	list.Flags().IntVar(&group, "group", -1, "group id (default: every group)")
 
@@ -264,7 +355,9 @@ removed with remove-server stays out until it joins again.`,
 		Use:   "add-voter",
 		Short: "Add a server as a voter of a group (--group G or --all-groups)",
 		RunE: perGroup("add-voter", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
-			resp, err := adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
+			resp, err := retryCall(ctx, func(ctx context.Context) (*api.MembershipResponse, error) {
+				return adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
+			})
 			if err != nil {
 				return err
 			}
@@ -278,7 +371,9 @@ removed with remove-server stays out until it joins again.`,
 		Use:   "remove-server",
 		Short: "Remove a server from a group's configuration (--group G or --all-groups)",
 		RunE: perGroup("remove-server", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
-			resp, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+			resp, err := retryCall(ctx, func(ctx context.Context) (*api.MembershipResponse, error) {
+				return adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+			})
 			if err != nil {
 				return err
 			}
@@ -297,7 +392,9 @@ removed with remove-server stays out until it joins again.`,
 		Use:   "transfer-leadership",
 		Short: "Move a group's leadership to another voter (--to ID, or the most up-to-date one)",
 		RunE: perGroup("transfer-leadership", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
-			resp, err := adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: g, ToId: to})
+			resp, err := retryCall(ctx, func(ctx context.Context) (*api.TransferLeadershipResponse, error) {
+				return adm.TransferLeadership(ctx, &api.TransferLeadershipRequest{Group: g, ToId: to})
+			})
 			if err != nil {
 				return err
 			}

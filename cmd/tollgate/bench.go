@@ -28,31 +28,123 @@ type benchOpts struct {
 	concurrency     int
 	duration        time.Duration
 	prefill         bool
-	partitions      int
-	groups          int
+	partitions      int // learned from the cluster
 	seed            uint64
 	timeout         time.Duration
 	asJSON          bool
 }
 
-// BenchSummary is the final report (--json prints it).
+// BenchSummary is the final report (--json prints it). Counts are of series
+// (hashes) in requests that completed during the measured run, and add up:
+//
+//	sent = new + refresh = accepted + rejected + failed
+//
+// new: series this run (or its --prefill) had not sent before; refresh: re-sends
+// of series sent before (a re-send of a rejected series can be rejected again).
+// failed: series of requests that failed (error or timeout): their outcome is
+// unknown. Rates are per second of the measured run.
 type BenchSummary struct {
-	DurationSec         float64 `json:"duration_s"`
-	Requests            int64   `json:"requests"`
-	SeriesSent          int64   `json:"series_sent"`
-	SeriesPerSec        float64 `json:"series_per_sec"`
-	NewSeriesPerSec     float64 `json:"new_series_per_sec"`
-	RefreshSeriesPerSec float64 `json:"refresh_series_per_sec"`
-	P50Ms               float64 `json:"p50_ms"`
-	P90Ms               float64 `json:"p90_ms"`
-	P99Ms               float64 `json:"p99_ms"`
-	MaxMs               float64 `json:"max_ms"`
-	Rejected            int64   `json:"rejected"`
-	Errors              int64   `json:"errors"`
-	Tenants             int     `json:"tenants"`
-	RequestSize         int     `json:"request_size"`
-	Concurrency         int     `json:"concurrency"`
-	NewFraction         float64 `json:"new_fraction"`
+	DurationSec    float64  `json:"duration_s"`
+	Requests       int64    `json:"requests"`        // completed requests: succeeded + failed
+	RequestsFailed int64    `json:"requests_failed"` // requests that returned an error
+	Sent           int64    `json:"sent"`
+	New            int64    `json:"new"`
+	Refresh        int64    `json:"refresh"`
+	Accepted       int64    `json:"accepted"`
+	Rejected       int64    `json:"rejected"`
+	Failed         int64    `json:"failed"`
+	NewAccepted    int64    `json:"new_accepted"`   // new series the cluster accepted (created)
+	NewRejected    int64    `json:"new_rejected"`   // new series rejected (tenant at its limit)
+	SeriesPerSec   float64  `json:"series_per_sec"` // (accepted + rejected) / s: series answered
+	NewPerSec      float64  `json:"new_accepted_per_sec"`
+	RefreshPerSec  float64  `json:"refresh_per_sec"` // refreshes answered / s
+	P50Ms          float64  `json:"p50_ms"`
+	P90Ms          float64  `json:"p90_ms"`
+	P99Ms          float64  `json:"p99_ms"`
+	MaxMs          float64  `json:"max_ms"`
+	Tenants        int      `json:"tenants"`
+	RequestSize    int      `json:"request_size"`
+	Concurrency    int      `json:"concurrency"`
+	NewFraction    float64  `json:"new_fraction"`
+	FirstErrors    []string `json:"first_errors,omitempty"`
+}
+
+// benchCounts accumulates the summary's counts from concurrent workers.
+type benchCounts struct {
+	requests, requestsFailed                        atomic.Int64
+	sent, newN, refresh                             atomic.Int64
+	accepted, rejected, failed, newAcc, newRejected atomic.Int64
+}
+
+// record counts one completed request whose first nNew hashes are new series.
+func (c *benchCounts) record(hashes []uint64, nNew int, rej []uint64, err error) {
+	c.requests.Add(1)
+	c.sent.Add(int64(len(hashes)))
+	c.newN.Add(int64(nNew))
+	c.refresh.Add(int64(len(hashes) - nNew))
+	if err != nil {
+		c.requestsFailed.Add(1)
+		c.failed.Add(int64(len(hashes)))
+		return
+	}
+	// Rejected hashes are listed once per occurrence in the request.
+	newRej := 0
+	if len(rej) > 0 && nNew > 0 {
+		isNew := make(map[uint64]bool, nNew)
+		for _, h := range hashes[:nNew] {
+			isNew[h] = true
+		}
+		for _, h := range rej {
+			if isNew[h] {
+				newRej++
+			}
+		}
+	}
+	c.accepted.Add(int64(len(hashes) - len(rej)))
+	c.rejected.Add(int64(len(rej)))
+	c.newAcc.Add(int64(nNew - newRej))
+	c.newRejected.Add(int64(newRej))
+}
+
+// summary turns the counts into the report.
+func (c *benchCounts) summary(elapsed float64, lats []float64) BenchSummary {
+	pct := func(q float64) float64 {
+		if len(lats) == 0 {
+			return 0
+		}
+		return lats[min(len(lats)-1, int(q*float64(len(lats))))]
+	}
+	s := BenchSummary{
+		DurationSec: elapsed, Requests: c.requests.Load(), RequestsFailed: c.requestsFailed.Load(),
+		Sent: c.sent.Load(), New: c.newN.Load(), Refresh: c.refresh.Load(),
+		Accepted: c.accepted.Load(), Rejected: c.rejected.Load(), Failed: c.failed.Load(),
+		NewAccepted: c.newAcc.Load(), NewRejected: c.newRejected.Load(),
+		P50Ms: pct(0.50), P90Ms: pct(0.90), P99Ms: pct(0.99), MaxMs: pct(1),
+	}
+	if elapsed > 0 {
+		s.SeriesPerSec = float64(s.Accepted+s.Rejected) / elapsed
+		s.NewPerSec = float64(s.NewAccepted) / elapsed
+		// Answered refreshes: the refreshes of successful requests.
+		s.RefreshPerSec = float64(s.Accepted+s.Rejected-s.NewAccepted-s.NewRejected) / elapsed
+	}
+	return s
+}
+
+// failure makes a run exit non-zero when it measured mostly errors: no request
+// succeeded, or more than half failed.
+func (s BenchSummary) failure() error {
+	ok := s.Requests - s.RequestsFailed
+	if ok > 0 && s.RequestsFailed*2 <= s.Requests {
+		return nil
+	}
+	why := fmt.Sprintf("%d of %d requests failed", s.RequestsFailed, s.Requests)
+	if ok == 0 {
+		why = fmt.Sprintf("no request succeeded (%d failed)", s.RequestsFailed)
+	}
+	if len(s.FirstErrors) > 0 {
+		why += "; first errors:\n  " + strings.Join(s.FirstErrors, "\n  ")
+	}
+	return fmt.Errorf("bench: %s", why)
 }
 
 func newBenchCmd() *cobra.Command {
@@ -62,29 +154,40 @@ func newBenchCmd() *cobra.Command {
 		Short: "Load generator: track new and refreshed series against a cluster and report throughput and latency",
 		Long: `Load generator. Each request carries --request-size hashes of one tenant and one
 partition; a --new-fraction of them are series never sent before and the rest
-re-send series already sent (refreshes). Series are generated deterministically
-from (seed, tenant, partition, index), so --prefill (create --series-per-tenant
-series per tenant before measuring) followed by --new-fraction 0 measures pure
-refreshes. Progress goes to stderr each second; the summary to stdout.`,
-		Example: `  tollgate bench --new-fraction 1 --duration 10s --json
-  tollgate bench --prefill --series-per-tenant 200000 --new-fraction 0 --duration 10s`,
+re-send series already sent (refreshes). Once a tenant has --series-per-tenant
+series, it only refreshes. Series are generated deterministically from (seed,
+tenant, partition, index), so --prefill (create --series-per-tenant series per
+tenant before measuring) followed by --new-fraction 0 measures pure refreshes.
+The layout (partitions) is learned from the cluster.
+
+The defaults (10 tenants × 100,000 series) stay below the dev server's default
+limit of 150,000 series per tenant: a run creates series, then refreshes them,
+with no rejections. Above a tenant's limit new series are rejected, which the
+summary counts apart (new_rejected).
+
+Summary counts are series in requests that completed during the run:
+sent = new + refresh = accepted + rejected + failed (failed: in requests that
+returned an error). The command exits non-zero, printing the first errors,
+when no request succeeded or more than half failed. Progress goes to stderr
+each second; the summary to stdout.`,
+		Example: `  tollgate bench --duration 10s
+  tollgate bench --new-fraction 1 --series-per-tenant 100000000 --duration 10s --json   # needs --default-max-series 0
+  tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.addrs, "addr", "127.0.0.1:7300", "comma-separated gRPC addresses")
+	f.StringVar(&o.addrs, "addr", defaultAddr(), "comma-separated gRPC addresses (env TOLLGATE_ADDR)")
 	f.IntVar(&o.tenants, "tenants", 10, "number of tenants (bench-0 … bench-N)")
-	f.Int64Var(&o.seriesPerTenant, "series-per-tenant", 1_000_000, "series universe per tenant: once a tenant created this many, it only refreshes")
+	f.Int64Var(&o.seriesPerTenant, "series-per-tenant", 100_000, "series universe per tenant: once a tenant created this many, it only refreshes")
 	f.Float64Var(&o.newFraction, "new-fraction", 1, "fraction of each request that is new series (0 = refresh only)")
 	f.IntVar(&o.requestSize, "request-size", 1000, "hashes per request")
 	f.IntVar(&o.concurrency, "concurrency", 16, "concurrent requests in flight")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "measured duration")
 	f.BoolVar(&o.prefill, "prefill", false, "create every tenant's series before measuring")
-	f.IntVar(&o.partitions, "partitions", 64, "cluster partitions P")
-	f.IntVar(&o.groups, "groups", 4, "cluster groups G")
 	f.Uint64Var(&o.seed, "seed", 1, "series generator seed")
-	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request deadline")
+	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request deadline (and for learning the layout)")
 	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
 	return cmd
 }
@@ -115,16 +218,17 @@ func (b *benchState) hash(t, p int, k int64) uint64 {
 }
 
 func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error {
-	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 {
-		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1 and --new-fraction in [0,1]")
+	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 || o.duration <= 0 || o.timeout <= 0 {
+		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1, --duration and --timeout > 0, and --new-fraction in [0,1]")
 	}
 	// ModeSync: the load generator measures the servers' answers (and needs no
 	// near-limit polling); TrackPartition waits for them in any mode.
-	c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(o.addrs, ","), Partitions: o.partitions, Groups: o.groups, Mode: clientlib.ModeSync})
+	c, err := connectClient(ctx, o.addrs, o.timeout)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	o.partitions, _ = c.Layout()
 	b := &benchState{o: o, created: make([]atomic.Int64, o.tenants), next: make([][]atomic.Int64, o.tenants)}
 	for t := range b.next {
 		b.next[t] = make([]atomic.Int64, o.partitions)
@@ -139,9 +243,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	}
 
 	var (
-		requests, sent, newSent, refreshSent, rejected, errs atomic.Int64
-		latMu                                                sync.Mutex
-		lats                                                 []float64
+		counts benchCounts
+		latMu  sync.Mutex
+		lats   []float64
 	)
 	runCtx, cancel := context.WithTimeout(ctx, o.duration)
 	defer cancel()
@@ -149,13 +253,13 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	// The first few distinct error messages go to stderr, so an error count
 	// in the summary always comes with its cause.
 	var errMu sync.Mutex
-	errSeen := map[string]bool{}
+	var firstErrs []string
 	reportErr := func(err error) {
 		msg := err.Error()
 		errMu.Lock()
 		defer errMu.Unlock()
-		if len(errSeen) < 5 && !errSeen[msg] {
-			errSeen[msg] = true
+		if len(firstErrs) < 5 && !slices.Contains(firstErrs, msg) {
+			firstErrs = append(firstErrs, msg)
 			fmt.Fprintf(stderr, "error: %s\n", msg)
 		}
 	}
@@ -170,25 +274,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 			for i := 0; runCtx.Err() == nil; i++ {
 				t := (w + i*o.concurrency) % o.tenants
 				p := r.IntN(o.partitions)
-				hashes = hashes[:0]
-				nNew := int(math.Round(o.newFraction * float64(o.requestSize)))
-				if b.created[t].Load() >= o.seriesPerTenant {
-					nNew = 0
-				}
-				have := b.next[t][p].Load()
-				if have == 0 {
-					nNew = o.requestSize // nothing to refresh in this partition yet
-				}
-				if nNew > 0 {
-					k0 := b.next[t][p].Add(int64(nNew)) - int64(nNew)
-					b.created[t].Add(int64(nNew))
-					for k := k0; k < k0+int64(nNew); k++ {
-						hashes = append(hashes, b.hash(t, p, k))
-					}
-				}
-				for len(hashes) < o.requestSize {
-					hashes = append(hashes, b.hash(t, p, r.Int64N(have)))
-				}
+				hashes, nNew := b.request(t, p, r, hashes[:0])
 				// The request's deadline comes from ctx, not runCtx: requests in
 				// flight when the run ends finish normally and are not counted,
 				// instead of failing with DeadlineExceeded (the server's copy of
@@ -202,16 +288,11 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 				if runCtx.Err() != nil {
 					break
 				}
+				counts.record(hashes, nNew, rej, err)
 				if err != nil {
-					errs.Add(1)
 					reportErr(err)
 					continue
 				}
-				requests.Add(1)
-				sent.Add(int64(len(hashes)))
-				newSent.Add(int64(nNew))
-				refreshSent.Add(int64(len(hashes) - nNew))
-				rejected.Add(int64(len(rej)))
 				local = append(local, float64(d.Microseconds())/1000)
 			}
 			latMu.Lock()
@@ -230,9 +311,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
-				s, n := sent.Load(), newSent.Load()
-				fmt.Fprintf(stderr, "t=%4.0fs  series/s=%10d  new/s=%10d  requests=%8d  rejected=%d  errors=%d\n",
-					time.Since(start).Seconds(), s-prevSent, n-prevNew, requests.Load(), rejected.Load(), errs.Load())
+				s, n := counts.sent.Load(), counts.newAcc.Load()
+				fmt.Fprintf(stderr, "t=%4.0fs  sent/s=%10d  new accepted/s=%10d  requests=%8d  rejected=%d  failed requests=%d\n",
+					time.Since(start).Seconds(), s-prevSent, n-prevNew, counts.requests.Load(), counts.rejected.Load(), counts.requestsFailed.Load())
 				prevSent, prevNew = s, n
 			}
 		}
@@ -242,29 +323,53 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	<-progressDone
 
 	slices.Sort(lats)
-	pct := func(q float64) float64 {
-		if len(lats) == 0 {
-			return 0
-		}
-		return lats[min(len(lats)-1, int(q*float64(len(lats))))]
-	}
-	sum := BenchSummary{
-		DurationSec: elapsed, Requests: requests.Load(), SeriesSent: sent.Load(),
-		SeriesPerSec:        float64(sent.Load()) / elapsed,
-		NewSeriesPerSec:     float64(newSent.Load()-min(rejected.Load(), newSent.Load())) / elapsed,
-		RefreshSeriesPerSec: float64(refreshSent.Load()) / elapsed,
-		P50Ms:               pct(0.50), P90Ms: pct(0.90), P99Ms: pct(0.99), MaxMs: pct(1),
-		Rejected: rejected.Load(), Errors: errs.Load(),
-		Tenants: o.tenants, RequestSize: o.requestSize, Concurrency: o.concurrency, NewFraction: o.newFraction,
-	}
+	sum := counts.summary(elapsed, lats)
+	sum.Tenants, sum.RequestSize, sum.Concurrency, sum.NewFraction = o.tenants, o.requestSize, o.concurrency, o.newFraction
+	sum.FirstErrors = firstErrs
 	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
-		return enc.Encode(sum)
+		if err := enc.Encode(sum); err != nil {
+			return err
+		}
+	} else {
+		printBenchSummary(stdout, sum)
 	}
-	fmt.Fprintf(stdout, "%.1fs: %d requests, %.0f series/s (%.0f new/s, %.0f refresh/s), latency p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms, %d rejected, %d errors\n",
-		sum.DurationSec, sum.Requests, sum.SeriesPerSec, sum.NewSeriesPerSec, sum.RefreshSeriesPerSec, sum.P50Ms, sum.P90Ms, sum.P99Ms, sum.MaxMs, sum.Rejected, sum.Errors)
-	return nil
+	return sum.failure()
+}
+
+func printBenchSummary(out io.Writer, s BenchSummary) {
+	fmt.Fprintf(out, "%.1fs: %d requests (%d failed)\n", s.DurationSec, s.Requests, s.RequestsFailed)
+	fmt.Fprintf(out, "  series sent %d = new %d + refresh %d = accepted %d + rejected %d + failed %d\n",
+		s.Sent, s.New, s.Refresh, s.Accepted, s.Rejected, s.Failed)
+	fmt.Fprintf(out, "  new series: %d accepted, %d rejected (tenant at its limit)\n", s.NewAccepted, s.NewRejected)
+	fmt.Fprintf(out, "  %.0f series/s answered (%.0f new accepted/s, %.0f refresh/s); latency p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms\n",
+		s.SeriesPerSec, s.NewPerSec, s.RefreshPerSec, s.P50Ms, s.P90Ms, s.P99Ms, s.MaxMs)
+}
+
+// request fills hashes with one request for tenant t in partition p: first the
+// new series (nNew of them), then refreshes of series sent before.
+func (b *benchState) request(t, p int, r *rand.Rand, hashes []uint64) ([]uint64, int) {
+	o := b.o
+	nNew := int(math.Round(o.newFraction * float64(o.requestSize)))
+	if b.created[t].Load() >= o.seriesPerTenant {
+		nNew = 0
+	}
+	have := b.next[t][p].Load()
+	if have == 0 {
+		nNew = o.requestSize // nothing to refresh in this partition yet
+	}
+	if nNew > 0 {
+		k0 := b.next[t][p].Add(int64(nNew)) - int64(nNew)
+		b.created[t].Add(int64(nNew))
+		for k := k0; k < k0+int64(nNew); k++ {
+			hashes = append(hashes, b.hash(t, p, k))
+		}
+	}
+	for len(hashes) < o.requestSize {
+		hashes = append(hashes, b.hash(t, p, r.Int64N(have)))
+	}
+	return hashes, nNew
 }
 
 // prefill creates seriesPerTenant series for every tenant, spread evenly over

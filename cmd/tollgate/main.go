@@ -3,11 +3,11 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/tollgate-io/tollgate/version"
 )
 
 func main() {
@@ -23,22 +23,9 @@ func newRootCmd() *cobra.Command {
 		Short:         "Raft-replicated active-series limits and usage for ingestion pipelines",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newServerCmd(), newTrackCmd(), newBenchCmd(), newStatusCmd(), newRaftCmd(), newSnapshotCmd())
 	return root
-}
-
-func newLogger(level, format string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, fmt.Errorf("--log-level %q: use debug, info, warn or error", level)
-	}
-	opts := &slog.HandlerOptions{Level: l}
-	switch strings.ToLower(format) {
-	case "json":
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
-	case "text", "":
-		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
-	}
-	return nil, fmt.Errorf("--log-format %q: use text or json", format)
 }

@@ -51,7 +51,7 @@ func newSnapshotSaveCmd() *cobra.Command {
 				return err
 			}
 			defer done()
-			view, err := firstView(ctx, tc)
+			view, err := retryCall(ctx, func(ctx context.Context) (*api.ClusterView, error) { return firstView(ctx, tc) })
 			if err != nil {
 				return err
 			}
@@ -61,20 +61,11 @@ func newSnapshotSaveCmd() *cobra.Command {
 			}
 			parts := make([]part, view.Groups)
 			for g := range view.Groups {
-				st, err := adm.SnapshotGroup(ctx, &api.SnapshotGroupRequest{Group: g})
+				data, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return downloadSnapshot(ctx, adm, g) })
 				if err != nil {
 					return fmt.Errorf("snapshot group %d: %w", g, err)
 				}
-				for {
-					ch, err := st.Recv()
-					if err == io.EOF {
-						break
-					}
-					if err != nil {
-						return fmt.Errorf("snapshot group %d: %w", g, err)
-					}
-					parts[g].data = append(parts[g].data, ch.Data...)
-				}
+				parts[g].data = data
 			}
 			// The file records the FSM's own index/term (from the snapfmt
 			// header), which is what restore compares with the cluster's applied
@@ -127,6 +118,26 @@ func newSnapshotSaveCmd() *cobra.Command {
 	o.register(cmd)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "file to write")
 	return cmd
+}
+
+// downloadSnapshot streams one group's snapshot from its leader; a stream cut
+// by a leader change is retried whole by the caller.
+func downloadSnapshot(ctx context.Context, adm api.AdminClient, g uint32) ([]byte, error) {
+	st, err := adm.SnapshotGroup(ctx, &api.SnapshotGroupRequest{Group: g})
+	if err != nil {
+		return nil, err
+	}
+	var data []byte
+	for {
+		ch, err := st.Recv()
+		if err == io.EOF {
+			return data, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		data = append(data, ch.Data...)
+	}
 }
 
 func firstView(ctx context.Context, tc api.TrackerClient) (*api.ClusterView, error) {
@@ -274,14 +285,14 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 		return err
 	}
 	defer done()
-	view, err := firstView(ctx, tc)
+	view, err := retryCall(ctx, func(ctx context.Context) (*api.ClusterView, error) { return firstView(ctx, tc) })
 	if err != nil {
 		return err
 	}
 	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), file.Header.Shards); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
-	st, err := adm.Status(ctx, &api.StatusRequest{})
+	st, err := retryCall(ctx, func(ctx context.Context) (*api.StatusResponse, error) { return adm.Status(ctx, &api.StatusRequest{}) })
 	if err != nil {
 		return fmt.Errorf("status: %w", err)
 	}
@@ -303,7 +314,9 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 		summaries[g.Group] = s.Series
 	}
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(w, "GROUP\tCLUSTER INDEX\tCLUSTER SERIES\tSNAPSHOT INDEX\tSNAPSHOT SERIES\t")
+	// Both indexes are applied indexes of the state machine: the APPLIED INDEX
+	// column of `tollgate status` and the INDEX of `snapshot inspect`.
+	fmt.Fprintln(w, "GROUP\tCLUSTER APPLIED INDEX\tCLUSTER SERIES\tSNAPSHOT APPLIED INDEX\tSNAPSHOT SERIES\t")
 	var newer []string
 	for _, g := range file.Groups {
 		cs := leaderState[uint32(g.Group)]
@@ -323,25 +336,49 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 		return fmt.Errorf("the cluster holds newer state than the snapshot in groups %s; restoring rolls it back to the snapshot and every series tracked after it is lost (see above). Re-run with --force to restore anyway; nothing was changed", strings.Join(newer, ","))
 	}
 	castagnoli := crc32.MakeTable(crc32.Castagnoli)
-	for _, g := range file.Groups {
-		up, err := adm.RestoreGroup(ctx)
-		if err != nil {
-			return fmt.Errorf("restore group %d: %w", g.Group, err)
-		}
-		hdr := &api.RestoreHeader{Group: uint32(g.Group), Size: uint64(len(g.Data)), Crc32C: crc32.Checksum(g.Data, castagnoli)}
-		if err := up.Send(&api.RestoreChunk{Header: hdr}); err != nil {
-			return fmt.Errorf("restore group %d: %w", g.Group, err)
-		}
-		for off := 0; off < len(g.Data); off += 1 << 20 {
-			if err := up.Send(&api.RestoreChunk{Data: g.Data[off:min(off+1<<20, len(g.Data))]}); err != nil {
-				break // the cause comes back from CloseAndRecv
-			}
-		}
-		resp, err := up.CloseAndRecv()
-		if err != nil {
-			return fmt.Errorf("restore group %d: %w", g.Group, err)
-		}
-		fmt.Fprintf(out, "group %d: restored at raft index %d, %d series\n", g.Group, resp.Index, resp.Series)
+	type restored struct {
+		group          int
+		applied        uint64
+		series, raftIx uint64
 	}
+	var restoredGroups []restored
+	for _, g := range file.Groups {
+		resp, err := retryCall(ctx, func(ctx context.Context) (*api.RestoreGroupResponse, error) {
+			return restoreGroup(ctx, adm, g.Group, g.Data, castagnoli)
+		})
+		if err != nil {
+			return fmt.Errorf("restore group %d: %w", g.Group, err)
+		}
+		// After a restore the state machine's applied index is the
+		// snapshot's; the response's index is raft's log index, which also
+		// counts entries the state machine never sees.
+		restoredGroups = append(restoredGroups, restored{g.Group, g.Index, resp.Series, resp.Index})
+	}
+	fmt.Fprintln(out)
+	w = tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "RESTORED GROUP\tAPPLIED INDEX\tSERIES\tRAFT LOG INDEX")
+	for _, r := range restoredGroups {
+		fmt.Fprintf(w, "%d\t%d\t%d\t%d\n", r.group, r.applied, r.series, r.raftIx)
+	}
+	w.Flush()
+	fmt.Fprintln(out, "\nAPPLIED INDEX is what `tollgate status` shows until new writes arrive; RAFT LOG INDEX is raft's (it also counts elections and configuration entries).")
 	return nil
+}
+
+// restoreGroup uploads one group's snapshot to its leader.
+func restoreGroup(ctx context.Context, adm api.AdminClient, group int, data []byte, castagnoli *crc32.Table) (*api.RestoreGroupResponse, error) {
+	up, err := adm.RestoreGroup(ctx)
+	if err != nil {
+		return nil, err
+	}
+	hdr := &api.RestoreHeader{Group: uint32(group), Size: uint64(len(data)), Crc32C: crc32.Checksum(data, castagnoli)}
+	if err := up.Send(&api.RestoreChunk{Header: hdr}); err != nil {
+		return nil, err
+	}
+	for off := 0; off < len(data); off += 1 << 20 {
+		if err := up.Send(&api.RestoreChunk{Data: data[off:min(off+1<<20, len(data))]}); err != nil {
+			break // the cause comes back from CloseAndRecv
+		}
+	}
+	return up.CloseAndRecv()
 }

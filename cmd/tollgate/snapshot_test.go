@@ -76,9 +76,20 @@ func TestSnapshotSaveRestoreCLI(t *testing.T) {
 		t.Fatalf("after refused damaged restore tenant b has %d series, want 1000", got)
 	}
 
-	mustCLI(t, bin, "snapshot", "restore", "--force", "--addr", p.grpc, file)
+	out = mustCLI(t, bin, "snapshot", "restore", "--force", "--addr", p.grpc, file)
 	if a, b := usage(t, p, "a"), usage(t, p, "b"); a != 2000 || b != 0 {
 		t.Fatalf("after restore: a=%d b=%d, want exactly the snapshot (2000, 0)", a, b)
+	}
+	// Restore and status show the same index: the state machine's applied index.
+	restored := tableColumn(t, out, "RESTORED GROUP", 1)
+	status := tableColumn(t, mustCLI(t, bin, "status", "--addr", p.grpc), "GROUP", 3)
+	if len(restored) != 4 || len(status) != 4 {
+		t.Fatalf("restore %v, status %v", restored, status)
+	}
+	for g := range restored {
+		if status[g] != "dev="+restored[g] {
+			t.Errorf("group %d: restore says applied index %s, status says %s", g, restored[g], status[g])
+		}
 	}
 
 	// Another layout: refused before anything changes.
@@ -135,4 +146,27 @@ func TestOperatorCommandsCLI(t *testing.T) {
 	if err == nil || !strings.Contains(out, "out of range") {
 		t.Fatalf("bad group: err=%v\n%s", err, out)
 	}
+}
+
+// tableColumn returns column col of the rows of the table whose header line
+// starts with header (rows end at the first empty line).
+func tableColumn(t *testing.T, out, header string, col int) []string {
+	t.Helper()
+	var vals []string
+	in := false
+	for _, l := range strings.Split(out, "\n") {
+		switch {
+		case strings.HasPrefix(l, header+" "):
+			in = true
+		case in && strings.TrimSpace(l) == "":
+			return vals
+		case in:
+			f := strings.Fields(l)
+			if len(f) <= col {
+				t.Fatalf("short row %q in:\n%s", l, out)
+			}
+			vals = append(vals, f[col])
+		}
+	}
+	return vals
 }

@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -14,23 +17,82 @@ import (
 	"github.com/tollgate-io/tollgate/clientlib"
 )
 
+// defaultAddr is the --addr default of every client command: TOLLGATE_ADDR, or
+// the dev server's address.
+func defaultAddr() string {
+	if a := os.Getenv("TOLLGATE_ADDR"); a != "" {
+		return a
+	}
+	return "127.0.0.1:7300"
+}
+
+func splitAddrs(addrs string) []string {
+	var out []string
+	for _, a := range strings.Split(addrs, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// connectClient returns a client once it knows the cluster's layout (from the
+// first ClusterView), failing at once when no address accepts a connection:
+// the client library would otherwise retry until the deadline, and a wrong
+// address or a server that is not running deserves a clear answer now.
+func connectClient(ctx context.Context, addrs string, timeout time.Duration) (*clientlib.Client, error) {
+	list := splitAddrs(addrs)
+	if len(list) == 0 {
+		return nil, errors.New("--addr: no address given")
+	}
+	if err := anyReachable(ctx, list); err != nil {
+		return nil, err
+	}
+	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync})
+	if err != nil {
+		return nil, err
+	}
+	lctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := c.WaitReady(lctx); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("learn the cluster layout from %s: %w", addrs, err)
+	}
+	return c, nil
+}
+
+// anyReachable succeeds when one of addrs accepts a TCP connection.
+func anyReachable(ctx context.Context, addrs []string) error {
+	var errs []string
+	for _, a := range addrs {
+		dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", a)
+		cancel()
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		errs = append(errs, err.Error())
+	}
+	return fmt.Errorf("no Tollgate node reachable (is a server running? set --addr or TOLLGATE_ADDR): %s", strings.Join(errs, "; "))
+}
+
 func newTrackCmd() *cobra.Command {
 	var (
-		addrs      string
-		tenant     string
-		count      int
-		seed       uint64
-		partitions int
-		groups     int
-		timeout    time.Duration
-		asJSON     bool
+		addrs   string
+		tenant  string
+		count   int
+		seed    uint64
+		timeout time.Duration
+		asJSON  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "track [HASH...]",
 		Short: "Track series for a tenant and print which were accepted and rejected",
 		Long: `Track series hashes for a tenant. Hashes are given as arguments (decimal or
 0x-prefixed hex) or generated: --count N makes N pseudo-random hashes from --seed,
-so the same command re-sends the same series.`,
+so the same command re-sends the same series. The cluster layout is learned
+from the server.`,
 		Example: `  tollgate track --tenant team-a --count 1000
   tollgate track --tenant team-a 0x1234abcd5678ef00 42`,
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -51,14 +113,13 @@ so the same command re-sends the same series.`,
 			if len(hashes) == 0 {
 				return fmt.Errorf("no hashes: pass them as arguments or use --count")
 			}
-			// ModeSync: print the exact answer for every series.
-			c, err := clientlib.New(clientlib.Config{Addrs: strings.Split(addrs, ","), Partitions: partitions, Groups: groups, Mode: clientlib.ModeSync})
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			c, err := connectClient(ctx, addrs, timeout)
 			if err != nil {
 				return err
 			}
 			defer c.Close()
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
 			rejected, err := c.TrackSeries(ctx, tenant, hashes)
 			if err != nil {
 				return err
@@ -81,12 +142,10 @@ so the same command re-sends the same series.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&addrs, "addr", "127.0.0.1:7300", "comma-separated gRPC addresses of Tollgate nodes")
+	f.StringVar(&addrs, "addr", defaultAddr(), "comma-separated gRPC addresses of Tollgate nodes (env TOLLGATE_ADDR)")
 	f.StringVar(&tenant, "tenant", "", "tenant id (required)")
 	f.IntVar(&count, "count", 0, "generate this many pseudo-random hashes")
 	f.Uint64Var(&seed, "seed", 1, "seed for --count")
-	f.IntVar(&partitions, "partitions", 64, "cluster partitions P")
-	f.IntVar(&groups, "groups", 4, "cluster groups G")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "deadline for the whole call")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	_ = cmd.MarkFlagRequired("tenant")

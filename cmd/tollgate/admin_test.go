@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// Admin calls are retried through leader changes (Unavailable, NotLeader) and
+// not retried for errors about the request itself.
+func TestRetryCallThroughLeaderChanges(t *testing.T) {
+	notLeader, err := status.New(codes.FailedPrecondition, "not leader").WithDetails(&api.NotLeader{LeaderGrpcAddress: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := []error{status.Error(codes.Unavailable, "election"), notLeader.Err(), nil}
+	calls := 0
+	v, err := retryCall(context.Background(), func(context.Context) (int, error) {
+		e := errs[calls]
+		calls++
+		return calls, e
+	})
+	if err != nil || v != 3 || calls != 3 {
+		t.Fatalf("v=%d calls=%d err=%v", v, calls, err)
+	}
+
+	for _, e := range []error{status.Error(codes.FailedPrecondition, "last voter"), status.Error(codes.InvalidArgument, "bad group"), status.Error(codes.Unauthenticated, "token")} {
+		calls = 0
+		_, err := retryCall(context.Background(), func(context.Context) (int, error) { calls++; return 0, e })
+		if calls != 1 || err != e {
+			t.Errorf("%v: %d calls, err %v", e, calls, err)
+		}
+	}
+
+	// Within the deadline only: a cancelled context ends the retries with the
+	// last error.
+	ctx, cancel := context.WithCancel(context.Background())
+	calls = 0
+	_, err = retryCall(ctx, func(context.Context) (int, error) {
+		calls++
+		if calls == 2 {
+			cancel()
+		}
+		return 0, status.Error(codes.Unavailable, "no leader")
+	})
+	if err == nil || !strings.Contains(err.Error(), "no leader") || !strings.Contains(err.Error(), "gave up after") {
+		t.Fatalf("err = %v", err)
+	}
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// The summary's counts add up and match their names: sent = new + refresh =
+// accepted + rejected + failed, and rejections are split into new and refresh
+// by hash.
+func TestBenchCountsAddUp(t *testing.T) {
+	var c benchCounts
+	// 3 new (1, 2, 3) + 2 refreshes (10, 11); 2 and 11 rejected.
+	c.record([]uint64{1, 2, 3, 10, 11}, 3, []uint64{2, 11}, nil)
+	// All refresh, none rejected.
+	c.record([]uint64{10, 10, 12}, 0, nil, nil)
+	// A failed request: its series count as sent and failed, nothing else.
+	c.record([]uint64{4, 5, 13}, 2, nil, errors.New("unavailable"))
+	// A duplicated new hash rejected twice (once per occurrence).
+	c.record([]uint64{6, 6}, 2, []uint64{6, 6}, nil)
+	s := c.summary(2, []float64{1, 2, 3})
+	want := BenchSummary{Requests: 4, RequestsFailed: 1, Sent: 13, New: 7, Refresh: 6, Accepted: 6, Rejected: 4, Failed: 3, NewAccepted: 2, NewRejected: 3}
+	got := s
+	got.DurationSec, got.SeriesPerSec, got.NewPerSec, got.RefreshPerSec, got.P50Ms, got.P90Ms, got.P99Ms, got.MaxMs = 0, 0, 0, 0, 0, 0, 0, 0
+	if got.Requests != want.Requests || got.RequestsFailed != want.RequestsFailed || got.Sent != want.Sent || got.New != want.New ||
+		got.Refresh != want.Refresh || got.Accepted != want.Accepted || got.Rejected != want.Rejected || got.Failed != want.Failed ||
+		got.NewAccepted != want.NewAccepted || got.NewRejected != want.NewRejected {
+		t.Fatalf("got  %+v\nwant %+v", got, want)
+	}
+	if s.Sent != s.New+s.Refresh || s.Sent != s.Accepted+s.Rejected+s.Failed {
+		t.Fatalf("counts do not add up: %+v", s)
+	}
+	// Rates: answered series (accepted + rejected) per second; refreshes
+	// answered = 10 answered - 2 new accepted - 3 new rejected = 5.
+	if s.SeriesPerSec != 5 || s.NewPerSec != 1 || s.RefreshPerSec != 2.5 {
+		t.Fatalf("rates: %v %v %v", s.SeriesPerSec, s.NewPerSec, s.RefreshPerSec)
+	}
+	if s.P50Ms != 2 || s.MaxMs != 3 {
+		t.Fatalf("latency: %v %v", s.P50Ms, s.MaxMs)
+	}
+}
+
+func TestBenchFailsWhenMostRequestsFail(t *testing.T) {
+	for _, tc := range []struct {
+		requests, failed int64
+		fail             bool
+	}{
+		{0, 0, true},   // nothing completed
+		{5, 5, true},   // no request succeeded
+		{10, 6, true},  // most failed
+		{10, 5, false}, // half
+		{10, 0, false},
+	} {
+		s := BenchSummary{Requests: tc.requests, RequestsFailed: tc.failed, FirstErrors: []string{"rpc error: code = Unavailable desc = boom"}}
+		err := s.failure()
+		if (err != nil) != tc.fail {
+			t.Errorf("%d of %d failed: err = %v, want failure %v", tc.failed, tc.requests, err, tc.fail)
+		}
+		if err != nil && tc.requests > 0 && !strings.Contains(err.Error(), "boom") {
+			t.Errorf("error does not show the first errors: %v", err)
+		}
+	}
+}

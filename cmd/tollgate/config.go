@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/server"
+)
+
+// serverSettings is everything `tollgate server` reads: the library's
+// server.Config plus the settings only the command uses. Every setting is
+// bound once, in options(), to a flag, a YAML key and an environment variable.
+type serverSettings struct {
+	cfg             server.Config
+	dev             bool
+	adminTokenFile  string
+	logLevel        string
+	logFormat       string
+	shutdownTimeout time.Duration
+
+	configFile string // --config / TOLLGATE_CONFIG; not itself a YAML key
+
+	// source records where each setting's value came from (flag name →
+	// "--flag", "env TOLLGATE_X", "<file>", or "default"), so errors and --dev
+	// can tell an explicit value from a default.
+	source map[string]string
+}
+
+// option binds one setting. The YAML key is the flag name with '-' replaced by
+// '_', the environment variable TOLLGATE_ + the YAML key in upper case.
+type option struct {
+	flag string
+	ptr  any // *string, *int, *int64, *bool, *float64, *time.Duration or *[]string
+	help string
+}
+
+func (o option) key() string { return strings.ReplaceAll(o.flag, "-", "_") }
+func (o option) env() string { return "TOLLGATE_" + strings.ToUpper(o.key()) }
+
+// options is the one table of server settings. To add one, add a line here (and
+// a check in validate if some values are invalid).
+func (s *serverSettings) options() []option {
+	c := &s.cfg
+	return []option{
+		{"dev", &s.dev, "single-node development cluster with no configuration"},
+		{"node-id", &c.NodeID, "stable node id (default: hostname; \"dev\" with --dev)"},
+		{"zone", &c.Zone, "availability zone label"},
+		{"data-dir", &c.DataDir, "data directory (raft logs, snapshots); required unless --dev (then data/dev)"},
+		{"grpc-addr", &c.GRPCAddr, "gRPC API listen address"},
+		{"http-addr", &c.HTTPAddr, "HTTP (metrics, health, status) listen address; - disables"},
+		{"raft-addr", &c.RaftAddr, "raft listen address (all groups share it)"},
+		{"raft-advertise", &c.RaftAdvertise, "raft address other nodes dial (default: --raft-addr)"},
+		{"grpc-advertise", &c.GRPCAdvertise, "gRPC address clients and other nodes dial (default: --grpc-addr)"},
+		{"gossip-addr", &c.GossipAddr, "serf gossip listen address (TCP and UDP); - disables gossip (single node); off with --dev unless set"},
+		{"gossip-advertise", &c.GossipAdvertise, "gossip address other nodes dial (default: --gossip-addr)"},
+		{"join", &c.Join, "gossip addresses of existing members (comma-separated or repeated); retried until one answers"},
+		{"bootstrap-expect", &c.BootstrapExpect, "form a new cluster once this many nodes are alive (start exactly that many)"},
+		{"replicas", &c.Replicas, "voters per raft group (one per zone when there are that many zones)"},
+		{"disable-auto-place", &c.DisableAutoPlace, "do not add joining nodes to groups whose zone has no voter"},
+		{"leader-balance-interval", &c.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
+		{"admin-token", &c.AdminToken, "token for the admin API; prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: admin API from loopback only"},
+		{"admin-token-file", &s.adminTokenFile, "read the admin token from this file"},
+		{"bootstrap", &c.Bootstrap, "bootstrap every group with this node as the only voter on first start"},
+		{"enable-debug-endpoints", &c.EnableDebugEndpoints, "serve /debug/pprof/ on the HTTP address, behind the admin token (loopback only without a token)"},
+		{"partitions", &c.Partitions, "partitions P (fixed at cluster creation)"},
+		{"groups", &c.Groups, "raft groups G (fixed at cluster creation)"},
+		{"shards", &c.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
+		{"idle-timeout", &c.IdleTimeout, "a series is active if seen within this (whole minutes, ≤ 60m)"},
+		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
+		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides), reloaded on change"},
+		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
+		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
+		{"max-hashes-per-request", &c.MaxHashesPerRequest, "largest TrackSeries request accepted"},
+		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry"},
+		{"shutdown-timeout", &s.shutdownTimeout, "graceful shutdown bound"},
+		{"log-level", &s.logLevel, "debug, info, warn or error"},
+		{"log-format", &s.logFormat, "text or json"},
+	}
+}
+
+// newServerSettings returns the defaults. The library's defaults come from
+// server.Config.Validate, so they are written once; the command changes two:
+// gossip is on (a cluster needs it) and tenants are limited by default.
+func newServerSettings() (*serverSettings, error) {
+	c := server.Config{DataDir: "-"}
+	if err := c.Validate(); err != nil {
+		return nil, fmt.Errorf("library defaults: %w", err)
+	}
+	// Validate resolves these from the environment; the command leaves them
+	// unset until the node starts.
+	c.DataDir, c.NodeID, c.Logger, c.Clock = "", "", nil, nil
+	c.GossipAddr = "127.0.0.1:7302"
+	c.DefaultMaxSeries = 150_000
+	return &serverSettings{
+		cfg:             c,
+		logLevel:        "info",
+		logFormat:       "text",
+		shutdownTimeout: 30 * time.Second,
+		source:          map[string]string{},
+	}, nil
+}
+
+// bind registers every option as a flag whose default is the current value.
+func (s *serverSettings) bind(f *pflag.FlagSet) {
+	f.StringVar(&s.configFile, "config", "", "YAML config file; keys are the flag names with underscores (env TOLLGATE_CONFIG)")
+	for _, o := range s.options() {
+		help := o.help + " (env " + o.env() + ")"
+		switch p := o.ptr.(type) {
+		case *string:
+			f.StringVar(p, o.flag, *p, help)
+		case *int:
+			f.IntVar(p, o.flag, *p, help)
+		case *int64:
+			f.Int64Var(p, o.flag, *p, help)
+		case *bool:
+			f.BoolVar(p, o.flag, *p, help)
+		case *float64:
+			f.Float64Var(p, o.flag, *p, help)
+		case *time.Duration:
+			f.DurationVar(p, o.flag, *p, help)
+		case *[]string:
+			f.StringSliceVar(p, o.flag, *p, help)
+		default:
+			// A programming error in the table above; TestEveryFlagHasKeyAndEnv
+			// catches it before a user can.
+			f.String(o.flag, "", "UNSUPPORTED OPTION TYPE")
+		}
+	}
+}
+
+// load completes the settings after the command line was parsed: values from
+// the environment and the YAML file for every option the command line did not
+// set (precedence: flag > environment > file > default), then --dev, the token
+// file, and validation of every field at once.
+func (s *serverSettings) load(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
+	if !f.Changed("config") {
+		if v, ok := lookupEnv("TOLLGATE_CONFIG"); ok && v != "" {
+			s.configFile = v
+		}
+	}
+	var file map[string]*yaml.Node
+	if s.configFile != "" {
+		var err error
+		if file, err = readConfigFile(s.configFile, s.options()); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, o := range s.options() {
+		switch {
+		case f.Changed(o.flag):
+			s.source[o.flag] = "--" + o.flag
+		case hasEnv(lookupEnv, o.env()):
+			v, _ := lookupEnv(o.env())
+			if err := f.Lookup(o.flag).Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", o.env(), v, err))
+				continue
+			}
+			s.source[o.flag] = "env " + o.env()
+		case file[o.key()] != nil:
+			n := file[o.key()]
+			if err := n.Decode(o.ptr); err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %s", s.configFile, n.Line, o.key(), yamlErr(err)))
+				continue
+			}
+			s.source[o.flag] = s.configFile
+		default:
+			s.source[o.flag] = "default"
+		}
+	}
+	if len(errs) > 0 {
+		return configError(errs)
+	}
+	s.applyDev()
+	if s.cfg.GossipAddr == "-" {
+		s.cfg.GossipAddr = ""
+	}
+	if err := s.readTokenFile(); err != nil {
+		return configError([]error{err})
+	}
+	if errs := s.validate(); len(errs) > 0 {
+		return configError(errs)
+	}
+	return nil
+}
+
+func hasEnv(lookupEnv func(string) (string, bool), name string) bool {
+	v, ok := lookupEnv(name)
+	return ok && v != ""
+}
+
+// explicit reports whether a setting was given (flag, environment or file).
+func (s *serverSettings) explicit(flag string) bool {
+	src := s.source[flag]
+	return src != "" && src != "default"
+}
+
+// applyDev: --dev bootstraps every group here, puts data in data/dev and turns
+// gossip off, unless those were set explicitly.
+func (s *serverSettings) applyDev() {
+	if !s.dev {
+		return
+	}
+	if s.cfg.DataDir == "" {
+		s.cfg.DataDir = "data/dev"
+	}
+	if s.cfg.NodeID == "" {
+		s.cfg.NodeID = "dev"
+	}
+	s.cfg.Bootstrap = true
+	if !s.explicit("gossip-addr") {
+		s.cfg.GossipAddr = ""
+	}
+}
+
+// readTokenFile replaces the token by the file's content. A token given both
+// ways must agree: two different tokens is a mistake worth stopping for.
+func (s *serverSettings) readTokenFile() error {
+	if s.adminTokenFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(s.adminTokenFile)
+	if err != nil {
+		return fmt.Errorf("admin_token_file (%s): %w", s.source["admin-token-file"], err)
+	}
+	tok := strings.TrimSpace(string(b))
+	if tok == "" {
+		return fmt.Errorf("admin_token_file: %s is empty", s.adminTokenFile)
+	}
+	if s.cfg.AdminToken != "" && s.cfg.AdminToken != tok {
+		return fmt.Errorf("admin_token (%s) and admin_token_file (%s) hold different tokens; give one", s.source["admin-token"], s.source["admin-token-file"])
+	}
+	s.cfg.AdminToken = tok
+	return nil
+}
+
+// validate checks every field and returns every problem, each naming the YAML
+// key and where the value came from. It rejects what server.Config.Validate
+// would silently replace by a default (a zero) and what would misbehave.
+func (s *serverSettings) validate() []error {
+	var errs []error
+	c := &s.cfg
+	bad := func(flag, format string, args ...any) {
+		from := ""
+		if src := s.source[flag]; src != "" && src != "default" {
+			from = " (from " + src + ")"
+		}
+		errs = append(errs, fmt.Errorf("%s: %s%s", strings.ReplaceAll(flag, "-", "_"), fmt.Sprintf(format, args...), from))
+	}
+	if c.DataDir == "" {
+		bad("data-dir", "required (or use --dev)")
+	}
+	addr := func(flag, v string, dash bool) {
+		if v == "" || (dash && v == "-") {
+			return
+		}
+		if _, _, err := net.SplitHostPort(v); err != nil {
+			bad(flag, "%q is not host:port", v)
+		}
+	}
+	addr("grpc-addr", c.GRPCAddr, false)
+	addr("http-addr", c.HTTPAddr, true)
+	addr("raft-addr", c.RaftAddr, false)
+	addr("raft-advertise", c.RaftAdvertise, false)
+	addr("grpc-advertise", c.GRPCAdvertise, false)
+	addr("gossip-addr", c.GossipAddr, false)
+	addr("gossip-advertise", c.GossipAdvertise, false)
+	for _, j := range c.Join {
+		addr("join", j, false)
+	}
+	if c.GRPCAddr == "" {
+		bad("grpc-addr", "required")
+	}
+	if c.RaftAddr == "" {
+		bad("raft-addr", "required")
+	}
+	if c.BootstrapExpect < 0 {
+		bad("bootstrap-expect", "%d is negative", c.BootstrapExpect)
+	}
+	if c.GossipAddr == "" && (len(c.Join) > 0 || c.BootstrapExpect > 0) {
+		bad("gossip-addr", "gossip is off, but join and bootstrap_expect need it")
+	}
+	if c.Bootstrap && c.BootstrapExpect > 0 {
+		what := "bootstrap"
+		if s.dev {
+			what = "dev"
+		}
+		bad("bootstrap-expect", "%d conflicts with %s (a single-voter cluster)", c.BootstrapExpect, what)
+	}
+	if c.Replicas < 1 {
+		bad("replicas", "%d: must be ≥ 1", c.Replicas)
+	}
+	if c.LeaderBalanceInterval == 0 {
+		bad("leader-balance-interval", "0s: give a positive interval, or a negative one to disable balancing")
+	}
+	if err := layout.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
+		bad("partitions", "partitions=%d groups=%d shards=%d: %v", c.Partitions, c.Groups, c.Shards, err)
+	}
+	switch {
+	case c.IdleTimeout%time.Minute != 0:
+		bad("idle-timeout", "%v is not whole minutes", c.IdleTimeout)
+	case c.IdleTimeout < time.Minute || c.IdleTimeout > fsm.MaxIdleMinutes*time.Minute:
+		bad("idle-timeout", "%v: must be in [1m, %dm]", c.IdleTimeout, fsm.MaxIdleMinutes)
+	}
+	if c.DefaultMaxSeries < 0 {
+		bad("default-max-series", "%d is negative (0 = unlimited)", c.DefaultMaxSeries)
+	}
+	if c.LimitsReload <= 0 {
+		bad("limits-reload-period", "%v: must be > 0", c.LimitsReload)
+	}
+	if !(c.NearLimitFraction > 0 && c.NearLimitFraction <= 1) {
+		bad("near-limit-fraction", "%v: must be in (0, 1]", c.NearLimitFraction)
+	}
+	if c.MaxHashesPerRequest < 1 {
+		bad("max-hashes-per-request", "%d: must be ≥ 1", c.MaxHashesPerRequest)
+	}
+	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
+		bad("batch-window", "%v: must be in [0, 1s]", c.BatchWindow)
+	}
+	if s.shutdownTimeout <= 0 {
+		bad("shutdown-timeout", "%v: must be > 0", s.shutdownTimeout)
+	}
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s.logLevel)); err != nil {
+		bad("log-level", "%q: use debug, info, warn or error", s.logLevel)
+	}
+	if f := strings.ToLower(s.logFormat); f != "text" && f != "json" {
+		bad("log-format", "%q: use text or json", s.logFormat)
+	}
+	return errs
+}
+
+// readConfigFile parses the YAML file into its top-level keys. Unknown and
+// repeated keys are refused (all of them named at once), so a typo does not
+// silently leave a setting at its default.
+func readConfigFile(path string, opts []option) (map[string]*yaml.Node, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config file: %w", err)
+	}
+	var doc yaml.Node
+	if err := yaml.NewDecoder(bytes.NewReader(data)).Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil // empty file: nothing set
+		}
+		return nil, fmt.Errorf("config file %s: %s", path, yamlErr(err))
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode && len(root.Content) == 1 {
+		root = root.Content[0]
+	}
+	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("config file %s: want a mapping of settings (key: value) at the top level", path)
+	}
+	known := map[string]bool{}
+	for _, o := range opts {
+		known[o.key()] = true
+	}
+	out := map[string]*yaml.Node{}
+	var errs []error
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch {
+		case !known[k.Value]:
+			hint := ""
+			if u := strings.ReplaceAll(k.Value, "-", "_"); known[u] {
+				hint = fmt.Sprintf(" (did you mean %s?)", u)
+			}
+			errs = append(errs, fmt.Errorf("%s:%d: unknown key %q%s", path, k.Line, k.Value, hint))
+		case out[k.Value] != nil:
+			errs = append(errs, fmt.Errorf("%s:%d: key %q given twice", path, k.Line, k.Value))
+		default:
+			out[k.Value] = v
+		}
+	}
+	if len(errs) > 0 {
+		return nil, configError(errs)
+	}
+	return out, nil
+}
+
+// yamlErr drops yaml.v3's "yaml: " prefix, which says nothing here.
+func yamlErr(err error) string {
+	return strings.TrimPrefix(strings.TrimPrefix(err.Error(), "yaml: "), "unmarshal errors:\n  ")
+}
+
+// configErr lists every problem, one per line.
+type configErr struct{ errs []error }
+
+func configError(errs []error) error { return &configErr{errs: errs} }
+
+func (e *configErr) Error() string {
+	lines := make([]string, len(e.errs))
+	for i, err := range e.errs {
+		lines[i] = "  " + err.Error()
+	}
+	return "invalid configuration:\n" + strings.Join(lines, "\n")
+}
+
+func (e *configErr) Unwrap() []error { return slices.Clone(e.errs) }

@@ -1,0 +1,59 @@
+package server
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// WaitingFor says, in an operator's words, what this node waits for before it
+// is ready, or "" when it is ready. It adds to NotReadyReason what only the
+// cluster duties know: a new cluster waiting for its --bootstrap-expect
+// members, or a node with no raft state waiting to be added by the leaders.
+func (s *Server) WaitingFor() string {
+	reason := s.NotReadyReason()
+	if reason == "" {
+		return ""
+	}
+	if s.hasRaftState() {
+		return "waiting: " + reason
+	}
+	switch {
+	case s.cfg.BootstrapExpect > 0 && s.members != nil:
+		var ids []string
+		for _, m := range alive(s.members.Members()) {
+			ids = append(ids, m.ID)
+		}
+		slices.Sort(ids)
+		return fmt.Sprintf("waiting for --bootstrap-expect %d: %d alive (%s)", s.cfg.BootstrapExpect, len(ids), strings.Join(ids, ", "))
+	case !s.cfg.Bootstrap:
+		if len(s.cfg.Join) == 0 {
+			return "waiting to be added to a cluster by its group leaders (no --join given: another node must join this one)"
+		}
+		return fmt.Sprintf("waiting to be added to a cluster by its group leaders (--join %s)", strings.Join(s.cfg.Join, ","))
+	}
+	return "waiting: " + reason
+}
+
+// hasRaftState reports whether any group has raft state on disk here (the node
+// was bootstrapped or added to a group at some point).
+func (s *Server) hasRaftState() bool {
+	for g := range s.cfg.Groups {
+		if has, err := s.host.GroupHasState(g); err != nil || has {
+			return true // an unreadable store is reported by NotReadyReason's words
+		}
+	}
+	return false
+}
+
+// LimitsInEffect describes the limits the node enforces now, for the startup
+// banner: the default max_series of a tenant without an override (0 =
+// unlimited; the limits file's defaults win over --default-max-series), the
+// limits file ("" when none), how many tenants it overrides, and how often it
+// is re-read.
+func (s *Server) LimitsInEffect() (defaultMaxSeries int64, file string, overrides int, reload time.Duration) {
+	l := s.limits.Get()
+	// No tenant is named "" (tenant ids are validated), so this is the default.
+	return l.For("").MaxSeries, s.cfg.LimitsFile, len(l.Overridden()), s.cfg.LimitsReload
+}
