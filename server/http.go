@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/ui"
 )
 
 func (s *Server) startHTTP() error {
@@ -37,6 +38,8 @@ func (s *Server) startHTTP() error {
 	})
 	mux.HandleFunc("GET /api/v1/status", s.handleStatus)
 	mux.HandleFunc("GET /api/v1/tenants/{tenant}", s.handleTenant)
+	mux.Handle("GET /api/v1/overview", s.overviewHandler())
+	mux.Handle("GET /ui/", ui.Handler())
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
