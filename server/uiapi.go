@@ -74,10 +74,11 @@ type VoterOverview struct {
 	LastIndex    uint64 `json:"last_index"`
 }
 
-// RateOverview holds per-second rates of this node's counters over the last
-// WindowSeconds (requests this node answered; series decided in the groups it
-// leads), plus the cluster's active series and how fast they change. A node
-// only counts its own work, so the rates are labelled with the node.
+// RateOverview holds per-second rates over the last WindowSeconds. Requests
+// and series decisions are this node's counters (requests it answered; series
+// decided in the groups it leads): a node only counts its own work, so the page
+// names the node. Active series and raft entries are cluster-wide, from each
+// group's leader and voters.
 type RateOverview struct {
 	WindowSeconds      float64 `json:"window_seconds"` // 0 until two samples exist
 	Requests           float64 `json:"requests_per_second"`
@@ -85,6 +86,7 @@ type RateOverview struct {
 	SeriesCreated      float64 `json:"series_created_per_second"`
 	SeriesRefreshed    float64 `json:"series_refreshed_per_second"`
 	SeriesRejected     float64 `json:"series_rejected_per_second"`
+	RaftEntries        float64 `json:"raft_entries_per_second"` // cluster-wide: log entries applied, all groups
 	ActiveSeries       int64   `json:"active_series"`
 	ActiveSeriesChange float64 `json:"active_series_change_per_second"`
 }
@@ -115,6 +117,7 @@ type rateSample struct {
 	requests, errors             float64
 	created, refreshed, rejected float64
 	active                       int64
+	applied                      uint64 // sum over groups of the highest applied index known
 }
 
 // overviewHandler serves /api/v1/overview. It keeps its rate samples itself
@@ -204,6 +207,7 @@ func (h *overviewHandler) build(ctx context.Context) Overview {
 	slices.SortFunc(ov.Zones, func(a, b ZoneOverview) int { return strings.Compare(a.Zone, b.Zone) })
 
 	var active int64
+	var applied uint64
 	for g := range s.cfg.Groups {
 		lo, hi := s.fsms[g].PartitionRange()
 		st := s.fsms[g].Stats()
@@ -224,11 +228,16 @@ func (h *overviewHandler) build(ctx context.Context) Overview {
 			gov.Series, gov.Tenants = int64(gs.Series), int(gs.Tenants)
 		}
 		active += gov.Series
+		top := s.fsms[g].AppliedIndex()
+		for _, v := range gov.Voters {
+			top = max(top, v.AppliedIndex)
+		}
+		applied += top
 		ov.Groups = append(ov.Groups, gov)
 	}
 
 	ov.Tenants = s.tenantOverview()
-	ov.Rates = h.rates(active)
+	ov.Rates = h.rates(active, applied)
 	return ov
 }
 
@@ -284,9 +293,9 @@ func (s *Server) tenantOverview() []TenantOverview {
 
 // rates records a sample of this node's counters and returns per-second rates
 // against the oldest sample still inside the window. Called with h.mu held.
-func (h *overviewHandler) rates(active int64) RateOverview {
+func (h *overviewHandler) rates(active int64, applied uint64) RateOverview {
 	now := time.Now()
-	cur := rateSample{at: now, active: active}
+	cur := rateSample{at: now, active: active, applied: applied}
 	if mfs, err := h.s.metrics.reg.Gather(); err == nil {
 		for _, mf := range mfs {
 			switch mf.GetName() {
@@ -328,6 +337,9 @@ func (h *overviewHandler) rates(active int64) RateOverview {
 	out.SeriesRefreshed = per(first.refreshed, cur.refreshed)
 	out.SeriesRejected = per(first.rejected, cur.rejected)
 	out.ActiveSeriesChange = float64(cur.active-first.active) / dt
+	if cur.applied > first.applied {
+		out.RaftEntries = float64(cur.applied-first.applied) / dt
+	}
 	return out
 }
 

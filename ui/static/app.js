@@ -63,7 +63,8 @@
 
   function sparkline(values, cls) {
     const w = 160, h = 34;
-    if (values.length < 2) return `<svg class="spark ${cls}" width="${w}" height="${h}" aria-hidden="true"></svg>`;
+    const open = `<svg class="spark ${cls}" width="100%" height="${h}" viewBox="0 0 ${w} ${h}" preserveAspectRatio="none" aria-hidden="true">`;
+    if (values.length < 2) return open + "</svg>";
     const lo = Math.min(...values), hi = Math.max(...values);
     const span = hi - lo || 1;
     // A short history still spans a third of the width, so the first
@@ -71,8 +72,7 @@
     const step = w / (Math.max(values.length, HISTORY / 3) - 1);
     const x0 = w - step * (values.length - 1);
     const pts = values.map((v, i) => `${(x0 + i * step).toFixed(1)},${(h - 3 - ((v - lo) / span) * (h - 6)).toFixed(1)}`);
-    return `<svg class="spark ${cls}" width="${w}" height="${h}" viewBox="0 0 ${w} ${h}" aria-hidden="true">` +
-      `<polyline points="${pts.join(" ")}"/></svg>`;
+    return open + `<polyline points="${pts.join(" ")}"/></svg>`;
   }
 
   function usageBar(fraction, near) {
@@ -126,10 +126,12 @@
       card("Active series", fmtInt(r.active_series), "",
         `${r.window_seconds ? (num(r.active_series_change_per_second) >= 0 ? "+" : "") + fmtRate(r.active_series_change_per_second) + " /s" : "measuring…"}` +
         sparkline(hist.map((p) => p.active), "blue")),
+      card("Raft entries /s", r.window_seconds ? fmtRate(r.raft_entries_per_second) : "…", "",
+        "applied, all groups" + sparkline(hist.map((p) => p.entries), "blue")),
       card("Requests /s", r.window_seconds ? fmtRate(r.requests_per_second) : "…", num(r.request_errors_per_second) > 0 ? "warn" : "",
-        `${fmtRate(r.request_errors_per_second)} errors /s` + sparkline(hist.map((p) => p.requests), "green")),
-      card("Series /s", r.window_seconds ? fmtRate(r.series_created_per_second) : "…", "",
-        `new · ${fmtRate(r.series_refreshed_per_second)} refreshed · <span class="${num(r.series_rejected_per_second) > 0 ? "redtext" : ""}">${fmtRate(r.series_rejected_per_second)} rejected</span>` +
+        `answered by ${esc(ov.node)} · ${fmtRate(r.request_errors_per_second)} errors /s` + sparkline(hist.map((p) => p.requests), "green")),
+      card("New series /s", r.window_seconds ? fmtRate(r.series_created_per_second) : "…", "",
+        `in groups ${esc(ov.node)} leads · ${fmtRate(r.series_refreshed_per_second)} refreshed · <span class="${num(r.series_rejected_per_second) > 0 ? "redtext" : ""}">${fmtRate(r.series_rejected_per_second)} rejected</span>` +
         sparkline(hist.map((p) => p.created), "green")),
       card("Tenants near limit", `${nearCount} / ${ts.length}`, nearCount ? "warn" : "good",
         `<a href="#tenants">≥ ${fmtPct(ov.near_limit_fraction)} of max_series</a>`),
@@ -162,8 +164,9 @@
 
     return `
       <section class="cards">${cards.join("")}</section>
-      <p class="muted small">Rates are what <b>${esc(ov.node)}</b> measured over the last ${r.window_seconds ? Math.round(r.window_seconds) + " s" : "seconds"}:
-        requests it answered and series decided in the groups it leads. Active series are cluster-wide (each group's leader).</p>
+      <p class="muted small">Rates over the last ${r.window_seconds ? Math.round(r.window_seconds) + " s" : "seconds"}.
+        Active series and raft entries are cluster-wide (each group's leader); requests and new series are what <b>${esc(ov.node)}</b> counted itself:
+        open the dashboard of another node for its share.</p>
       <h2>Cluster by zone</h2>
       <section class="zones">${zones || `<p class="muted">No members known yet.</p>`}</section>
       <h2>Raft groups</h2>
@@ -218,6 +221,9 @@
     if (state.tenantError) return head + `<h1>${esc(name)}</h1><p class="notice">${esc(state.tenantError)}</p>`;
     const t = state.tenant;
     if (!t || state.tenantName !== name) return head + `<h1>${esc(name)}</h1><p class="muted">Loading…</p>`;
+    if (t.known === false || t.exists === false) {
+      return head + `<h1>${esc(name)}</h1><p class="notice">Tenant “${esc(name)}” is unknown to this node: it has never tracked a series here.</p>`;
+    }
     const perGroup = pick(t, "series_per_group", "per_group", "active_per_group") || [];
     const shares = pick(t, "share_per_group", "shares", "group_shares") || [];
     const limit = num(pick(t, "max_series", "limit"));
@@ -301,7 +307,12 @@
         state.overviewError = "";
         state.lastOK = Date.now();
         const r = ov.rates || {};
-        state.history.push({ active: num(r.active_series), requests: num(r.requests_per_second), created: num(r.series_created_per_second) });
+        // No rate before the server has two samples: skip, or every line
+        // would start with a fake climb from zero.
+        if (r.window_seconds) state.history.push({
+          active: num(r.active_series), entries: num(r.raft_entries_per_second),
+          requests: num(r.requests_per_second), created: num(r.series_created_per_second),
+        });
         if (state.history.length > HISTORY) state.history.shift();
       } catch (e) {
         state.overviewError = e.status === 404
