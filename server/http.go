@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
 
@@ -44,6 +45,8 @@ func (s *Server) startHTTP() error {
 	mux.HandleFunc("GET /api/v1/tenants", s.handleTenants)
 	mux.HandleFunc("GET /api/v1/tenants/{tenant}", s.handleTenant)
 	mux.HandleFunc("GET /{$}", s.handleIndex)
+	mux.Handle("GET /api/v1/overview", s.overviewHandler())
+	mux.Handle("GET /ui/", ui.Handler())
 	if s.cfg.EnableDebugEndpoints {
 		mux.Handle("/debug/pprof/", s.requireAdmin(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/cmdline", s.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
@@ -198,7 +201,7 @@ func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, s.Tenants())
 }
 
-// indexPage links the endpoints until a dashboard exists; a new operator who
+// indexPage is the landing page: the dashboard first, then every endpoint; a new operator who
 // opens the HTTP address in a browser lands here.
 var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <html><head><meta charset="utf-8"><title>Tollgate {{.Node}}</title></head>
@@ -206,6 +209,7 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <h1>Tollgate node {{.Node}}</h1>
 <p>Zone {{.Zone}}, gRPC {{.GRPC}}, {{.Build}}.</p>
 <ul>
+<li><a href="/ui/">/ui/</a>: the dashboard (cluster by zone, groups and leaders, tenants near their limits, rates)</li>
 <li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes (JSON)</li>
 <li><a href="/api/v1/tenants">/api/v1/tenants</a>: tenants with active series and their limits (JSON)</li>
 <li>/api/v1/tenants/<i>TENANT</i>: one tenant's usage per group (JSON; 404 for an unknown tenant)</li>
