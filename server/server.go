@@ -80,6 +80,12 @@ type Config struct {
 
 	Clock  func() time.Time // injectable wall clock (tests); default time.Now
 	Logger *slog.Logger
+
+	// MaxClusterVersion is the highest cluster version this node applies and
+	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
+	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
+	// older build (upgrade tests); operators never need it.
+	MaxClusterVersion int
 }
 
 // Validate fills defaults and checks ranges.
@@ -182,6 +188,7 @@ type Server struct {
 	admin    *adminService
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
+	vers     versionState
 
 	grpcLis net.Listener
 	grpc    *grpc.Server
@@ -216,6 +223,9 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := resolveClusterVersion(&cfg); err != nil {
+		return nil, err
+	}
 	s := &Server{cfg: cfg, log: cfg.Logger, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
 	s.view.changed = make(chan struct{})
 	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
@@ -240,7 +250,8 @@ func New(cfg Config) (*Server, error) {
 
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
 	for g := range s.fsms {
-		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log})
+		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
+			MaxClusterVersion: cfg.MaxClusterVersion})
 		if err != nil {
 			return nil, err
 		}
@@ -363,7 +374,8 @@ func (s *Server) watchLeadership() {
 			return
 		case ev := <-s.leaderEvents:
 			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
-			s.trackers[ev.group].setLeader(ev.leader)
+			// A group halted here must not be led from here (versions.go).
+			s.trackers[ev.group].setLeader(ev.leader && s.mayLead(ev.group))
 		}
 	}
 }
@@ -396,6 +408,9 @@ func (s *Server) NotReadyReason() string {
 	v, _ := s.view.get()
 	if v == nil {
 		return "starting"
+	}
+	if why := s.haltedReason(); why != "" {
+		return why
 	}
 	for g, tr := range s.trackers {
 		if v.GroupInfo[g].LeaderId == "" {
@@ -453,6 +468,7 @@ func (s *Server) groupStats() []groupStat {
 	for g, f := range s.fsms {
 		st := f.Stats()
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
+		out[g].halted, _ = f.Halted()
 		if s.host != nil {
 			out[g].leader = s.host.Raft(g).State() == raft.Leader
 		}
