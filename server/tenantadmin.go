@@ -38,19 +38,26 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 
 	// Pre-check every group whose configuration this node knows; each leader
 	// checks again (authoritatively) before appending.
-	var lags []string
+	var lags []string // each lagging node once, whatever the number of groups
+	var lagGroups []string
 	need, _ := fsm.LookupEntryType(fsm.EntryDropTenant)
 	for g := range s.cfg.Groups {
 		if !s.hostsGroup(g) {
 			continue
 		}
 		if ok, lagging := s.groupSupports(g, need.Since); !ok && !s.vers.skipGate.Load() {
-			lags = append(lags, fmt.Sprintf("group %d: %s", g, strings.Join(lagging, ", ")))
+			lagGroups = append(lagGroups, fmt.Sprint(g))
+			for _, l := range lagging {
+				if !slices.Contains(lags, l) {
+					lags = append(lags, l)
+				}
+			}
 		}
 	}
 	if len(lags) > 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "drop-tenant %s: %s; %s needs cluster version %d: finish the rolling upgrade first (nothing was changed)",
-			req.Tenant, strings.Join(lags, "; "), need.Name, need.Since)
+		slices.Sort(lags)
+		return nil, status.Errorf(codes.FailedPrecondition, "drop-tenant %s: %s (groups %s); %s needs cluster version %d: finish the rolling upgrade first (nothing was changed)",
+			req.Tenant, strings.Join(lags, ", "), strings.Join(lagGroups, ","), need.Name, need.Since)
 	}
 
 	type result struct {

@@ -196,7 +196,7 @@ func (s *Server) enforceHalts() {
 			tr.setLeader(false)
 		}
 		r := s.host.Raft(g)
-		if r.State() != raft.Leader || time.Since(s.vers.lastTransfer[g]) < haltTransferEvery {
+		if r.State() != raft.Leader || time.Since(s.vers.lastTransfer[g]) < haltTransferEvery || !hasOtherVoter(r, s.cfg.NodeID) {
 			continue
 		}
 		if s.vers.lastTransfer == nil {
@@ -222,4 +222,19 @@ func (s *Server) haltedReason() string {
 		}
 	}
 	return ""
+}
+
+// hasOtherVoter reports whether r's configuration has a voter besides self
+// (a single-voter group has nobody to hand leadership to).
+func hasOtherVoter(r *raft.Raft, self string) bool {
+	fut := r.GetConfiguration()
+	if fut.Error() != nil {
+		return false
+	}
+	for _, srv := range fut.Configuration().Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != self {
+			return true
+		}
+	}
+	return false
 }
