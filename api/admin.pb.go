@@ -1072,6 +1072,191 @@ func (x *RestoreGroupResponse) GetSeries() uint64 {
 	return 0
 }
 
+type DropTenantRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	// Unset: every group (what clients send). Set by the node that fans the call
+	// out, on the copy it forwards to one group's leader.
+	Group         *uint32 `protobuf:"varint,2,opt,name=group,proto3,oneof" json:"group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropTenantRequest) Reset() {
+	*x = DropTenantRequest{}
+	mi := &file_admin_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropTenantRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropTenantRequest) ProtoMessage() {}
+
+func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropTenantRequest.ProtoReflect.Descriptor instead.
+func (*DropTenantRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *DropTenantRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DropTenantRequest) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
+type DropTenantResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Groups []*GroupDrop           `protobuf:"bytes,2,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Series removed, summed over the groups.
+	Removed       uint64 `protobuf:"varint,3,opt,name=removed,proto3" json:"removed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DropTenantResponse) Reset() {
+	*x = DropTenantResponse{}
+	mi := &file_admin_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DropTenantResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DropTenantResponse) ProtoMessage() {}
+
+func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DropTenantResponse.ProtoReflect.Descriptor instead.
+func (*DropTenantResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DropTenantResponse) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *DropTenantResponse) GetGroups() []*GroupDrop {
+	if x != nil {
+		return x.Groups
+	}
+	return nil
+}
+
+func (x *DropTenantResponse) GetRemoved() uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+type GroupDrop struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	// Series the tenant held in the group when the entry applied.
+	Removed uint64 `protobuf:"varint,2,opt,name=removed,proto3" json:"removed,omitempty"`
+	// Raft index of the drop-tenant entry.
+	Index         uint64 `protobuf:"varint,3,opt,name=index,proto3" json:"index,omitempty"`
+	LeaderId      string `protobuf:"bytes,4,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupDrop) Reset() {
+	*x = GroupDrop{}
+	mi := &file_admin_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupDrop) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupDrop) ProtoMessage() {}
+
+func (x *GroupDrop) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupDrop.ProtoReflect.Descriptor instead.
+func (*GroupDrop) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *GroupDrop) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupDrop) GetRemoved() uint64 {
+	if x != nil {
+		return x.Removed
+	}
+	return 0
+}
+
+func (x *GroupDrop) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *GroupDrop) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
 var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
@@ -1145,7 +1330,20 @@ const file_admin_proto_rawDesc = "" +
 	"\x14RestoreGroupResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12\x16\n" +
-	"\x06series\x18\x03 \x01(\x04R\x06series2\x8c\x05\n" +
+	"\x06series\x18\x03 \x01(\x04R\x06series\"P\n" +
+	"\x11DropTenantRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x19\n" +
+	"\x05group\x18\x02 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\"v\n" +
+	"\x12DropTenantResponse\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12.\n" +
+	"\x06groups\x18\x02 \x03(\v2\x16.tollgate.v1.GroupDropR\x06groups\x12\x18\n" +
+	"\aremoved\x18\x03 \x01(\x04R\aremoved\"n\n" +
+	"\tGroupDrop\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x18\n" +
+	"\aremoved\x18\x02 \x01(\x04R\aremoved\x12\x14\n" +
+	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x1b\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId2\xdb\x05\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.tollgate.v1.StatusRequest\x1a\x1b.tollgate.v1.StatusResponse\x12J\n" +
 	"\tListPeers\x12\x1d.tollgate.v1.ListPeersRequest\x1a\x1e.tollgate.v1.ListPeersResponse\x12I\n" +
@@ -1155,7 +1353,9 @@ const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"NodeGroups\x12\x1e.tollgate.v1.NodeGroupsRequest\x1a\x1f.tollgate.v1.NodeGroupsResponse\x12P\n" +
 	"\rSnapshotGroup\x12!.tollgate.v1.SnapshotGroupRequest\x1a\x1a.tollgate.v1.SnapshotChunk0\x01\x12N\n" +
-	"\fRestoreGroup\x12\x19.tollgate.v1.RestoreChunk\x1a!.tollgate.v1.RestoreGroupResponse(\x01B)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\fRestoreGroup\x12\x19.tollgate.v1.RestoreChunk\x1a!.tollgate.v1.RestoreGroupResponse(\x01\x12M\n" +
+	"\n" +
+	"DropTenant\x12\x1e.tollgate.v1.DropTenantRequest\x1a\x1f.tollgate.v1.DropTenantResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1169,7 +1369,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_admin_proto_goTypes = []any{
 	(*StatusRequest)(nil),              // 0: tollgate.v1.StatusRequest
 	(*StatusResponse)(nil),             // 1: tollgate.v1.StatusResponse
@@ -1189,36 +1389,42 @@ var file_admin_proto_goTypes = []any{
 	(*RestoreChunk)(nil),               // 15: tollgate.v1.RestoreChunk
 	(*RestoreHeader)(nil),              // 16: tollgate.v1.RestoreHeader
 	(*RestoreGroupResponse)(nil),       // 17: tollgate.v1.RestoreGroupResponse
-	(*ClusterView)(nil),                // 18: tollgate.v1.ClusterView
+	(*DropTenantRequest)(nil),          // 18: tollgate.v1.DropTenantRequest
+	(*DropTenantResponse)(nil),         // 19: tollgate.v1.DropTenantResponse
+	(*GroupDrop)(nil),                  // 20: tollgate.v1.GroupDrop
+	(*ClusterView)(nil),                // 21: tollgate.v1.ClusterView
 }
 var file_admin_proto_depIdxs = []int32{
-	18, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
+	21, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
 	3,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
 	4,  // 2: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
 	5,  // 3: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
 	5,  // 4: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
 	16, // 5: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
-	0,  // 6: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
-	6,  // 7: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
-	8,  // 8: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
-	9,  // 9: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
-	11, // 10: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
-	2,  // 11: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
-	13, // 12: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
-	15, // 13: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
-	1,  // 14: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
-	7,  // 15: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
-	10, // 16: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
-	10, // 17: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
-	12, // 18: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
-	3,  // 19: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
-	14, // 20: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
-	17, // 21: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
-	14, // [14:22] is the sub-list for method output_type
-	6,  // [6:14] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	20, // 6: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
+	0,  // 7: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
+	6,  // 8: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
+	8,  // 9: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
+	9,  // 10: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
+	11, // 11: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
+	2,  // 12: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
+	13, // 13: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
+	15, // 14: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
+	18, // 15: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
+	1,  // 16: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
+	7,  // 17: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
+	10, // 18: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
+	10, // 19: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
+	12, // 20: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
+	3,  // 21: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
+	14, // 22: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
+	17, // 23: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
+	19, // 24: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
+	16, // [16:25] is the sub-list for method output_type
+	7,  // [7:16] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1227,13 +1433,14 @@ func file_admin_proto_init() {
 		return
 	}
 	file_tracker_proto_init()
+	file_admin_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

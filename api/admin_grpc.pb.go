@@ -36,6 +36,7 @@ const (
 	Admin_NodeGroups_FullMethodName         = "/tollgate.v1.Admin/NodeGroups"
 	Admin_SnapshotGroup_FullMethodName      = "/tollgate.v1.Admin/SnapshotGroup"
 	Admin_RestoreGroup_FullMethodName       = "/tollgate.v1.Admin/RestoreGroup"
+	Admin_DropTenant_FullMethodName         = "/tollgate.v1.Admin/DropTenant"
 )
 
 // AdminClient is the client API for Admin service.
@@ -64,6 +65,13 @@ type AdminClient interface {
 	// leader installs it and followers receive it), rolling back every write after
 	// the snapshot. The first message carries the header, the rest the bytes.
 	RestoreGroup(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RestoreChunk, RestoreGroupResponse], error)
+	// DropTenant removes every series of a tenant in every group (a drop-tenant
+	// raft entry on each group's leader) and sets its usage to 0: the series it
+	// sends afterwards count as new. Series acknowledged while the call runs may
+	// or may not survive it. It needs cluster version 2 on every voter:
+	// FailedPrecondition names the nodes that lag (finish the rolling upgrade
+	// first). Idempotent: repeat it after an error.
+	DropTenant(ctx context.Context, in *DropTenantRequest, opts ...grpc.CallOption) (*DropTenantResponse, error)
 }
 
 type adminClient struct {
@@ -166,6 +174,16 @@ func (c *adminClient) RestoreGroup(ctx context.Context, opts ...grpc.CallOption)
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_RestoreGroupClient = grpc.ClientStreamingClient[RestoreChunk, RestoreGroupResponse]
 
+func (c *adminClient) DropTenant(ctx context.Context, in *DropTenantRequest, opts ...grpc.CallOption) (*DropTenantResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DropTenantResponse)
+	err := c.cc.Invoke(ctx, Admin_DropTenant_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -192,6 +210,13 @@ type AdminServer interface {
 	// leader installs it and followers receive it), rolling back every write after
 	// the snapshot. The first message carries the header, the rest the bytes.
 	RestoreGroup(grpc.ClientStreamingServer[RestoreChunk, RestoreGroupResponse]) error
+	// DropTenant removes every series of a tenant in every group (a drop-tenant
+	// raft entry on each group's leader) and sets its usage to 0: the series it
+	// sends afterwards count as new. Series acknowledged while the call runs may
+	// or may not survive it. It needs cluster version 2 on every voter:
+	// FailedPrecondition names the nodes that lag (finish the rolling upgrade
+	// first). Idempotent: repeat it after an error.
+	DropTenant(context.Context, *DropTenantRequest) (*DropTenantResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -225,6 +250,9 @@ func (UnimplementedAdminServer) SnapshotGroup(*SnapshotGroupRequest, grpc.Server
 }
 func (UnimplementedAdminServer) RestoreGroup(grpc.ClientStreamingServer[RestoreChunk, RestoreGroupResponse]) error {
 	return status.Errorf(codes.Unimplemented, "method RestoreGroup not implemented")
+}
+func (UnimplementedAdminServer) DropTenant(context.Context, *DropTenantRequest) (*DropTenantResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DropTenant not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -373,6 +401,24 @@ func _Admin_RestoreGroup_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Admin_RestoreGroupServer = grpc.ClientStreamingServer[RestoreChunk, RestoreGroupResponse]
 
+func _Admin_DropTenant_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DropTenantRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DropTenant(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DropTenant_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DropTenant(ctx, req.(*DropTenantRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -403,6 +449,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "NodeGroups",
 			Handler:    _Admin_NodeGroups_Handler,
+		},
+		{
+			MethodName: "DropTenant",
+			Handler:    _Admin_DropTenant_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -8,6 +8,12 @@
 // each entry, never from the wall clock, and nothing random is consulted, so every
 // replica fed the same log holds the same state and writes byte-identical snapshots.
 //
+// Entry types live in one registry (entry.go), each with the cluster version
+// that introduced it. A replica that meets an entry it cannot apply (a type
+// above its supported cluster version, a damaged entry) halts the group rather
+// than skip it: it applies nothing more and refuses snapshots, so raft keeps the
+// log for a newer build to replay (FSM.Apply, FSM.Halted).
+//
 // Snapshots use copy-on-write per (shard, tenant) table: Snapshot() captures the
 // table pointers in O(tables); the first write to a captured table after that clones
 // it, so Persist encodes an exact image of the state at the snapshot's raft index

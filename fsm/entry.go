@@ -7,26 +7,30 @@ import (
 	"hash/crc32"
 )
 
-// Log entry byte format, version 1. All integers little-endian or uvarint.
+// Log entry byte format, version 1. All integers little-endian or uvarint
+// (minimal encoding: a non-minimal uvarint is refused, so every decodable entry
+// has exactly one byte form).
 //
 //	offset  size     field
 //	0       1        version (1)
-//	1       1        type: 1 = track, 2 = expire
-//	2       …        payload (below)
+//	1       1        type (see the registry below)
+//	2       …        uvarint now: Unix minute stamped by the leader, then the payload
 //	n-4     4        CRC-32C (Castagnoli) of bytes [0, n-4)
 //
-// track payload:
+// track payload (type 1, cluster version 1):
 //
-//	uvarint  now: Unix minute stamped by the leader
 //	uvarint  tenant count T
 //	T ×      uvarint tenant id length L, L bytes tenant id,
 //	         uvarint hash count H, uvarint new count N (≤ H),
 //	         H × 8 bytes hash (little-endian)
 //
-// expire payload:
+// expire payload (type 2, cluster version 1):
 //
-//	uvarint  now: Unix minute stamped by the leader
 //	uvarint  idle timeout in minutes (1..MaxIdleMinutes)
+//
+// drop-tenant payload (type 3, cluster version 2):
+//
+//	uvarint  tenant id length L, L bytes tenant id
 //
 // A track entry records series created or refreshed at `now`: the FSM upserts each
 // hash with the minute of `now`. The leader has already decided which hashes are
@@ -36,14 +40,34 @@ import (
 // the leader's hot path. N is how many of the hashes the leader counted as new
 // (reserved against the limit); applying the entry releases that reservation on the
 // leader in the same step that counts the created series (see Tenant).
+//
+// A drop-tenant entry removes every series of the tenant in the group (all
+// shards) and sets its active count to 0: an operator's way to free a tenant's
+// usage. Series sent afterwards count as new again.
+//
+// Versioning. The entry version byte covers the envelope; what a replica can
+// apply is decided per type: each type is registered with the cluster version
+// that introduced it, and a replica whose build (or configuration) supports a
+// lower cluster version treats the type as unknown. An unknown type halts the
+// group's FSM on that replica (see FSM.Apply) instead of being skipped, because
+// a skip would silently diverge from the replicas that applied it. Leaders
+// propose a type only once every voter advertises support for its version, so
+// a halt means a bug or an operator bypassing that check, never a normal
+// rolling upgrade.
 
 // EntryVersion is the version byte written by this code.
 const EntryVersion = 1
 
+// CurrentClusterVersion is the highest cluster version this build can apply:
+// the largest Since of the registered entry types. Bump it together with the
+// registry when adding a type.
+const CurrentClusterVersion = 2
+
 // Entry types.
 const (
-	EntryTrack  byte = 1
-	EntryExpire byte = 2
+	EntryTrack      byte = 1
+	EntryExpire     byte = 2
+	EntryDropTenant byte = 3
 )
 
 const entryOverhead = 2 + 4
@@ -52,10 +76,16 @@ const entryOverhead = 2 + 4
 const (
 	maxTenantsPerEntry = 1 << 20
 	maxHashesPerEntry  = 1 << 24
+	maxNow             = 1 << 40
 )
 
-// ErrBadEntry is wrapped by every decode failure.
+// ErrBadEntry is wrapped by every decode failure of a known entry type (checksum,
+// envelope version, field bounds).
 var ErrBadEntry = errors.New("bad log entry")
+
+// ErrUnknownEntryType is wrapped when an entry's type is not registered, or was
+// introduced in a cluster version above the one the reader supports.
+var ErrUnknownEntryType = errors.New("unknown log entry type")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -72,15 +102,106 @@ type Entry struct {
 	Now     int64 // Unix minute
 	Idle    int   // expire only
 	Tenants []TenantHashes
+	Tenant  string // drop-tenant only
+}
+
+// DropResult is what applying a drop-tenant entry returns through raft's
+// ApplyFuture.Response on the leader.
+type DropResult struct {
+	Tenant  string
+	Removed int64 // series the tenant held in the group
+}
+
+// entryType is one row of the registry: everything the code knows about a type
+// lives here, so adding a type is adding a row (and bumping
+// CurrentClusterVersion when it needs a new cluster version).
+type entryType struct {
+	typ    byte
+	name   string
+	since  int // cluster version that introduced the type
+	encode func(dst []byte, e *Entry) []byte
+	decode func(d *decoder, e *Entry)
+	apply  func(f *FSM, e *Entry) any
+}
+
+// registry is the table of entry types. It is written only here, at package
+// initialisation, and read-only afterwards.
+var registry = [...]entryType{
+	{typ: EntryTrack, name: "track", since: 1, encode: encodeTrack, decode: decodeTrack, apply: (*FSM).applyTrack},
+	{typ: EntryExpire, name: "expire", since: 1, encode: encodeExpire, decode: decodeExpire, apply: (*FSM).applyExpire},
+	{typ: EntryDropTenant, name: "drop-tenant", since: 2, encode: encodeDropTenant, decode: decodeDropTenant, apply: (*FSM).applyDropTenant},
+}
+
+func lookupType(t byte) *entryType {
+	for i := range registry {
+		if registry[i].typ == t {
+			return &registry[i]
+		}
+	}
+	return nil
+}
+
+// EntryTypeInfo describes a registered entry type.
+type EntryTypeInfo struct {
+	Type  byte
+	Name  string
+	Since int // cluster version that introduced it
+}
+
+// EntryTypes lists the registered entry types in type order.
+func EntryTypes() []EntryTypeInfo {
+	out := make([]EntryTypeInfo, 0, len(registry))
+	for _, r := range registry {
+		out = append(out, EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since})
+	}
+	return out
+}
+
+// LookupEntryType returns the registration of type t.
+func LookupEntryType(t byte) (EntryTypeInfo, bool) {
+	r := lookupType(t)
+	if r == nil {
+		return EntryTypeInfo{}, false
+	}
+	return EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since}, true
+}
+
+// AppendEntry appends the encoding of e to dst. It fails only for an
+// unregistered type.
+func AppendEntry(dst []byte, e Entry) ([]byte, error) {
+	r := lookupType(e.Type)
+	if r == nil {
+		return dst, fmt.Errorf("%w: %d", ErrUnknownEntryType, e.Type)
+	}
+	return appendEntry(dst, r, &e), nil
+}
+
+func appendEntry(dst []byte, r *entryType, e *Entry) []byte {
+	start := len(dst)
+	dst = append(dst, EntryVersion, r.typ)
+	dst = binary.AppendUvarint(dst, uint64(e.Now))
+	dst = r.encode(dst, e)
+	return binary.LittleEndian.AppendUint32(dst, crc32Sum(dst[start:]))
 }
 
 // AppendTrack appends an encoded track entry to dst.
 func AppendTrack(dst []byte, now int64, tenants []TenantHashes) []byte {
-	start := len(dst)
-	dst = append(dst, EntryVersion, EntryTrack)
-	dst = binary.AppendUvarint(dst, uint64(now))
-	dst = binary.AppendUvarint(dst, uint64(len(tenants)))
-	for _, t := range tenants {
+	return appendEntry(dst, lookupType(EntryTrack), &Entry{Type: EntryTrack, Now: now, Tenants: tenants})
+}
+
+// AppendExpire appends an encoded expire entry to dst.
+func AppendExpire(dst []byte, now int64, idleMinutes int) []byte {
+	return appendEntry(dst, lookupType(EntryExpire), &Entry{Type: EntryExpire, Now: now, Idle: idleMinutes})
+}
+
+// AppendDropTenant appends an encoded drop-tenant entry to dst.
+func AppendDropTenant(dst []byte, now int64, tenant string) []byte {
+	return appendEntry(dst, lookupType(EntryDropTenant), &Entry{Type: EntryDropTenant, Now: now, Tenant: tenant})
+}
+
+func encodeTrack(dst []byte, e *Entry) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(e.Tenants)))
+	for _, t := range e.Tenants {
 		dst = binary.AppendUvarint(dst, uint64(len(t.Tenant)))
 		dst = append(dst, t.Tenant...)
 		dst = binary.AppendUvarint(dst, uint64(len(t.Hashes)))
@@ -89,82 +210,107 @@ func AppendTrack(dst []byte, now int64, tenants []TenantHashes) []byte {
 			dst = binary.LittleEndian.AppendUint64(dst, h)
 		}
 	}
-	return binary.LittleEndian.AppendUint32(dst, crc32Sum(dst[start:]))
+	return dst
 }
 
-// AppendExpire appends an encoded expire entry to dst.
-func AppendExpire(dst []byte, now int64, idleMinutes int) []byte {
-	start := len(dst)
-	dst = append(dst, EntryVersion, EntryExpire)
-	dst = binary.AppendUvarint(dst, uint64(now))
-	dst = binary.AppendUvarint(dst, uint64(idleMinutes))
-	return binary.LittleEndian.AppendUint32(dst, crc32Sum(dst[start:]))
+func decodeTrack(d *decoder, e *Entry) {
+	n := d.uvarint("tenant count")
+	if n > maxTenantsPerEntry {
+		d.fail("tenant count %d exceeds %d", n, maxTenantsPerEntry)
+	}
+	total := uint64(0)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		l := d.uvarint("tenant length")
+		name := d.bytes(l, "tenant id")
+		hn := d.uvarint("hash count")
+		nn := d.uvarint("new count")
+		if nn > hn {
+			d.fail("new count %d exceeds hash count %d", nn, hn)
+			break
+		}
+		total += hn
+		if total > maxHashesPerEntry {
+			d.fail("hash count exceeds %d", maxHashesPerEntry)
+			break
+		}
+		raw := d.bytes(hn*8, "hashes")
+		if d.err != nil {
+			break
+		}
+		hs := make([]uint64, hn)
+		for j := range hs {
+			hs[j] = binary.LittleEndian.Uint64(raw[j*8:])
+		}
+		e.Tenants = append(e.Tenants, TenantHashes{Tenant: string(name), Hashes: hs, New: int(nn)})
+	}
 }
 
-// DecodeEntry parses and verifies an entry. Hash slices are freshly allocated.
+func encodeExpire(dst []byte, e *Entry) []byte {
+	return binary.AppendUvarint(dst, uint64(e.Idle))
+}
+
+func decodeExpire(d *decoder, e *Entry) {
+	idle := d.uvarint("idle")
+	if d.err == nil && (idle < 1 || idle > MaxIdleMinutes) {
+		d.fail("idle timeout %d minutes outside [1, %d]", idle, MaxIdleMinutes)
+	}
+	e.Idle = int(idle)
+}
+
+func encodeDropTenant(dst []byte, e *Entry) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(e.Tenant)))
+	return append(dst, e.Tenant...)
+}
+
+func decodeDropTenant(d *decoder, e *Entry) {
+	l := d.uvarint("tenant length")
+	name := d.bytes(l, "tenant id")
+	if d.err == nil && len(name) == 0 {
+		d.fail("empty tenant id")
+	}
+	e.Tenant = string(name)
+}
+
+// DecodeEntry parses and verifies an entry of any type this build knows (up to
+// CurrentClusterVersion). Hash slices are freshly allocated.
 func DecodeEntry(b []byte) (Entry, error) {
+	e, _, err := decodeEntry(b, CurrentClusterVersion)
+	return e, err
+}
+
+// decodeEntry parses an entry as a replica supporting cluster version maxVersion
+// would: a type introduced later is unknown. It also returns the raw type byte
+// (0 when the envelope is unreadable) so a halt can name it.
+func decodeEntry(b []byte, maxVersion int) (Entry, byte, error) {
 	var e Entry
 	if len(b) < entryOverhead {
-		return e, fmt.Errorf("%w: %d bytes, shorter than the %d-byte envelope", ErrBadEntry, len(b), entryOverhead)
+		return e, 0, fmt.Errorf("%w: %d bytes, shorter than the %d-byte envelope", ErrBadEntry, len(b), entryOverhead)
 	}
 	body := b[:len(b)-4]
 	if want, got := binary.LittleEndian.Uint32(b[len(b)-4:]), crc32Sum(body); want != got {
-		return e, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrBadEntry, want, got)
+		return e, 0, fmt.Errorf("%w: checksum mismatch (stored %08x, computed %08x)", ErrBadEntry, want, got)
 	}
 	if body[0] != EntryVersion {
-		return e, fmt.Errorf("%w: unknown version %d (this build reads %d)", ErrBadEntry, body[0], EntryVersion)
+		return e, 0, fmt.Errorf("%w: unknown version %d (this build reads %d)", ErrBadEntry, body[0], EntryVersion)
 	}
 	e.Type = body[1]
+	r := lookupType(e.Type)
+	if r == nil || r.since > maxVersion {
+		return e, e.Type, fmt.Errorf("%w: type %d", ErrUnknownEntryType, e.Type)
+	}
 	d := decoder{b: body[2:]}
 	now := d.uvarint("now")
-	if now > 1<<40 {
+	if now > maxNow {
 		d.fail("now %d out of range", now)
 	}
 	e.Now = int64(now)
-	switch e.Type {
-	case EntryTrack:
-		n := d.uvarint("tenant count")
-		if n > maxTenantsPerEntry {
-			d.fail("tenant count %d exceeds %d", n, maxTenantsPerEntry)
-		}
-		total := uint64(0)
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			l := d.uvarint("tenant length")
-			name := d.bytes(l, "tenant id")
-			hn := d.uvarint("hash count")
-			nn := d.uvarint("new count")
-			if nn > hn {
-				d.fail("new count %d exceeds hash count %d", nn, hn)
-				break
-			}
-			total += hn
-			if total > maxHashesPerEntry {
-				d.fail("hash count exceeds %d", maxHashesPerEntry)
-				break
-			}
-			raw := d.bytes(hn*8, "hashes")
-			if d.err != nil {
-				break
-			}
-			hs := make([]uint64, hn)
-			for j := range hs {
-				hs[j] = binary.LittleEndian.Uint64(raw[j*8:])
-			}
-			e.Tenants = append(e.Tenants, TenantHashes{Tenant: string(name), Hashes: hs, New: int(nn)})
-		}
-	case EntryExpire:
-		idle := d.uvarint("idle")
-		if d.err == nil && (idle < 1 || idle > MaxIdleMinutes) {
-			d.fail("idle timeout %d minutes outside [1, %d]", idle, MaxIdleMinutes)
-		}
-		e.Idle = int(idle)
-	default:
-		return e, fmt.Errorf("%w: unknown type %d", ErrBadEntry, e.Type)
+	if d.err == nil {
+		r.decode(&d, &e)
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
-	return e, d.err
+	return e, e.Type, d.err
 }
 
 type decoder struct {
@@ -187,6 +333,12 @@ func (d *decoder) uvarint(what string) uint64 {
 		d.fail("truncated or overlong %s", what)
 		return 0
 	}
+	// Only the minimal form is valid: the checksum covers bytes, and one
+	// value with two encodings would let equal entries differ byte-wise.
+	if n != uvarintLen(v) {
+		d.fail("non-minimal encoding of %s", what)
+		return 0
+	}
 	d.b = d.b[n:]
 	return v
 }
@@ -205,3 +357,12 @@ func (d *decoder) bytes(n uint64, what string) []byte {
 }
 
 func crc32Sum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

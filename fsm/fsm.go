@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,6 +25,12 @@ type Config struct {
 	Shards     int // S, a power of two
 	Group      int // which group this FSM replicates
 	Logger     *slog.Logger
+	// MaxClusterVersion is the highest cluster version this replica applies
+	// (default and upper bound: CurrentClusterVersion). Entry types introduced
+	// later are unknown to it and halt the group (see Apply). Set lower only to
+	// behave like an older build (upgrade tests, the server's
+	// TOLLGATE_MAX_CLUSTER_VERSION switch).
+	MaxClusterVersion int
 }
 
 func (c *Config) validate() error {
@@ -32,6 +39,12 @@ func (c *Config) validate() error {
 	}
 	if c.Group < 0 || c.Group >= c.Groups {
 		return fmt.Errorf("fsm config: group %d outside [0, %d)", c.Group, c.Groups)
+	}
+	if c.MaxClusterVersion == 0 {
+		c.MaxClusterVersion = CurrentClusterVersion
+	}
+	if c.MaxClusterVersion < 1 || c.MaxClusterVersion > CurrentClusterVersion {
+		return fmt.Errorf("fsm config: max cluster version %d outside [1, %d]", c.MaxClusterVersion, CurrentClusterVersion)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -103,6 +116,10 @@ type FSM struct {
 	snapGen   uint64 // apply goroutine only
 	liveSnaps atomic.Int32
 
+	// halt is set when an entry could not be applied (see Apply); nil while
+	// the FSM applies normally.
+	halt atomic.Pointer[haltState]
+
 	// apply-goroutine scratch
 	byShard [][]uint64
 }
@@ -137,48 +154,158 @@ func (f *FSM) Now() int64 { return f.now.Load() }
 // AppliedIndex returns the raft index of the last applied entry or restored snapshot.
 func (f *FSM) AppliedIndex() uint64 { return f.appliedIndex.Load() }
 
-// Apply implements raft.FSM. It returns nil, or an error for an entry that cannot be
-// decoded (every replica sees the same bytes and skips it the same way).
-func (f *FSM) Apply(l *raft.Log) interface{} {
-	f.appliedIndex.Store(l.Index)
-	f.appliedTerm.Store(l.Term)
-	if l.Type != raft.LogCommand {
-		return nil
-	}
-	e, err := DecodeEntry(l.Data)
-	if err != nil {
-		f.cfg.Logger.Error("skipping undecodable raft entry", "group", f.cfg.Group, "index", l.Index, "err", err)
-		return fmt.Errorf("group %d entry %d: %w", f.cfg.Group, l.Index, err)
-	}
-	f.ApplyEntry(e)
-	return nil
+// ErrHalted is wrapped by Apply's response and Snapshot's error while the FSM is
+// halted.
+var ErrHalted = errors.New("group halted")
+
+type haltState struct {
+	index  uint64 // raft index of the entry that could not be applied
+	reason string
 }
 
-// ApplyEntry applies a decoded entry. Exposed for tests and benchmarks that drive
-// the FSM without raft; raft uses Apply.
-func (f *FSM) ApplyEntry(e Entry) {
-	prev := f.now.Load()
-	now := max(e.Now, prev)
+// Halted reports whether the FSM stopped applying, and why: which entry, which
+// type, and the cluster version this replica supports.
+func (f *FSM) Halted() (bool, string) {
+	if h := f.halt.Load(); h != nil {
+		return true, h.reason
+	}
+	return false, ""
+}
+
+// HaltedAt is the raft index of the entry the FSM could not apply (0 when not halted).
+func (f *FSM) HaltedAt() uint64 {
+	if h := f.halt.Load(); h != nil {
+		return h.index
+	}
+	return 0
+}
+
+// Apply implements raft.FSM.
+//
+// An entry this replica cannot apply — a type it does not know (a newer
+// cluster version), a checksum mismatch or a malformed payload — halts the
+// FSM: it applies nothing more, the applied index stays before that entry, and
+// Snapshot refuses, so raft keeps the whole log from there on. Skipping would
+// be worse than stopping: replicas that can apply the entry would hold a
+// different state, silently and forever. A restart with a build that knows the
+// type replays the log from the last snapshot and converges. Every Apply while
+// halted returns an error wrapping ErrHalted.
+func (f *FSM) Apply(l *raft.Log) interface{} {
+	if h := f.halt.Load(); h != nil {
+		return fmt.Errorf("group %d: entry %d not applied: %w at index %d: %s", f.cfg.Group, l.Index, ErrHalted, h.index, h.reason)
+	}
+	if l.Type != raft.LogCommand {
+		f.appliedIndex.Store(l.Index)
+		f.appliedTerm.Store(l.Term)
+		return nil
+	}
+	e, typ, err := decodeEntry(l.Data, f.cfg.MaxClusterVersion)
+	if err != nil {
+		f.haltAt(l.Index, typ, err)
+		h := f.halt.Load()
+		return fmt.Errorf("group %d: %w at index %d: %s", f.cfg.Group, ErrHalted, h.index, h.reason)
+	}
+	res := f.applyEntry(&e)
+	f.appliedIndex.Store(l.Index)
+	f.appliedTerm.Store(l.Term)
+	return res
+}
+
+func (f *FSM) haltAt(index uint64, typ byte, err error) {
+	var reason string
+	switch {
+	case errors.Is(err, ErrUnknownEntryType):
+		name := "not known to this build"
+		if info, ok := LookupEntryType(typ); ok {
+			name = fmt.Sprintf("%s, introduced in cluster version %d", info.Name, info.Since)
+		}
+		reason = fmt.Sprintf("raft index %d has entry type %d (%s); this build supports cluster version %d: restart this node with a build that supports it, raft kept the log and it will be replayed",
+			index, typ, name, f.cfg.MaxClusterVersion)
+	default:
+		reason = fmt.Sprintf("raft index %d cannot be decoded (%v); this build supports cluster version %d: the log entry is damaged or from an incompatible build; raft kept the log",
+			index, err, f.cfg.MaxClusterVersion)
+	}
+	f.halt.Store(&haltState{index: index, reason: reason})
+	f.cfg.Logger.Error("group halted: an entry cannot be applied; this replica applies nothing more until restarted with a build that can",
+		"group", f.cfg.Group, "index", index, "type", typ, "supported_cluster_version", f.cfg.MaxClusterVersion, "err", err)
+}
+
+// ApplyEntry applies a decoded entry and returns what Apply would return for
+// it. Exposed for tests and benchmarks that drive the FSM without raft; raft
+// uses Apply. The entry's type must be registered.
+func (f *FSM) ApplyEntry(e Entry) any {
+	return f.applyEntry(&e)
+}
+
+func (f *FSM) applyEntry(e *Entry) any {
+	r := lookupType(e.Type)
+	if r == nil {
+		return fmt.Errorf("group %d: %w: %d", f.cfg.Group, ErrUnknownEntryType, e.Type)
+	}
+	return r.apply(f, e)
+}
+
+// advance moves the FSM clock to the entry's minute (never backwards) and
+// returns the clock before and after.
+func (f *FSM) advance(e *Entry) (prev, now int64) {
+	prev = f.now.Load()
+	now = max(e.Now, prev)
 	if prev == 0 {
 		prev = now
 	}
-	switch e.Type {
-	case EntryExpire:
-		f.idle = e.Idle
-		f.expire(prev, now, e.Idle)
-		f.now.Store(now)
-	case EntryTrack:
-		// Keep every stored minute younger than the 120-minute ring even when
-		// expire entries stopped (e.g. no leader for a long time).
-		if now-f.lastExpire >= selfExpireAfter {
-			f.expire(prev, now, f.idle)
-		}
-		f.now.Store(now)
-		m := MinuteOf(now)
-		for _, th := range e.Tenants {
-			f.track(f.register(th.Tenant), th.Hashes, th.New, m)
-		}
+	return prev, now
+}
+
+func (f *FSM) applyExpire(e *Entry) any {
+	prev, now := f.advance(e)
+	f.idle = e.Idle
+	f.expire(prev, now, e.Idle)
+	f.now.Store(now)
+	return nil
+}
+
+func (f *FSM) applyTrack(e *Entry) any {
+	prev, now := f.advance(e)
+	// Keep every stored minute younger than the 120-minute ring even when
+	// expire entries stopped (e.g. no leader for a long time).
+	if now-f.lastExpire >= selfExpireAfter {
+		f.expire(prev, now, f.idle)
 	}
+	f.now.Store(now)
+	m := MinuteOf(now)
+	for _, th := range e.Tenants {
+		f.track(f.register(th.Tenant), th.Hashes, th.New, m)
+	}
+	return nil
+}
+
+// applyDropTenant removes every series of the tenant in every shard. The
+// tenant stays registered (ids are never reused) with 0 active series; its
+// reservations are left alone: they belong to entries after this one, which
+// release them when they apply.
+func (f *FSM) applyDropTenant(e *Entry) any {
+	_, now := f.advance(e)
+	f.now.Store(now)
+	res := DropResult{Tenant: e.Tenant}
+	t := f.Tenant(e.Tenant)
+	if t == nil {
+		return res
+	}
+	for s := range f.shards {
+		sh := &f.shards[s]
+		sh.mu.Lock()
+		if int(t.id) < len(sh.tables) && sh.tables[t.id] != nil {
+			// Dropping the pointer is enough: a live snapshot holds its own
+			// copy of the slice, and the table itself is not written.
+			sh.tables[t.id] = nil
+		}
+		sh.mu.Unlock()
+	}
+	t.mu.Lock()
+	res.Removed = t.active
+	t.active = 0
+	t.mu.Unlock()
+	return res
 }
 
 func (f *FSM) register(name string) *Tenant {
@@ -395,7 +522,13 @@ func (f *FSM) Stats() Stats {
 }
 
 // Restore implements raft.FSM: it replaces the whole state with a snapshot.
+// A restored snapshot is a state the leader reached, so it also ends a halt:
+// what follows it is applied normally (and halts again if it cannot be).
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	return f.restore(rc)
+	if err := f.restore(rc); err != nil {
+		return err
+	}
+	f.halt.Store(nil)
+	return nil
 }

@@ -36,7 +36,13 @@ type snapshot struct {
 
 // Snapshot implements raft.FSM. It runs on the apply goroutine and only copies
 // table pointers, so applies pause for O(shards × tenants), not O(series).
+//
+// A halted FSM refuses: a snapshot would let raft compact away the entry it
+// could not apply, and with it the only way to converge (see Apply).
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	if h := f.halt.Load(); h != nil {
+		return nil, fmt.Errorf("snapshot of group %d refused: %w at index %d: %s", f.cfg.Group, ErrHalted, h.index, h.reason)
+	}
 	f.snapGen++
 	f.liveSnaps.Add(1)
 	s := &snapshot{f: f, tables: make([][]*seriesmap.Table, len(f.shards))}

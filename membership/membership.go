@@ -30,6 +30,9 @@ const (
 	StatusFailed  = "failed"
 )
 
+// verTag carries Config.ClusterVersion.
+const verTag = "ver"
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -42,6 +45,11 @@ type Config struct {
 
 	BindAddr      string // gossip listener (TCP+UDP); default 127.0.0.1:7302
 	AdvertiseAddr string // default: BindAddr (an unspecified IP is refused)
+
+	// ClusterVersion is the highest cluster version this node's build supports,
+	// gossiped in the "ver" tag so leaders know when every voter can apply a
+	// new entry type. Default 1 (the version before the tag existed).
+	ClusterVersion int
 
 	// DataDir, when set, holds serf's snapshot of known members, so a restarted
 	// node rejoins the cluster without being told where it is.
@@ -65,6 +73,10 @@ type Member struct {
 	RaftAddr  string
 	Status    string // StatusAlive, StatusLeaving, StatusLeft, StatusFailed
 	GroupsLed []int  // ascending
+	// ClusterVersion is the highest cluster version the member's build
+	// supports ("ver" tag); 1 for members that do not gossip one (builds from
+	// before the tag).
+	ClusterVersion int
 }
 
 // Membership is a running serf agent.
@@ -97,6 +109,12 @@ func (c *Config) validate() error {
 	}
 	if c.AdvertiseAddr == "" {
 		c.AdvertiseAddr = c.BindAddr
+	}
+	if c.ClusterVersion == 0 {
+		c.ClusterVersion = 1
+	}
+	if c.ClusterVersion < 1 {
+		return fmt.Errorf("membership: cluster version %d must be ≥ 1", c.ClusterVersion)
 	}
 	if c.ProbeInterval == 0 {
 		c.ProbeInterval = time.Second
@@ -162,10 +180,11 @@ func New(cfg Config) (*Membership, error) {
 		changed: make(chan struct{}),
 		done:    make(chan struct{}),
 		tags: map[string]string{
-			"z": cfg.Zone,
-			"g": cfg.GRPCAddr,
-			"r": cfg.RaftAddr,
-			"l": "",
+			"z":    cfg.Zone,
+			"g":    cfg.GRPCAddr,
+			"r":    cfg.RaftAddr,
+			"l":    "",
+			verTag: strconv.Itoa(cfg.ClusterVersion),
 		},
 	}
 	logger := log.New(&logWriter{log: m.log}, "", 0)
@@ -294,16 +313,27 @@ func (m *Membership) Members() []Member {
 	for _, sm := range ms {
 		led, _ := ParseGroups(sm.Tags["l"])
 		out = append(out, Member{
-			ID:        sm.Name,
-			Zone:      sm.Tags["z"],
-			GRPCAddr:  sm.Tags["g"],
-			RaftAddr:  sm.Tags["r"],
-			Status:    statusString(sm.Status),
-			GroupsLed: led,
+			ID:             sm.Name,
+			Zone:           sm.Tags["z"],
+			GRPCAddr:       sm.Tags["g"],
+			RaftAddr:       sm.Tags["r"],
+			Status:         statusString(sm.Status),
+			GroupsLed:      led,
+			ClusterVersion: ParseClusterVersion(sm.Tags[verTag]),
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out
+}
+
+// ParseClusterVersion reads a "ver" tag: a missing or unreadable tag means 1,
+// the cluster version of builds that did not gossip one.
+func ParseClusterVersion(tag string) int {
+	v, err := strconv.Atoi(tag)
+	if err != nil || v < 1 {
+		return 1
+	}
+	return v
 }
 
 func statusString(s serf.MemberStatus) string {

@@ -130,3 +130,33 @@ func TestConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestClusterVersionTag(t *testing.T) {
+	a := start(t, "a", "zone-a") // no version configured: advertises 1
+	b, err := New(Config{NodeID: "b", Zone: "zone-b", GRPCAddr: "b:1", RaftAddr: "b:2", BindAddr: "127.0.0.1:0",
+		ProbeInterval: 200 * time.Millisecond, ClusterVersion: 7})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Shutdown() })
+	if _, err := b.Join([]string{a.GossipAddr()}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "2 alive members on a and b", func() bool {
+		return countStatus(a.Members(), StatusAlive) == 2 && countStatus(b.Members(), StatusAlive) == 2
+	})
+	for _, m := range []*Membership{a, b} {
+		ms := m.Members()
+		if ms[0].ClusterVersion != 1 || ms[1].ClusterVersion != 7 {
+			t.Fatalf("versions seen: a=%d b=%d, want 1 and 7", ms[0].ClusterVersion, ms[1].ClusterVersion)
+		}
+	}
+	for tag, want := range map[string]int{"": 1, "x": 1, "0": 1, "-3": 1, "2": 2} {
+		if got := ParseClusterVersion(tag); got != want {
+			t.Errorf("ParseClusterVersion(%q) = %d, want %d", tag, got, want)
+		}
+	}
+	if _, err := New(Config{NodeID: "c", Zone: "z", GRPCAddr: "c:1", RaftAddr: "c:2", ClusterVersion: -1}); err == nil {
+		t.Error("negative cluster version accepted")
+	}
+}

@@ -74,6 +74,8 @@ func (s *Server) startMembership() error {
 		DataDir:       s.cfg.DataDir,
 		ProbeInterval: s.cfg.GossipProbeInterval,
 		Logger:        s.log,
+
+		ClusterVersion: s.cfg.MaxClusterVersion, // gossiped as "ver" (versions.go)
 	})
 	if err != nil {
 		return err
@@ -265,6 +267,7 @@ func (s *Server) clusterLoop() {
 				s.reconcileAll(ms)
 			}
 		}
+		s.enforceHalts()
 		s.publishView()
 		if s.cfg.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
 			nextBalance = time.Now().Add(balanceDelay(s.cfg.LeaderBalanceInterval, rand.N[time.Duration]))

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
 )
 
 // trackerService implements api.TrackerServer.
@@ -104,6 +105,9 @@ func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRe
 	if len(req.Hashes) == 0 {
 		return &api.TrackSeriesResponse{}, nil
 	}
+	if err := s.haltedLeaderStatus(g); err != nil {
+		return nil, err
+	}
 	rejected, err := s.trackers[g].track(ctx, req.Tenant, req.Hashes)
 	if err != nil {
 		return nil, s.trackError(g, err)
@@ -117,6 +121,8 @@ func (s *Server) trackError(g int, err error) error {
 	case errors.Is(err, errNotLeader):
 		return s.notLeaderStatus(g)
 	case errors.Is(err, errLeaderStepDown), errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
+		return status.Errorf(codes.Unavailable, "group %d: %v; the series may or may not be recorded, retry", g, err)
+	case errors.Is(err, fsm.ErrHalted):
 		return status.Errorf(codes.Unavailable, "group %d: %v; the series may or may not be recorded, retry", g, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Errorf(codes.DeadlineExceeded, "group %d: deadline exceeded before commit; retry is safe", g)

@@ -114,6 +114,7 @@ type groupStat struct {
 	tenants      int
 	leader       bool
 	appliedIndex uint64
+	halted       bool
 }
 
 // groupCollector reads group state at scrape time instead of keeping gauges in sync.
@@ -124,6 +125,7 @@ var (
 	descTenants = prometheus.NewDesc("tollgate_tenants", "Tenants with active series in the group.", []string{"group"}, nil)
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
+	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
 func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -131,6 +133,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTenants
 	ch <- descLeader
 	ch <- descApplied
+	ch <- descHalted
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -146,6 +149,11 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		// A gauge, not a counter: the index can go back when a replica is restored
 		// from a snapshot, and rate() over it would misread that as a reset.
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.appliedIndex), g)
+		halted := 0.0
+		if s.halted {
+			halted = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, halted, g)
 	}
 }
 

@@ -86,6 +86,11 @@ type Config struct {
 	// no token is set). Off by default: profiles and the command line reveal
 	// internals, and a CPU profile or trace is a cheap way to load a node.
 	EnableDebugEndpoints bool
+	// MaxClusterVersion is the highest cluster version this node applies and
+	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
+	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
+	// older build (upgrade tests); operators never need it.
+	MaxClusterVersion int
 }
 
 // Validate fills defaults and checks ranges.
@@ -188,6 +193,7 @@ type Server struct {
 	admin    *adminService
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
+	vers     versionState
 
 	grpcLis net.Listener
 	grpc    *grpc.Server
@@ -223,6 +229,9 @@ type clusterLayout struct {
 // WaitReady to wait for the groups to elect and load.
 func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if err := resolveClusterVersion(&cfg); err != nil {
 		return nil, err
 	}
 	dir, err := openDataDir(cfg.DataDir)
@@ -261,7 +270,8 @@ func New(cfg Config) (*Server, error) {
 
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
 	for g := range s.fsms {
-		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log})
+		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
+			MaxClusterVersion: cfg.MaxClusterVersion})
 		if err != nil {
 			return fail(err)
 		}
@@ -381,7 +391,8 @@ func (s *Server) watchLeadership() {
 			return
 		case ev := <-s.leaderEvents:
 			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
-			s.trackers[ev.group].setLeader(ev.leader)
+			// A group halted here must not be led from here (versions.go).
+			s.trackers[ev.group].setLeader(ev.leader && s.mayLead(ev.group))
 		}
 	}
 }
@@ -414,6 +425,9 @@ func (s *Server) NotReadyReason() string {
 	v, _ := s.view.get()
 	if v == nil {
 		return "starting"
+	}
+	if why := s.haltedReason(); why != "" {
+		return why
 	}
 	for g, tr := range s.trackers {
 		if v.GroupInfo[g].LeaderId == "" {
@@ -471,6 +485,7 @@ func (s *Server) groupStats() []groupStat {
 	for g, f := range s.fsms {
 		st := f.Stats()
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
+		out[g].halted, _ = f.Halted()
 		if s.host != nil {
 			out[g].leader = s.host.Raft(g).State() == raft.Leader
 		}

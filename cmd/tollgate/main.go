@@ -27,5 +27,6 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newServerCmd(), newTrackCmd(), newBenchCmd(), newStatusCmd(), newRaftCmd(), newSnapshotCmd())
+	root.AddCommand(newTenantCmd())
 	return root
 }

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/membership"
+)
+
+// Rolling upgrades. Every node advertises the highest cluster version its build
+// supports (serf tag "ver", Config.MaxClusterVersion). A leader appends an entry
+// of a type introduced in cluster version v only when every server of the
+// group's raft configuration advertises v or more; otherwise the request gets
+// FailedPrecondition naming the nodes that lag. A replica that still meets an
+// entry it cannot apply halts that group (fsm.FSM.Apply): it reports the group
+// not ready, refuses to lead it, and waits to be restarted with a newer build.
+
+// maxClusterVersionEnv lowers the cluster version a node supports, so that a
+// current binary behaves like an older one (upgrade tests). Read only when
+// Config.MaxClusterVersion is 0.
+const maxClusterVersionEnv = "TOLLGATE_MAX_CLUSTER_VERSION"
+
+// haltTransferEvery spaces the leadership transfers a halted leader attempts.
+const haltTransferEvery = 5 * time.Second
+
+// versionState is the node's rolling-upgrade bookkeeping.
+type versionState struct {
+	// skipGate lets tests append an entry the group's voters cannot all
+	// apply, to exercise the halt path. Never set outside tests.
+	skipGate atomic.Bool
+	// lastTransfer: when a halted leader last tried to hand a group off
+	// (clusterLoop goroutine only).
+	lastTransfer map[int]time.Time
+}
+
+// resolveClusterVersion fills cfg.MaxClusterVersion: the field, else the
+// environment switch, else everything this build supports.
+func resolveClusterVersion(cfg *Config) error {
+	if cfg.MaxClusterVersion == 0 {
+		if v := os.Getenv(maxClusterVersionEnv); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return fmt.Errorf("config: %s=%q: want an integer in [1, %d]", maxClusterVersionEnv, v, fsm.CurrentClusterVersion)
+			}
+			cfg.MaxClusterVersion = n
+		} else {
+			cfg.MaxClusterVersion = fsm.CurrentClusterVersion
+		}
+	}
+	if cfg.MaxClusterVersion < 1 || cfg.MaxClusterVersion > fsm.CurrentClusterVersion {
+		return fmt.Errorf("config: max cluster version %d: must be in [1, %d] (this build supports up to %d)",
+			cfg.MaxClusterVersion, fsm.CurrentClusterVersion, fsm.CurrentClusterVersion)
+	}
+	return nil
+}
+
+// MaxClusterVersion is the highest cluster version this node applies and advertises.
+func (s *Server) MaxClusterVersion() int { return s.cfg.MaxClusterVersion }
+
+// groupSupports reports whether every server of group g's raft configuration
+// (voters and non-voters: both apply the log) supports cluster version
+// `version`, as read from this node's copy of the configuration and the
+// gossiped "ver" tags. lagging describes each server that does not, or whose
+// version is unknown (not in the member list, or not alive: it may come back
+// with any build).
+func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
+	fut := s.host.Raft(g).GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.NodeID, err)}
+	}
+	byID := map[string]membership.Member{}
+	for _, m := range s.memberList() {
+		byID[m.ID] = m
+	}
+	for _, srv := range fut.Configuration().Servers {
+		id := string(srv.ID)
+		if id == s.cfg.NodeID {
+			if s.cfg.MaxClusterVersion < version {
+				lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, s.cfg.MaxClusterVersion))
+			}
+			continue
+		}
+		m, known := byID[id]
+		switch {
+		case !known:
+			lagging = append(lagging, fmt.Sprintf("%s is not in the member list (cluster version unknown)", id))
+		case m.Status != membership.StatusAlive:
+			lagging = append(lagging, fmt.Sprintf("%s is %s (cluster version unknown until it is back)", id, m.Status))
+		case m.ClusterVersion < version:
+			lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, m.ClusterVersion))
+		}
+	}
+	return len(lagging) == 0, lagging
+}
+
+// checkEntryType returns FailedPrecondition when group g cannot take an entry
+// of type typ yet.
+func (s *Server) checkEntryType(g int, typ byte) error {
+	info, known := fsm.LookupEntryType(typ)
+	if !known {
+		return status.Errorf(codes.Internal, "group %d: entry type %d is not registered", g, typ)
+	}
+	if s.vers.skipGate.Load() {
+		return nil
+	}
+	if ok, lagging := s.groupSupports(g, info.Since); !ok {
+		return status.Errorf(codes.FailedPrecondition, "group %d: %s; %s needs cluster version %d: finish the rolling upgrade first",
+			g, strings.Join(lagging, ", "), info.Name, info.Since)
+	}
+	return nil
+}
+
+// proposeVersioned appends an encoded entry of type typ to group g's log on
+// this node, which must lead g, after the version check, and waits until it is
+// applied here. It returns the FSM's response and the entry's raft index.
+func (s *Server) proposeVersioned(ctx context.Context, g int, typ byte, data []byte) (any, uint64, error) {
+	if err := s.haltedStatus(g); err != nil {
+		return nil, 0, err
+	}
+	r := s.host.Raft(g)
+	if r.State() != raft.Leader {
+		return nil, 0, status.Errorf(codes.Unavailable, "group %d: %s no longer leads it; retry", g, s.cfg.NodeID)
+	}
+	if err := s.checkEntryType(g, typ); err != nil {
+		return nil, 0, err
+	}
+	fut := r.Apply(data, s.cfg.ApplyTimeout)
+	done := make(chan error, 1)
+	go func() { done <- fut.Error() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, 0, raftStatus(g, "append", err)
+		}
+	case <-ctx.Done():
+		return nil, 0, status.Errorf(codes.DeadlineExceeded, "group %d: %v before the entry applied; it may still apply (retrying is safe)", g, ctx.Err())
+	}
+	resp := fut.Response()
+	if err, ok := resp.(error); ok {
+		if errors.Is(err, fsm.ErrHalted) {
+			return nil, 0, status.Errorf(codes.Unavailable, "group %d: %v", g, err)
+		}
+		return nil, 0, status.Errorf(codes.Internal, "group %d: apply: %v", g, err)
+	}
+	return resp, fut.Index(), nil
+}
+
+// haltedStatus is Unavailable naming the reason when group g's FSM is halted
+// on this node, else nil.
+func (s *Server) haltedStatus(g int) error {
+	if halted, why := s.fsms[g].Halted(); halted {
+		return status.Errorf(codes.Unavailable, "group %d is halted on %s and cannot serve as its leader: %s", g, s.cfg.NodeID, why)
+	}
+	return nil
+}
+
+// haltedLeaderStatus refuses a write on a node that leads group g in raft but
+// whose FSM is halted: its committed state is stale, so it must not decide.
+// Other nodes answer normally (a follower redirects to the leader).
+func (s *Server) haltedLeaderStatus(g int) error {
+	if s.host.Raft(g).State() != raft.Leader {
+		return nil
+	}
+	return s.haltedStatus(g)
+}
+
+// mayLead reports whether this node may run a leader session for group g.
+func (s *Server) mayLead(g int) bool {
+	halted, _ := s.fsms[g].Halted()
+	return !halted
+}
+
+// enforceHalts runs on every cluster loop tick: a group halted here loses its
+// leader session, and if raft still makes this node its leader, leadership is
+// handed to another voter (best effort, at most every haltTransferEvery).
+func (s *Server) enforceHalts() {
+	for g, f := range s.fsms {
+		halted, why := f.Halted()
+		if !halted {
+			continue
+		}
+		tr := s.trackers[g]
+		if tr.current() != nil {
+			s.log.Error("group halted: stopping its leader session", "group", g, "reason", why)
+			tr.setLeader(false)
+		}
+		r := s.host.Raft(g)
+		if r.State() != raft.Leader || time.Since(s.vers.lastTransfer[g]) < haltTransferEvery || !hasOtherVoter(r, s.cfg.NodeID) {
+			continue
+		}
+		if s.vers.lastTransfer == nil {
+			s.vers.lastTransfer = map[int]time.Time{}
+		}
+		s.vers.lastTransfer[g] = time.Now()
+		s.log.Warn("group halted on its leader: transferring leadership", "group", g, "reason", why)
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := r.LeadershipTransfer().Error(); err != nil {
+				s.log.Warn("leadership transfer away from a halted group failed; retrying later", "group", g, "err", err)
+			}
+		}()
+	}
+}
+
+// haltedReason is "" or the first halted group's reason, for readiness.
+func (s *Server) haltedReason() string {
+	for g, f := range s.fsms {
+		if halted, why := f.Halted(); halted {
+			return fmt.Sprintf("group %d halted: %s", g, why)
+		}
+	}
+	return ""
+}
+
+// hasOtherVoter reports whether r's configuration has a voter besides self
+// (a single-voter group has nobody to hand leadership to).
+func hasOtherVoter(r *raft.Raft, self string) bool {
+	fut := r.GetConfiguration()
+	if fut.Error() != nil {
+		return false
+	}
+	for _, srv := range fut.Configuration().Servers {
+		if srv.Suffrage == raft.Voter && string(srv.ID) != self {
+			return true
+		}
+	}
+	return false
+}

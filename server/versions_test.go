@@ -1,0 +1,290 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/membership"
+)
+
+// loopbackPort returns a loopback port free for TCP and UDP (serf needs both),
+// so a node can be restarted on the same addresses.
+func loopbackPort(t *testing.T) string {
+	t.Helper()
+	for range 50 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		_ = l.Close()
+		if err == nil {
+			_ = u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no free TCP+UDP loopback port")
+	return ""
+}
+
+// startOldNewCluster starts n1, n2 at the current cluster version and n3 as an
+// "old build" (cluster version 1) on fixed addresses, so it can be restarted.
+func startOldNewCluster(t *testing.T) (*testCluster, Config) {
+	var oldCfg Config
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		if i == 2 {
+			c.GRPCAddr, c.RaftAddr, c.GossipAddr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
+			c.MaxClusterVersion = 1
+			oldCfg = *c
+		}
+	})
+	return tc, oldCfg
+}
+
+func trackGroup0(t *testing.T, tc *testCluster, tenant string, seed uint64, n int) {
+	t.Helper()
+	for p := range 4 { // partitions 0..3 are in group 0 (64 partitions, 4 groups)
+		for {
+			l := tc.leader(0)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := api.NewTrackerClient(dial(t, l.GRPCAddr())).TrackSeries(ctx,
+				&api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(p), Hashes: hashesIn(seed, p, n)})
+			cancel()
+			if err == nil {
+				break
+			}
+			if c := status.Code(err); c != codes.Unavailable && c != codes.FailedPrecondition {
+				t.Fatalf("TrackSeries: %v", err)
+			}
+			time.Sleep(20 * time.Millisecond) // leadership moving: retry
+		}
+	}
+}
+
+// waitApplied waits until every live replica of g applied what its leader had
+// applied when the call began.
+func waitApplied(t *testing.T, tc *testCluster, g int) {
+	t.Helper()
+	target := tc.leader(g).FSM(g).AppliedIndex()
+	waitFor(t, fmt.Sprintf("every replica of group %d applied index %d", g, target), func() bool {
+		for _, s := range tc.live() {
+			if s.FSM(g).AppliedIndex() < target {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestDropTenantRefusedWhileAVoterLags(t *testing.T) {
+	tc, _ := startOldNewCluster(t)
+	trackGroup0(t, tc, "t", 1, 100)
+	n1 := tc.nodes[0]
+	waitFor(t, "n1 sees n3's version tag", func() bool {
+		for _, m := range n1.memberList() {
+			if m.ID == "n3" && m.Status == membership.StatusAlive {
+				return m.ClusterVersion == 1
+			}
+		}
+		return false
+	})
+	waitApplied(t, tc, 0)
+	before := n1.FSM(0).TenantActive("t")
+	if before != 400 {
+		t.Fatalf("tenant t holds %d series, want 400", before)
+	}
+	adm := api.NewAdminClient(dial(t, n1.GRPCAddr()))
+	_, err := adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: "t"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 supports cluster version 1") ||
+		!strings.Contains(err.Error(), "drop-tenant needs cluster version 2") {
+		t.Fatalf("DropTenant with an old voter: %v, want FailedPrecondition naming n3", err)
+	}
+	// The leader's own gate refuses a forwarded single-group call as well.
+	g := uint32(0)
+	_, err = adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: "t", Group: &g})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 supports cluster version 1") {
+		t.Fatalf("single-group DropTenant with an old voter: %v", err)
+	}
+	waitApplied(t, tc, 0)
+	for _, s := range tc.nodes {
+		if got := s.FSM(0).TenantActive("t"); got != before {
+			t.Fatalf("%s: tenant t holds %d series after a refused drop, want %d", s.cfg.NodeID, got, before)
+		}
+	}
+	// Bad input is InvalidArgument, not a version question.
+	if _, err := adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: ""}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("DropTenant(\"\"): %v", err)
+	}
+}
+
+// TestHaltedReplicaReplaysAfterUpgrade bypasses the version gate to put a
+// drop-tenant entry into group 0 while n3 runs as cluster version 1: n3 must
+// halt the group (not skip the entry), say why in readiness and metrics, apply
+// nothing after it, refuse to lead it, and converge once restarted as current.
+func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
+	tc, oldCfg := startOldNewCluster(t)
+	n3 := tc.nodes[2]
+	trackGroup0(t, tc, "t", 1, 100)
+	trackGroup0(t, tc, "u", 2, 50)
+
+	leader := tc.leader(0)
+	if leader == n3 {
+		if err := n3.Raft(0).LeadershipTransferToServer("n1", raft.ServerAddress(tc.nodes[0].RaftAddr())).Error(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "n1 leads group 0", func() bool { return tc.nodes[0].Raft(0).State() == raft.Leader && tc.nodes[0].trackers[0].ready() })
+		leader = tc.nodes[0]
+	}
+	leader.vers.skipGate.Store(true)
+	g := uint32(0)
+	resp, err := leader.admin.DropTenant(context.Background(), &api.DropTenantRequest{Tenant: "t", Group: &g})
+	if err != nil {
+		t.Fatalf("forced drop-tenant: %v", err)
+	}
+	leader.vers.skipGate.Store(false)
+	dropIndex := resp.Groups[0].Index
+	if resp.Removed != 400 {
+		t.Fatalf("drop removed %d series, want 400", resp.Removed)
+	}
+
+	waitFor(t, "n3 halts group 0", func() bool { h, _ := n3.FSM(0).Halted(); return h })
+	if at := n3.FSM(0).HaltedAt(); at != dropIndex {
+		t.Fatalf("n3 halted at index %d, the drop-tenant entry is %d", at, dropIndex)
+	}
+	why := n3.NotReadyReason()
+	for _, want := range []string{"group 0 halted", "drop-tenant", "supports cluster version 1"} {
+		if !strings.Contains(why, want) {
+			t.Errorf("n3 readiness %q does not mention %q", why, want)
+		}
+	}
+	if v := gaugeValue(t, n3, "tollgate_group_halted", "group", "0"); v != 1 {
+		t.Errorf("tollgate_group_halted{group=0} on n3 = %v, want 1", v)
+	}
+	if v := gaugeValue(t, n3, "tollgate_group_halted", "group", "1"); v != 0 {
+		t.Errorf("tollgate_group_halted{group=1} on n3 = %v, want 0", v)
+	}
+	if err := n3.Raft(0).Snapshot().Error(); err == nil {
+		t.Error("raft snapshot of a halted group succeeded: the log could be compacted past the unapplied entry")
+	}
+
+	// Writes continue on the other replicas; n3 applies none of them.
+	trackGroup0(t, tc, "u", 3, 50)
+	waitFor(t, "the leader applied past the drop", func() bool { return tc.leader(0).FSM(0).AppliedIndex() > dropIndex })
+	if got := n3.FSM(0).AppliedIndex(); got >= dropIndex {
+		t.Fatalf("halted n3 applied index %d, must stay below the drop-tenant entry %d", got, dropIndex)
+	}
+	if got := n3.FSM(0).TenantActive("t"); got != 400 {
+		t.Fatalf("halted n3 holds %d series of t, want the 400 from before the halt", got)
+	}
+
+	// n3 must not lead group 0: given leadership, it gives it away.
+	l := tc.leader(0)
+	if err := l.Raft(0).LeadershipTransferToServer("n3", raft.ServerAddress(n3.RaftAddr())).Error(); err != nil {
+		t.Fatalf("transfer to n3: %v", err)
+	}
+	waitFor(t, "group 0 led by a node other than n3 again", func() bool {
+		for _, s := range tc.nodes[:2] {
+			if s.Raft(0).State() == raft.Leader && s.trackers[0].ready() {
+				return n3.trackers[0].current() == nil
+			}
+		}
+		return false
+	})
+	if err := n3.haltedStatus(0); status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), "supports cluster version 1") {
+		t.Fatalf("halted status %v", err)
+	}
+
+	// Restart n3 with the current cluster version: it replays the log from
+	// its last snapshot (before the drop) and converges.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	if err := n3.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	tc.nodes[2] = nil
+	newCfg := oldCfg
+	newCfg.MaxClusterVersion = 0
+	n3, err = New(newCfg)
+	if err != nil {
+		t.Fatalf("restart n3: %v", err)
+	}
+	tc.nodes[2] = n3
+	tc.waitReady()
+	if n3.MaxClusterVersion() != fsm.CurrentClusterVersion {
+		t.Fatalf("restarted n3 supports %d", n3.MaxClusterVersion())
+	}
+	trackGroup0(t, tc, "u", 4, 10) // a write after the restart: every replica must reach it
+	waitApplied(t, tc, 0)
+	l = tc.leader(0)
+	want := snapshotOfLive(t, l, 0)
+	for _, s := range tc.nodes {
+		if h, why := s.FSM(0).Halted(); h {
+			t.Fatalf("%s still halted: %s", s.cfg.NodeID, why)
+		}
+		if got := s.FSM(0).TenantActive("t"); got != 0 {
+			t.Errorf("%s: tenant t holds %d series after the drop, want 0", s.cfg.NodeID, got)
+		}
+		if got := snapshotOfLive(t, s, 0); !bytes.Equal(got, want) {
+			t.Errorf("%s: group 0 state differs from the leader's (%d vs %d bytes)", s.cfg.NodeID, len(got), len(want))
+		}
+	}
+
+	// With every node current, the gate opens.
+	for _, s := range tc.nodes {
+		waitFor(t, s.cfg.NodeID+" sees n3 at the current version", func() bool {
+			ok, _ := s.groupSupports(0, fsm.CurrentClusterVersion)
+			return ok
+		})
+	}
+	trackGroup0(t, tc, "t", 5, 25)
+	adm := api.NewAdminClient(dial(t, tc.nodes[1].GRPCAddr()))
+	out, err := adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: "t"})
+	if err != nil {
+		t.Fatalf("DropTenant after the upgrade: %v", err)
+	}
+	if out.Removed != 100 || len(out.Groups) != 4 {
+		t.Fatalf("DropTenant after the upgrade: %v, want 100 removed over 4 groups", out)
+	}
+	for _, gd := range out.Groups {
+		if wantN := map[uint32]uint64{0: 100}[gd.Group]; gd.Removed != wantN {
+			t.Errorf("group %d: removed %d, want %d", gd.Group, gd.Removed, wantN)
+		}
+	}
+}
+
+func TestResolveClusterVersion(t *testing.T) {
+	t.Setenv(maxClusterVersionEnv, "")
+	c := Config{}
+	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != fsm.CurrentClusterVersion {
+		t.Fatalf("default: %d %v", c.MaxClusterVersion, err)
+	}
+	t.Setenv(maxClusterVersionEnv, "1")
+	c = Config{}
+	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != 1 {
+		t.Fatalf("env 1: %d %v", c.MaxClusterVersion, err)
+	}
+	c = Config{MaxClusterVersion: 2}
+	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != 2 {
+		t.Fatalf("field wins over env: %d %v", c.MaxClusterVersion, err)
+	}
+	for _, bad := range []string{"x", "0", strconv.Itoa(fsm.CurrentClusterVersion + 1)} {
+		t.Setenv(maxClusterVersionEnv, bad)
+		c = Config{}
+		if err := resolveClusterVersion(&c); err == nil || !strings.Contains(err.Error(), fmt.Sprint(fsm.CurrentClusterVersion)) {
+			t.Errorf("env %q: %v, want an error naming the supported range", bad, err)
+		}
+	}
+}
