@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"crypto/subtle"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -320,18 +319,6 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		time.Sleep(20 * time.Millisecond)
 	}
 	return &api.TransferLeadershipResponse{Group: uint32(g)}, nil
-}
-
-func raftStatus(g int, what string, err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
-		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
-		code = codes.Unavailable
-	case errors.Is(err, raft.ErrUnsupportedProtocol):
-		code = codes.FailedPrecondition
-	}
-	return status.Errorf(code, "group %d: %s: %v", g, what, err)
 }
 
 // NodeGroups is this node's local raft state per group (not forwarded).
