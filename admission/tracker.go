@@ -128,10 +128,11 @@ func (t *Tracker) current() *session {
 }
 
 // Ready reports whether this node leads the group and has applied every entry
-// of earlier terms, so its decisions see the whole committed state.
+// of earlier terms, so its decisions see the whole committed state. A session
+// whose append failed is not ready; its successor is once its barrier passed.
 func (t *Tracker) Ready() bool {
 	s := t.current()
-	return s != nil && s.barrierDone.Load()
+	return s != nil && s.barrierDone.Load() && !s.failed.Load()
 }
 
 // Track submits one request of tenant and waits for its decision and commit. It
