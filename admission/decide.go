@@ -114,6 +114,9 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 			case fsm.StateFresh:
 				continue
 			case fsm.StateActive:
+				if th.Hashes == nil {
+					th.Hashes = make([]uint64, 0, len(r.Hashes)-j)
+				}
 				th.Hashes = append(th.Hashes, h)
 				d.Refreshed++
 				continue
@@ -126,11 +129,17 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 				continue
 			}
 			if pt == nil {
-				pt = map[uint64]int32{}
+				pt = make(map[uint64]int32, len(r.Hashes)-j)
 				pending[r.Tenant] = pt
 			}
 			pt[h]++
+			if created == nil {
+				created = make([]uint64, 0, len(r.Hashes)-j)
+			}
 			created = append(created, h)
+			if th.Hashes == nil {
+				th.Hashes = make([]uint64, 0, len(r.Hashes)-j)
+			}
 			th.Hashes = append(th.Hashes, h)
 			tb.newN++
 		}
@@ -138,7 +147,11 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 			if d.NewBy == nil {
 				d.NewBy = map[string][]uint64{}
 			}
-			d.NewBy[r.Tenant] = append(d.NewBy[r.Tenant], created...)
+			if prev := d.NewBy[r.Tenant]; prev == nil {
+				d.NewBy[r.Tenant] = created
+			} else {
+				d.NewBy[r.Tenant] = append(prev, created...)
+			}
 			th.New += len(created)
 			d.Created += len(created)
 		}

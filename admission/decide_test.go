@@ -31,11 +31,11 @@ func (d *denyOdd) Admit(_ string, candidates []uint64, deny []bool) {
 
 func TestDecide(t *testing.T) {
 	type want struct {
-		rejected                     [][]uint64
-		entry                        []fsm.TenantHashes
-		newBy                        map[string][]uint64
+		rejected                      [][]uint64
+		entry                         []fsm.TenantHashes
+		newBy                         map[string][]uint64
 		created, refreshed, rejectedN int
-		pending                      Pending
+		pending                       Pending
 	}
 	tests := []struct {
 		name    string

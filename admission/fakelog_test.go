@@ -24,7 +24,8 @@ type fakeLog struct {
 	barrierErr []error         // outcome of the next barriers; exhausted: success
 	gate       chan struct{}   // when set, appends complete (commit or fail) only once it is closed
 	barrierGt  chan struct{}   // when set, barriers complete only once it is closed
-	entries    []fsm.Entry     // appended entries, decoded, in log order
+	entries    []fsm.Entry     // appended entries, decoded, in log order (unless noRecord)
+	noRecord   bool            // benchmarks: keep no copy of the entries
 	applies    int             // Apply calls
 	barriers   int             // Barrier calls
 	waiters    []chan struct{} // closed at every Apply (see waitApplies)
@@ -47,8 +48,10 @@ func (l *fakeLog) Apply(data []byte, _ time.Duration) ApplyFuture {
 	if len(l.applyErrs) > 0 {
 		err, l.applyErrs = l.applyErrs[0], l.applyErrs[1:]
 	}
-	if e, derr := fsm.DecodeEntry(data); derr == nil {
-		l.entries = append(l.entries, e)
+	if !l.noRecord {
+		if e, derr := fsm.DecodeEntry(data); derr == nil {
+			l.entries = append(l.entries, e)
+		}
 	}
 	fut := &fakeFuture{err: err, wait: l.gate}
 	if err != nil {

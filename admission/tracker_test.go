@@ -24,7 +24,7 @@ type harness struct {
 // newHarness builds a tracker on a real FSM and a fake log. The FSM already
 // applied an expire entry at testMinute, so a session appends no expire entry of
 // its own and the log holds exactly the track entries the test causes.
-func newHarness(t *testing.T, shares map[string]int64, script func(*fakeLog)) *harness {
+func newHarness(t testing.TB, shares map[string]int64, script func(*fakeLog), opts ...func(*Config)) *harness {
 	t.Helper()
 	f, err := fsm.New(fsm.Config{Partitions: 4, Groups: 1, Shards: 4})
 	if err != nil {
@@ -35,14 +35,18 @@ func newHarness(t *testing.T, shares map[string]int64, script func(*fakeLog)) *h
 	if script != nil {
 		script(lg)
 	}
-	tr := New(Config{
+	cfg := Config{
 		IdleMinutes:    20,
 		MaxBatchHashes: 10_000,
 		MaxInFlight:    4,
 		ApplyTimeout:   time.Second,
 		Clock:          func() time.Time { return time.Unix(testMinute*60+30, 0) },
 		Share:          func(tenant string) int64 { return shares[tenant] },
-	}, f, lg)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tr := New(cfg, f, lg)
 	h := &harness{tr: tr, log: lg, f: f}
 	t.Cleanup(func() { h.stop() })
 	return h
