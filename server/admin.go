@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -209,18 +208,6 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		time.Sleep(20 * time.Millisecond)
 	}
 	return &api.TransferLeadershipResponse{Group: uint32(g)}, nil
-}
-
-func raftStatus(g int, what string, err error) error {
-	code := codes.Internal
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress),
-		errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
-		code = codes.Unavailable
-	case errors.Is(err, raft.ErrUnsupportedProtocol):
-		code = codes.FailedPrecondition
-	}
-	return status.Errorf(code, "group %d: %s: %v", g, what, err)
 }
 
 // NodeGroups is this node's local raft state per group (not forwarded).

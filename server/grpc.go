@@ -9,13 +9,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/fsm"
 )
 
 // trackerService implements api.TrackerServer.
@@ -113,44 +111,6 @@ func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRe
 		return nil, s.trackError(g, err)
 	}
 	return &api.TrackSeriesResponse{RejectedHashes: rejected}, nil
-}
-
-// trackError maps internal errors to gRPC statuses with actionable messages.
-func (s *Server) trackError(g int, err error) error {
-	switch {
-	case errors.Is(err, errNotLeader):
-		return s.notLeaderStatus(g)
-	case errors.Is(err, errLeaderStepDown), errors.Is(err, raft.ErrEnqueueTimeout), errors.Is(err, raft.ErrRaftShutdown):
-		return status.Errorf(codes.Unavailable, "group %d: %v; the series may or may not be recorded, retry", g, err)
-	case errors.Is(err, fsm.ErrHalted):
-		return status.Errorf(codes.Unavailable, "group %d: %v; the series may or may not be recorded, retry", g, err)
-	case errors.Is(err, context.DeadlineExceeded):
-		return status.Errorf(codes.DeadlineExceeded, "group %d: deadline exceeded before commit; retry is safe", g)
-	case errors.Is(err, context.Canceled):
-		return status.Errorf(codes.Canceled, "group %d: request canceled", g)
-	}
-	return status.Errorf(codes.Internal, "group %d: %v", g, err)
-}
-
-// notLeaderStatus builds FailedPrecondition with a NotLeader detail so clients can
-// redirect without another lookup.
-func (s *Server) notLeaderStatus(g int) error {
-	id, addr := s.leaderOf(g)
-	if id == "" || id == s.cfg.NodeID {
-		// No leader known, or the view still names this node while it is
-		// stepping down: either way the client should retry shortly.
-		return status.Errorf(codes.Unavailable, "group %d has no leader at the moment; retry", g)
-	}
-	nl := &api.NotLeader{Group: uint32(g), LeaderId: id, LeaderGrpcAddress: addr}
-	msg := fmt.Sprintf("this node does not lead group %d; leader is %s", g, id)
-	if addr != "" {
-		msg += " at " + addr
-	}
-	st, err := status.New(codes.FailedPrecondition, msg).WithDetails(nl)
-	if err != nil {
-		return status.Error(codes.FailedPrecondition, msg)
-	}
-	return st.Err()
 }
 
 func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {

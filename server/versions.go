@@ -191,7 +191,7 @@ func (s *Server) enforceHalts() {
 			continue
 		}
 		tr := s.trackers[g]
-		if tr.current() != nil {
+		if tr.leading() {
 			s.log.Error("group halted: stopping its leader session", "group", g, "reason", why)
 			tr.setLeader(false)
 		}

@@ -198,7 +198,7 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	waitFor(t, "group 0 led by a node other than n3 again", func() bool {
 		for _, s := range tc.nodes[:2] {
 			if s.Raft(0).State() == raft.Leader && s.trackers[0].ready() {
-				return n3.trackers[0].current() == nil
+				return !n3.trackers[0].leading()
 			}
 		}
 		return false

@@ -1,0 +1,261 @@
+package admission
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/tollgate-io/tollgate/fsm"
+)
+
+const (
+	absent = fsm.StateAbsent
+	active = fsm.StateActive
+	fresh  = fsm.StateFresh
+)
+
+func req(tenant string, hashes []uint64, states ...uint8) Request {
+	return Request{Tenant: tenant, Hashes: hashes, States: states}
+}
+
+// denyOdd refuses odd hashes; it records what it was shown.
+type denyOdd struct{ seen []uint64 }
+
+func (d *denyOdd) Admit(_ string, candidates []uint64, deny []bool) {
+	d.seen = append(d.seen, candidates...)
+	for i, h := range candidates {
+		if h%2 == 1 {
+			deny[i] = true
+		}
+	}
+}
+
+func TestDecide(t *testing.T) {
+	type want struct {
+		rejected                      [][]uint64
+		entry                         []fsm.TenantHashes
+		newBy                         map[string][]uint64
+		created, refreshed, rejectedN int
+		pending                       Pending
+	}
+	tests := []struct {
+		name    string
+		reqs    []Request
+		pending Pending
+		budgets map[string]Budget
+		checks  []Check
+		want    want
+	}{
+		{
+			name:    "new under share",
+			reqs:    []Request{req("a", []uint64{10, 11, 12}, absent, absent, absent)},
+			budgets: map[string]Budget{"a": {Share: 5, Used: 2}},
+			want: want{
+				rejected: [][]uint64{nil},
+				entry:    []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{10, 11, 12}, New: 3}},
+				newBy:    map[string][]uint64{"a": {10, 11, 12}},
+				created:  3,
+				pending:  Pending{"a": {10: 1, 11: 1, 12: 1}},
+			},
+		},
+		{
+			name:    "at share: new rejected",
+			reqs:    []Request{req("a", []uint64{10, 11}, absent, absent)},
+			budgets: map[string]Budget{"a": {Share: 3, Used: 3}},
+			want: want{
+				rejected:  [][]uint64{{10, 11}},
+				rejectedN: 2,
+				pending:   Pending{},
+			},
+		},
+		{
+			name:    "share reached inside the request: later hashes rejected",
+			reqs:    []Request{req("a", []uint64{1, 2, 3, 4}, absent, absent, absent, absent)},
+			budgets: map[string]Budget{"a": {Share: 4, Used: 2}},
+			want: want{
+				rejected:  [][]uint64{{3, 4}},
+				entry:     []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{1, 2}, New: 2}},
+				newBy:     map[string][]uint64{"a": {1, 2}},
+				created:   2,
+				rejectedN: 2,
+				pending:   Pending{"a": {1: 1, 2: 1}},
+			},
+		},
+		{
+			name:    "refresh of an active series at (and over) share: logged, never rejected",
+			reqs:    []Request{req("a", []uint64{7, 8}, active, active)},
+			budgets: map[string]Budget{"a": {Share: 1, Used: 5}},
+			want: want{
+				rejected:  [][]uint64{nil},
+				entry:     []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{7, 8}}},
+				refreshed: 2,
+				pending:   Pending{},
+			},
+		},
+		{
+			name:    "fresh: accepted, nothing logged",
+			reqs:    []Request{req("a", []uint64{7}, fresh)},
+			budgets: map[string]Budget{"a": {Share: 1, Used: 1}},
+			want:    want{rejected: [][]uint64{nil}, pending: Pending{}},
+		},
+		{
+			name:    "pending re-send: accepted, not logged again, not counted",
+			reqs:    []Request{req("a", []uint64{5, 6}, absent, absent)},
+			pending: Pending{"a": {5: 1}},
+			budgets: map[string]Budget{"a": {Share: 2, Used: 1}}, // the reservation of 5 is in Used
+			want: want{
+				rejected: [][]uint64{nil},
+				entry:    []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{6}, New: 1}},
+				newBy:    map[string][]uint64{"a": {6}},
+				created:  1,
+				pending:  Pending{"a": {5: 1, 6: 1}},
+			},
+		},
+		{
+			name:    "unlimited share 0",
+			reqs:    []Request{req("a", []uint64{1, 2}, absent, absent)},
+			budgets: map[string]Budget{"a": {Share: 0, Used: 1 << 40}},
+			want: want{
+				rejected: [][]uint64{nil},
+				entry:    []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{1, 2}, New: 2}},
+				newBy:    map[string][]uint64{"a": {1, 2}},
+				created:  2,
+				pending:  Pending{"a": {1: 1, 2: 1}},
+			},
+		},
+		{
+			name: "several tenants in one batch: separate budgets, entry in first-appearance order",
+			reqs: []Request{
+				req("b", []uint64{1, 2}, absent, absent),
+				req("a", []uint64{1, 3}, absent, active),
+				req("b", []uint64{4}, absent),
+				req("a", []uint64{5}, absent),
+			},
+			budgets: map[string]Budget{"a": {Share: 10, Used: 9}, "b": {Share: 3, Used: 0}},
+			want: want{
+				rejected: [][]uint64{nil, nil, nil, {5}},
+				entry: []fsm.TenantHashes{
+					{Tenant: "b", Hashes: []uint64{1, 2, 4}, New: 3},
+					{Tenant: "a", Hashes: []uint64{1, 3}, New: 1},
+				},
+				newBy:     map[string][]uint64{"a": {1}, "b": {1, 2, 4}},
+				created:   4,
+				refreshed: 1,
+				rejectedN: 1,
+				pending:   Pending{"a": {1: 1}, "b": {1: 1, 2: 1, 4: 1}},
+			},
+		},
+		{
+			name: "request order: the earlier request takes the last slots",
+			reqs: []Request{
+				req("a", []uint64{1, 2}, absent, absent),
+				req("a", []uint64{3}, absent),
+			},
+			budgets: map[string]Budget{"a": {Share: 4, Used: 2}},
+			want: want{
+				rejected:  [][]uint64{nil, {3}},
+				entry:     []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{1, 2}, New: 2}},
+				newBy:     map[string][]uint64{"a": {1, 2}},
+				created:   2,
+				rejectedN: 1,
+				pending:   Pending{"a": {1: 1, 2: 1}},
+			},
+		},
+		{
+			name: "same hash twice in a batch: created once",
+			reqs: []Request{
+				req("a", []uint64{9, 9}, absent, absent),
+				req("a", []uint64{9}, absent),
+			},
+			budgets: map[string]Budget{"a": {Share: 1, Used: 0}},
+			want: want{
+				rejected: [][]uint64{nil, nil},
+				entry:    []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{9}, New: 1}},
+				newBy:    map[string][]uint64{"a": {9}},
+				created:  1,
+				pending:  Pending{"a": {9: 1}},
+			},
+		},
+		{
+			name: "a request without hashes (cancelled) decides nothing",
+			reqs: []Request{
+				{Tenant: "a"},
+				req("b", []uint64{1}, absent),
+			},
+			budgets: map[string]Budget{"b": {}},
+			want: want{
+				rejected: [][]uint64{nil, nil},
+				entry:    []fsm.TenantHashes{{Tenant: "b", Hashes: []uint64{1}, New: 1}},
+				newBy:    map[string][]uint64{"b": {1}},
+				created:  1,
+				pending:  Pending{"b": {1: 1}},
+			},
+		},
+		{
+			name:    "check denies before the share is charged; refreshes never reach it",
+			reqs:    []Request{req("a", []uint64{1, 2, 3, 4, 6}, absent, absent, active, absent, absent)},
+			budgets: map[string]Budget{"a": {Share: 2, Used: 0}},
+			checks:  []Check{&denyOdd{}},
+			want: want{
+				rejected:  [][]uint64{{1, 6}},
+				entry:     []fsm.TenantHashes{{Tenant: "a", Hashes: []uint64{2, 3, 4}, New: 2}},
+				newBy:     map[string][]uint64{"a": {2, 4}},
+				created:   2,
+				refreshed: 1,
+				rejectedN: 2,
+				pending:   Pending{"a": {2: 1, 4: 1}},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pending := tc.pending
+			if pending == nil {
+				pending = Pending{}
+			}
+			asked := map[string]int{}
+			budget := func(tenant string) Budget {
+				asked[tenant]++
+				b, ok := tc.budgets[tenant]
+				if !ok {
+					t.Fatalf("budget asked for unexpected tenant %q", tenant)
+				}
+				return b
+			}
+			d := Decide(tc.reqs, pending, budget, tc.checks)
+			for tenant, n := range asked {
+				if n != 1 {
+					t.Errorf("budget of %q asked %d times, want once per batch", tenant, n)
+				}
+			}
+			got := want{d.Rejected, d.Entry, d.NewBy, d.Created, d.Refreshed, d.RejectedN, pending}
+			if len(got.entry) == 0 {
+				got.entry = nil
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Decide:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecideCheckSeesOnlyCandidates(t *testing.T) {
+	c := &denyOdd{}
+	pending := Pending{"a": {5: 1}}
+	Decide([]Request{req("a", []uint64{1, 2, 3, 5}, absent, active, fresh, absent)}, pending,
+		func(string) Budget { return Budget{} }, []Check{c})
+	if want := []uint64{1}; !reflect.DeepEqual(c.seen, want) {
+		t.Fatalf("check saw %v, want only the would-be-new hash %v (not active, fresh or pending ones)", c.seen, want)
+	}
+}
+
+func TestPendingRemove(t *testing.T) {
+	p := Pending{"a": {1: 2, 2: 1}}
+	p.remove("a", []uint64{1, 2})
+	if !reflect.DeepEqual(p, Pending{"a": {1: 1}}) {
+		t.Fatalf("after one remove: %v", p)
+	}
+	p.remove("a", []uint64{1})
+	if len(p) != 0 {
+		t.Fatalf("after removing every hash the tenant must go: %v", p)
+	}
+}

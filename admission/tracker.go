@@ -1,0 +1,533 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tollgate-io/tollgate/fsm"
+)
+
+// ErrNotLeader is returned by Track when this node does not lead the group, or
+// stopped leading it before the request was decided: nothing was logged for the
+// request, so redirecting it is safe.
+var ErrNotLeader = errors.New("not the group leader")
+
+// ErrStepDown is returned when the session ended after the request was decided:
+// its entry may or may not commit, so the caller must retry. It wraps the raft
+// error that ended the session when there was one.
+var ErrStepDown = errors.New("leadership lost before commit")
+
+// barrierRetry is the pause between failed leader barriers.
+const barrierRetry = 100 * time.Millisecond
+
+// Config is the fixed configuration of one group's leader path.
+type Config struct {
+	Group          int // for logs
+	IdleMinutes    int
+	BatchWindow    time.Duration // 0: batch only what is already queued
+	MaxBatchHashes int
+	MaxInFlight    int // batches appended but not yet answered
+	ApplyTimeout   time.Duration
+	Clock          func() time.Time // nil: time.Now
+	// Share returns the group's share of tenant's max series (0 = unlimited).
+	// It is asked once per tenant per batch.
+	Share func(tenant string) int64
+	// Checks are consulted in order for every request that would create series
+	// (see Check).
+	Checks  []Check
+	Metrics Metrics // nil: none
+	Logger  *slog.Logger
+}
+
+// Tracker is the leader path of one group: while this node leads it, a session
+// batches Track calls, decides them against committed + in-flight state, appends
+// one log entry per batch and answers after commit.
+type Tracker struct {
+	cfg     Config
+	state   State
+	log     Log
+	metrics Metrics
+	logger  *slog.Logger
+
+	mu      sync.Mutex
+	leader  bool
+	session *session // nil when not leading
+	last    *session // the latest session started, running or not
+}
+
+// New returns a tracker that leads nothing until SetLeader(true).
+func New(cfg Config, st State, lg Log) *Tracker {
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Share == nil {
+		cfg.Share = func(string) int64 { return 0 }
+	}
+	cfg.MaxBatchHashes = max(1, cfg.MaxBatchHashes)
+	t := &Tracker{cfg: cfg, state: st, log: lg, metrics: cfg.Metrics, logger: cfg.Logger}
+	if t.metrics == nil {
+		t.metrics = noMetrics{}
+	}
+	if t.logger == nil {
+		t.logger = slog.New(slog.DiscardHandler)
+	}
+	t.logger = t.logger.With("group", cfg.Group)
+	return t
+}
+
+// SetLeader starts or stops the leader session; called on every leadership
+// change of the group.
+func (t *Tracker) SetLeader(leader bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.leader = leader
+	if leader && t.session == nil {
+		t.startLocked()
+		return
+	}
+	if !leader && t.session != nil {
+		s := t.session
+		t.session = nil
+		s.stop()
+	}
+}
+
+func (t *Tracker) startLocked() {
+	s := newSession(t, t.last)
+	t.session, t.last = s, s
+	go s.run()
+}
+
+// ended is called by a session that stopped on its own (an append failed) or
+// was stopped. If raft still names this node leader, a fresh session takes over:
+// without it, a transient failure such as an enqueue timeout would leave a
+// leader that answers NotLeader until the next election.
+func (t *Tracker) ended(s *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.session == s {
+		t.session = nil
+		if t.leader {
+			t.logger.Info("leader session ended while leading; starting a new one")
+			t.startLocked()
+		}
+	}
+}
+
+func (t *Tracker) current() *session {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.session
+}
+
+// Leading reports whether a leader session exists (it may still be running
+// its barrier, or have failed and be about to be replaced).
+func (t *Tracker) Leading() bool { return t.current() != nil }
+
+// Ready reports whether this node leads the group and has applied every entry
+// of earlier terms, so its decisions see the whole committed state. A session
+// whose append failed is not ready; its successor is once its barrier passed.
+func (t *Tracker) Ready() bool {
+	s := t.current()
+	return s != nil && s.barrierDone.Load() && !s.failed.Load()
+}
+
+// Track submits one request of tenant and waits for its decision and commit. It
+// returns the rejected hashes; every other hash is active once it returns nil.
+func (t *Tracker) Track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
+	s := t.current()
+	if s == nil {
+		return nil, ErrNotLeader
+	}
+	r := &request{ctx: ctx, tenant: tenant, hashes: hashes, done: make(chan result, 1)}
+	select {
+	case s.reqCh <- r:
+	case <-s.stopped:
+		return nil, ErrNotLeader
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case res := <-r.done:
+		return res.rejected, res.err
+	case <-s.finished:
+		// The session answered everything it decided. If r is not answered it
+		// was never decided, so nothing was logged for it.
+		select {
+		case res := <-r.done:
+			return res.rejected, res.err
+		default:
+			return nil, ErrNotLeader
+		}
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type request struct {
+	ctx    context.Context
+	tenant string
+	hashes []uint64
+	done   chan result // buffered(1)
+}
+
+type result struct {
+	rejected []uint64
+	err      error
+}
+
+// session lives for one leadership term (or until an append fails).
+type session struct {
+	t           *Tracker
+	prev        *session // the session this one follows, nil for the first
+	reqCh       chan *request
+	stopCh      chan struct{}
+	stopped     chan struct{} // closed when the session stops deciding and appending
+	finished    chan struct{} // closed when every accepted request was answered
+	stopOnce    sync.Once
+	barrierDone atomic.Bool
+	failed      atomic.Bool
+
+	inflight chan *batch
+
+	// decider-goroutine state
+	lastStamp  int64
+	lastExpire int64
+	states     []uint8
+	in         []Request
+
+	// pending is read and written under pmu by the decider and the completer.
+	// Decide holds pmu across the committed-state lookup and the pending check,
+	// so a hash is either seen applied or still seen pending, never neither.
+	pmu     sync.Mutex
+	pending Pending
+}
+
+type batch struct {
+	fut    ApplyFuture // nil when the batch logged nothing
+	reqs   []*request
+	res    []result
+	newBy  map[string][]uint64 // hashes logged as new, per tenant (to clear pending)
+	start  time.Time
+	expire bool
+	done   chan struct{} // closed by the completer when set (someone waits for it)
+}
+
+func newSession(t *Tracker, prev *session) *session {
+	return &session{
+		t:        t,
+		prev:     prev,
+		reqCh:    make(chan *request, 4096),
+		stopCh:   make(chan struct{}),
+		stopped:  make(chan struct{}),
+		finished: make(chan struct{}),
+		inflight: make(chan *batch, max(1, t.cfg.MaxInFlight)),
+		pending:  Pending{},
+	}
+}
+
+func (s *session) stop() { s.stopOnce.Do(func() { close(s.stopCh) }) }
+
+func (s *session) run() {
+	t := s.t
+	completerDone := make(chan struct{})
+	go func() {
+		defer close(completerDone)
+		s.complete()
+	}()
+	defer func() {
+		close(s.stopped)
+		// Requests queued but never decided get NotLeader: nothing was logged.
+		for {
+			select {
+			case r := <-s.reqCh:
+				r.done <- result{err: ErrNotLeader}
+				continue
+			default:
+			}
+			break
+		}
+		close(s.inflight)
+		<-completerDone
+		close(s.finished)
+		t.ended(s)
+	}()
+
+	// A session may follow another in the same term (an admin restore paused
+	// it, or an append failed): it must not reset the reservations of entries
+	// its predecessor may still append.
+	if s.prev != nil {
+		select {
+		case <-s.prev.stopped:
+		case <-s.stopCh:
+			return
+		}
+		s.prev = nil // no chain of ended sessions kept alive
+	}
+	// Apply everything committed in earlier terms before deciding anything: a new
+	// leader's FSM may lag the commit index, and deciding against a stale state
+	// could reject an accepted series.
+	for !s.barrierDone.Load() {
+		err := t.log.Barrier(t.cfg.ApplyTimeout).Error()
+		if err == nil {
+			s.barrierDone.Store(true)
+			break
+		}
+		t.logger.Warn("leader barrier failed; retrying", "err", err)
+		select {
+		case <-s.stopCh:
+			return
+		case <-time.After(barrierRetry):
+		}
+	}
+	s.lastExpire = t.state.Now()
+	t.state.ResetReservations()
+	t.logger.Info("leading group", "applied_index", t.state.AppliedIndex())
+
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	window := time.NewTimer(time.Hour)
+	window.Stop()
+	var reqs []*request
+	for {
+		select {
+		case <-s.stopCh:
+			return
+		case <-tick.C:
+			if !s.maybeExpire() {
+				return
+			}
+		case r := <-s.reqCh:
+			reqs = append(reqs[:0], r)
+			n := len(r.hashes)
+			if t.cfg.BatchWindow > 0 {
+				window.Reset(t.cfg.BatchWindow)
+			collect:
+				for n < t.cfg.MaxBatchHashes {
+					select {
+					case r := <-s.reqCh:
+						reqs = append(reqs, r)
+						n += len(r.hashes)
+					case <-window.C:
+						break collect
+					case <-s.stopCh:
+						for _, r := range reqs {
+							r.done <- result{err: ErrNotLeader}
+						}
+						return
+					}
+				}
+				window.Stop()
+			} else {
+			drain:
+				for n < t.cfg.MaxBatchHashes {
+					select {
+					case r := <-s.reqCh:
+						reqs = append(reqs, r)
+						n += len(r.hashes)
+					default:
+						break drain
+					}
+				}
+			}
+			if !s.maybeExpire() || !s.decideAndLog(reqs) {
+				return
+			}
+		}
+	}
+}
+
+// now is the Unix minute to stamp: the leader's clock, never behind what the FSM
+// has applied or what this session already stamped (clocks may differ between
+// leaders; the log's time must not go backwards).
+func (s *session) now() int64 {
+	wall := s.t.cfg.Clock().Unix() / 60
+	return max(wall, s.t.state.Now(), s.lastStamp)
+}
+
+// maybeExpire appends an expire entry when the minute advanced. It returns false
+// when the session must end.
+func (s *session) maybeExpire() bool {
+	now := s.now()
+	if now <= s.lastExpire {
+		return true
+	}
+	t := s.t
+	// After a long pause (no leader, stalled clock) the committed state may still
+	// hold series that are idle now; decisions read committed state, so let this
+	// expiry apply first instead of judging those series active.
+	longGap := now-t.state.Now() >= int64(t.cfg.IdleMinutes)
+	data := fsm.AppendExpire(nil, now, t.cfg.IdleMinutes)
+	b := &batch{fut: t.log.Apply(data, t.cfg.ApplyTimeout), start: time.Now(), expire: true}
+	if longGap {
+		b.done = make(chan struct{})
+	}
+	s.lastExpire, s.lastStamp = now, now
+	if !s.enqueue(b) {
+		return false
+	}
+	if longGap {
+		// Wait through the completer: a raft future is not safe for two waiters.
+		select {
+		case <-b.done:
+		case <-s.stopCh:
+			return false
+		}
+		return !s.failed.Load()
+	}
+	return true
+}
+
+func (s *session) enqueue(b *batch) bool {
+	select {
+	case s.inflight <- b:
+		return true
+	case <-s.stopCh:
+		// The entry may still commit; its requests get the step-down error.
+		s.failBatch(b, ErrStepDown)
+		return false
+	}
+}
+
+func (s *session) budget(tenant string) Budget {
+	active, reserved := s.t.state.TenantUsage(tenant)
+	return Budget{Share: s.t.cfg.Share(tenant), Used: active + reserved}
+}
+
+// decideAndLog decides a batch (Decide) and appends one entry for it.
+func (s *session) decideAndLog(reqs []*request) bool {
+	t := s.t
+	now := s.now()
+	s.lastStamp = now
+
+	b := &batch{reqs: append([]*request(nil), reqs...), res: make([]result, len(reqs)), start: time.Now()}
+	total := 0
+	for _, r := range reqs {
+		total += len(r.hashes)
+	}
+	if cap(s.states) < total {
+		s.states = make([]uint8, total)
+	}
+	in := s.in[:0]
+	off := 0
+
+	s.pmu.Lock()
+	for i, r := range reqs {
+		if err := r.ctx.Err(); err != nil {
+			b.res[i].err = err
+			in = append(in, Request{Tenant: r.tenant}) // no hashes: nothing decided
+			continue
+		}
+		st := s.states[off : off+len(r.hashes)]
+		off += len(r.hashes)
+		t.state.Lookup(r.tenant, r.hashes, now, t.cfg.IdleMinutes, st)
+		in = append(in, Request{Tenant: r.tenant, Hashes: r.hashes, States: st})
+	}
+	d := Decide(in, s.pending, s.budget, t.cfg.Checks)
+	s.pmu.Unlock()
+	clear(in) // drop references to the callers' hashes
+	s.in = in[:0]
+
+	for i := range b.res {
+		if b.res[i].err == nil {
+			b.res[i].rejected = d.Rejected[i]
+		}
+	}
+	b.newBy = d.NewBy
+	t.metrics.SeriesDecided(d.Created, d.Refreshed, d.RejectedN)
+	if len(d.Entry) > 0 {
+		logged := 0
+		// Reserve before appending: the entry may apply before Apply returns.
+		for _, th := range d.Entry {
+			if th.New > 0 {
+				t.state.Reserve(th.Tenant, int64(th.New))
+			}
+			logged += len(th.Hashes)
+		}
+		data := fsm.AppendTrack(make([]byte, 0, 16+logged*8+len(d.Entry)*32), now, d.Entry)
+		b.fut = t.log.Apply(data, t.cfg.ApplyTimeout)
+		t.metrics.EntryAppended(len(data), logged)
+	}
+	return s.enqueue(b)
+}
+
+// complete waits for batches in log order and answers their requests. Order
+// matters: a batch that logged nothing may depend on hashes created by an earlier
+// in-flight batch, so it is answered only after every earlier batch committed.
+func (s *session) complete() {
+	t := s.t
+	for b := range s.inflight {
+		var err error
+		if b.fut != nil {
+			err = b.fut.Error()
+			if err == nil {
+				if resp, ok := b.fut.Response().(error); ok && resp != nil {
+					err = fmt.Errorf("apply: %w", resp)
+				}
+			}
+			t.metrics.CommitLatency(time.Since(b.start))
+		}
+		if err != nil {
+			t.logger.Warn("raft apply failed; ending this leader session", "err", err)
+			s.failed.Store(true)
+			s.stop()
+		}
+		if s.failed.Load() && err == nil {
+			err = ErrStepDown
+		}
+		s.clearPending(b)
+		if b.done != nil {
+			close(b.done)
+		}
+		if err != nil {
+			s.failBatch(b, stepDown(err))
+			continue
+		}
+		for i, r := range b.reqs {
+			r.done <- b.res[i]
+		}
+	}
+}
+
+func (s *session) clearPending(b *batch) {
+	if len(b.newBy) == 0 {
+		return
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	for tenant, hs := range b.newBy {
+		s.pending.remove(tenant, hs)
+	}
+}
+
+func (s *session) failBatch(b *batch, err error) {
+	for i, r := range b.reqs {
+		if b.res != nil && b.res[i].err != nil {
+			r.done <- b.res[i]
+			continue
+		}
+		r.done <- result{err: err}
+	}
+}
+
+// stepDown marks the raft errors that mean this node no longer leads (or raft
+// stopped) as ErrStepDown, keeping the raft error in the chain. Other errors
+// (an enqueue timeout, an FSM refusing an entry) are returned as they are; the
+// server's error table maps each to a gRPC code.
+func stepDown(err error) error {
+	switch {
+	case errors.Is(err, ErrStepDown):
+		return err
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress), errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("%w: %w", ErrStepDown, err)
+	}
+	return err
+}

@@ -1,0 +1,345 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tollgate-io/tollgate/fsm"
+)
+
+// testMinute is the Unix minute every test clock shows.
+const testMinute = 29_000_000
+
+type harness struct {
+	tr  *Tracker
+	log *fakeLog
+	f   *fsm.FSM
+}
+
+// newHarness builds a tracker on a real FSM and a fake log. The FSM already
+// applied an expire entry at testMinute, so a session appends no expire entry of
+// its own and the log holds exactly the track entries the test causes.
+func newHarness(t testing.TB, shares map[string]int64, script func(*fakeLog), opts ...func(*Config)) *harness {
+	t.Helper()
+	f, err := fsm.New(fsm.Config{Partitions: 4, Groups: 1, Shards: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lg := newFakeLog(t, f)
+	lg.commit(fsm.AppendExpire(nil, testMinute, 20))
+	if script != nil {
+		script(lg)
+	}
+	cfg := Config{
+		IdleMinutes:    20,
+		MaxBatchHashes: 10_000,
+		MaxInFlight:    4,
+		ApplyTimeout:   time.Second,
+		Clock:          func() time.Time { return time.Unix(testMinute*60+30, 0) },
+		Share:          func(tenant string) int64 { return shares[tenant] },
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	tr := New(cfg, f, lg)
+	h := &harness{tr: tr, log: lg, f: f}
+	t.Cleanup(func() { h.stop() })
+	return h
+}
+
+// stop ends leadership and waits until the last session answered everything.
+func (h *harness) stop() {
+	h.tr.SetLeader(false)
+	h.tr.mu.Lock()
+	s := h.tr.last
+	h.tr.mu.Unlock()
+	if s != nil {
+		<-s.finished
+	}
+}
+
+// waitReady waits for a session that passed its barrier (the test binary's
+// timeout bounds the wait; nothing here is timed).
+func (h *harness) waitReady() {
+	for !h.tr.Ready() {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// waitQueued waits until n requests sit undecided in the current session's queue.
+func (h *harness) waitQueued(t *testing.T, n int) {
+	t.Helper()
+	s := h.tr.current()
+	if s == nil {
+		t.Fatal("no session")
+	}
+	for len(s.reqCh) < n {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+type reply struct {
+	rejected []uint64
+	err      error
+}
+
+func (h *harness) trackAsync(ctx context.Context, tenant string, hashes ...uint64) <-chan reply {
+	ch := make(chan reply, 1)
+	go func() {
+		rej, err := h.tr.Track(ctx, tenant, hashes)
+		ch <- reply{rej, err}
+	}()
+	return ch
+}
+
+func (h *harness) states(tenant string, hashes ...uint64) []uint8 {
+	out := make([]uint8, len(hashes))
+	h.f.Lookup(tenant, hashes, testMinute, 20, out)
+	return out
+}
+
+func loggedHashes(entries []fsm.Entry) []uint64 {
+	var hs []uint64
+	for _, e := range entries {
+		for _, th := range e.Tenants {
+			hs = append(hs, th.Hashes...)
+		}
+	}
+	return hs
+}
+
+func TestTrackAcceptsAfterCommitAndCountsExactly(t *testing.T) {
+	h := newHarness(t, map[string]int64{"a": 3}, nil)
+	if _, err := h.tr.Track(context.Background(), "a", []uint64{1}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("before SetLeader: err = %v, want ErrNotLeader", err)
+	}
+	h.tr.SetLeader(true)
+	h.waitReady()
+	rej, err := h.tr.Track(context.Background(), "a", []uint64{1, 2, 3, 4, 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(rej, []uint64{4, 5}) {
+		t.Fatalf("rejected %v, want [4 5] (share 3, request order)", rej)
+	}
+	if got := h.states("a", 1, 2, 3, 4); !slices.Equal(got, []uint8{fresh, fresh, fresh, absent}) {
+		t.Fatalf("committed states %v: accepted hashes must be applied when Track returns", got)
+	}
+	if a, r := h.f.TenantUsage("a"); a != 3 || r != 0 {
+		t.Fatalf("usage active=%d reserved=%d, want 3 and 0", a, r)
+	}
+	// At the share: a refresh is still accepted, a new series is not.
+	rej, err = h.tr.Track(context.Background(), "a", []uint64{2, 6})
+	if err != nil || !slices.Equal(rej, []uint64{6}) {
+		t.Fatalf("at share: rejected %v err %v, want [6]", rej, err)
+	}
+}
+
+func TestReplyWaitsForCommitAndPendingResendIsNotLoggedAgain(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, map[string]int64{"a": 1}, func(l *fakeLog) { l.gate = gate })
+	h.tr.SetLeader(true)
+	h.waitReady()
+	first := h.trackAsync(context.Background(), "a", 42)
+	h.log.waitApplies(1)
+	select {
+	case r := <-first:
+		t.Fatalf("Track returned %+v before its entry committed", r)
+	default:
+	}
+	// The re-send is decided while the first entry is in flight: with a share of
+	// 1 and the reservation counted, only the pending set lets it through.
+	second := h.trackAsync(context.Background(), "a", 42)
+	h.waitDecided(second)
+	close(gate)
+	for i, ch := range []<-chan reply{first, second} {
+		if r := <-ch; r.err != nil || len(r.rejected) != 0 {
+			t.Fatalf("request %d: %+v, want accepted", i, r)
+		}
+	}
+	entries, _ := h.log.snapshot()
+	if got := loggedHashes(entries); !slices.Equal(got, []uint64{42}) {
+		t.Fatalf("logged %v, want 42 exactly once", got)
+	}
+	if a, r := h.f.TenantUsage("a"); a != 1 || r != 0 {
+		t.Fatalf("usage active=%d reserved=%d, want 1 and 0", a, r)
+	}
+}
+
+// waitDecided waits until the decider took the second request and enqueued its
+// batch behind the first, whose commit the gate holds back (the completer holds
+// the first batch, so the second one waits in the in-flight queue).
+func (h *harness) waitDecided(ch <-chan reply) {
+	s := h.tr.current()
+	for len(s.reqCh) > 0 || len(s.inflight) < 1 {
+		select {
+		case r := <-ch:
+			panic("reply before the gate opened: " + errString(r.err))
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "<nil>"
+	}
+	return err.Error()
+}
+
+func TestApplyRefusedStepsDownAndClearsPendingAndReservations(t *testing.T) {
+	h := newHarness(t, map[string]int64{"a": 10}, func(l *fakeLog) {
+		l.applyErrs = []error{raft.ErrNotLeader}
+	})
+	h.tr.SetLeader(true)
+	h.waitReady()
+	old := h.tr.current()
+	_, err := h.tr.Track(context.Background(), "a", []uint64{1, 2})
+	if !errors.Is(err, ErrStepDown) || !errors.Is(err, raft.ErrNotLeader) {
+		t.Fatalf("err = %v, want ErrStepDown wrapping raft.ErrNotLeader", err)
+	}
+	old.pmu.Lock()
+	left := len(old.pending)
+	old.pmu.Unlock()
+	if left != 0 {
+		t.Fatalf("failed session still holds %d pending tenants", left)
+	}
+	// The node still leads: a new session takes over, resets the reservation
+	// the refused entry left behind, and the retry succeeds.
+	for h.tr.current() == old {
+		time.Sleep(time.Millisecond)
+	}
+	h.waitReady()
+	if a, r := h.f.TenantUsage("a"); a != 0 || r != 0 {
+		t.Fatalf("after the new session's barrier: active=%d reserved=%d, want 0 and 0", a, r)
+	}
+	if rej, err := h.tr.Track(context.Background(), "a", []uint64{1, 2}); err != nil || len(rej) != 0 {
+		t.Fatalf("retry: rejected %v err %v", rej, err)
+	}
+	if a, r := h.f.TenantUsage("a"); a != 2 || r != 0 {
+		t.Fatalf("after retry: active=%d reserved=%d, want 2 and 0", a, r)
+	}
+}
+
+func TestLeadershipLostAfterAppend(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) {
+		l.gate = gate
+		l.applyErrs = []error{raft.ErrLeadershipLost, nil}
+	})
+	h.tr.SetLeader(true)
+	h.waitReady()
+	first := h.trackAsync(context.Background(), "a", 1)
+	h.log.waitApplies(1)
+	second := h.trackAsync(context.Background(), "a", 2)
+	h.log.waitApplies(2)
+	close(gate)
+	r1, r2 := <-first, <-second
+	if !errors.Is(r1.err, ErrStepDown) || !errors.Is(r1.err, raft.ErrLeadershipLost) {
+		t.Fatalf("first: err = %v, want ErrStepDown wrapping raft.ErrLeadershipLost", r1.err)
+	}
+	// The second entry committed, but it was appended by a session that lost
+	// its footing: its reply must not claim more than "maybe".
+	if !errors.Is(r2.err, ErrStepDown) {
+		t.Fatalf("second: err = %v, want ErrStepDown", r2.err)
+	}
+	h.tr.SetLeader(false)
+	if _, err := h.tr.Track(context.Background(), "a", []uint64{3}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("after SetLeader(false): err = %v, want ErrNotLeader", err)
+	}
+}
+
+func TestEnqueueTimeoutThenRecovers(t *testing.T) {
+	h := newHarness(t, nil, func(l *fakeLog) { l.applyErrs = []error{raft.ErrEnqueueTimeout} })
+	h.tr.SetLeader(true)
+	h.waitReady()
+	old := h.tr.current()
+	_, err := h.tr.Track(context.Background(), "a", []uint64{1})
+	if !errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, ErrStepDown) {
+		t.Fatalf("err = %v, want raft.ErrEnqueueTimeout as it is", err)
+	}
+	for h.tr.current() == old {
+		time.Sleep(time.Millisecond)
+	}
+	h.waitReady()
+	if rej, err := h.tr.Track(context.Background(), "a", []uint64{1}); err != nil || len(rej) != 0 {
+		t.Fatalf("a leader must not stay stuck after a timeout: rejected %v err %v", rej, err)
+	}
+}
+
+func TestBarrierFailsThenSucceeds(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) {
+		l.barrierGt = gate
+		l.barrierErr = []error{raft.ErrEnqueueTimeout, raft.ErrLeadershipTransferInProgress}
+	})
+	h.tr.SetLeader(true)
+	if h.tr.Ready() {
+		t.Fatal("ready before the leader barrier completed")
+	}
+	close(gate)
+	h.waitReady()
+	if _, barriers := h.log.snapshot(); barriers != 3 {
+		t.Fatalf("%d barriers, want 3 (two failures, one success)", barriers)
+	}
+	if rej, err := h.tr.Track(context.Background(), "a", []uint64{1}); err != nil || len(rej) != 0 {
+		t.Fatalf("rejected %v err %v", rej, err)
+	}
+}
+
+func TestStopWithQueuedRequestsAnswersNotLeader(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) {
+		l.barrierGt = gate
+		l.barrierErr = []error{raft.ErrNotLeader}
+	})
+	h.tr.SetLeader(true)
+	replies := []<-chan reply{
+		h.trackAsync(context.Background(), "a", 1),
+		h.trackAsync(context.Background(), "b", 2),
+		h.trackAsync(context.Background(), "a", 3),
+	}
+	h.waitQueued(t, len(replies))
+	h.tr.SetLeader(false)
+	close(gate)
+	for i, ch := range replies {
+		if r := <-ch; !errors.Is(r.err, ErrNotLeader) {
+			t.Fatalf("request %d: %+v, want ErrNotLeader (never decided)", i, r)
+		}
+	}
+	if entries, _ := h.log.snapshot(); len(entries) != 0 {
+		t.Fatalf("%d entries appended by a session that never decided", len(entries))
+	}
+}
+
+func TestCancelledBeforeDecisionIsNotLogged(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) { l.barrierGt = gate })
+	h.tr.SetLeader(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := h.trackAsync(ctx, "a", 1)
+	h.waitQueued(t, 1)
+	kept := h.trackAsync(context.Background(), "a", 2)
+	h.waitQueued(t, 2)
+	cancel()
+	if r := <-gone; !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled request: %+v, want context.Canceled", r)
+	}
+	close(gate)
+	if r := <-kept; r.err != nil || len(r.rejected) != 0 {
+		t.Fatalf("live request: %+v", r)
+	}
+	entries, _ := h.log.snapshot()
+	if got := loggedHashes(entries); !slices.Equal(got, []uint64{2}) {
+		t.Fatalf("logged %v, want only the live request's hash 2", got)
+	}
+	if got := h.states("a", 1); got[0] != absent {
+		t.Fatal("the cancelled request's hash was recorded")
+	}
+}
