@@ -29,8 +29,14 @@ const barrierRetry = 100 * time.Millisecond
 
 // Config is the fixed configuration of one group's leader path.
 type Config struct {
-	Group          int // for logs
-	IdleMinutes    int
+	Group int // for logs
+	// IdleMinutes is the idle age: a series whose age in whole minutes is at
+	// least this is idle (fsm.IdleAge of the configured timeout).
+	IdleMinutes int
+	// ExpireAge, when set, gives the idle age written into expire entries; nil:
+	// IdleMinutes. It lets the server send an older value while some replica
+	// cannot decode the new one (a rolling upgrade).
+	ExpireAge      func() int
 	BatchWindow    time.Duration // 0: batch only what is already queued
 	MaxBatchHashes int
 	MaxInFlight    int // batches appended but not yet answered
@@ -364,7 +370,11 @@ func (s *session) maybeExpire() bool {
 	// hold series that are idle now; decisions read committed state, so let this
 	// expiry apply first instead of judging those series active.
 	longGap := now-t.state.Now() >= int64(t.cfg.IdleMinutes)
-	data := fsm.AppendExpire(nil, now, t.cfg.IdleMinutes)
+	age := t.cfg.IdleMinutes
+	if t.cfg.ExpireAge != nil {
+		age = t.cfg.ExpireAge()
+	}
+	data := fsm.AppendExpire(nil, now, age)
 	b := &batch{fut: t.log.Apply(data, t.cfg.ApplyTimeout), start: time.Now(), expire: true}
 	if longGap {
 		b.done = make(chan struct{})

@@ -10,9 +10,25 @@ package fsm
 // RingMinutes is the period of the minute clock.
 const RingMinutes = 120
 
-// MaxIdleMinutes bounds the idle timeout so that the ring never wraps for a live
-// series (age < MaxIdleMinutes + selfExpireAfter < RingMinutes).
+// MaxIdleMinutes bounds the configured idle timeout so that the ring never wraps
+// for a live series (age < MaxIdleAge + selfExpireAfter < RingMinutes).
 const MaxIdleMinutes = 60
+
+// MaxIdleAge is the largest idle age an expire entry may carry: IdleAge of
+// MaxIdleMinutes.
+const MaxIdleAge = MaxIdleMinutes + 1
+
+// IdleAge returns the age, in whole minutes of the clock, at which a series is
+// idle under an idle timeout of timeoutMinutes (SPEC §2: a series seen within
+// the timeout is active).
+//
+// Ages are whole minutes: a series stamped in minute m and judged in minute n has
+// age n−m, but was last seen between n−m−1 and n−m+1 minutes earlier. Idle at
+// age ≥ timeout would expire a series seen at :59 of minute m at the start of
+// minute m+timeout, a minute early. Idle at age ≥ timeout+1 means it was seen more
+// than timeout minutes ago: the effective timeout lies in (timeout, timeout+1]
+// minutes, never below the configured one, at most a minute above it.
+func IdleAge(timeoutMinutes int) int { return timeoutMinutes + 1 }
 
 // selfExpireAfter: if this many minutes pass between expire entries, the FSM expires
 // by itself before applying the next entry.

@@ -26,7 +26,9 @@ import (
 //
 // expire payload (type 2, cluster version 1):
 //
-//	uvarint  idle timeout in minutes (1..MaxIdleMinutes)
+//	uvarint  idle age in minutes (1..MaxIdleAge): series of at least this age
+//	         are idle (IdleAge(timeout) = timeout+1; builds before cluster
+//	         version 2 sent the timeout itself and accepted at most 60)
 //
 // drop-tenant payload (type 3, cluster version 2):
 //
@@ -251,8 +253,8 @@ func encodeExpire(dst []byte, e *Entry) []byte {
 
 func decodeExpire(d *decoder, e *Entry) {
 	idle := d.uvarint("idle")
-	if d.err == nil && (idle < 1 || idle > MaxIdleMinutes) {
-		d.fail("idle timeout %d minutes outside [1, %d]", idle, MaxIdleMinutes)
+	if d.err == nil && (idle < 1 || idle > MaxIdleAge) {
+		d.fail("idle age %d minutes outside [1, %d]", idle, MaxIdleAge)
 	}
 	e.Idle = int(idle)
 }

@@ -55,8 +55,11 @@ func TestEntryRejectsBadFields(t *testing.T) {
 	if _, err := DecodeEntry(AppendExpire(nil, 1, 0)); !errors.Is(err, ErrBadEntry) {
 		t.Fatalf("idle 0 accepted: %v", err)
 	}
-	if _, err := DecodeEntry(AppendExpire(nil, 1, MaxIdleMinutes+1)); !errors.Is(err, ErrBadEntry) {
-		t.Fatalf("idle > max accepted: %v", err)
+	if _, err := DecodeEntry(AppendExpire(nil, 1, MaxIdleAge+1)); !errors.Is(err, ErrBadEntry) {
+		t.Fatalf("idle age > max accepted: %v", err)
+	}
+	if e, err := DecodeEntry(AppendExpire(nil, 1, MaxIdleAge)); err != nil || e.Idle != MaxIdleAge {
+		t.Fatalf("idle age %d (a 60m timeout) refused: %v", MaxIdleAge, err)
 	}
 	b := AppendExpire(nil, 1, 20)
 	b[0] = 9 // unknown version; fix the checksum so only the version is wrong

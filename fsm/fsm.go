@@ -434,7 +434,7 @@ const (
 )
 
 // Lookup classifies each hash of one tenant against the committed state at Unix
-// minute now with the given idle timeout, writing StateAbsent/StateActive/StateFresh
+// minute now with the given idle age (IdleAge of the timeout), writing StateAbsent/StateActive/StateFresh
 // into out (len(out) ≥ len(hashes)). Safe for concurrent use with Apply.
 func (f *FSM) Lookup(tenant string, hashes []uint64, now int64, idle int, out []uint8) {
 	out = out[:len(hashes)]

@@ -20,7 +20,7 @@ import (
 //	byte     version (1)
 //	uvarint  now: highest applied Unix minute
 //	uvarint  lastExpire: Unix minute of the last expiry
-//	uvarint  idle: idle timeout in minutes of the last expire entry
+//	uvarint  idle: idle age in minutes of the last expire entry (see IdleAge)
 const metaVersion = 1
 
 // snapshot is an immutable image of the FSM at one raft index. Tables captured
@@ -242,7 +242,7 @@ func decodeMeta(b []byte) (now, lastExpire int64, idle int, err error) {
 		}
 		vals[i], b = v, b[n:]
 	}
-	if vals[0] > 1<<40 || vals[1] > 1<<40 || vals[2] < 1 || vals[2] > MaxIdleMinutes {
+	if vals[0] > 1<<40 || vals[1] > 1<<40 || vals[2] < 1 || vals[2] > MaxIdleAge {
 		return 0, 0, 0, fmt.Errorf("%w: FSM meta out of range (now=%d lastExpire=%d idle=%d)", snapfmt.ErrCorrupt, vals[0], vals[1], vals[2])
 	}
 	return int64(vals[0]), int64(vals[1]), int(vals[2]), nil

@@ -16,7 +16,8 @@ type trackerConfig struct {
 	Group             int
 	PartitionsInGroup int
 	Partitions        int
-	IdleMinutes       int
+	IdleMinutes       int        // idle age (fsm.IdleAge of the timeout)
+	ExpireAge         func() int // idle age for expire entries; nil: IdleMinutes
 	BatchWindow       time.Duration
 	MaxBatchHashes    int
 	MaxInFlight       int
@@ -36,6 +37,7 @@ func newGroupTracker(cfg trackerConfig, f *fsm.FSM, r *raft.Raft, limits func() 
 	return &groupTracker{t: admission.New(admission.Config{
 		Group:          cfg.Group,
 		IdleMinutes:    cfg.IdleMinutes,
+		ExpireAge:      cfg.ExpireAge,
 		BatchWindow:    cfg.BatchWindow,
 		MaxBatchHashes: cfg.MaxBatchHashes,
 		MaxInFlight:    cfg.MaxInFlight,

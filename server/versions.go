@@ -238,3 +238,23 @@ func hasOtherVoter(r *raft.Raft, self string) bool {
 	}
 	return false
 }
+
+// expireAge returns what group g's expire entries carry as the idle age. The
+// age is fsm.IdleAge(timeout) = timeout+1 (a series seen within the timeout is
+// active); for a 60-minute timeout that is 61, which builds before cluster
+// version 2 refuse to decode. Until every server of the group supports version
+// 2, such a group sends 60: those builds then expire series of age 60, as they
+// always did, and nothing diverges. Checked once per minute per group.
+func (s *Server) expireAge(g int) func() int {
+	timeout := int(s.cfg.IdleTimeout / time.Minute)
+	age := fsm.IdleAge(timeout)
+	if age <= fsm.MaxIdleMinutes {
+		return nil
+	}
+	return func() int {
+		if ok, _ := s.groupSupports(g, 2); ok {
+			return age
+		}
+		return fsm.MaxIdleMinutes
+	}
+}

@@ -78,7 +78,7 @@ func (s *serverSettings) options() []option {
 		{"partitions", &c.Partitions, "partitions P (fixed at cluster creation)"},
 		{"groups", &c.Groups, "raft groups G (fixed at cluster creation)"},
 		{"shards", &c.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
-		{"idle-timeout", &c.IdleTimeout, "a series is active if seen within this (whole minutes, ≤ 60m)"},
+		{"idle-timeout", &c.IdleTimeout, "a series seen within this is active (whole minutes, ≤ 60m; it goes idle at most one minute later)"},
 		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
 		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides), reloaded on change"},
 		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
