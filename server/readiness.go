@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 )
 
 // WaitingFor says, in an operator's words, what this node waits for before it
@@ -45,15 +44,4 @@ func (s *Server) hasRaftState() bool {
 		}
 	}
 	return false
-}
-
-// LimitsInEffect describes the limits the node enforces now, for the startup
-// banner: the default max_series of a tenant without an override (0 =
-// unlimited; the limits file's defaults win over --default-max-series), the
-// limits file ("" when none), how many tenants it overrides, and how often it
-// is re-read.
-func (s *Server) LimitsInEffect() (defaultMaxSeries int64, file string, overrides int, reload time.Duration) {
-	l := s.limits.Get()
-	// No tenant is named "" (tenant ids are validated), so this is the default.
-	return l.For("").MaxSeries, s.cfg.LimitsFile, len(l.Overridden()), s.cfg.LimitsReload
 }

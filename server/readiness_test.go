@@ -54,8 +54,8 @@ func startUnready(t *testing.T, mod func(*Config)) *Server {
 	return s
 }
 
-// LimitsInEffect reports the file's default (which wins over DefaultMaxSeries)
-// and its overrides, for the banner.
+// EffectiveLimits on a running node reports the file's default (which wins over
+// DefaultMaxSeries) and its overrides, for the banner.
 func TestLimitsInEffect(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "limits.yaml")
 	if err := os.WriteFile(file, []byte("defaults:\n  max_series: 500\ntenants:\n  a:\n    max_series: 9\n  b:\n    unlimited: true\n"), 0o600); err != nil {
@@ -65,12 +65,11 @@ func TestLimitsInEffect(t *testing.T) {
 	if s.WaitingFor() != "" {
 		t.Fatalf("ready server waits for %q", s.WaitingFor())
 	}
-	max, f, n, reload := s.LimitsInEffect()
-	if max != 500 || f != file || n != 2 || reload != time.Minute {
-		t.Fatalf("LimitsInEffect = %d %q %d %v", max, f, n, reload)
+	if got, want := s.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 500, DefaultFrom: "file", File: file, Overrides: 2}); got != want {
+		t.Fatalf("EffectiveLimits = %+v, want %+v", got, want)
 	}
 	s2, _ := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 0 })
-	if max, f, n, _ := s2.LimitsInEffect(); max != 0 || f != "" || n != 0 {
-		t.Fatalf("no file: %d %q %d", max, f, n)
+	if got, want := s2.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 0, DefaultFrom: "flag"}); got != want {
+		t.Fatalf("no file: %+v, want %+v", got, want)
 	}
 }

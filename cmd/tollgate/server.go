@@ -76,7 +76,7 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if waitUntilReady(ctx, srv, log, 250*time.Millisecond) {
-		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir)
+		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir, cfg.LimitsReload)
 		<-ctx.Done()
 	}
 	log.Info("shutting down", "timeout", s.shutdownTimeout)
@@ -112,19 +112,20 @@ func waitUntilReady(ctx context.Context, srv readiness, log *slog.Logger, poll t
 	}
 }
 
-func printBanner(out io.Writer, srv *server.Server, dataDir string) {
+func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.Duration) {
 	gossip := srv.GossipAddr()
 	if gossip == "" {
 		gossip = "off (single node)"
 	}
-	maxSeries, file, overrides, reload := srv.LimitsInEffect()
-	limit := fmt.Sprint(maxSeries)
-	if maxSeries == 0 {
+	li := srv.EffectiveLimits()
+	limit := fmt.Sprint(li.DefaultMaxSeries)
+	if li.DefaultMaxSeries == 0 {
 		limit = "unlimited"
 	}
+	limit += " (from the " + li.DefaultFrom + ")"
 	limits := "file: none (--limits-file)"
-	if file != "" {
-		limits = fmt.Sprintf("file: %s (%d tenant overrides, re-read every %v)", file, overrides, reload)
+	if li.File != "" {
+		limits = fmt.Sprintf("file: %s (%d tenant overrides, re-read every %v)", li.File, li.Overrides, reload)
 	}
 	fmt.Fprintf(out, "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     %s\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  limits:   default max_series per tenant: %s; %s\n",
 		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv.HTTPAddr()), srv.RaftAddr(), gossip, dataDir, limit, limits)
