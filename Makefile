@@ -12,7 +12,7 @@ RACE_PKGS := ./admission/... ./fsm/... ./raftnode/... ./server/... ./clientlib/.
 all: build
 
 build:
-	$(GO) build -o $(BIN) ./cmd/tollgate
+	$(GO) build -buildvcs=auto -o $(BIN) ./cmd/tollgate
 
 # Single-node development server: bootstraps every group, default limit 150000
 # series per tenant, data in $(DATA). Ctrl-C stops it gracefully.

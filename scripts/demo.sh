@@ -21,7 +21,7 @@ up() {
   docker info >/dev/null 2>&1 || { echo "demo: no Docker engine answers (docker info failed)" >&2; exit 1; }
   mkdir -p deployments/.build
   echo "building the static binary (CGO_ENABLED=0)…"
-  CGO_ENABLED=0 go build -trimpath -o deployments/.build/tollgate ./cmd/tollgate
+  CGO_ENABLED=0 go build -buildvcs=auto -trimpath -o deployments/.build/tollgate ./cmd/tollgate
   "${compose[@]}" build --quiet node-1
   "${compose[@]}" up -d node-1 node-2 node-3
   echo "waiting for three ready nodes (up to 120 s)…"
