@@ -312,42 +312,56 @@ func (s *session) run() {
 			}
 		case r := <-s.reqCh:
 			reqs = append(reqs[:0], r)
-			n := len(r.hashes)
-			if t.cfg.BatchWindow > 0 {
-				window.Reset(t.cfg.BatchWindow)
-			collect:
-				for n < t.cfg.MaxBatchHashes {
-					select {
-					case r := <-s.reqCh:
-						reqs = append(reqs, r)
-						n += len(r.hashes)
-					case <-window.C:
-						break collect
-					case <-s.stopCh:
-						for _, r := range reqs {
-							r.done <- result{err: ErrNotLeader}
-						}
-						return
-					}
-				}
-				window.Stop()
-			} else {
-			drain:
-				for n < t.cfg.MaxBatchHashes {
-					select {
-					case r := <-s.reqCh:
-						reqs = append(reqs, r)
-						n += len(r.hashes)
-					default:
-						break drain
-					}
-				}
+			var ok bool
+			if reqs, ok = s.gather(reqs, window); !ok {
+				return
 			}
 			if !s.maybeExpire() || !s.decideAndLog(reqs) {
 				return
 			}
 		}
 	}
+}
+
+// gather adds queued requests to reqs until the batch holds MaxBatchHashes.
+// With a batch window it waits up to the window for more; without one it takes
+// only what is already queued. It returns false when the session stopped while
+// waiting; the gathered requests were then answered NotLeader (nothing logged).
+func (s *session) gather(reqs []*request, window *time.Timer) ([]*request, bool) {
+	n := 0
+	for _, r := range reqs {
+		n += len(r.hashes)
+	}
+	var expired <-chan time.Time
+	if w := s.t.cfg.BatchWindow; w > 0 {
+		window.Reset(w)
+		defer window.Stop()
+		expired = window.C
+	}
+	for n < s.t.cfg.MaxBatchHashes {
+		var r *request
+		if expired == nil {
+			select {
+			case r = <-s.reqCh:
+			default:
+				return reqs, true
+			}
+		} else {
+			select {
+			case r = <-s.reqCh:
+			case <-expired:
+				return reqs, true
+			case <-s.stopCh:
+				for _, r := range reqs {
+					r.done <- result{err: ErrNotLeader}
+				}
+				return reqs, false
+			}
+		}
+		reqs = append(reqs, r)
+		n += len(r.hashes)
+	}
+	return reqs, true
 }
 
 // now is the Unix minute to stamp: the leader's clock, never behind what the FSM

@@ -17,33 +17,58 @@ import (
 // authorising: the Tracker API carries no token.
 const adminPrefix = "/tollgate.v1.Admin/"
 
-// authorizeAdmin checks one call against the admin token: a method outside the
-// Admin service passes; with a token configured the call must carry
-// "authorization: Bearer <token>"; without one only loopback peers pass, so a
-// node started without a token is not an open door on the network.
-func authorizeAdmin(ctx context.Context, method, token string) error {
-	if !strings.HasPrefix(method, adminPrefix) {
-		return nil
-	}
+// adminVerdict is the outcome of the admin rule, shared by the gRPC Admin
+// service and the HTTP debug endpoints.
+type adminVerdict int
+
+const (
+	adminAllowed     adminVerdict = iota
+	adminNotLoopback              // no token configured and the peer is not on loopback
+	adminBadToken                 // a token is configured and the call did not carry it
+)
+
+// checkAdmin is the admin rule: with a token configured, one of the
+// authorization values must be "Bearer <token>"; without one only loopback
+// peers pass, so a node started without a token is not an open door on the
+// network. remote is nil when the peer's address is unknown.
+func checkAdmin(remote net.IP, authorization []string, token string) adminVerdict {
 	if token == "" {
-		p, ok := peer.FromContext(ctx)
-		if ok {
-			if tcp, ok := p.Addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
-				return nil
-			}
+		if remote != nil && remote.IsLoopback() {
+			return adminAllowed
 		}
-		return status.Error(codes.PermissionDenied, "admin API: no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token")
+		return adminNotLoopback
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
+	for _, v := range authorization {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
 		// Constant time: the comparison must not tell a prober how many
 		// leading bytes it guessed right.
 		if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(token)) == 1 {
-			return nil
+			return adminAllowed
 		}
 	}
-	return status.Error(codes.Unauthenticated, "admin API: missing or wrong token (metadata \"authorization: Bearer <token>\"; the CLI reads --token or TOLLGATE_ADMIN_TOKEN)")
+	return adminBadToken
+}
+
+// authorizeAdmin applies checkAdmin to one gRPC call; methods outside the
+// Admin service pass.
+func authorizeAdmin(ctx context.Context, method, token string) error {
+	if !strings.HasPrefix(method, adminPrefix) {
+		return nil
+	}
+	var remote net.IP
+	if p, ok := peer.FromContext(ctx); ok {
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			remote = tcp.IP
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	switch checkAdmin(remote, md.Get("authorization"), token) {
+	case adminNotLoopback:
+		return status.Error(codes.PermissionDenied, "admin API: no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token-file")
+	case adminBadToken:
+		return status.Error(codes.Unauthenticated, "admin API: missing or wrong token (metadata \"authorization: Bearer <token>\"; the CLI reads --token or TOLLGATE_ADMIN_TOKEN)")
+	}
+	return nil
 }
 
 // authorize checks the admin token (or, without one, that the peer is on loopback).

@@ -71,8 +71,14 @@ func raftStatus(g int, what string, err error) error {
 
 // trackError maps an error of the leader path to a gRPC status. NotLeader gets
 // the detail naming the leader so clients redirect without another lookup.
+// Called only on failures, so its checks cost the hot path nothing.
 func (s *Server) trackError(g int, err error) error {
 	if errors.Is(err, admission.ErrNotLeader) {
+		// A node that raft made leader of a group its FSM halted runs no
+		// session (mayLead): say why instead of naming itself as leader.
+		if err := s.haltedLeaderStatus(g); err != nil {
+			return err
+		}
 		id, addr := s.leaderOf(g)
 		return notLeaderStatus(g, s.cfg.NodeID, id, addr)
 	}

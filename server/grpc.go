@@ -103,9 +103,6 @@ func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRe
 	if len(req.Hashes) == 0 {
 		return &api.TrackSeriesResponse{}, nil
 	}
-	if err := s.haltedLeaderStatus(g); err != nil {
-		return nil, err
-	}
 	rejected, err := s.trackers[g].track(ctx, req.Tenant, req.Hashes)
 	if err != nil {
 		return nil, s.trackError(g, err)
@@ -135,6 +132,14 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }
 
+// nearShare reports whether active series in a group of partitionsInGroup
+// partitions reach NearLimitFraction of that group's share of maxSeries (never
+// for an unlimited tenant).
+func (s *Server) nearShare(active, maxSeries int64, partitionsInGroup int) bool {
+	share := GroupShare(maxSeries, partitionsInGroup, s.cfg.Partitions)
+	return share > 0 && float64(active) >= s.cfg.NearLimitFraction*float64(share)
+}
+
 // closeToLimit lists tenants at or above NearLimitFraction of their group share,
 // read from this replica's committed state (followers answer too).
 func (s *Server) closeToLimit(g int) []string {
@@ -142,8 +147,7 @@ func (s *Server) closeToLimit(g int) []string {
 	lo, hi := s.fsms[g].PartitionRange()
 	var out []string
 	for _, t := range s.fsms[g].Tenants() {
-		share := GroupShare(limits.For(t.Name).MaxSeries, hi-lo, s.cfg.Partitions)
-		if share > 0 && float64(t.Active()) >= s.cfg.NearLimitFraction*float64(share) {
+		if s.nearShare(t.Active(), limits.For(t.Name).MaxSeries, hi-lo) {
 			out = append(out, t.Name)
 		}
 	}

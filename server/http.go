@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -248,18 +247,17 @@ func (s *Server) requireAdmin(h http.Handler) http.Handler {
 // authorizeHTTP returns 0 when r may use admin endpoints, else the HTTP status
 // and the reason.
 func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
-	if s.cfg.AdminToken == "" {
-		host, _, err := net.SplitHostPort(r.RemoteAddr)
-		if ip := net.ParseIP(host); err == nil && ip != nil && ip.IsLoopback() {
-			return 0, ""
-		}
+	var remote net.IP
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		remote = net.ParseIP(host)
+	}
+	switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
+	case adminNotLoopback:
 		return http.StatusForbidden, "debug endpoints: no admin token is configured on this node, so only loopback clients may use them; start the server with --admin-token-file"
+	case adminBadToken:
+		return http.StatusUnauthorized, "debug endpoints: missing or wrong admin token (header \"Authorization: Bearer <token>\")"
 	}
-	tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	if ok && subtle.ConstantTimeCompare([]byte(tok), []byte(s.cfg.AdminToken)) == 1 {
-		return 0, ""
-	}
-	return http.StatusUnauthorized, "debug endpoints: missing or wrong admin token (header \"Authorization: Bearer <token>\")"
+	return 0, ""
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

@@ -256,8 +256,7 @@ func (s *Server) tenantOverview() []TenantOverview {
 				byName[t.Name] = to
 			}
 			to.Active += a
-			share := GroupShare(to.Limit, hi-lo, s.cfg.Partitions)
-			if share > 0 && float64(a) >= s.cfg.NearLimitFraction*float64(share) {
+			if s.nearShare(a, to.Limit, hi-lo) {
 				to.NearGroups = append(to.NearGroups, g)
 			}
 		}
