@@ -5,7 +5,7 @@ DATA      ?= data/dev
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # Packages with concurrency run under the race detector.
-RACE_PKGS := ./admission/... ./fsm/... ./raftnode/... ./server/... ./clientlib/... ./membership/... ./backup/...
+RACE_PKGS := ./admission/... ./fsm/... ./raftnode/... ./server/... ./clientlib/... ./membership/... ./backup/... ./rateowner/... ./samplectl/... ./summaries/... ./sketchhub/... ./configsvc/... ./sharemove/... ./meterserver/...
 
 .PHONY: all build run test test-race vet fmt-check bench bench-fsm proto tools clean
 
@@ -32,7 +32,7 @@ fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-.PHONY: cluster cluster-stop test-fault demo demo-down
+.PHONY: cluster cluster-stop test-fault test-netpart demo demo-down
 
 # Local three-zone cluster on loopback (scripts/cluster.sh: gRPC 7410/7420/7430,
 # admin token in data/cluster/admin-token); `make cluster-stop` stops it.
@@ -55,6 +55,12 @@ demo-down:
 test-fault:
 	$(GO) test -count=1 -v ./faulttest/
 
+# Network-partition tests on a docker-compose cluster (also part of `make test`;
+# they skip without a Docker engine); TOLLGATE_PARTITIONS=12 make test-netpart
+# for the partition figure in BENCHMARKS.md.
+test-netpart:
+	$(GO) test -count=1 -v ./faulttest/netpart/
+
 # Microbenchmarks of the hot paths (see BENCHMARKS.md for the recorded figures).
 bench-fsm:
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./fsm/...
@@ -74,3 +80,13 @@ proto: tools
 
 clean:
 	rm -rf bin
+
+.PHONY: certs
+# Development PKI (tollgate tls init): a CA, node certificates for
+# $(CERT_NODES) with SANs $(CERT_HOSTS) + localhost/127.0.0.1, a client
+# certificate and a gossip key, in $(CERTS). Existing files are kept.
+CERTS      ?= data/certs
+CERT_NODES ?= node-1,node-2,node-3
+CERT_HOSTS ?= 172.29.74.11,172.29.74.12,172.29.74.13
+certs: build
+	./$(BIN) tls init --dir $(CERTS) --nodes $(CERT_NODES) --hosts $(CERT_HOSTS)

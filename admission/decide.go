@@ -34,7 +34,9 @@ type Request struct {
 
 // Budget is a tenant's limit in this group as the batch begins.
 type Budget struct {
-	Share int64 // the group's share of the tenant's max series; 0 = unlimited
+	// Share is the group's share of the tenant's max series; 0 = unlimited,
+	// negative = limited with no headroom left (NoHeadroom).
+	Share int64
 	Used  int64 // active + reserved: exact (see fsm.Tenant)
 }
 
@@ -58,6 +60,10 @@ type Check interface {
 type Decision struct {
 	// Rejected holds, per request, the hashes rejected (nil when none).
 	Rejected [][]uint64
+	// AtShare counts, per request, the rejected hashes that no Check refused:
+	// rejected only because the group's share was used up. Borrowing headroom
+	// from other groups can admit them.
+	AtShare []int
 	// Entry lists, per tenant in order of first appearance, the hashes to log:
 	// new ones and refreshes of active ones, in request order; New counts the
 	// new ones. Tenants with nothing to log are left out.
@@ -68,6 +74,10 @@ type Decision struct {
 
 	Created, Refreshed, RejectedN int
 }
+
+// NoHeadroom is the Share of a limited tenant whose group has no headroom
+// left (its share was lowered or given away below zero).
+const NoHeadroom int64 = -1
 
 // Decide applies SPEC §2 to every hash of reqs in request order:
 //   - fresh (refreshed this minute already): accepted, nothing to log;
@@ -82,7 +92,7 @@ type Decision struct {
 // budget is asked once per tenant, at the tenant's first request in the batch.
 // Decide does no I/O and starts no goroutine; it mutates only pending.
 func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, checks []Check) Decision {
-	d := Decision{Rejected: make([][]uint64, len(reqs))}
+	d := Decision{Rejected: make([][]uint64, len(reqs)), AtShare: make([]int, len(reqs))}
 	type tenantBatch struct {
 		Budget
 		newN int64 // accepted as new in this batch
@@ -124,8 +134,13 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 			if pt[h] > 0 {
 				continue // created by an in-flight entry; the reply waits for it
 			}
-			if (len(checks) > 0 && denied[j]) || (tb.Share > 0 && tb.Used+tb.newN >= tb.Share) {
+			if len(checks) > 0 && denied[j] {
 				rejected = append(rejected, h)
+				continue
+			}
+			if tb.Share != 0 && tb.Used+tb.newN >= tb.Share {
+				rejected = append(rejected, h)
+				d.AtShare[i]++
 				continue
 			}
 			if pt == nil {

@@ -259,3 +259,26 @@ func TestPendingRemove(t *testing.T) {
 		t.Fatalf("after removing every hash the tenant must go: %v", p)
 	}
 }
+
+// AtShare counts only hashes refused for the share, not by a Check; a
+// negative share (NoHeadroom) rejects every new series but no refresh.
+func TestDecideAtShare(t *testing.T) {
+	budgets := map[string]Budget{"a": {Share: 3, Used: 1}, "b": {Share: NoHeadroom}}
+	reqs := []Request{
+		req("a", []uint64{2, 4, 5, 6, 8}, absent, absent, absent, absent, absent),
+		req("b", []uint64{20, 21}, active, absent),
+	}
+	d := Decide(reqs, Pending{}, func(tn string) Budget { return budgets[tn] }, []Check{&denyOdd{}})
+	// a: 2 and 4 fill the share (1+2 = 3); 5 is odd (Check); 6 and 8 at share.
+	if !reflect.DeepEqual(d.Rejected, [][]uint64{{5, 6, 8}, {21}}) {
+		t.Fatalf("rejected %v", d.Rejected)
+	}
+	if !reflect.DeepEqual(d.AtShare, []int{2, 0}) {
+		// 21 is odd, so the Check refused it before the share was looked at.
+		t.Fatalf("at share %v", d.AtShare)
+	}
+	d = Decide([]Request{req("b", []uint64{20, 22}, active, absent)}, Pending{}, func(tn string) Budget { return budgets[tn] }, nil)
+	if !reflect.DeepEqual(d.Rejected, [][]uint64{{22}}) || d.AtShare[0] != 1 || d.Refreshed != 1 {
+		t.Fatalf("no headroom: rejected %v at share %v refreshed %d", d.Rejected, d.AtShare, d.Refreshed)
+	}
+}

@@ -145,35 +145,64 @@ func (t *Tracker) Ready() bool {
 	return s != nil && s.barrierDone.Load() && !s.failed.Load()
 }
 
+// Exclusive runs fn while this node leads the group with a ready session and
+// no batch is being decided: every batch decided so far has its new series
+// reserved in State.TenantUsage, and no batch is decided until fn returns. A
+// caller that lowers a share (a headroom give) reads the usage and takes its
+// own reservation inside fn, so no series can be admitted into headroom that
+// is being given away. fn must be short and must not wait on the log. It
+// returns ErrNotLeader without calling fn when no ready session exists.
+func (t *Tracker) Exclusive(fn func() error) error {
+	s := t.current()
+	if s == nil || !s.barrierDone.Load() || s.failed.Load() {
+		return ErrNotLeader
+	}
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
+	select {
+	case <-s.stopped:
+		return ErrNotLeader
+	default:
+	}
+	return fn()
+}
+
 // Track submits one request of tenant and waits for its decision and commit. It
 // returns the rejected hashes; every other hash is active once it returns nil.
 func (t *Tracker) Track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
+	rejected, _, err := t.TrackAtShare(ctx, tenant, hashes)
+	return rejected, err
+}
+
+// TrackAtShare is Track that also returns how many of the rejected hashes were
+// rejected only because the group's share was used up (no Check refused them).
+func (t *Tracker) TrackAtShare(ctx context.Context, tenant string, hashes []uint64) ([]uint64, int, error) {
 	s := t.current()
 	if s == nil {
-		return nil, ErrNotLeader
+		return nil, 0, ErrNotLeader
 	}
 	r := &request{ctx: ctx, tenant: tenant, hashes: hashes, done: make(chan result, 1)}
 	select {
 	case s.reqCh <- r:
 	case <-s.stopped:
-		return nil, ErrNotLeader
+		return nil, 0, ErrNotLeader
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 	select {
 	case res := <-r.done:
-		return res.rejected, res.err
+		return res.rejected, res.atShare, res.err
 	case <-s.finished:
 		// The session answered everything it decided. If r is not answered it
 		// was never decided, so nothing was logged for it.
 		select {
 		case res := <-r.done:
-			return res.rejected, res.err
+			return res.rejected, res.atShare, res.err
 		default:
-			return nil, ErrNotLeader
+			return nil, 0, ErrNotLeader
 		}
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, 0, ctx.Err()
 	}
 }
 
@@ -186,6 +215,7 @@ type request struct {
 
 type result struct {
 	rejected []uint64
+	atShare  int
 	err      error
 }
 
@@ -280,10 +310,9 @@ func (s *session) run() {
 	// Apply everything committed in earlier terms before deciding anything: a new
 	// leader's FSM may lag the commit index, and deciding against a stale state
 	// could reject an accepted series.
-	for !s.barrierDone.Load() {
+	for {
 		err := t.log.Barrier(t.cfg.ApplyTimeout).Error()
 		if err == nil {
-			s.barrierDone.Store(true)
 			break
 		}
 		t.logger.Warn("leader barrier failed; retrying", "err", err)
@@ -295,6 +324,9 @@ func (s *session) run() {
 	}
 	s.lastExpire = t.state.Now()
 	t.state.ResetReservations()
+	// Ready only now: an Exclusive caller's reservation must not be dropped
+	// by the reset above.
+	s.barrierDone.Store(true)
 	t.logger.Info("leading group", "applied_index", t.state.AppliedIndex())
 
 	tick := time.NewTicker(time.Second)
@@ -455,6 +487,14 @@ func (s *session) decideAndLog(reqs []*request) bool {
 		in = append(in, Request{Tenant: r.tenant, Hashes: r.hashes, States: st})
 	}
 	d := Decide(in, s.pending, s.budget, t.cfg.Checks)
+	// Reserve before appending (the entry may apply before Apply returns) and
+	// before releasing pmu: Exclusive callers then see every decided new
+	// series in the tenant's usage.
+	for _, th := range d.Entry {
+		if th.New > 0 {
+			t.state.Reserve(th.Tenant, int64(th.New))
+		}
+	}
 	s.pmu.Unlock()
 	clear(in) // drop references to the callers' hashes
 	s.in = in[:0]
@@ -462,17 +502,14 @@ func (s *session) decideAndLog(reqs []*request) bool {
 	for i := range b.res {
 		if b.res[i].err == nil {
 			b.res[i].rejected = d.Rejected[i]
+			b.res[i].atShare = d.AtShare[i]
 		}
 	}
 	b.newBy = d.NewBy
 	t.metrics.SeriesDecided(d.Created, d.Refreshed, d.RejectedN)
 	if len(d.Entry) > 0 {
 		logged := 0
-		// Reserve before appending: the entry may apply before Apply returns.
 		for _, th := range d.Entry {
-			if th.New > 0 {
-				t.state.Reserve(th.Tenant, int64(th.New))
-			}
 			logged += len(th.Hashes)
 		}
 		data := fsm.AppendTrack(make([]byte, 0, 16+logged*8+len(d.Entry)*32), now, d.Entry)

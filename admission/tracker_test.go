@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -341,5 +342,41 @@ func TestCancelledBeforeDecisionIsNotLogged(t *testing.T) {
 	}
 	if got := h.states("a", 1); got[0] != absent {
 		t.Fatal("the cancelled request's hash was recorded")
+	}
+}
+
+// Exclusive refuses without a ready session; inside it, usage includes every
+// decided new series, and a share lowered inside it holds for the next batch.
+func TestExclusive(t *testing.T) {
+	shares := map[string]int64{"a": 10}
+	var mu sync.Mutex
+	h := newHarness(t, nil, nil, func(c *Config) {
+		c.Share = func(tn string) int64 { mu.Lock(); defer mu.Unlock(); return shares[tn] }
+	})
+	if err := h.tr.Exclusive(func() error { t.Fatal("fn ran without a session"); return nil }); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("without a session: %v", err)
+	}
+	h.tr.SetLeader(true)
+	h.waitReady()
+	rej, atShare, err := h.tr.TrackAtShare(context.Background(), "a", []uint64{1, 2, 3, 4})
+	if err != nil || len(rej) != 0 || atShare != 0 {
+		t.Fatalf("track: %v %d %v", rej, atShare, err)
+	}
+	err = h.tr.Exclusive(func() error {
+		active, reserved := h.f.TenantUsage("a")
+		if active+reserved != 4 {
+			t.Errorf("usage inside Exclusive %d+%d, want 4", active, reserved)
+		}
+		mu.Lock()
+		shares["a"] = 5 // give 5 of the 6 free away
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rej, atShare, err = h.tr.TrackAtShare(context.Background(), "a", []uint64{5, 6, 7})
+	if err != nil || !slices.Equal(rej, []uint64{6, 7}) || atShare != 2 {
+		t.Fatalf("after lowering: rejected %v at share %d %v", rej, atShare, err)
 	}
 }

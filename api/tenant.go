@@ -1,38 +1,14 @@
 package api
 
-import (
-	"errors"
-	"fmt"
-)
+import "github.com/tollgate-io/tollgate/layout"
 
 // MaxTenantIDLength is the longest accepted tenant id, in bytes (as in Mimir/Cortex).
-const MaxTenantIDLength = 150
+const MaxTenantIDLength = layout.MaxTenantIDLength
 
 // ErrInvalidTenantID is wrapped by every ValidateTenantID failure.
-var ErrInvalidTenantID = errors.New("invalid tenant id")
+var ErrInvalidTenantID = layout.ErrInvalidTenantID
 
 // ValidateTenantID accepts 1..150 bytes of ASCII letters, digits and the
-// characters ! - _ . * ' ( ), except the ids "." and ".." — the same set
-// Mimir/Cortex accept, so any tenant a distributor already admits is valid here.
-func ValidateTenantID(id string) error {
-	switch {
-	case len(id) == 0:
-		return fmt.Errorf("%w: empty", ErrInvalidTenantID)
-	case len(id) > MaxTenantIDLength:
-		return fmt.Errorf("%w: %d bytes, at most %d allowed", ErrInvalidTenantID, len(id), MaxTenantIDLength)
-	case id == "." || id == "..":
-		return fmt.Errorf("%w: %q is reserved", ErrInvalidTenantID, id)
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if ('a' <= c && c <= 'z') || ('A' <= c && c <= 'Z') || ('0' <= c && c <= '9') {
-			continue
-		}
-		switch c {
-		case '!', '-', '_', '.', '*', '\'', '(', ')':
-			continue
-		}
-		return fmt.Errorf("%w: byte %d (%q) is not allowed; use letters, digits and !-_.*'()", ErrInvalidTenantID, i, c)
-	}
-	return nil
-}
+// characters ! - _ . * ' ( ), except the ids "." and ".." (see
+// layout.ValidateTenantID, where the rule lives so the FSM can use it).
+func ValidateTenantID(id string) error { return layout.ValidateTenantID(id) }

@@ -79,7 +79,13 @@ type ClusterView struct {
 	// One entry per group, index = group id.
 	GroupInfo []*GroupInfo `protobuf:"bytes,5,rep,name=group_info,json=groupInfo,proto3" json:"group_info,omitempty"`
 	// The node that produced this view.
-	ServedBy      string `protobuf:"bytes,6,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	ServedBy string `protobuf:"bytes,6,opt,name=served_by,json=servedBy,proto3" json:"served_by,omitempty"`
+	// Version of the runtime configuration this node holds (the newest of its
+	// groups' replicas); 0 when none is replicated. Unlike version above it is
+	// comparable across nodes: clients keep the highest they have seen.
+	ConfigVersion uint64 `protobuf:"varint,7,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// The runtime configuration at config_version (absent when 0).
+	RuntimeConfig *RuntimeConfig `protobuf:"bytes,8,opt,name=runtime_config,json=runtimeConfig,proto3" json:"runtime_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -154,6 +160,20 @@ func (x *ClusterView) GetServedBy() string {
 		return x.ServedBy
 	}
 	return ""
+}
+
+func (x *ClusterView) GetConfigVersion() uint64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
+}
+
+func (x *ClusterView) GetRuntimeConfig() *RuntimeConfig {
+	if x != nil {
+		return x.RuntimeConfig
+	}
+	return nil
 }
 
 type Member struct {
@@ -583,8 +603,8 @@ var File_tracker_proto protoreflect.FileDescriptor
 
 const file_tracker_proto_rawDesc = "" +
 	"\n" +
-	"\rtracker.proto\x12\vtollgate.v1\"\x15\n" +
-	"\x13WatchClusterRequest\"\xe2\x01\n" +
+	"\rtracker.proto\x12\vtollgate.v1\x1a\fconfig.proto\"\x15\n" +
+	"\x13WatchClusterRequest\"\xcc\x02\n" +
 	"\vClusterView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1e\n" +
 	"\n" +
@@ -594,7 +614,9 @@ const file_tracker_proto_rawDesc = "" +
 	"\amembers\x18\x04 \x03(\v2\x13.tollgate.v1.MemberR\amembers\x125\n" +
 	"\n" +
 	"group_info\x18\x05 \x03(\v2\x16.tollgate.v1.GroupInfoR\tgroupInfo\x12\x1b\n" +
-	"\tserved_by\x18\x06 \x01(\tR\bservedBy\"\xa9\x01\n" +
+	"\tserved_by\x18\x06 \x01(\tR\bservedBy\x12%\n" +
+	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12A\n" +
+	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\"\xa9\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
@@ -651,21 +673,23 @@ var file_tracker_proto_goTypes = []any{
 	(*GetUsersCloseToLimitRequest)(nil),  // 6: tollgate.v1.GetUsersCloseToLimitRequest
 	(*GetUsersCloseToLimitResponse)(nil), // 7: tollgate.v1.GetUsersCloseToLimitResponse
 	(*NotLeader)(nil),                    // 8: tollgate.v1.NotLeader
+	(*RuntimeConfig)(nil),                // 9: tollgate.v1.RuntimeConfig
 }
 var file_tracker_proto_depIdxs = []int32{
 	2, // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
 	3, // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
-	4, // 2: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
-	6, // 3: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
-	0, // 4: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
-	5, // 5: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
-	7, // 6: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
-	1, // 7: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
-	5, // [5:8] is the sub-list for method output_type
-	2, // [2:5] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	9, // 2: tollgate.v1.ClusterView.runtime_config:type_name -> tollgate.v1.RuntimeConfig
+	4, // 3: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
+	6, // 4: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
+	0, // 5: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
+	5, // 6: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
+	7, // 7: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
+	1, // 8: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_tracker_proto_init() }
@@ -673,6 +697,7 @@ func file_tracker_proto_init() {
 	if File_tracker_proto != nil {
 		return
 	}
+	file_config_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"slices"
 	"sync"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -39,9 +41,14 @@ type Client struct {
 	members   []member   // from the latest view
 	voters    [][]string // per group: raft ids of its voters, from the latest view
 
+	rcfg runtimeConfigState // runtimeconfig.go
+
 	near   atomic.Pointer[nearTable]
 	nearMu sync.Mutex    // serializes writers of near
 	rr     atomic.Uint64 // round robin over nodes
+
+	summarySeed    maphash.Seed // this client's order of nodes for summary streams
+	summaryPolling atomic.Bool  // a node answered Unimplemented: polling instead
 
 	stats stats
 }
@@ -57,6 +64,10 @@ type stats struct {
 	asyncLate, asyncLateRejected, asyncLateErrors atomic.Uint64
 	watchReconnects, watchViews                   atomic.Uint64
 	nearLimitPolls, nearLimitPollErrors           atomic.Uint64
+	summaryUpdates, summaryStale, summaryBreaks   atomic.Uint64
+	summaryOpened                                 atomic.Uint64
+	summaryStreams                                atomic.Int64
+	configUpdates                                 atomic.Uint64
 }
 
 // Stats is a snapshot of the client's counters (monotonic since New) and gauges.
@@ -89,8 +100,25 @@ type Stats struct {
 	// first one (the previous stream broke, or could not be opened);
 	// WatchViews the cluster views applied.
 	WatchReconnects, WatchViews uint64
-	// NearLimitPolls and NearLimitPollErrors count GetUsersCloseToLimit calls.
+	// NearLimitPolls and NearLimitPollErrors count GetUsersCloseToLimit calls
+	// (made only while the servers do not implement WatchSummaries).
 	NearLimitPolls, NearLimitPollErrors uint64
+	// SummaryUpdates counts WatchSummaries updates received; SummaryStale the
+	// group summaries ignored because the client already held that group at a
+	// higher applied index; SummaryStreamBreaks the streams a node ended (or
+	// that could not be opened), after which their groups moved to other nodes.
+	SummaryUpdates, SummaryStale, SummaryStreamBreaks uint64
+	// SummaryStreamsOpened counts WatchSummaries streams started (re-plans
+	// after view changes and reconnections included).
+	SummaryStreamsOpened uint64
+	// SummaryStreams is the number of WatchSummaries streams delivering now.
+	SummaryStreams int
+	// SummaryPolling is true while the client polls GetUsersCloseToLimit
+	// because a node answered WatchSummaries with Unimplemented.
+	SummaryPolling bool
+	// ConfigUpdates counts runtime configuration versions received;
+	// ConfigVersion is the newest one (0: none).
+	ConfigUpdates, ConfigVersion uint64
 	// LeaderTableSize is the number of groups whose leader is known now.
 	LeaderTableSize int
 	// NearLimit is the number of (group, tenant) pairs now treated as near
@@ -99,7 +127,7 @@ type Stats struct {
 }
 
 // New validates cfg, applies its defaults and starts the background work (the
-// WatchCluster stream and, in ModeAuto, the near-limit poller). Connections
+// WatchCluster stream and, in ModeAuto, the near-limit summary streams). Connections
 // are opened lazily: New does not fail because nodes are unreachable.
 func New(cfg Config) (*Client, error) {
 	cfg.Addrs = slices.Clone(cfg.Addrs)
@@ -112,6 +140,7 @@ func New(cfg Config) (*Client, error) {
 		log:         cfg.Logger,
 		layoutKnown: make(chan struct{}),
 		conns:       map[string]*grpc.ClientConn{},
+		summarySeed: maphash.MakeSeed(),
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	for _, a := range cfg.Addrs {
@@ -130,7 +159,7 @@ func New(cfg Config) (*Client, error) {
 	go func() { defer c.wg.Done(); c.watchLoop() }()
 	if cfg.Mode == ModeAuto {
 		c.wg.Add(1)
-		go func() { defer c.wg.Done(); c.pollLoop() }()
+		go func() { defer c.wg.Done(); c.nearLoop() }()
 	}
 	return c, nil
 }
@@ -246,7 +275,11 @@ func (c *Client) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := c.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, c.cfg.DialOptions...)
+	creds := insecure.NewCredentials()
+	if c.cfg.TLS != nil {
+		creds = credentials.NewTLS(c.cfg.TLS)
+	}
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, c.cfg.DialOptions...)
 	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("clientlib: dial %s: %w", addr, err)
@@ -310,22 +343,30 @@ func (c *Client) anyNode(avoid string) string {
 func (c *Client) Stats() Stats {
 	s := &c.stats
 	out := Stats{
-		Requests:            s.requests.Load(),
-		SyncRequests:        s.syncReq.Load(),
-		AsyncRequests:       s.asyncReq.Load(),
-		Retries:             s.retries.Load(),
-		AttemptTimeouts:     s.attemptTimeouts.Load(),
-		NotLeaderRedirects:  s.notLeader.Load(),
-		FailedOpen:          s.failedOpen.Load(),
-		Errors:              s.errors.Load(),
-		AsyncLate:           s.asyncLate.Load(),
-		AsyncLateRejected:   s.asyncLateRejected.Load(),
-		AsyncLateErrors:     s.asyncLateErrors.Load(),
-		WatchReconnects:     s.watchReconnects.Load(),
-		WatchViews:          s.watchViews.Load(),
-		NearLimitPolls:      s.nearLimitPolls.Load(),
-		NearLimitPollErrors: s.nearLimitPollErrors.Load(),
-		NearLimit:           c.near.Load().size(),
+		Requests:             s.requests.Load(),
+		SyncRequests:         s.syncReq.Load(),
+		AsyncRequests:        s.asyncReq.Load(),
+		Retries:              s.retries.Load(),
+		AttemptTimeouts:      s.attemptTimeouts.Load(),
+		NotLeaderRedirects:   s.notLeader.Load(),
+		FailedOpen:           s.failedOpen.Load(),
+		Errors:               s.errors.Load(),
+		AsyncLate:            s.asyncLate.Load(),
+		AsyncLateRejected:    s.asyncLateRejected.Load(),
+		AsyncLateErrors:      s.asyncLateErrors.Load(),
+		WatchReconnects:      s.watchReconnects.Load(),
+		WatchViews:           s.watchViews.Load(),
+		NearLimitPolls:       s.nearLimitPolls.Load(),
+		NearLimitPollErrors:  s.nearLimitPollErrors.Load(),
+		SummaryUpdates:       s.summaryUpdates.Load(),
+		SummaryStale:         s.summaryStale.Load(),
+		SummaryStreamBreaks:  s.summaryBreaks.Load(),
+		SummaryStreams:       int(s.summaryStreams.Load()),
+		SummaryStreamsOpened: s.summaryOpened.Load(),
+		SummaryPolling:       c.summaryPolling.Load(),
+		ConfigUpdates:        s.configUpdates.Load(),
+		ConfigVersion:        c.RuntimeConfig().Version(),
+		NearLimit:            c.near.Load().size(),
 	}
 	c.mu.Lock()
 	for _, l := range c.leaders {

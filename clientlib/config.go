@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -76,8 +77,15 @@ type Config struct {
 	// the default (2s) only cuts attempts that would not have answered.
 	AttemptTimeout time.Duration
 
-	// DialOptions are added to every connection (TLS, interceptors, keepalive…).
-	// Without transport credentials the connections are plaintext.
+	// TLS, when set, secures every connection: RootCAs verifies the nodes
+	// (nil: the system roots), Certificates is the client certificate for
+	// clusters started with --tls-client-auth require. The server name is
+	// each node's host as the cluster view advertises it, unless ServerName is
+	// set. Nil: plaintext, unless DialOptions carry transport credentials.
+	TLS *tls.Config
+
+	// DialOptions are added to every connection (interceptors, keepalive…);
+	// transport credentials given here win over TLS.
 	DialOptions []grpc.DialOption
 
 	// Timeout is the deadline given to a TrackSeries or TrackPartition call whose
@@ -95,7 +103,10 @@ type Config struct {
 	Mode Mode
 
 	// NearLimitRefresh is the period at which the client asks, for every group,
-	// which tenants are near their limit (GetUsersCloseToLimit; default 1s).
+	// which tenants are near their limit (GetUsersCloseToLimit; default 1s)
+	// when the servers do not push summaries (WatchSummaries unimplemented). A
+	// group's list older than 5 × NearLimitRefresh + AsyncTimeout is not
+	// trusted: the group is then tracked sync.
 	// Unused in ModeSync.
 	NearLimitRefresh time.Duration
 

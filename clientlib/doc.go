@@ -41,12 +41,18 @@
 //
 // # Sync and async tracking
 //
-// In ModeAuto (the default) the client polls GetUsersCloseToLimit for every
-// group each Config.NearLimitRefresh, preferring replicas that do not lead the
-// group, and keeps the set of (group, tenant) near their limit; an answer with
-// rejections adds its (group, tenant) until the next poll. Partitions of a
-// group where the tenant is near its limit — or where the client has no fresh
-// list (before the first poll, or when polls keep failing) — are sync: the
+// In ModeAuto (the default) the client keeps the set of (group, tenant) near
+// their limit from WatchSummaries streams (api/summaries.proto): each group is
+// watched on a node that does not lead it (its leader only when no follower is
+// usable), which pushes the group's full set on subscribe and every change
+// after, tagged with the replica's applied index; a summary older than one the
+// client already holds is ignored. Against servers without that service
+// (Unimplemented) the client polls GetUsersCloseToLimit every
+// Config.NearLimitRefresh instead, logging the fallback once and trying the
+// stream again later. An answer with rejections adds its (group, tenant) until
+// the next summary. Partitions of a group where the tenant is near its limit —
+// or where the client has no fresh list (before the first summary, or when no
+// node has served the group for a while) — are sync: the
 // call waits for their answer. The other partitions are async: the call waits
 // at most Config.AsyncWait for them and then returns without their rejections
 // and without error, while the request keeps running in the background for at

@@ -10,14 +10,17 @@ import (
 )
 
 // nearTable is an immutable snapshot of the near-limit tenants per group.
-// Writers (the poller, and rejections seen on answers) copy and replace it.
+// Writers (summary streams or the fallback poller, and rejections seen on
+// answers) copy and replace it.
 type nearTable struct {
 	groups []nearGroup
 }
 
 type nearGroup struct {
-	known   bool      // a poll of this group succeeded at least once
-	at      time.Time // last successful poll
+	known   bool      // a summary or poll of this group came at least once
+	at      time.Time // last summary (or successful poll) installed
+	index   uint64    // the group's applied index that summary was computed at
+	from    string    // node id that served the summary ("" for polls, rejections)
 	tenants map[string]struct{}
 }
 
@@ -85,30 +88,7 @@ func (c *Client) markNear(group int, tenant string) {
 	c.near.Store(nt)
 }
 
-// pollLoop asks every NearLimitRefresh which tenants are near their limit.
-func (c *Client) pollLoop() {
-	select {
-	case <-c.layoutKnown:
-	case <-c.ctx.Done():
-		return
-	}
-	_, g, err := c.layout(c.ctx)
-	if err != nil {
-		return
-	}
-	tick := time.NewTicker(c.cfg.NearLimitRefresh)
-	defer tick.Stop()
-	for {
-		c.pollOnce(g)
-		select {
-		case <-tick.C:
-		case <-c.ctx.Done():
-			return
-		}
-	}
-}
-
-// pollOnce polls every group in parallel and installs the lists that came.
+// pollOnce (the fallback against servers without WatchSummaries) polls every group in parallel and installs the lists that came.
 func (c *Client) pollOnce(groups int) {
 	type res struct {
 		tenants []string
@@ -144,7 +124,8 @@ func (c *Client) pollOnce(groups int) {
 		for _, t := range r.tenants {
 			m[t] = struct{}{}
 		}
-		nt.groups[grp] = nearGroup{known: true, at: now, tenants: m}
+		// Polls carry no applied index: keep the last one streamed.
+		nt.groups[grp] = nearGroup{known: true, at: now, index: old.groups[grp].index, tenants: m}
 	}
 	c.near.Store(nt)
 }
@@ -214,4 +195,30 @@ func (c *Client) pollCandidates(group, n int) []string {
 		add(c.nodes[(start+i)%len(c.nodes)])
 	}
 	return out
+}
+
+// NearLimitView is what a client currently knows of one group's near-limit
+// tenants (for tools, tests and debugging; the hot path reads the table
+// directly).
+type NearLimitView struct {
+	Known        bool      // a summary or poll of the group arrived at least once
+	At           time.Time // when the last one was installed
+	AppliedIndex uint64    // the group's applied index it was computed at (0 for polls)
+	From         string    // node id that served it ("" for polls)
+	Tenants      []string  // sorted
+}
+
+// NearLimit returns the client's view of group's near-limit tenants.
+func (c *Client) NearLimit(group int) NearLimitView {
+	t := c.near.Load()
+	if group < 0 || group >= len(t.groups) {
+		return NearLimitView{}
+	}
+	ng := &t.groups[group]
+	v := NearLimitView{Known: ng.known, At: ng.at, AppliedIndex: ng.index, From: ng.from}
+	for name := range ng.tenants {
+		v.Tenants = append(v.Tenants, name)
+	}
+	slices.Sort(v.Tenants)
+	return v
 }

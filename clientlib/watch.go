@@ -86,6 +86,7 @@ func (c *Client) watchOnce(addr string) (gotView bool, err error) {
 			c.log.Debug("clientlib: watching cluster", "addr", addr, "served_by", v.ServedBy)
 		}
 		gotView = true
+		c.applyRuntimeConfig(v) // before applyView: views counted in Stats carry their config
 		c.applyView(v)
 	}
 }

@@ -37,10 +37,10 @@ func TestFailoverTiming(t *testing.T) {
 	const g = 0
 	c := newCluster(t, defaultClusterOptions())
 	cfg := defaultCheckerConfig()
-	cfg.groups = []int{g}
-	cfg.writers = 2
-	cfg.reqTimeout = time.Second
-	cfg.maxBackoff = 20 * time.Millisecond
+	cfg.Groups = []int{g}
+	cfg.Writers = 2
+	cfg.ReqTimeout = time.Second
+	cfg.MaxBackoff = 20 * time.Millisecond
 	ck := startChecker(t, c, cfg)
 	ck.waitProgress("start")
 
@@ -80,19 +80,19 @@ func TestFailoverTiming(t *testing.T) {
 			}
 		}()
 		killAt = time.Now()
-		pr := ck.addProbe(g, killAt, l.grpcAddr)
+		pr := ck.AddProbe(g, killAt, l.grpcAddr)
 		l.kill(t)
 		var r result
 		r.node = l.id
 		select {
-		case <-pr.done:
-			r.write = pr.at.Sub(killAt)
+		case <-pr.Done:
+			r.write = pr.At.Sub(killAt)
 		case <-time.After(perKillBound):
-			ck.dropProbe(pr)
+			ck.DropProbe(pr)
 			close(pollDone)
 			pollWG.Wait()
 			t.Fatalf("kill %d (%s): no successful write to group %d within %v (hang?); leaders: %s; errors: %s",
-				round, l.id, g, perKillBound, c.describe(), ck.errSummary())
+				round, l.id, g, perKillBound, c.describe(), ck.ErrSummary())
 		}
 		// Give the poller a moment: raft may report leadership a little after
 		// the first write was already served.
@@ -124,7 +124,7 @@ func TestFailoverTiming(t *testing.T) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "failover: leader SIGKILL → next successful write, %d kills (group %d, %d writers, per-attempt timeout %v)\n",
-		len(results), g, cfg.writers, cfg.reqTimeout)
+		len(results), g, cfg.Writers, cfg.ReqTimeout)
 	fmt.Fprintf(&b, "| | median | max | min |\n|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| kill → next successful write | **%s** | **%s** | %s |\n", fmtDur(median(writes)), fmtDur(slices.Max(writes)), fmtDur(slices.Min(writes)))
 	if len(elections) > 0 {

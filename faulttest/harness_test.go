@@ -162,6 +162,7 @@ type node struct {
 	id, zone string
 	dir      string
 	grpcAddr string
+	httpAddr string
 	args     []string
 	outPath  string // stdout, appended across restarts
 	errPath  string // stderr, appended across restarts
@@ -436,6 +437,11 @@ type clusterOptions struct {
 	defaultMaxSeries int64
 	// tenantMaxSeries are per-tenant overrides written to a --limits-file.
 	tenantMaxSeries map[string]int64
+	// shareMode is passed as --share-mode when set (the server's default is
+	// static).
+	shareMode string
+	// extraArgs are appended to every node's command line.
+	extraArgs []string
 }
 
 type cluster struct {
@@ -504,7 +510,7 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 	}
 	for i := range 3 {
 		id := fmt.Sprintf("node-%d", i+1)
-		n := &node{c: c, idx: i, id: id, zone: zones[i], dir: filepath.Join(c.dir, id), grpcAddr: as[i].grpc,
+		n := &node{c: c, idx: i, id: id, zone: zones[i], dir: filepath.Join(c.dir, id), grpcAddr: as[i].grpc, httpAddr: as[i].http,
 			outPath: filepath.Join(c.dir, id+".stdout"), errPath: filepath.Join(c.dir, id+".stderr")}
 		n.args = []string{"server", "--node-id", id, "--zone", zones[i], "--data-dir", n.dir,
 			"--grpc-addr", as[i].grpc, "--raft-addr", as[i].raft, "--gossip-addr", as[i].gossip, "--http-addr", as[i].http,
@@ -516,6 +522,10 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		if limitsFile != "" {
 			n.args = append(n.args, "--limits-file", limitsFile)
 		}
+		if opts.shareMode != "" {
+			n.args = append(n.args, "--share-mode", opts.shareMode)
+		}
+		n.args = append(n.args, opts.extraArgs...)
 		c.nodes = append(c.nodes, n)
 	}
 	start := time.Now()

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/faulttest/checker"
 )
 
 // maxClusterVersionEnv makes a current binary behave like the previous build
@@ -125,7 +126,7 @@ func trackUntilOK(t *testing.T, c *cluster, tenant string, p int, hs []uint64) {
 		if time.Since(start) > progressTimeout {
 			t.Fatalf("TrackSeries(%s, partition %d): %v", tenant, p, err)
 		}
-		if nl := notLeader(err); nl != nil && nl.LeaderGrpcAddress != "" {
+		if nl := checker.NotLeader(err); nl != nil && nl.LeaderGrpcAddress != "" {
 			addr = nl.LeaderGrpcAddress
 			continue
 		}

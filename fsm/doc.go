@@ -19,6 +19,13 @@
 // it, so Persist encodes an exact image of the state at the snapshot's raft index
 // while applies go on. The file format is fsm/snapfmt.
 //
+// Modules (module.go) carry application state beside the series — runtime
+// configuration, metering spans — each in a package of its own under fsm/: a
+// Module owns registry rows (its entry types, cluster-versioned like the core
+// ones) and one named section of the snapshot (snapfmt version 2). The FSM
+// does the framing, checksums, version gate and halting; the module decodes
+// and applies its payloads.
+//
 // The package implements hashicorp/raft's FSM interface and knows nothing of the
 // raft transport, gRPC or limits: the leader (package server) decides what is
 // accepted; the FSM records it.

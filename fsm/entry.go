@@ -30,6 +30,9 @@ import (
 //	         are idle (IdleAge(timeout) = timeout+1; builds before cluster
 //	         version 2 sent the timeout itself and accepted at most 60)
 //
+// config-apply, config-patch, config-install (types 4, 5, 6, cluster version
+// 3): payloads owned by the runtime-config module, see fsm/runtimecfg/format.md.
+//
 // drop-tenant payload (type 3, cluster version 2):
 //
 //	uvarint  tenant id length L, L bytes tenant id
@@ -63,13 +66,23 @@ const EntryVersion = 1
 // CurrentClusterVersion is the highest cluster version this build can apply:
 // the largest Since of the registered entry types. Bump it together with the
 // registry when adding a type.
-const CurrentClusterVersion = 2
+const CurrentClusterVersion = 3
 
 // Entry types.
 const (
 	EntryTrack      byte = 1
 	EntryExpire     byte = 2
 	EntryDropTenant byte = 3
+)
+
+// Metering entry types (cluster version 3), owned by the "metering" module
+// (package fsm/metering documents their payloads). Reserved: 12–19.
+const (
+	EntryMeterEvents  byte = 12 // batch of start/stop events
+	EntryMeterPlan    byte = 13 // batch of planned intervals
+	EntryMeterExecute byte = 14 // batch of executed (or dead-lettered) intervals
+	EntryMeterTick    byte = 15 // housekeeping: dedup expiry, ledger retention
+	EntryMeterSeries  byte = 16 // per-tenant active-series sample of one minute
 )
 
 const entryOverhead = 2 + 4
@@ -105,6 +118,7 @@ type Entry struct {
 	Idle    int   // expire only
 	Tenants []TenantHashes
 	Tenant  string // drop-tenant only
+	Payload []byte // module-owned types only: the module's bytes
 }
 
 // DropResult is what applying a drop-tenant entry returns through raft's
@@ -118,20 +132,41 @@ type DropResult struct {
 // lives here, so adding a type is adding a row (and bumping
 // CurrentClusterVersion when it needs a new cluster version).
 type entryType struct {
-	typ    byte
-	name   string
-	since  int // cluster version that introduced the type
+	typ   byte
+	name  string
+	since int // cluster version that introduced the type
+	// module names the Module that owns the type ("" for core types). Its
+	// payload is opaque here: encode/decode copy it, Apply hands it over.
+	module string
 	encode func(dst []byte, e *Entry) []byte
 	decode func(d *decoder, e *Entry)
 	apply  func(f *FSM, e *Entry) any
 }
 
 // registry is the table of entry types. It is written only here, at package
-// initialisation, and read-only afterwards.
-var registry = [...]entryType{
+// initialisation, and read-only afterwards (the package's tests add one
+// module row in an init function of a _test file).
+//
+// Module-owned rows name their module and use encodeModule/decodeModule; the
+// module applies them (see Module).
+var registry = []entryType{
 	{typ: EntryTrack, name: "track", since: 1, encode: encodeTrack, decode: decodeTrack, apply: (*FSM).applyTrack},
 	{typ: EntryExpire, name: "expire", since: 1, encode: encodeExpire, decode: decodeExpire, apply: (*FSM).applyExpire},
 	{typ: EntryDropTenant, name: "drop-tenant", since: 2, encode: encodeDropTenant, decode: decodeDropTenant, apply: (*FSM).applyDropTenant},
+	// Runtime configuration (fsm/runtimecfg; payload formats in its format.md).
+	{typ: 4, name: "config-apply", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
+	{typ: 5, name: "config-patch", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
+	{typ: 6, name: "config-install", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
+	// Tenant shares (fsm/shares): types 8–11 reserved, 11 unused.
+	{typ: 8, name: "shares-give", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
+	{typ: 9, name: "shares-receive", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
+	{typ: 10, name: "shares-complete", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
+	// Metering (fsm/metering; payload formats in its doc.go).
+	{typ: EntryMeterEvents, name: "meter-events", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
+	{typ: EntryMeterPlan, name: "meter-plan", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
+	{typ: EntryMeterExecute, name: "meter-execute", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
+	{typ: EntryMeterTick, name: "meter-tick", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
+	{typ: EntryMeterSeries, name: "meter-series", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
 }
 
 func lookupType(t byte) *entryType {
@@ -145,16 +180,17 @@ func lookupType(t byte) *entryType {
 
 // EntryTypeInfo describes a registered entry type.
 type EntryTypeInfo struct {
-	Type  byte
-	Name  string
-	Since int // cluster version that introduced it
+	Type   byte
+	Name   string
+	Since  int    // cluster version that introduced it
+	Module string // owning Module, "" for core types
 }
 
 // EntryTypes lists the registered entry types in type order.
 func EntryTypes() []EntryTypeInfo {
 	out := make([]EntryTypeInfo, 0, len(registry))
 	for _, r := range registry {
-		out = append(out, EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since})
+		out = append(out, EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since, Module: r.module})
 	}
 	return out
 }
@@ -165,7 +201,7 @@ func LookupEntryType(t byte) (EntryTypeInfo, bool) {
 	if r == nil {
 		return EntryTypeInfo{}, false
 	}
-	return EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since}, true
+	return EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since, Module: r.module}, true
 }
 
 // AppendEntry appends the encoding of e to dst. It fails only for an

@@ -31,6 +31,9 @@ type Config struct {
 	// behave like an older build (upgrade tests, the server's
 	// TOLLGATE_MAX_CLUSTER_VERSION switch).
 	MaxClusterVersion int
+	// Modules are the application state machines this group carries beside
+	// the series (see Module); each owns registry rows naming it.
+	Modules []Module
 }
 
 func (c *Config) validate() error {
@@ -116,6 +119,9 @@ type FSM struct {
 	snapGen   uint64 // apply goroutine only
 	liveSnaps atomic.Int32
 
+	modules     map[string]Module // by name; read-only after New
+	moduleNames []string          // sorted
+
 	// halt is set when an entry could not be applied (see Apply); nil while
 	// the FSM applies normally.
 	halt atomic.Pointer[haltState]
@@ -131,6 +137,9 @@ func New(cfg Config) (*FSM, error) {
 	}
 	f := &FSM{cfg: cfg, shardMask: uint64(cfg.Shards - 1), idle: DefaultIdleMinutes}
 	f.lo, f.hi = layout.GroupRange(cfg.Group, cfg.Partitions, cfg.Groups)
+	if err := f.setupModules(); err != nil {
+		return nil, err
+	}
 	f.reset()
 	return f, nil
 }
@@ -205,7 +214,12 @@ func (f *FSM) Apply(l *raft.Log) interface{} {
 		h := f.halt.Load()
 		return fmt.Errorf("group %d: %w at index %d: %s", f.cfg.Group, ErrHalted, h.index, h.reason)
 	}
-	res := f.applyEntry(&e)
+	res, err := f.applyAt(&e, l.Index, l.Term)
+	if err != nil {
+		f.haltAt(l.Index, typ, err)
+		h := f.halt.Load()
+		return fmt.Errorf("group %d: %w at index %d: %s", f.cfg.Group, ErrHalted, h.index, h.reason)
+	}
 	f.appliedIndex.Store(l.Index)
 	f.appliedTerm.Store(l.Term)
 	return res
@@ -238,11 +252,25 @@ func (f *FSM) ApplyEntry(e Entry) any {
 }
 
 func (f *FSM) applyEntry(e *Entry) any {
+	res, err := f.applyAt(e, 0, 0)
+	if err != nil {
+		return err
+	}
+	return res
+}
+
+// applyAt applies a decoded entry of a registered type. An error (a module
+// payload that does not decode, or no module for the type) halts the group
+// when it comes from raft.
+func (f *FSM) applyAt(e *Entry, index, term uint64) (any, error) {
 	r := lookupType(e.Type)
 	if r == nil {
-		return fmt.Errorf("group %d: %w: %d", f.cfg.Group, ErrUnknownEntryType, e.Type)
+		return nil, fmt.Errorf("group %d: %w: %d", f.cfg.Group, ErrUnknownEntryType, e.Type)
 	}
-	return r.apply(f, e)
+	if r.module != "" {
+		return f.applyModule(r, e, index, term)
+	}
+	return r.apply(f, e), nil
 }
 
 // advance moves the FSM clock to the entry's minute (never backwards) and

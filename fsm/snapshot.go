@@ -31,7 +31,13 @@ type snapshot struct {
 	header  snapfmt.Header
 	tables  [][]*seriesmap.Table // [shard][tenant id]
 	names   []string             // by tenant id
+	modules []moduleSnap         // modules with state, by name
 	release func()
+}
+
+type moduleSnap struct {
+	name   string
+	encode func() ([]byte, error)
 }
 
 // Snapshot implements raft.FSM. It runs on the apply goroutine and only copies
@@ -59,6 +65,16 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		s.names = append(s.names, t.Name)
 	}
 	f.regMu.RUnlock()
+	for _, name := range f.moduleNames {
+		enc, err := f.modules[name].Snapshot()
+		if err != nil {
+			s.release()
+			return nil, fmt.Errorf("snapshot of group %d: module %s: %w", f.cfg.Group, name, err)
+		}
+		if enc != nil {
+			s.modules = append(s.modules, moduleSnap{name: name, encode: enc})
+		}
+	}
 	s.header = snapfmt.Header{
 		Partitions: uint32(f.cfg.Partitions),
 		Shards:     uint32(f.cfg.Shards),
@@ -67,6 +83,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 		Index:      f.appliedIndex.Load(),
 		Term:       f.appliedTerm.Load(),
 		Meta:       f.encodeMeta(),
+	}
+	if len(s.modules) > 0 {
+		// Sections need format version 2; without module state the file stays
+		// version 1, readable by builds from before modules existed.
+		s.header.Version = 2
 	}
 	return s, nil
 }
@@ -149,6 +170,15 @@ func (s *snapshot) encode(w io.Writer) error {
 			return fmt.Errorf("shard %d: %w", sh, err)
 		}
 	}
+	for _, m := range s.modules {
+		b, err := m.encode()
+		if err != nil {
+			return fmt.Errorf("module %s: %w", m.name, err)
+		}
+		if err := sw.WriteSection(m.name, b); err != nil {
+			return fmt.Errorf("module %s: %w", m.name, err)
+		}
+	}
 	if err := sw.Close(); err != nil {
 		return err
 	}
@@ -207,6 +237,14 @@ func (f *FSM) restore(r io.Reader) error {
 		}
 	}
 
+	commits, err := f.prepareModules(rd.Sections())
+	if err != nil {
+		return fmt.Errorf("restore group %d: %w", f.cfg.Group, err)
+	}
+	for _, c := range commits {
+		c()
+	}
+
 	// Swap in place: readers hold f.shards, so replace each shard's contents under
 	// its lock rather than the slice itself.
 	f.regMu.Lock()
@@ -227,6 +265,29 @@ func (f *FSM) restore(r io.Reader) error {
 	f.appliedIndex.Store(h.Index)
 	f.appliedTerm.Store(h.Term)
 	return nil
+}
+
+// prepareModules validates every module section of a snapshot (and the
+// absence of one: that module restores to empty) and returns the installers.
+// A section for a module this FSM does not have is refused: its state would
+// be dropped silently.
+func (f *FSM) prepareModules(sections []snapfmt.Section) ([]func(), error) {
+	data := make(map[string][]byte, len(sections))
+	for _, sec := range sections {
+		if f.modules[sec.Name] == nil {
+			return nil, fmt.Errorf("%w: snapshot holds state of module %q, which this group is not configured with (a newer build, or another group's snapshot)", ErrSnapshotMismatch, sec.Name)
+		}
+		data[sec.Name] = sec.Payload
+	}
+	var commits []func()
+	for _, name := range f.moduleNames {
+		c, err := f.modules[name].PrepareRestore(data[name])
+		if err != nil {
+			return nil, fmt.Errorf("module %s: %w: %w", name, snapfmt.ErrCorrupt, err)
+		}
+		commits = append(commits, c)
+	}
+	return commits, nil
 }
 
 func decodeMeta(b []byte) (now, lastExpire int64, idle int, err error) {

@@ -62,6 +62,13 @@ type Config struct {
 	ProbeInterval time.Duration
 	SuspicionMult int
 
+	// Keys, when set, encrypt and authenticate all gossip (AES-GCM, serf's
+	// keyring): Keys[0] encrypts, every key decrypts, so a key is rotated by
+	// rolling out [old, new], then [new, old], then [new]. A node without a
+	// key of the ring can neither read the cluster's gossip nor join it. Each
+	// key is 16, 24 or 32 bytes.
+	Keys [][]byte
+
 	Logger *slog.Logger
 }
 
@@ -204,6 +211,15 @@ func New(cfg Config) (*Membership, error) {
 	ml.SuspicionMaxTimeoutMult = 2
 	ml.Logger = logger
 	ml.LogOutput = nil
+	if len(cfg.Keys) > 0 {
+		kr, err := memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0])
+		if err != nil {
+			return nil, fmt.Errorf("membership: gossip keyring: %w", err)
+		}
+		// GossipVerifyIncoming/Outgoing stay at their default (true): with a
+		// keyring, plaintext gossip is refused, not merely tolerated.
+		ml.Keyring = kr
+	}
 
 	sc := serf.DefaultConfig()
 	sc.NodeName = cfg.NodeID

@@ -130,7 +130,7 @@ func TestSingleNodeRestart(t *testing.T) {
 
 			fs := newFSMs(G)
 			h := mustNew(t, cfg, fs)
-			waitReady(t, h, 10*time.Second)
+			waitReady(t, h, 30*time.Second)
 			if h.Groups() != G {
 				t.Fatalf("Groups() = %d", h.Groups())
 			}
@@ -196,7 +196,7 @@ func TestSingleNodeRestart(t *testing.T) {
 			// Restart on the same directory with fresh FSMs.
 			fs2 := newFSMs(G)
 			h2 := mustNew(t, cfg, fs2)
-			waitReady(t, h2, 10*time.Second)
+			waitReady(t, h2, 30*time.Second)
 			for g := 0; g < G; g++ {
 				if got := fs2[g].values(); !slices.Equal(got, want[g]) {
 					t.Fatalf("group %d after restart: %v, want %v", g, got, want[g])
@@ -257,7 +257,7 @@ func TestBootstrapIdempotent(t *testing.T) {
 	if err := h.BootstrapCluster(nil); err == nil {
 		t.Fatal("bootstrap with no servers succeeded")
 	}
-	waitReady(t, h, 10*time.Second)
+	waitReady(t, h, 30*time.Second)
 	applyRetry(t, []*Host{h}, 1, cmd(7), 5*time.Second)
 
 	// A second Host on the same DataDir cannot open the stores.
@@ -308,14 +308,14 @@ func TestThreeNodeCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, h := range hosts {
-				waitReady(t, h, 15*time.Second)
+				waitReady(t, h, 45*time.Second)
 			}
 
 			want := make([][]uint64, G)
 			for g := 0; g < G; g++ {
 				for i := 0; i < 10; i++ {
 					v := uint64(g)*1_000_000 + uint64(i)
-					applyRetry(t, hosts, g, cmd(v), 10*time.Second)
+					applyRetry(t, hosts, g, cmd(v), 30*time.Second)
 					want[g] = append(want[g], v)
 				}
 			}
@@ -323,7 +323,7 @@ func TestThreeNodeCluster(t *testing.T) {
 				t.Helper()
 				for g := 0; g < G; g++ {
 					for _, i := range alive {
-						eventually(t, 10*time.Second, "replication", func() bool {
+						eventually(t, 30*time.Second, "replication", func() bool {
 							return slices.Equal(fsms[i][g].values(), want[g])
 						})
 					}
@@ -352,7 +352,7 @@ func TestThreeNodeCluster(t *testing.T) {
 					aliveIdx = append(aliveIdx, i)
 				}
 			}
-			eventually(t, 15*time.Second, "new leader of group 0", func() bool {
+			eventually(t, 45*time.Second, "new leader of group 0", func() bool {
 				for _, h := range alive {
 					if h.Raft(0).State() == raft.Leader {
 						return true
@@ -363,7 +363,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			for g := 0; g < G; g++ {
 				for i := 10; i < 15; i++ {
 					v := uint64(g)*1_000_000 + uint64(i)
-					applyRetry(t, alive, g, cmd(v), 15*time.Second)
+					applyRetry(t, alive, g, cmd(v), 45*time.Second)
 					want[g] = append(want[g], v)
 				}
 			}
@@ -398,7 +398,7 @@ func TestRestartWithoutWrites(t *testing.T) {
 	for round := 0; round < 4; round++ {
 		fs := newFSMs(cfg.Groups)
 		h := mustNew(t, cfg, fs)
-		waitReady(t, h, 10*time.Second)
+		waitReady(t, h, 30*time.Second)
 		for g := range want {
 			if got := fs[g].values(); !slices.Equal(got, want[g]) {
 				t.Fatalf("round %d group %d: %v, want %v", round, g, got, want[g])

@@ -190,10 +190,10 @@ func TestSeedGroup(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = h.Shutdown() })
-		waitReady(t, h, 15*time.Second)
+		waitReady(t, h, 45*time.Second)
 		for g := range fsms {
 			r := h.Raft(g)
-			eventually(t, 10*time.Second, fmt.Sprintf("group %d leader", g), func() bool { return r.State() == raft.Leader })
+			eventually(t, 30*time.Second, fmt.Sprintf("group %d leader", g), func() bool { return r.State() == raft.Leader })
 			if err := r.Barrier(5 * time.Second).Error(); err != nil {
 				t.Fatalf("group %d barrier: %v", g, err)
 			}
@@ -333,7 +333,7 @@ func TestSeedGroupRefuses(t *testing.T) {
 	boot := t.TempDir()
 	fs := newFSMs(2)
 	h = mustNew(t, Config{NodeID: "n1", DataDir: boot, BindAddr: "127.0.0.1:0", Groups: 2, Bootstrap: true, Logger: testLogger(t, slog.LevelError)}, fs)
-	waitReady(t, h, 10*time.Second)
+	waitReady(t, h, 30*time.Second)
 	applyRetry(t, []*Host{h}, 1, cmd(7), 5*time.Second)
 	if err := h.Shutdown(); err != nil {
 		t.Fatal(err)

@@ -42,7 +42,7 @@ type adminService struct {
 }
 
 func newAdminService(s *Server) *adminService {
-	return &adminService{s: s}
+	return &adminService{s: s, peerPool: peerPool{creds: s.peerCredentials()}}
 }
 
 func (a *adminService) checkGroup(g uint32) (int, error) {

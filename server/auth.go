@@ -13,9 +13,13 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// adminPrefix is the full-method prefix of every Admin RPC; only those need
-// authorising: the Tracker API carries no token.
-const adminPrefix = "/tollgate.v1.Admin/"
+// adminPrefix is the full-method prefix of every Admin RPC; those and the
+// Config service's (configPrefix) need authorising: the Tracker API carries
+// no token.
+const (
+	adminPrefix  = "/tollgate.v1.Admin/"
+	configPrefix = "/tollgate.v1.Config/"
+)
 
 // adminVerdict is the outcome of the admin rule, shared by the gRPC Admin
 // service and the HTTP debug endpoints.
@@ -52,7 +56,7 @@ func checkAdmin(remote net.IP, authorization []string, token string) adminVerdic
 // authorizeAdmin applies checkAdmin to one gRPC call; methods outside the
 // Admin service pass.
 func authorizeAdmin(ctx context.Context, method, token string) error {
-	if !strings.HasPrefix(method, adminPrefix) {
+	if !strings.HasPrefix(method, adminPrefix) && !strings.HasPrefix(method, configPrefix) {
 		return nil
 	}
 	var remote net.IP

@@ -73,6 +73,7 @@ func (s *Server) startMembership() error {
 		AdvertiseAddr: s.cfg.GossipAdvertise,
 		DataDir:       s.cfg.DataDir,
 		ProbeInterval: s.cfg.GossipProbeInterval,
+		Keys:          s.cfg.TLS.GossipKeys,
 		Logger:        s.log,
 
 		ClusterVersion: s.cfg.MaxClusterVersion, // gossiped as "ver" (versions.go)
@@ -179,6 +180,7 @@ func (s *Server) buildView() *api.ClusterView {
 	for _, m := range v.Members {
 		m.GroupsLed = led[m.Id]
 	}
+	s.setViewConfig(v) // runtimeconfig.go
 	return v
 }
 

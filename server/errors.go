@@ -13,6 +13,8 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/sketchhub"
 )
 
 // errorRule maps an internal or raft error, matched with errors.Is, to the gRPC
@@ -43,6 +45,14 @@ func errorRules() []errorRule {
 		{raft.ErrUnsupportedProtocol, codes.FailedPrecondition, "a member speaks an unsupported raft protocol version"},
 		{fsm.ErrHalted, codes.Unavailable, "this replica halted the group (see /readyz); retry: another node will lead it"},
 		{fsm.ErrSnapshotMismatch, codes.FailedPrecondition, "the snapshot was written for another partitions/shards layout"},
+		{sketchhub.ErrFull, codes.ResourceExhausted, "the push changed nothing; see tollgate_sketches_held"},
+		{sketchhub.ErrInvalid, codes.InvalidArgument, "the push changed nothing"},
+		{api.ErrInvalidSketch, codes.InvalidArgument, "the push changed nothing"},
+		{samplectl.ErrUnknownKind, codes.FailedPrecondition, "report the kind the backlog_controller controls"},
+		{samplectl.ErrInvalidBacklog, codes.InvalidArgument, "the report was not recorded"},
+		{samplectl.ErrInvalidSource, codes.InvalidArgument, "the report was not recorded"},
+		{samplectl.ErrTooManySources, codes.ResourceExhausted, "reuse source names"},
+		{samplectl.ErrUnavailable, codes.Unavailable, "retry"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, "no reply before the deadline; retry is safe"},
 		{context.Canceled, codes.Canceled, ""},
 	}

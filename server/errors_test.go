@@ -15,6 +15,8 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/sketchhub"
 )
 
 // The codes are wire behaviour: clientlib redirects on FailedPrecondition
@@ -33,6 +35,14 @@ func TestErrorTableCodes(t *testing.T) {
 		raft.ErrUnsupportedProtocol:          codes.FailedPrecondition,
 		fsm.ErrHalted:                        codes.Unavailable,
 		fsm.ErrSnapshotMismatch:              codes.FailedPrecondition,
+		sketchhub.ErrFull:                    codes.ResourceExhausted,
+		sketchhub.ErrInvalid:                 codes.InvalidArgument,
+		api.ErrInvalidSketch:                 codes.InvalidArgument,
+		samplectl.ErrUnknownKind:             codes.FailedPrecondition,
+		samplectl.ErrInvalidBacklog:          codes.InvalidArgument,
+		samplectl.ErrInvalidSource:           codes.InvalidArgument,
+		samplectl.ErrTooManySources:          codes.ResourceExhausted,
+		samplectl.ErrUnavailable:             codes.Unavailable,
 		context.DeadlineExceeded:             codes.DeadlineExceeded,
 		context.Canceled:                     codes.Canceled,
 	}

@@ -32,10 +32,17 @@ func (s *Server) startGRPC() error {
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream),
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
+		s.grpcCreds(), // TLS when configured (tls.go)
 	)...)
 	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
 	s.admin = newAdminService(s)
 	api.RegisterAdminServer(s.grpc, s.admin)
+	api.RegisterSharesServer(s.grpc, &sharesService{st: s.shares})
+	s.startRateLimit() // registers before Serve
+	s.registerSummaries()
+	s.registerSketches(s.grpc)
+	api.RegisterConfigServer(s.grpc, s.configServer()) // runtimeconfig.go; ReportBacklog: sampling.go
+	s.registerMetering(s.grpc)
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("grpc server stopped", "err", err)
@@ -143,7 +150,7 @@ func (s *Server) nearShare(active, maxSeries int64, partitionsInGroup int) bool 
 // closeToLimit lists tenants at or above NearLimitFraction of their group share,
 // read from this replica's committed state (followers answer too).
 func (s *Server) closeToLimit(g int) []string {
-	limits := s.limits.Get()
+	limits := s.groupLimits(g)
 	lo, hi := s.fsms[g].PartitionRange()
 	var out []string
 	for _, t := range s.fsms[g].Tenants() {

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/samplectl"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -41,11 +42,14 @@ func (s *Server) startHTTP() error {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /api/v1/status", s.handleStatus)
+	mux.Handle(samplectl.BacklogPath, s.backlogHandler()) // sampling.go
+	mux.HandleFunc("GET /api/v1/sketches", s.handleSketches)
 	mux.HandleFunc("GET /api/v1/tenants", s.handleTenants)
 	mux.HandleFunc("GET /api/v1/tenants/{tenant}", s.handleTenant)
 	mux.HandleFunc("GET /{$}", s.handleIndex)
 	mux.Handle("GET /api/v1/overview", s.overviewHandler())
 	mux.Handle("GET /ui/", ui.Handler())
+	s.mountMetering(mux)
 	if s.cfg.EnableDebugEndpoints {
 		mux.Handle("/debug/pprof/", s.requireAdmin(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/cmdline", s.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
@@ -55,7 +59,7 @@ func (s *Server) startHTTP() error {
 	}
 	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		if err := s.http.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.serveHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
@@ -82,6 +86,8 @@ type NodeStatus struct {
 	Raft   string        `json:"raft"`
 	Ready  bool          `json:"ready"`
 	Groups []GroupStatus `json:"groups"`
+	// SamplingController is the backlog controller (sampling.go).
+	SamplingController *SamplingControllerState `json:"sampling_controller,omitempty"`
 }
 
 // Status returns this node's view of its groups.
@@ -101,7 +107,12 @@ func (s *Server) Status() NodeStatus {
 }
 
 func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, s.Status())
+	st := s.Status()
+	if s.sampling != nil {
+		sc := s.sampling.State()
+		st.SamplingController = &sc
+	}
+	writeJSON(w, st)
 }
 
 // TenantUsage is /api/v1/tenants/{tenant}: the tenant's active series per group as
@@ -112,17 +123,21 @@ type TenantUsage struct {
 	Series    int64   `json:"series"`
 	PerGroup  []int64 `json:"series_per_group"`
 	Shares    []int64 `json:"share_per_group"`
+	// ShareMoves: per group, base, delta, given/received headroom and the
+	// transfers outstanding (movable shares, shares.go).
+	ShareMoves []TenantShares `json:"share_moves,omitempty"`
 }
 
 // Usage returns a tenant's usage on this node's replicas.
 func (s *Server) Usage(tenant string) TenantUsage {
-	u := TenantUsage{Tenant: tenant, MaxSeries: s.limits.Get().For(tenant).MaxSeries}
-	for _, f := range s.fsms {
+	u := TenantUsage{Tenant: tenant, MaxSeries: s.currentLimits().For(tenant).MaxSeries}
+	for g, f := range s.fsms {
 		n := f.TenantActive(tenant)
-		lo, hi := f.PartitionRange()
 		u.Series += n
 		u.PerGroup = append(u.PerGroup, n)
-		u.Shares = append(u.Shares, GroupShare(u.MaxSeries, hi-lo, s.cfg.Partitions))
+		ts := s.shares.tenantShares(g, tenant)
+		u.Shares = append(u.Shares, ts.Share)
+		u.ShareMoves = append(u.ShareMoves, ts)
 	}
 	return u
 }
@@ -137,7 +152,7 @@ func (s *Server) KnownTenant(tenant string) bool {
 			return true
 		}
 	}
-	return s.limits.Get().Has(tenant)
+	return s.currentLimits().Has(tenant)
 }
 
 func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
@@ -148,7 +163,7 @@ func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
 	}
 	if !s.KnownTenant(tenant) {
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf(
-			"tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the limits file (see /api/v1/tenants)",
+			"tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the runtime limits (see /api/v1/tenants)",
 			tenant, s.cfg.NodeID))
 		return
 	}
@@ -177,7 +192,7 @@ func (s *Server) Tenants() TenantList {
 			series[t.Name] += t.Active()
 		}
 	}
-	limits := s.limits.Get()
+	limits := s.currentLimits()
 	for _, name := range limits.Overridden() {
 		if _, ok := series[name]; !ok {
 			series[name] = 0

@@ -1,21 +1,14 @@
 package server
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"math"
 	"os"
-	"sort"
 	"sync/atomic"
 	"time"
 
-	"gopkg.in/yaml.v3"
-
-	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
 
 // TenantLimits are one tenant's effective runtime limits. A zero field means "no
@@ -29,9 +22,14 @@ type TenantLimits struct {
 	MaxSeriesPerPartition int64
 }
 
-// LimitsFile is the YAML runtime-limits file. A key that is present sets the
-// value, and 0 means "no limit" exactly as in --default-max-series; a key that is
-// left out inherits (a tenant from defaults, defaults from the flag):
+// Limits is an immutable, validated set of runtime limits: a runtime
+// configuration document (fsm/runtimecfg: the replicated one, or the
+// --limits-file parsed into the same form) over the server's base (its
+// --default-max-series flag). A tenant's effective limits are the base,
+// overlaid by the document's defaults, overlaid by the tenant's own entry; a
+// key left out inherits, and 0 means "no limit" exactly as in the flag.
+//
+// The YAML form (runtimecfg.ParseYAML) is:
 //
 //	defaults:
 //	  max_series: 150000
@@ -42,143 +40,74 @@ type TenantLimits struct {
 //	    max_series: 0      # unlimited, same as "unlimited: true"
 //	  tenant-c:
 //	    ingestion_rate: 10 # max_series left out: inherits 150000
-type LimitsFile struct {
-	Defaults TenantOverride            `yaml:"defaults"`
-	Tenants  map[string]TenantOverride `yaml:"tenants"`
-}
-
-// TenantOverride is one section of the file. Pointer fields tell a key left out
-// (nil: inherit) from an explicit 0 (no limit). Unlimited is the readable
-// spelling of max_series: 0.
-type TenantOverride struct {
-	MaxSeries             *int64   `yaml:"max_series"`
-	IngestionRate         *float64 `yaml:"ingestion_rate"`
-	IngestionBurst        *int64   `yaml:"ingestion_burst"`
-	MaxSeriesPerPartition *int64   `yaml:"max_series_per_partition"`
-	Unlimited             bool     `yaml:"unlimited"`
-}
-
-// Limits is an immutable, validated set of runtime limits. A tenant's effective
-// limits are the server's base (its --default-max-series flag), overlaid by the
-// file's defaults, overlaid by the tenant's own entry; a key left out inherits.
 type Limits struct {
-	defaults  TenantLimits
-	overrides map[string]TenantOverride
-	// defaultFromFile: the file's defaults set max_series, so the flag's value is
-	// not the one in force (the banner says which applies).
-	defaultFromFile bool
+	doc  *runtimecfg.Document
+	base TenantLimits
+	// source says where doc came from: "file" (or flags only) or "runtime config".
+	source string
 }
 
 // NewLimits returns limits with the given default max_series and no overrides.
 func NewLimits(defaultMaxSeries int64) *Limits {
-	return &Limits{defaults: TenantLimits{MaxSeries: defaultMaxSeries}}
+	return &Limits{doc: &runtimecfg.Document{}, base: TenantLimits{MaxSeries: defaultMaxSeries}, source: "file"}
 }
 
 // ParseLimits parses and validates a limits file. Unknown keys are errors, so a
-// typo does not silently leave a tenant on the default.
+// typo does not silently leave a tenant on the default; errors name the field.
 func ParseLimits(data []byte, base TenantLimits) (*Limits, error) {
-	var f LimitsFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("parse limits: %w", err)
+	d, _, err := runtimecfg.ParseYAML(data)
+	if err != nil {
+		return nil, fmt.Errorf("limits: %w", err)
 	}
-	if err := validateOverride("defaults", f.Defaults); err != nil {
-		return nil, err
-	}
-	for name, o := range f.Tenants {
-		if err := api.ValidateTenantID(name); err != nil {
-			return nil, fmt.Errorf("limits: tenants.%q: %w", name, err)
-		}
-		if err := validateOverride("tenants."+name, o); err != nil {
-			return nil, err
-		}
-	}
-	return &Limits{
-		defaults:        overlay(base, f.Defaults),
-		overrides:       f.Tenants,
-		defaultFromFile: f.Defaults.MaxSeries != nil || f.Defaults.Unlimited,
-	}, nil
-}
-
-func validateOverride(where string, o TenantOverride) error {
-	switch {
-	case o.MaxSeries != nil && *o.MaxSeries < 0:
-		return fmt.Errorf("limits: %s.max_series = %d: must be ≥ 0 (0 = unlimited)", where, *o.MaxSeries)
-	case o.Unlimited && o.MaxSeries != nil && *o.MaxSeries != 0:
-		return fmt.Errorf("limits: %s: unlimited: true contradicts max_series = %d; keep one", where, *o.MaxSeries)
-	case o.IngestionRate != nil && (*o.IngestionRate < 0 || math.IsNaN(*o.IngestionRate) || math.IsInf(*o.IngestionRate, 0)):
-		return fmt.Errorf("limits: %s.ingestion_rate = %v: must be a finite number ≥ 0", where, *o.IngestionRate)
-	case o.IngestionBurst != nil && *o.IngestionBurst < 0:
-		return fmt.Errorf("limits: %s.ingestion_burst = %d: must be ≥ 0", where, *o.IngestionBurst)
-	case o.MaxSeriesPerPartition != nil && *o.MaxSeriesPerPartition < 0:
-		return fmt.Errorf("limits: %s.max_series_per_partition = %d: must be ≥ 0", where, *o.MaxSeriesPerPartition)
-	}
-	return nil
+	d.Version = 0 // a file is not a replicated version
+	return &Limits{doc: d, base: base, source: "file"}, nil
 }
 
 // For returns a tenant's effective limits.
 func (l *Limits) For(tenant string) TenantLimits {
-	o, ok := l.overrides[tenant]
-	if !ok {
-		return l.defaults
-	}
-	return overlay(l.defaults, o)
+	e := l.doc.For(tenant, runtimecfg.Effective{MaxSeries: l.base.MaxSeries, MaxSeriesPerPartition: l.base.MaxSeriesPerPartition,
+		IngestionRate: l.base.IngestionRate, IngestionBurst: l.base.IngestionBurst})
+	return TenantLimits{MaxSeries: e.MaxSeries, IngestionRate: e.IngestionRate, IngestionBurst: e.IngestionBurst, MaxSeriesPerPartition: e.MaxSeriesPerPartition}
 }
 
-// Has reports whether the file has an entry for the tenant.
+// Has reports whether the limits have an entry for the tenant.
 func (l *Limits) Has(tenant string) bool {
-	_, ok := l.overrides[tenant]
+	_, ok := l.doc.Tenants[tenant]
 	return ok
 }
 
-func overlay(eff TenantLimits, o TenantOverride) TenantLimits {
-	if o.MaxSeries != nil {
-		eff.MaxSeries = *o.MaxSeries
-	}
-	if o.Unlimited {
-		eff.MaxSeries = 0
-	}
-	if o.IngestionRate != nil {
-		eff.IngestionRate = *o.IngestionRate
-	}
-	if o.IngestionBurst != nil {
-		eff.IngestionBurst = *o.IngestionBurst
-	}
-	if o.MaxSeriesPerPartition != nil {
-		eff.MaxSeriesPerPartition = *o.MaxSeriesPerPartition
-	}
-	return eff
-}
-
 // Overridden lists tenants with explicit overrides, sorted.
-func (l *Limits) Overridden() []string {
-	names := make([]string, 0, len(l.overrides))
-	for n := range l.overrides {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
-}
+func (l *Limits) Overridden() []string { return l.doc.TenantNames() }
+
+// Document is the configuration document behind the limits (Version 0 for a
+// file or flags).
+func (l *Limits) Document() *runtimecfg.Document { return l.doc }
 
 // LimitsInfo describes the limits in force, for the start-up banner and status.
 type LimitsInfo struct {
 	// DefaultMaxSeries applies to tenants without an entry of their own; 0 = unlimited.
 	DefaultMaxSeries int64
 	// DefaultFrom says where DefaultMaxSeries comes from: "flag"
-	// (--default-max-series) or "file" (the file's defaults.max_series).
+	// (--default-max-series), "file" (the file's defaults.max_series) or
+	// "runtime config" (the replicated defaults.max_series).
 	DefaultFrom string
-	File        string // limits file in use; "" when none
-	Overrides   int    // tenants with an entry in the file
+	File        string // limits file configured; "" when none
+	Overrides   int    // tenants with an entry of their own
+	// ConfigVersion is the replicated runtime config version in force; 0
+	// when none is replicated and the file/flags apply.
+	ConfigVersion uint64
 }
 
-// EffectiveLimits reports the limits in force now (the file may have been
-// reloaded since start).
+// EffectiveLimits reports the limits in force now (the replicated runtime
+// config once one exists, else the file as last reloaded, else the flags).
 func (s *Server) EffectiveLimits() LimitsInfo {
 	l := s.limits.Get()
-	info := LimitsInfo{DefaultMaxSeries: l.defaults.MaxSeries, DefaultFrom: "flag", File: s.limits.path, Overrides: len(l.overrides)}
-	if l.defaultFromFile {
-		info.DefaultFrom = "file"
+	if s.rcfg != nil {
+		l = s.currentLimits()
+	}
+	info := LimitsInfo{DefaultMaxSeries: l.For("").MaxSeries, DefaultFrom: "flag", File: s.limits.path, Overrides: len(l.doc.Tenants), ConfigVersion: l.doc.Version}
+	if l.doc.Defaults.MaxSeries != nil {
+		info.DefaultFrom = l.source
 	}
 	return info
 }
@@ -212,8 +141,8 @@ type limitsSource struct {
 
 func newLimitsSource(path string, defaultMaxSeries int64, log *slog.Logger, onReload func(bool)) (*limitsSource, error) {
 	s := &limitsSource{path: path, log: log, onReload: onReload}
-	s.cur.Store(NewLimits(defaultMaxSeries))
 	s.base = TenantLimits{MaxSeries: defaultMaxSeries}
+	s.cur.Store(NewLimits(defaultMaxSeries))
 	if path == "" {
 		return s, nil
 	}
@@ -291,7 +220,7 @@ func (s *limitsSource) watch(stop <-chan struct{}, every time.Duration) {
 			if err != nil {
 				s.log.Error("limits reload failed; previous limits stay in force", "err", err)
 			} else if changed {
-				s.log.Info("limits reloaded", "path", s.path, "overrides", len(s.Get().overrides))
+				s.log.Info("limits file reloaded", "path", s.path, "overrides", len(s.Get().doc.Tenants))
 			}
 		}
 	}

@@ -26,6 +26,7 @@ const forwardedKey = "x-tollgate-forwarded"
 // is dialled lazily and reconnects by itself, so an entry is never evicted;
 // the pool lives as long as the node.
 type peerPool struct {
+	creds grpc.DialOption // TLS to peers when the node serves TLS (tls.go)
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -38,7 +39,11 @@ func (p *peerPool) conn(addr string) (*grpc.ClientConn, error) {
 	if cc := p.conns[addr]; cc != nil {
 		return cc, nil
 	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	creds := p.creds
+	if creds == nil {
+		creds = grpc.WithTransportCredentials(insecure.NewCredentials())
+	}
+	cc, err := grpc.NewClient(addr, creds)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
 	}

@@ -65,7 +65,13 @@ func TestLimitsInEffect(t *testing.T) {
 	if s.WaitingFor() != "" {
 		t.Fatalf("ready server waits for %q", s.WaitingFor())
 	}
-	if got, want := s.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 500, DefaultFrom: "file", File: file, Overrides: 2}); got != want {
+	// The node proposes its file as the runtime config (version 1); from then
+	// on the replicated copy is what is in force, with the same values.
+	deadline := time.Now().Add(10 * time.Second)
+	for s.EffectiveLimits().ConfigVersion == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := s.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 500, DefaultFrom: "runtime config", File: file, Overrides: 2, ConfigVersion: 1}); got != want {
 		t.Fatalf("EffectiveLimits = %+v, want %+v", got, want)
 	}
 	s2, _ := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 0 })

@@ -18,8 +18,13 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
+	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/rateowner"
+	"github.com/tollgate-io/tollgate/sketchhub"
+	"github.com/tollgate-io/tollgate/summaries"
 )
 
 // Config configures one Tollgate node. Zero values take the defaults documented
@@ -56,6 +61,8 @@ type Config struct {
 	// AdminToken protects the Admin service (Bearer token). Empty: admin calls
 	// are accepted from loopback peers only.
 	AdminToken string
+	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
+	TLS TLSConfig
 
 	// Bootstrap makes this node the only voter of every group on first start (dev).
 	Bootstrap bool
@@ -91,6 +98,18 @@ type Config struct {
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
 	// older build (upgrade tests); operators never need it.
 	MaxClusterVersion int
+	// RatePeriod is how often the rate-limit owner folds reports and streams
+	// updates (server/ratelimit.go); default 100ms, the clients' report period.
+	RatePeriod time.Duration
+
+	// Sketches configures the per-partition HLL sketch hub (sketches.go).
+	Sketches SketchConfig
+	// ShareMode is how a tenant's max_series is split between groups:
+	// "static" (default: the fixed split) or "movable" (headroom moves,
+	// server/shares.go; opt-in while its new-series throughput gap is open).
+	ShareMode string
+	// Metering configures continuous-usage metering (server/metering.go).
+	Metering meterserver.Config
 }
 
 // Validate fills defaults and checks ranges.
@@ -171,11 +190,29 @@ func (c *Config) Validate() error {
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 5 * time.Second
 	}
+	if err := c.TLS.validate(); err != nil {
+		return err
+	}
+	if err := c.Sketches.validate(); err != nil {
+		return err
+	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.RatePeriod == 0 {
+		c.RatePeriod = defaultRatePeriod
+	}
+	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
+		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.ShareMode == "" {
+		c.ShareMode = ShareStatic
+	}
+	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
+		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
 	}
 	return nil
 }
@@ -186,6 +223,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	limits  *limitsSource
+	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
 
 	host     *raftnode.Host
 	members  *membership.Membership // nil when gossip is disabled
@@ -194,6 +232,15 @@ type Server struct {
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 	vers     versionState
+	rates    *rateowner.Service // global rate limits (ratelimit.go)
+	sampling *samplingCtl       // backlog controller (sampling.go)
+
+	summaries *summaries.Hub // near-limit summary stream (summaries.go)
+	sketches  *sketchhub.Hub // sketches.go
+	shares    *shareState    // movable per-group shares (shares.go)
+	// metering (server/metering.go)
+	meterMods []*fsmmeter.Module
+	meter     *meterserver.Service
 
 	grpcLis net.Listener
 	grpc    *grpc.Server
@@ -267,11 +314,18 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.limits = ls
+	if err := s.setupRuntimeConfig(); err != nil {
+		return fail(err)
+	}
 
+	if s.shares, err = newShareState(s); err != nil {
+		return fail(err)
+	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
+	s.meteringModules()
 	for g := range s.fsms {
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion})
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g])})
 		if err != nil {
 			return fail(err)
 		}
@@ -285,6 +339,8 @@ func New(cfg Config) (*Server, error) {
 		Groups:        cfg.Groups,
 		Bootstrap:     cfg.Bootstrap,
 		NoSync:        cfg.RaftNoSync,
+		ServerTLS:     cfg.TLS.RaftServer,
+		ClientTLS:     cfg.TLS.RaftClient,
 		Logger:        s.log,
 		LeaderNotify: func(group int, leader bool) {
 			select {
@@ -311,12 +367,26 @@ func New(cfg Config) (*Server, error) {
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
 			Clock:             cfg.Clock,
-		}, s.fsms[g], host.Raft(g), s.limits.Get, s.log, s.metrics)
+			Share:             s.shares.share(g, hi-lo),
+			OnReset:           s.shares.mods[g].ResetReservations,
+			Track:             s.shares.track,
+		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.shares.run(s.stop) }()
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
 
+	if err := s.startSummaries(); err != nil {
+		return fail(err)
+	}
+	if err := s.newSketches(); err != nil {
+		return fail(err)
+	}
+	if err := s.startMetering(); err != nil {
+		return fail(err)
+	}
 	if err := s.startGRPC(); err != nil {
 		return fail(err)
 	}
@@ -327,6 +397,8 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.publishView()
+	s.startRuntimeConfig()
+	s.startSampling()
 	if !cfg.Bootstrap && cfg.BootstrapExpect == 0 {
 		empty := true
 		for g := range cfg.Groups {
@@ -341,6 +413,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
+	s.startSketchLoops()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
 		"partitions", cfg.Partitions, "groups", cfg.Groups, "shards", cfg.Shards)
@@ -520,6 +593,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			}
 		}
 		close(s.stop)
+		s.stopMetering()
 		for _, t := range s.trackers {
 			t.setLeader(false)
 		}

@@ -61,6 +61,10 @@ func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.Trac
 	return s, api.NewTrackerClient(cc)
 }
 
+// staticShares keeps a group's share fixed (ceil(max·n/P)): tests of one
+// group's share enforcement. Movable shares: shares_test.go.
+func staticShares(c *Config) { c.ShareMode = ShareStatic }
+
 func stop(t *testing.T, s *Server) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -98,7 +102,7 @@ func track(t *testing.T, c api.TrackerClient, tenant string, part int, hs []uint
 }
 
 func TestLimitExactlyAtGroupShare(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), nil)
+	s, c := startServer(t, t.TempDir(), staticShares) // one group's fixed share
 	defer stop(t, s)
 	// Partitions 0..15 form group 0; the tenant's share there is 16.
 	a := hashesIn(1, 0, 10)
@@ -139,7 +143,7 @@ func TestLimitExactlyAtGroupShare(t *testing.T) {
 }
 
 func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 6400 }) // share 1600
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 6400; c.ShareMode = ShareStatic }) // share 1600
 	defer stop(t, s)
 	type res struct {
 		hs, rej []uint64
@@ -239,7 +243,16 @@ func TestAcceptedSurvivesRestartAndLowerLimit(t *testing.T) {
 	}
 	// Lower the limit far below usage: accepted series stay, new ones are refused.
 	writeLimits(4) // share 1
-	waitFor(t, "limits reload", func() bool { return s.limits.Get().For("t1").MaxSeries == 4 })
+	// The changed file is proposed as the runtime config and reaches every
+	// group's replica.
+	waitFor(t, "limits reload", func() bool {
+		for g := range 4 {
+			if s.groupLimits(g).For("t1").MaxSeries != 4 {
+				return false
+			}
+		}
+		return true
+	})
 	if rej := track(t, c, "t1", 4, acc[80:]); len(rej) != 0 {
 		t.Fatalf("after lowering the limit %d accepted series rejected", len(rej))
 	}
@@ -261,7 +274,7 @@ func snapshotOf(t *testing.T, s *Server, g int) []byte {
 
 func TestIdleExpiryWithInjectedClock(t *testing.T) {
 	clk := newTestClock()
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Clock = clk.Now; c.IdleTimeout = 20 * time.Minute })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Clock = clk.Now; c.IdleTimeout = 20 * time.Minute; c.ShareMode = ShareStatic })
 	defer stop(t, s)
 	old := hashesIn(20, 0, 16)
 	if rej := track(t, c, "t1", 0, old); len(rej) != 0 {

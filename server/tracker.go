@@ -23,18 +23,47 @@ type trackerConfig struct {
 	MaxInFlight       int
 	ApplyTimeout      time.Duration
 	Clock             func() time.Time
+	// Share overrides the static split when set (movable shares).
+	Share func(tenant string) int64
+	// OnReset runs with the FSM's ResetReservations (a new leader session).
+	OnReset func()
+	// Track, when set, wraps each request's decision (borrow and re-decide).
+	Track func(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error)
 }
 
 // groupTracker wires one group's admission.Tracker to this node: the group's
 // FSM as committed state, its raft as the log, the runtime limits as group
 // shares, and the node's metrics.
-type groupTracker struct{ t *admission.Tracker }
+type groupTracker struct {
+	t     *admission.Tracker
+	group int
+	wrap  func(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error)
+}
+
+// resetState adds a hook to the FSM's ResetReservations: reservations other
+// than series (outgoing headroom) reset in the same step.
+type resetState struct {
+	*fsm.FSM
+	onReset func()
+}
+
+func (r resetState) ResetReservations() {
+	r.FSM.ResetReservations()
+	r.onReset()
+}
 
 func newGroupTracker(cfg trackerConfig, f *fsm.FSM, r *raft.Raft, limits func() *Limits, log *slog.Logger, m *metrics) *groupTracker {
-	share := func(tenant string) int64 {
-		return GroupShare(limits().For(tenant).MaxSeries, cfg.PartitionsInGroup, cfg.Partitions)
+	share := cfg.Share
+	if share == nil {
+		share = func(tenant string) int64 {
+			return GroupShare(limits().For(tenant).MaxSeries, cfg.PartitionsInGroup, cfg.Partitions)
+		}
 	}
-	return &groupTracker{t: admission.New(admission.Config{
+	var st admission.State = f
+	if cfg.OnReset != nil {
+		st = resetState{f, cfg.OnReset}
+	}
+	return &groupTracker{group: cfg.Group, wrap: cfg.Track, t: admission.New(admission.Config{
 		Group:          cfg.Group,
 		IdleMinutes:    cfg.IdleMinutes,
 		ExpireAge:      cfg.ExpireAge,
@@ -46,7 +75,7 @@ func newGroupTracker(cfg trackerConfig, f *fsm.FSM, r *raft.Raft, limits func() 
 		Share:          share,
 		Metrics:        groupMetrics{m: m, group: cfg.Group},
 		Logger:         log,
-	}, f, admission.RaftLog(r))}
+	}, st, admission.RaftLog(r))}
 }
 
 // setLeader starts or stops the leader session. Called on every leadership change.
@@ -60,6 +89,9 @@ func (g *groupTracker) leading() bool { return g.t.Leading() }
 
 // track submits a request and waits for its decision and commit.
 func (g *groupTracker) track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
+	if g.wrap != nil {
+		return g.wrap(ctx, g.group, g.t, tenant, hashes)
+	}
 	return g.t.Track(ctx, tenant, hashes)
 }
 

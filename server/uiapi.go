@@ -244,7 +244,7 @@ func (h *overviewHandler) build(ctx context.Context) Overview {
 // tenantOverview sums each tenant's active series over this node's replicas,
 // most used first.
 func (s *Server) tenantOverview() []TenantOverview {
-	limits := s.limits.Get()
+	limits := s.currentLimits()
 	byName := map[string]*TenantOverview{}
 	for g, f := range s.fsms {
 		lo, hi := f.PartitionRange()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -20,13 +21,16 @@ import (
 )
 
 // loopbackPort returns a loopback port free for TCP and UDP (serf needs both),
-// so a node can be restarted on the same addresses.
+// so a node can be restarted on the same addresses. It picks below Linux's
+// ephemeral range (32768–60999): a port handed out by ":0" could be taken
+// again, between this check and the node's bind, as the source port of some
+// other test's outgoing connection.
 func loopbackPort(t *testing.T) string {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 200 {
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", 20000+rand.IntN(12000)))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		addr := l.Addr().String()
 		u, err := net.ListenPacket("udp", addr)

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -28,6 +29,7 @@ type adminOpts struct {
 	addrs   string
 	token   string
 	timeout time.Duration
+	tls     clientTLSOpts
 }
 
 func (o *adminOpts) register(cmd *cobra.Command) {
@@ -35,13 +37,30 @@ func (o *adminOpts) register(cmd *cobra.Command) {
 	f.StringVar(&o.addrs, "addr", defaultAddr(), "gRPC address(es) of any node, comma-separated; the first that answers is used (env TOLLGATE_ADDR)")
 	f.StringVar(&o.token, "token", "", "admin token (env TOLLGATE_ADMIN_TOKEN)")
 	f.DurationVar(&o.timeout, "timeout", 30*time.Second, "deadline of the whole command")
+	o.tls.register(f)
 }
 
 // conn dials the first address that answers a NodeGroups call.
 func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClient, func(), error) {
+	cc, err := o.dialFirst(ctx)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return api.NewAdminClient(cc), api.NewTrackerClient(cc), func() { cc.Close() }, nil
+}
+
+// dialFirst returns a connection (with the token) to the first address that
+// answers a NodeGroups call.
+func (o *adminOpts) dialFirst(ctx context.Context) (*grpc.ClientConn, error) {
 	tok := o.token
 	if tok == "" {
 		tok = os.Getenv("TOLLGATE_ADMIN_TOKEN")
+	}
+	creds := insecure.NewCredentials()
+	if tc, err := o.tls.config(); err != nil {
+		return nil, err
+	} else if tc != nil {
+		creds = credentials.NewTLS(tc)
 	}
 	var errs []error
 	for _, addr := range strings.Split(o.addrs, ",") {
@@ -49,7 +68,7 @@ func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClien
 		if addr == "" {
 			continue
 		}
-		opts := []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
+		opts := []grpc.DialOption{grpc.WithTransportCredentials(creds),
 			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8 << 20))}
 		if tok != "" {
 			opts = append(opts, grpc.WithChainUnaryInterceptor(func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, co ...grpc.CallOption) error {
@@ -72,9 +91,9 @@ func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClien
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			continue
 		}
-		return adm, api.NewTrackerClient(cc), func() { cc.Close() }, nil
+		return cc, nil
 	}
-	return nil, nil, nil, fmt.Errorf("no node answered: %w", errors.Join(errs...))
+	return nil, tlsHint(fmt.Errorf("no node answered: %w", errors.Join(errs...)), creds.Info().SecurityProtocol == "tls")
 }
 
 // retryCall calls fn until it succeeds, fails in a way retrying cannot fix, or
@@ -146,10 +165,14 @@ func (o *adminOpts) run(cmd *cobra.Command, fn func(ctx context.Context, adm api
 func newStatusCmd() *cobra.Command {
 	var o adminOpts
 	var asJSON bool
+	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show members by zone, groups, leaders, applied index and series per group",
+		Short: "Show members by zone, groups, leaders, applied index and series per group (--tenant: one tenant's shares)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tenant != "" {
+				return tenantStatus(cmd, &o, tenant, asJSON)
+			}
 			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, _ api.TrackerClient) error {
 				st, err := retryCall(ctx, func(ctx context.Context) (*api.StatusResponse, error) {
 					return adm.Status(ctx, &api.StatusRequest{})
@@ -171,7 +194,62 @@ func newStatusCmd() *cobra.Command {
 	}
 	o.register(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the raw status as JSON")
+	cmd.Flags().StringVar(&tenant, "tenant", "", "show this tenant's share of max_series per group instead: base, delta, series, moves and transfers outstanding (from the answering node's replicas)")
 	return cmd
+}
+
+// tenantStatus prints one tenant's shares (Shares.TenantShares).
+func tenantStatus(cmd *cobra.Command, o *adminOpts, tenant string, asJSON bool) error {
+	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+	defer cancel()
+	cc, err := o.dialFirst(ctx)
+	if err != nil {
+		return err
+	}
+	defer cc.Close()
+	resp, err := retryCall(ctx, func(ctx context.Context) (*api.TenantSharesResponse, error) {
+		return api.NewSharesClient(cc).TenantShares(ctx, &api.TenantSharesRequest{Tenant: tenant})
+	})
+	if err != nil {
+		return fmt.Errorf("status --tenant %s: %w", tenant, err)
+	}
+	out := cmd.OutOrStdout()
+	if asJSON {
+		b, _ := protojson.MarshalOptions{Multiline: true, EmitUnpopulated: true}.Marshal(resp)
+		_, err := fmt.Fprintln(out, string(b))
+		return err
+	}
+	printTenantShares(out, resp)
+	return nil
+}
+
+func printTenantShares(out io.Writer, r *api.TenantSharesResponse) {
+	limit := "unlimited"
+	if r.MaxSeries > 0 {
+		limit = fmt.Sprint(r.MaxSeries)
+	}
+	fmt.Fprintf(out, "tenant %s: max_series %s, share mode %s (as node %s's replicas see it)\n", r.Tenant, limit, r.ShareMode, r.NodeId)
+	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "GROUP\tSERIES\tBASE\tDELTA\tSHARE\tGIVEN\tRECEIVED\tMOVES\tOUTSTANDING")
+	var series, base, delta, share, out0 int64
+	for _, g := range r.Groups {
+		var os []string
+		for _, t := range g.Outstanding {
+			os = append(os, fmt.Sprintf("seq %d → group %d: %d", t.Seq, t.To, t.Amount))
+			out0++
+		}
+		o := "-"
+		if len(os) > 0 {
+			o = strings.Join(os, ", ")
+		}
+		fmt.Fprintf(w, "%d\t%d\t%d\t%+d\t%d\t%d\t%d\t%d\t%s\n", g.Group, g.Series, g.Base, g.Delta, g.Share, g.Given, g.Received, g.Moves, o)
+		series, base, delta, share = series+g.Series, base+g.Base, delta+g.Delta, share+g.Share
+	}
+	fmt.Fprintf(w, "total\t%d\t%d\t%+d\t%d\t\t\t\t%d transfers\n", series, base, delta, share, out0)
+	w.Flush()
+	if delta < 0 {
+		fmt.Fprintf(out, "%d series of headroom are in transit between groups (given, not yet received); the giver's leader re-drives a transfer outstanding for more than 2 s\n", -delta)
+	}
 }
 
 // leaderless lists the groups of a view that have no leader.
@@ -197,7 +275,12 @@ func leaderlessError(groups []uint32) error {
 func printStatus(out io.Writer, st *api.StatusResponse) {
 	v := st.View
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	if cv := v.GetConfigVersion(); cv > 0 {
+		fmt.Fprintf(w, "runtime config: version %d (replicated; tollgate limits get)\n\n", cv)
+	} else {
+		fmt.Fprintf(w, "runtime config: none replicated: each node uses its --limits-file and flags (needs cluster version 3 on every node, then a limits set/apply or a node's limits file)\n\n")
+	}
 	members := slices.Clone(v.GetMembers())
 	slices.SortFunc(members, func(a, b *api.Member) int {
 		if c := strings.Compare(a.Zone, b.Zone); c != 0 {

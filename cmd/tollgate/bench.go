@@ -32,6 +32,7 @@ type benchOpts struct {
 	seed            uint64
 	timeout         time.Duration
 	asJSON          bool
+	tls             clientTLSOpts
 }
 
 // BenchSummary is the final report (--json prints it). Counts are of series
@@ -189,6 +190,7 @@ each second; the summary to stdout.`,
 	f.Uint64Var(&o.seed, "seed", 1, "series generator seed")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request deadline (and for learning the layout)")
 	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
+	o.tls.register(f)
 	return cmd
 }
 
@@ -223,7 +225,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	}
 	// ModeSync: the load generator measures the servers' answers (and needs no
 	// near-limit polling); TrackPartition waits for them in any mode.
-	c, err := connectClient(ctx, o.addrs, o.timeout)
+	c, err := connectClient(ctx, o.addrs, o.timeout, &o.tls)
 	if err != nil {
 		return err
 	}

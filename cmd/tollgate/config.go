@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/metering/interval"
 	"github.com/tollgate-io/tollgate/server"
 )
 
@@ -30,8 +31,12 @@ type serverSettings struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	tls             tlsSettings // tls.go
 
 	configFile string // --config / TOLLGATE_CONFIG; not itself a YAML key
+
+	meterGranularity string // --metering-granularity, into cfg.Metering
+	meterTimeZone    string // --metering-time-zone, into cfg.Metering
 
 	// source records where each setting's value came from (flag name →
 	// "--flag", "env TOLLGATE_X", "<file>", or "default"), so errors and --dev
@@ -80,14 +85,36 @@ func (s *serverSettings) options() []option {
 		{"shards", &c.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
 		{"idle-timeout", &c.IdleTimeout, "a series seen within this is active (whole minutes, ≤ 60m; it goes idle at most one minute later)"},
 		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
-		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides), reloaded on change"},
+		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see README)"},
 		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
+		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P), as before)"},
 		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
 		{"max-hashes-per-request", &c.MaxHashesPerRequest, "largest TrackSeries request accepted"},
 		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry"},
+		{"sketch-precision", &c.Sketches.Precision, "HLL precision of per-partition sketches, 4..18 (clients must use the same)"},
+		{"sketch-window", &c.Sketches.WindowMinutes, "per-partition sketch window in minutes (clients must use the same)"},
+		{"sketch-partitions", &c.Sketches.Partitions, "ingest partitions accepted in sketches: 0 ≤ partition < this"},
+		{"sketch-max", &c.Sketches.MaxSketches, "most (tenant, partition, minute) sketches a node holds; pushes beyond get ResourceExhausted"},
+		{"sketch-peer-interval", &c.Sketches.PeerInterval, "how often a node sends changed sketches to its peers"},
 		{"shutdown-timeout", &s.shutdownTimeout, "graceful shutdown bound"},
+		{"metering-granularity", &s.meterGranularity, "metering sampling granularity: minute, hour, day or month"},
+		{"metering-time-zone", &s.meterTimeZone, "IANA time zone of metering boundaries (days, months)"},
+		{"metering-slack", &c.Metering.Slack, "metering events may be this far in the past or future"},
+		{"metering-sink-url", &c.Metering.SinkURL, "HTTP collector that receives every usage record (POST JSON); empty: ledger only"},
+		{"metering-ledger-retention", &c.Metering.LedgerRetention, "usage records and active-series samples older than this are dropped"},
+		{"metering-test-clock", &c.Metering.TestClock, "development/test only: the admin API may set and advance the metering clock"},
 		{"log-level", &s.logLevel, "debug, info, warn or error"},
 		{"log-format", &s.logFormat, "text or json"},
+		{"tls-cert", &s.tls.cert, "node certificate (PEM): gRPC and HTTP serve TLS, calls to other nodes and raft use it too"},
+		{"tls-key", &s.tls.key, "private key of --tls-cert (PEM)"},
+		{"tls-ca", &s.tls.ca, "CA certificate(s) (PEM) verifying client and peer certificates"},
+		{"tls-client-auth", &s.tls.clientAuth, "client certificates on gRPC (and HTTP): none, request (verified if sent) or require (mutual TLS)"},
+		{"tls-http-client-auth", &s.tls.httpClientAuth, "client certificates on HTTP if different from --tls-client-auth (e.g. none for browsers and scrapers)"},
+		{"raft-tls-cert", &s.tls.raftCert, "certificate for the raft transport's mutual TLS (default: --tls-cert)"},
+		{"raft-tls-key", &s.tls.raftKey, "private key of --raft-tls-cert (default: --tls-key)"},
+		{"raft-tls-ca", &s.tls.raftCA, "CA verifying raft peers (default: --tls-ca)"},
+		{"gossip-key", &s.tls.gossipKey, "base64 key (32 bytes) encrypting serf gossip; prefer TOLLGATE_GOSSIP_KEY or --gossip-keyring-file (a flag is visible in ps)"},
+		{"gossip-keyring-file", &s.tls.gossipKeyringFile, "file of base64 gossip keys, one per line or a JSON list; the first encrypts, all decrypt (rotation)"},
 	}
 }
 
@@ -105,11 +132,14 @@ func newServerSettings() (*serverSettings, error) {
 	c.GossipAddr = "127.0.0.1:7302"
 	c.DefaultMaxSeries = 150_000
 	return &serverSettings{
-		cfg:             c,
-		logLevel:        "info",
-		logFormat:       "text",
-		shutdownTimeout: 30 * time.Second,
-		source:          map[string]string{},
+		cfg:              c,
+		meterGranularity: "hour",
+		meterTimeZone:    "UTC",
+		logLevel:         "info",
+		logFormat:        "text",
+		tls:              tlsSettings{clientAuth: "none"},
+		shutdownTimeout:  30 * time.Second,
+		source:           map[string]string{},
 	}, nil
 }
 
@@ -191,7 +221,7 @@ func (s *serverSettings) load(f *pflag.FlagSet, lookupEnv func(string) (string, 
 	if err := s.readTokenFile(); err != nil {
 		return configError([]error{err})
 	}
-	if errs := s.validate(); len(errs) > 0 {
+	if errs := append(s.validate(), s.buildTLS()...); len(errs) > 0 {
 		return configError(errs)
 	}
 	return nil
@@ -270,6 +300,16 @@ func (s *serverSettings) validate() []error {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			bad(flag, "%q is not host:port", v)
 		}
+	}
+	if g, err := interval.ParseGranularity(s.meterGranularity); err != nil {
+		bad("metering-granularity", "%v", err)
+	} else {
+		c.Metering.Granularity = g
+	}
+	if loc, err := time.LoadLocation(s.meterTimeZone); err != nil {
+		bad("metering-time-zone", "%v", err)
+	} else {
+		c.Metering.Location = loc
 	}
 	addr("grpc-addr", c.GRPCAddr, false)
 	addr("http-addr", c.HTTPAddr, true)

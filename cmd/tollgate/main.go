@@ -27,6 +27,9 @@ func newRootCmd() *cobra.Command {
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newServerCmd(), newTrackCmd(), newBenchCmd(), newStatusCmd(), newRaftCmd(), newSnapshotCmd())
-	root.AddCommand(newTenantCmd())
+	root.AddCommand(newTenantCmd(), newRateBenchCmd())
+	root.AddCommand(newTLSCmd(), newHealthCmd())
+	root.AddCommand(newLimitsCmd())
+	root.AddCommand(newUsageCmd())
 	return root
 }

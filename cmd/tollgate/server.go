@@ -77,6 +77,7 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 	defer stop()
 	if waitUntilReady(ctx, srv, log, 250*time.Millisecond) {
 		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir, cfg.LimitsReload)
+		fmt.Fprintf(cmd.OutOrStdout(), "  tls:      %s\n", serverTLSInfo(cfg.TLS))
 		<-ctx.Done()
 	}
 	log.Info("shutting down", "timeout", s.shutdownTimeout)
@@ -127,15 +128,21 @@ func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.
 	if li.File != "" {
 		limits = fmt.Sprintf("file: %s (%d tenant overrides, re-read every %v)", li.File, li.Overrides, reload)
 	}
+	if li.ConfigVersion > 0 {
+		limits = fmt.Sprintf("runtime config version %d (%d tenant overrides; tollgate limits get)", li.ConfigVersion, li.Overrides)
+		if li.File != "" {
+			limits += "; file " + li.File + " is proposed when it changes"
+		}
+	}
 	fmt.Fprintf(out, "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     %s\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  limits:   default max_series per tenant: %s; %s\n",
-		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv.HTTPAddr()), srv.RaftAddr(), gossip, dataDir, limit, limits)
+		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), srv.RaftAddr(), gossip, dataDir, limit, limits)
 }
 
-func httpLine(addr string) string {
-	if addr == "" {
+func httpLine(srv *server.Server) string {
+	if srv.HTTPAddr() == "" {
 		return "off"
 	}
-	return "http://" + addr + "  (/metrics /healthz /readyz /api/v1/status)"
+	return srv.HTTPScheme() + "://" + srv.HTTPAddr() + "  (/metrics /healthz /readyz /api/v1/status)"
 }
 
 func newLogger(level, format string) (*slog.Logger, error) {

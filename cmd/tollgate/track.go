@@ -40,7 +40,11 @@ func splitAddrs(addrs string) []string {
 // first ClusterView), failing at once when no address accepts a connection:
 // the client library would otherwise retry until the deadline, and a wrong
 // address or a server that is not running deserves a clear answer now.
-func connectClient(ctx context.Context, addrs string, timeout time.Duration) (*clientlib.Client, error) {
+func connectClient(ctx context.Context, addrs string, timeout time.Duration, tlsOpts *clientTLSOpts) (*clientlib.Client, error) {
+	tc, err := tlsOpts.config()
+	if err != nil {
+		return nil, err
+	}
 	list := splitAddrs(addrs)
 	if len(list) == 0 {
 		return nil, errors.New("--addr: no address given")
@@ -48,7 +52,7 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration) (*c
 	if err := anyReachable(ctx, list); err != nil {
 		return nil, err
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync})
+	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc})
 	if err != nil {
 		return nil, err
 	}
@@ -56,7 +60,11 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration) (*c
 	defer cancel()
 	if err := c.WaitReady(lctx); err != nil {
 		c.Close()
-		return nil, fmt.Errorf("learn the cluster layout from %s: %w", addrs, err)
+		err = fmt.Errorf("learn the cluster layout from %s: %w", addrs, err)
+		if tc == nil && speaksTLS(context.WithoutCancel(ctx), list[0]) {
+			err = tlsHint(fmt.Errorf("%w: server preface", err), false)
+		}
+		return nil, tlsHint(err, tc != nil)
 	}
 	return c, nil
 }
@@ -85,6 +93,7 @@ func newTrackCmd() *cobra.Command {
 		seed    uint64
 		timeout time.Duration
 		asJSON  bool
+		tlsOpts clientTLSOpts
 	)
 	cmd := &cobra.Command{
 		Use:   "track [HASH...]",
@@ -115,7 +124,7 @@ from the server.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			c, err := connectClient(ctx, addrs, timeout)
+			c, err := connectClient(ctx, addrs, timeout, &tlsOpts)
 			if err != nil {
 				return err
 			}
@@ -148,6 +157,7 @@ from the server.`,
 	f.Uint64Var(&seed, "seed", 1, "seed for --count")
 	f.DurationVar(&timeout, "timeout", 10*time.Second, "deadline for the whole call")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
+	tlsOpts.register(f)
 	_ = cmd.MarkFlagRequired("tenant")
 	return cmd
 }

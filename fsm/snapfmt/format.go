@@ -11,8 +11,11 @@ import (
 // Magic opens every snapshot file (6 bytes, ASCII).
 const Magic = "TGSNAP"
 
-// Version is the format version this package writes and the only one it reads.
-const Version = 1
+// Version is the newest format version this package reads and writes.
+// Version 2 adds section blocks (named opaque payloads after the shard blocks);
+// a Writer whose Header.Version is 0 or 1 writes version 1, byte for byte as
+// before, so a file without sections stays readable by version-1 builds.
+const Version = 2
 
 // Limits enforced by both the Writer (as ErrInvalid) and the Reader (as
 // ErrCorrupt). They bound what a reader allocates before a checksum has been
@@ -32,6 +35,10 @@ const (
 	MaxBlockSeries = 1 << 30
 	// MaxPayload bounds the payload of one shard block, in bytes.
 	MaxPayload = 1<<31 - 1
+	// MaxSections bounds the section blocks of one file.
+	MaxSections = 64
+	// MaxSectionName bounds a section name, in bytes.
+	MaxSectionName = 64
 	// MaxMinute is the largest valid minute value (the FSM's clock is a
 	// 120-minute ring, values 0..119).
 	MaxMinute = 119
@@ -43,6 +50,7 @@ const (
 	headerFields = 32 // partitions shards groupLo groupHi (4 each) index term (8 each)
 	kindShard    = 'S'
 	kindEnd      = 'E'
+	kindSection  = 'X'
 	frameLen     = 13 // kind(1) shard(4) payloadLen(4) crc(4)
 	trailerLen   = 21 // kind(1) blocks(4) series(8) chain(4) crc(4)
 	minuteChunk  = 1 << 17
@@ -71,6 +79,9 @@ var ErrInvalid = errors.New("snapfmt: invalid input")
 
 // Header describes a snapshot. It is written once at the start of the file.
 type Header struct {
+	// Version is the format version: 0 or 1 write (and a version-1 file reads
+	// as) version 1, which cannot hold sections; 2 allows WriteSection.
+	Version          uint16
 	Partitions       uint32 // P of the cluster, ≥ 1
 	Shards           uint32 // S, a power of two in [1, MaxShards]
 	GroupLo, GroupHi uint32 // partition range [lo, hi) of the group, lo < hi ≤ P
@@ -116,6 +127,8 @@ func efSizes(u, m uint64, l uint) (lowLen, highLen, highBits uint64) {
 // (no prefix) or "".
 func checkHeader(h *Header) string {
 	switch {
+	case h.Version > Version:
+		return fmt.Sprintf("version %d: this build writes at most %d", h.Version, Version)
 	case h.Partitions < 1:
 		return "partitions = 0"
 	case h.Shards < 1 || h.Shards > MaxShards || h.Shards&(h.Shards-1) != 0:
@@ -144,7 +157,7 @@ func checkHeader(h *Header) string {
 func appendHeader(b []byte, h *Header) []byte {
 	start := len(b)
 	b = append(b, Magic...)
-	b = binary.LittleEndian.AppendUint16(b, Version)
+	b = binary.LittleEndian.AppendUint16(b, max(h.Version, 1))
 	b = binary.LittleEndian.AppendUint32(b, 0) // body length, patched below
 	body := len(b)
 	b = binary.LittleEndian.AppendUint32(b, h.Partitions)
@@ -210,4 +223,26 @@ func parseHeaderBody(body []byte) (Header, error) {
 		return h, corruptf("header: %s", msg)
 	}
 	return h, nil
+}
+
+// Section is a named opaque payload carried after the shard blocks (format
+// version 2): the state of an FSM module (see fsm.Module).
+type Section struct {
+	Name    string
+	Payload []byte
+}
+
+// checkSectionName returns a message (no prefix) or "" when name is valid:
+// 1..MaxSectionName bytes of [a-z0-9-].
+func checkSectionName(name string) string {
+	if len(name) < 1 || len(name) > MaxSectionName {
+		return fmt.Sprintf("section name %q is %d bytes, must be 1..%d", name, len(name), MaxSectionName)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return fmt.Sprintf("section name %q: byte %d is not one of [a-z0-9-]", name, i)
+		}
+	}
+	return ""
 }

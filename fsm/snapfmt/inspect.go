@@ -7,6 +7,7 @@ type Summary struct {
 	Header       Header
 	Bytes        int64                 // size of the snapshot file
 	Blocks       int                   // shard blocks
+	Sections     []SectionSummary      // section blocks (version 2), in file order
 	Series       uint64                // total series
 	TenantSeries []uint64              // series per tenant, indexed like Header.Tenants
 	ShardSeries  []uint64              // series per shard, len Header.Shards
@@ -46,5 +47,14 @@ func Inspect(r io.Reader) (Summary, error) {
 		}
 	}
 	s.Bytes = rd.off
+	for _, sec := range rd.Sections() {
+		s.Sections = append(s.Sections, SectionSummary{Name: sec.Name, Bytes: len(sec.Payload)})
+	}
 	return s, nil
+}
+
+// SectionSummary names one section block and its payload size.
+type SectionSummary struct {
+	Name  string
+	Bytes int
 }

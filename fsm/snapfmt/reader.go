@@ -36,6 +36,8 @@ type Reader struct {
 	done   bool
 	err    error // sticky
 
+	sections []Section
+
 	frame   [trailerLen]byte
 	buf     []byte
 	hashes  []uint64
@@ -54,8 +56,9 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if string(fixed[:6]) != Magic {
 		return nil, corruptf("header: bad magic %q, want %q", fixed[:6], Magic)
 	}
-	if v := binary.LittleEndian.Uint16(fixed[6:]); v != Version {
-		return nil, fmt.Errorf("%w: %w: file has format version %d, this build reads version %d", ErrCorrupt, ErrVersion, v, Version)
+	v := binary.LittleEndian.Uint16(fixed[6:])
+	if v < 1 || v > Version {
+		return nil, fmt.Errorf("%w: %w: file has format version %d, this build reads versions 1 to %d", ErrCorrupt, ErrVersion, v, Version)
 	}
 	bodyLen := binary.LittleEndian.Uint32(fixed[8:])
 	if bodyLen > MaxHeaderBody {
@@ -74,6 +77,7 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	h.Version = v
 	rd.h = h
 	rd.k = uint(bits.TrailingZeros32(h.Shards))
 	rd.vmax = ^uint64(0) >> rd.k
@@ -84,6 +88,11 @@ func NewReader(r io.Reader) (*Reader, error) {
 
 // Header returns the snapshot header. Its slices must not be modified.
 func (r *Reader) Header() Header { return r.h }
+
+// Sections returns the section blocks (format version 2), verified, in file
+// order (ascending names). They follow every shard block, so the list is
+// complete once Next has returned io.EOF; before that it holds what was read.
+func (r *Reader) Sections() []Section { return r.sections }
 
 // Next returns the next shard block: the shard and its series, ordered by
 // tenant index, each with hashes ascending and minutes in hash order. After the
@@ -119,7 +128,18 @@ func (r *Reader) next() (uint32, []TenantSeries, error) {
 	}
 	switch r.frame[0] {
 	case kindShard:
+		if len(r.sections) > 0 {
+			return 0, nil, corruptf("block %d at offset %d: shard block after a section block", r.blocks, start)
+		}
 		return r.readBlock(start)
+	case kindSection:
+		if r.h.Version < 2 {
+			return 0, nil, corruptf("block %d at offset %d: section block in a version %d file", r.blocks, start, r.h.Version)
+		}
+		if err := r.readSection(start); err != nil {
+			return 0, nil, err
+		}
+		return r.next()
 	case kindEnd:
 		return 0, nil, r.readTrailer(start)
 	default:
@@ -165,6 +185,48 @@ func (r *Reader) readBlock(start int64) (uint32, []TenantSeries, error) {
 	r.series += total
 	r.chain = crc32.Update(r.chain, castagnoli, f[9:13])
 	return shard, r.out, nil
+}
+
+// readSection reads and verifies one section block (its kind byte consumed).
+func (r *Reader) readSection(start int64) error {
+	where := fmt.Sprintf("block %d (section) at offset %d", r.blocks, start)
+	if len(r.sections) >= MaxSections {
+		return corruptf("%s: more than %d sections", where, MaxSections)
+	}
+	var nl [1]byte
+	if err := r.readFull(nl[:], where+": name length"); err != nil {
+		return err
+	}
+	frame := make([]byte, 0, 2+int(nl[0])+8)
+	frame = append(frame, kindSection, nl[0])
+	frame = frame[:2+int(nl[0])+8]
+	if err := r.readFull(frame[2:], where+": frame"); err != nil {
+		return err
+	}
+	name := string(frame[2 : 2+int(nl[0])])
+	if msg := checkSectionName(name); msg != "" {
+		return corruptf("%s: %s", where, msg)
+	}
+	where = fmt.Sprintf("block %d (section %q) at offset %d", r.blocks, name, start)
+	if n := len(r.sections); n > 0 && name <= r.sections[n-1].Name {
+		return corruptf("%s: section names not distinct and ascending (after %q)", where, r.sections[n-1].Name)
+	}
+	plen := binary.LittleEndian.Uint32(frame[2+len(name):])
+	stored := binary.LittleEndian.Uint32(frame[6+len(name):])
+	if plen > MaxPayload {
+		return corruptf("%s: payload length %d exceeds %d", where, plen, MaxPayload)
+	}
+	payload, err := r.readGrow(nil, int(plen), where+": payload")
+	if err != nil {
+		return err
+	}
+	if sum := crc32.Update(crc32.Checksum(frame[:6+len(name)], castagnoli), castagnoli, payload); sum != stored {
+		return corruptf("%s: checksum mismatch (stored %08x, computed %08x)", where, stored, sum)
+	}
+	r.sections = append(r.sections, Section{Name: name, Payload: payload})
+	r.blocks++
+	r.chain = crc32.Update(r.chain, castagnoli, frame[6+len(name):])
+	return nil
 }
 
 func (r *Reader) readTrailer(start int64) error {

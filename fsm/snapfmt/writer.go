@@ -40,6 +40,9 @@ type Writer struct {
 	err      error // sticky: the underlying writer failed
 	closed   bool
 	closeErr error
+	version  uint16
+	lastSect string // name of the last section written ("" before the first)
+	sections uint32
 
 	buf    []byte   // frame + payload of the block being built
 	mins   []byte   // minutes of the block, in output order
@@ -76,6 +79,7 @@ func NewWriter(w io.Writer, h Header) (*Writer, error) {
 		k:       uint(bits.TrailingZeros32(h.Shards)),
 		seen:    make([]bool, h.Shards),
 		chain:   crc32.Update(0, castagnoli, hb[len(hb)-4:]),
+		version: max(h.Version, 1),
 	}, nil
 }
 
@@ -94,6 +98,9 @@ func (w *Writer) WriteShard(shard uint32, series []TenantSeries) error {
 	}
 	if w.closed {
 		return invalidf("WriteShard after Close")
+	}
+	if w.lastSect != "" {
+		return invalidf("WriteShard after WriteSection: sections follow every shard block")
 	}
 	if shard >= w.shards {
 		return invalidf("shard %d out of range [0, %d)", shard, w.shards)
@@ -165,6 +172,50 @@ func (w *Writer) WriteShard(shard uint32, series []TenantSeries) error {
 	w.blocks++
 	w.series += total
 	w.chain = crc32.Update(w.chain, castagnoli, b[9:13])
+	return nil
+}
+
+// WriteSection writes a section block (format version 2 only): a named opaque
+// payload, checksummed like a shard block. Sections follow every shard block
+// and come in strictly ascending name order, so the bytes of a file are a
+// function of its content. Invalid input returns ErrInvalid and writes nothing.
+func (w *Writer) WriteSection(name string, payload []byte) error {
+	if w.err != nil {
+		return w.err
+	}
+	switch {
+	case w.closed:
+		return invalidf("WriteSection after Close")
+	case w.version < 2:
+		return invalidf("section %q: a version %d file cannot hold sections (set Header.Version to 2)", name, w.version)
+	case len(payload) > MaxPayload:
+		return invalidf("section %q: payload is %d bytes, at most %d allowed", name, len(payload), MaxPayload)
+	case w.lastSect != "" && name <= w.lastSect:
+		return invalidf("section %q after %q: names must be distinct and ascending", name, w.lastSect)
+	case w.sections >= MaxSections:
+		return invalidf("section %q: more than %d sections", name, MaxSections)
+	}
+	if msg := checkSectionName(name); msg != "" {
+		return invalidf("%s", msg)
+	}
+	b := append(w.buf[:0], kindSection, byte(len(name)))
+	b = append(b, name...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(payload)))
+	crc := crc32.Update(crc32.Checksum(b, castagnoli), castagnoli, payload)
+	b = binary.LittleEndian.AppendUint32(b, crc)
+	w.buf = b[:0]
+	if _, err := w.w.Write(b); err != nil {
+		w.err = fmt.Errorf("snapfmt: writing section %q: %w", name, err)
+		return w.err
+	}
+	if _, err := w.w.Write(payload); err != nil {
+		w.err = fmt.Errorf("snapfmt: writing section %q: %w", name, err)
+		return w.err
+	}
+	w.lastSect = name
+	w.sections++
+	w.blocks++
+	w.chain = crc32.Update(w.chain, castagnoli, b[len(b)-4:])
 	return nil
 }
 

@@ -1,0 +1,582 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// Strategy selects how a client decides from what the owner streams back.
+type Strategy int
+
+const (
+	// Lease (the default): the owner runs one token bucket per tenant and
+	// grants each client a cap on its own cumulative consumption, sized by the
+	// client's recent demand. Σ leases ≤ what the bucket holds, so admitted
+	// traffic stays at the limit however many clients carry it.
+	Lease Strategy = iota + 1
+	// Blocklist is the seed's (Cortex) baseline: a sliding window of two fixed
+	// buckets on the owner; a tenant over its limit is blocked for the seed's
+	// blocked-for duration and everything else is admitted.
+	Blocklist
+	// Local is the classic strategy: a local token bucket of limit ÷ active
+	// clients, the count coming from the owner.
+	Local
+)
+
+func (s Strategy) String() string {
+	switch s {
+	case Lease:
+		return "lease"
+	case Blocklist:
+		return "blocklist"
+	case Local:
+		return "local"
+	}
+	return fmt.Sprintf("strategy(%d)", int(s))
+}
+
+// ParseStrategy reads "lease", "blocklist" or "local".
+func ParseStrategy(s string) (Strategy, error) {
+	for _, st := range []Strategy{Lease, Blocklist, Local} {
+		if st.String() == s {
+			return st, nil
+		}
+	}
+	return 0, fmt.Errorf("rate-limit strategy %q: want lease, blocklist or local", s)
+}
+
+func (s Strategy) wire() api.RateStrategy {
+	switch s {
+	case Blocklist:
+		return api.RateStrategy_RATE_STRATEGY_BLOCKLIST
+	case Local:
+		return api.RateStrategy_RATE_STRATEGY_LOCAL
+	}
+	return api.RateStrategy_RATE_STRATEGY_LEASE
+}
+
+// Reasons of a decision, the "reason" label of the decision metric.
+const (
+	reasonWithinLimit = iota // allowed: the strategy's rule admitted it
+	reasonNoLimit            // allowed: the tenant has no rate limit
+	reasonNoState            // allowed: no update from the owner yet (first report period of a tenant)
+	reasonFailOpen           // allowed: the owner has been silent longer than StaleAfter
+	reasonBlocklist          // blocked: tenant on the blocklist
+	reasonLease              // blocked: lease exhausted
+	reasonLocalBucket        // blocked: local token bucket empty
+	reasonFailClosed         // blocked: owner silent and FailClosed
+	numReasons
+)
+
+var reasonNames = [numReasons]string{"within_limit", "no_limit", "no_state", "fail_open", "blocklist", "lease_exhausted", "local_bucket", "fail_closed"}
+
+func reasonAllowed(r int) bool { return r < reasonBlocklist }
+
+// Tenant modes, refreshed by Tick so Allow needs no clock on most paths.
+const (
+	modeNoState int32 = iota // no update yet
+	modeLimited              // updates are fresh, the tenant has a limit
+	modeNoLimit              // updates are fresh, no limit
+	modeStale                // no update for StaleAfter
+)
+
+// LimiterConfig configures the transport-free core.
+type LimiterConfig struct {
+	Strategy Strategy // default Lease
+	// StaleAfter: a tenant whose owner sent nothing for this long is decided by
+	// FailClosed (default 5s). Before that, a Lease client keeps admitting at
+	// its last lease rate and a Blocklist client keeps its blocklist.
+	StaleAfter time.Duration
+	// FailClosed rejects stale tenants instead of admitting them (fail open is
+	// the default, as in the seed: an unreachable limiter must not stop ingestion).
+	FailClosed bool
+	// Now is the clock (default time.Now); tests pass a simulated one.
+	Now func() time.Time
+	// ClientID identifies this client to owners; 0 picks a random one.
+	ClientID uint64
+}
+
+// Limiter is the decision core of a client: Allow, the report it sends and the
+// updates it applies. It does no I/O (Client adds the transport), so strategies
+// are tested against a simulated clock.
+type Limiter struct {
+	cfg LimiterConfig
+	now func() time.Time
+
+	tenants atomic.Pointer[map[string]*tenant] // copy-on-write: Allow reads without a lock
+	mu      sync.Mutex                         // serialises inserts
+	byID    atomic.Pointer[[]*tenant]          // id-1 → tenant
+
+	// report state, owned by the goroutine that calls Tick/Report (reportMu)
+	reportMu sync.Mutex
+}
+
+type tenant struct {
+	name string
+	id   uint32
+
+	mode     atomic.Int32
+	consumed atomic.Uint64 // admitted tokens since start
+	// rejected tokens since start: offered = consumed + rejected, so the
+	// admitting path touches one counter less.
+	rejected atomic.Uint64
+	decided  [numReasons]atomic.Uint64
+
+	// from the owner's last update
+	limitBits    atomic.Uint64 // float64 tokens/s
+	burst        atomic.Uint64
+	windowNanos  atomic.Int64
+	blockedUntil atomic.Int64  // unix ns; 0 = not blocked
+	leaseCap     atomic.Uint64 // Lease: admit while consumed ≤ cap
+	leaseRate    atomic.Uint64 // float64 tokens/s, extension of the cap when updates stop
+	grantAt      atomic.Int64  // unix ns of the update carrying leaseCap
+	updatedAt    atomic.Int64  // unix ns of the last update; 0 = none
+	firstSeen    int64
+
+	local localBucket
+
+	// report-side bookkeeping (reportMu)
+	lastConsumed uint64
+	bucketStart  int64
+	bucketCur    uint64
+	bucketPrev   uint64
+}
+
+// localBucket is the Local strategy's token bucket. Tick refills it (once per
+// report period) so Allow reads no clock: on some VMs a clock read costs more
+// than the whole decision.
+type localBucket struct {
+	tokens atomic.Int64 // whole tokens
+	mu     sync.Mutex   // rate, burst, frac, last (Tick and Apply)
+	rate   float64
+	burst  float64
+	frac   float64 // refill below one token, carried over
+	last   int64
+	sized  bool
+}
+
+// NewLimiter returns a core with no tenants.
+func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
+	if cfg.Strategy == 0 {
+		cfg.Strategy = Lease
+	}
+	if cfg.Strategy < Lease || cfg.Strategy > Local {
+		return nil, fmt.Errorf("ratelimit: unknown strategy %d", cfg.Strategy)
+	}
+	if cfg.StaleAfter == 0 {
+		cfg.StaleAfter = 5 * time.Second
+	}
+	if cfg.StaleAfter < 0 {
+		return nil, fmt.Errorf("ratelimit: stale-after %v must be > 0", cfg.StaleAfter)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.ClientID == 0 {
+		cfg.ClientID = randomID()
+	}
+	l := &Limiter{cfg: cfg, now: cfg.Now}
+	m := map[string]*tenant{}
+	l.tenants.Store(&m)
+	ids := []*tenant{}
+	l.byID.Store(&ids)
+	return l, nil
+}
+
+// Strategy is the strategy this limiter decides with.
+func (l *Limiter) Strategy() Strategy { return l.cfg.Strategy }
+
+// ClientID is the id this limiter reports under.
+func (l *Limiter) ClientID() uint64 { return l.cfg.ClientID }
+
+// Allow decides locally whether n tokens of tenant may go in, and counts them.
+// It makes no network call and does not allocate once the tenant is known.
+func (l *Limiter) Allow(tenant string, n int) bool {
+	t := (*l.tenants.Load())[tenant]
+	if t == nil {
+		t = l.add(tenant)
+	}
+	if n < 0 {
+		n = 0
+	}
+	r := l.decide(t, uint64(n))
+	t.decided[r].Add(1)
+	return reasonAllowed(r)
+}
+
+// Handle is one tenant of a Limiter, looked up once: Handle.Allow skips the
+// tenant map, for callers that keep a handle per tenant (a connection bound
+// to one tenant, say). It shares every counter with Allow(tenant, n).
+type Handle struct {
+	l *Limiter
+	t *tenant
+}
+
+// Tenant returns the handle of a tenant, registering it if new.
+func (l *Limiter) Tenant(name string) *Handle {
+	t := (*l.tenants.Load())[name]
+	if t == nil {
+		t = l.add(name)
+	}
+	return &Handle{l: l, t: t}
+}
+
+// Allow decides like Limiter.Allow for the handle's tenant.
+func (h *Handle) Allow(n int) bool {
+	if n < 0 {
+		n = 0
+	}
+	r := h.l.decide(h.t, uint64(n))
+	h.t.decided[r].Add(1)
+	return reasonAllowed(r)
+}
+
+func (l *Limiter) decide(t *tenant, n uint64) int {
+	r := l.decideAdmit(t, n)
+	if !reasonAllowed(r) {
+		t.rejected.Add(n)
+	}
+	return r
+}
+
+// decideAdmit decides and, when it admits, counts the tokens consumed.
+func (l *Limiter) decideAdmit(t *tenant, n uint64) int {
+	mode := t.mode.Load()
+	if mode == modeLimited && l.cfg.Strategy == Lease {
+		// The hot path: one load of the cap, one compare-and-swap.
+		for {
+			c := t.consumed.Load()
+			limit := t.leaseCap.Load()
+			if c+n > limit {
+				limit = t.extendedCap(l.now().UnixNano(), limit)
+				if c+n > limit {
+					return reasonLease
+				}
+			}
+			if t.consumed.CompareAndSwap(c, c+n) {
+				return reasonWithinLimit
+			}
+		}
+	}
+	switch mode {
+	case modeNoLimit:
+		t.consumed.Add(n)
+		return reasonNoLimit
+	case modeNoState:
+		t.consumed.Add(n)
+		return reasonNoState
+	case modeStale:
+		if l.cfg.FailClosed {
+			return reasonFailClosed
+		}
+		t.consumed.Add(n)
+		return reasonFailOpen
+	}
+	switch l.cfg.Strategy {
+	case Blocklist:
+		if bu := t.blockedUntil.Load(); bu != 0 && l.now().UnixNano() < bu {
+			return reasonBlocklist
+		}
+		t.consumed.Add(n)
+		return reasonWithinLimit
+	case Local:
+		if !t.local.take(n) {
+			return reasonLocalBucket
+		}
+		t.consumed.Add(n)
+		return reasonWithinLimit
+	}
+	return reasonWithinLimit // unreachable: Lease with modeLimited is above
+}
+
+// offeredTotal is admitted + rejected tokens since start.
+func (t *tenant) offeredTotal() uint64 { return t.consumed.Load() + t.rejected.Load() }
+
+// leaseGrace is how long past a lease's grant a client waits for the next
+// update before extending the cap at its lease rate: an update is due every
+// report period, so only a missing owner (failover) gets this far.
+const leaseGrace = 300 * time.Millisecond
+
+// extendedCap lets a Lease client keep admitting at its share of the tenant's
+// refill while updates are late (owner failover), instead of stopping dead:
+// the shares of all clients sum to the limit, so this does not overshoot.
+func (t *tenant) extendedCap(now int64, limit uint64) uint64 {
+	since := now - t.grantAt.Load() - int64(leaseGrace)
+	if since <= 0 {
+		return limit
+	}
+	rate := math.Float64frombits(t.leaseRate.Load())
+	return limit + uint64(rate*float64(since)/1e9)
+}
+
+func (b *localBucket) take(n uint64) bool {
+	for {
+		v := b.tokens.Load()
+		if v < int64(n) {
+			return false
+		}
+		if b.tokens.CompareAndSwap(v, v-int64(n)) {
+			return true
+		}
+	}
+}
+
+func (b *localBucket) refill(now int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.last != 0 && now > b.last && b.sized {
+		add := b.rate*float64(now-b.last)/1e9 + b.frac
+		whole := math.Floor(add)
+		b.frac = add - whole
+		for {
+			v := b.tokens.Load()
+			nv := min(int64(b.burst), v+int64(whole))
+			if b.tokens.CompareAndSwap(v, nv) {
+				break
+			}
+		}
+	}
+	b.last = now
+}
+
+func (b *localBucket) resize(rate, burst float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !b.sized {
+		b.tokens.Store(int64(burst)) // a new bucket starts full, like x/time/rate
+		b.sized = true
+	}
+	b.rate, b.burst = rate, burst
+	if v := b.tokens.Load(); v > int64(burst) {
+		b.tokens.CompareAndSwap(v, int64(burst))
+	}
+}
+
+// add registers a tenant on its first Allow (slow path: copies the map).
+func (l *Limiter) add(name string) *tenant {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	old := *l.tenants.Load()
+	if t := old[name]; t != nil {
+		return t
+	}
+	ids := *l.byID.Load()
+	t := &tenant{name: name, id: uint32(len(ids) + 1), firstSeen: l.now().UnixNano()}
+	m := make(map[string]*tenant, len(old)+1)
+	for k, v := range old {
+		m[k] = v
+	}
+	m[name] = t
+	nids := append(ids[:len(ids):len(ids)], t)
+	l.byID.Store(&nids)
+	l.tenants.Store(&m)
+	return t
+}
+
+func (l *Limiter) tenantByID(id uint32) *tenant {
+	ids := *l.byID.Load()
+	if id == 0 || int(id) > len(ids) {
+		return nil
+	}
+	return ids[id-1]
+}
+
+// Tick advances the report-side bookkeeping to now: attributes what was
+// admitted since the last tick to the current window bucket, and marks
+// tenants whose owner has been silent for StaleAfter. Call it once per report
+// period, before building reports.
+func (l *Limiter) Tick(now time.Time) {
+	l.reportMu.Lock()
+	defer l.reportMu.Unlock()
+	ns := now.UnixNano()
+	stale := int64(l.cfg.StaleAfter)
+	for _, t := range *l.byID.Load() {
+		c := t.consumed.Load()
+		d := c - t.lastConsumed
+		t.lastConsumed = c
+		w := t.windowNanos.Load()
+		if w <= 0 {
+			w = int64(time.Second)
+		}
+		start := ns - ns%w
+		switch {
+		case start == t.bucketStart:
+		case start == t.bucketStart+w:
+			t.bucketPrev, t.bucketCur = t.bucketCur, 0
+		default:
+			t.bucketPrev, t.bucketCur = 0, 0
+		}
+		t.bucketStart = start
+		t.bucketCur += d
+
+		if l.cfg.Strategy == Local {
+			t.local.refill(ns)
+		}
+		// Apply sets the mode back when an update arrives.
+		if ns-max(t.updatedAt.Load(), t.firstSeen) > stale {
+			t.mode.Store(modeStale)
+		}
+	}
+}
+
+// ReportState is per-stream memory of which tenant names the peer knows.
+type ReportState struct {
+	introduced []bool
+	first      bool
+	// lastIn[id] is the report number that last carried tenant id: a tenant
+	// absent from the previous report joined the stream, and the report then
+	// carries bucket counts (the owner seeds from them; otherwise they are
+	// left out, which is most of a report's size).
+	lastIn []uint64
+	n      uint64
+}
+
+// NewReportState starts a stream: its first report carries the client id and
+// every tenant name it mentions.
+func NewReportState() *ReportState { return &ReportState{first: true} }
+
+// Report builds the report of the tenants include accepts (all when nil) for
+// one stream. Counts are cumulative, so a lost report loses nothing.
+func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.RateReport {
+	l.reportMu.Lock()
+	defer l.reportMu.Unlock()
+	rep := &api.RateReport{}
+	st.n++
+	joined := false
+	if st.first {
+		rep.ClientId = l.cfg.ClientID
+		rep.Strategy = l.cfg.Strategy.wire()
+		st.first = false
+	}
+	for _, t := range *l.byID.Load() {
+		if include != nil && !include(t.name) {
+			continue
+		}
+		if int(t.id) >= len(st.introduced) {
+			st.introduced = append(st.introduced, make([]bool, int(t.id)+1-len(st.introduced))...)
+			st.lastIn = append(st.lastIn, make([]uint64, int(t.id)+1-len(st.lastIn))...)
+		}
+		if st.lastIn[t.id] == 0 || st.lastIn[t.id]+1 != st.n {
+			joined = true
+		}
+		st.lastIn[t.id] = st.n
+		if !st.introduced[t.id] {
+			st.introduced[t.id] = true
+			rep.NewIds = append(rep.NewIds, t.id)
+			rep.NewNames = append(rep.NewNames, t.name)
+		}
+		rep.Ids = append(rep.Ids, t.id)
+		rep.ConsumedTotal = append(rep.ConsumedTotal, t.lastConsumed)
+		rep.OfferedTotal = append(rep.OfferedTotal, t.lastConsumed+t.rejected.Load())
+	}
+	if joined {
+		n := len(rep.Ids)
+		rep.BucketStartUnixNanos, rep.BucketConsumed, rep.PrevBucketConsumed = make([]int64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+		for _, id := range rep.Ids {
+			t := l.tenantByID(id)
+			rep.BucketStartUnixNanos = append(rep.BucketStartUnixNanos, t.bucketStart)
+			rep.BucketConsumed = append(rep.BucketConsumed, t.bucketCur)
+			rep.PrevBucketConsumed = append(rep.PrevBucketConsumed, t.bucketPrev)
+		}
+	}
+	return rep
+}
+
+// Apply takes an update from an owner at time now. It returns the tenants the
+// sender does not own (route them to their group's leader, u.Redirects names
+// it when known), or an error for a malformed update (nothing applied).
+func (l *Limiter) Apply(u *api.RateUpdate, now time.Time) ([]string, error) {
+	n := len(u.Ids)
+	// limit, burst and window come only when they changed (all three or none).
+	withLimits := len(u.Limit) > 0 || len(u.Burst) > 0 || len(u.WindowNanos) > 0
+	if (withLimits && (len(u.Limit) != n || len(u.Burst) != n || len(u.WindowNanos) != n)) ||
+		(len(u.BlockedForNanos) != 0 && len(u.BlockedForNanos) != n) ||
+		(len(u.Cap) != 0 && len(u.Cap) != n) || len(u.LeaseRate) != len(u.Cap) {
+		return nil, fmt.Errorf("ratelimit: malformed update: %d ids, %d limits, %d bursts, %d windows, %d blocked, %d caps, %d lease rates",
+			n, len(u.Limit), len(u.Burst), len(u.WindowNanos), len(u.BlockedForNanos), len(u.Cap), len(u.LeaseRate))
+	}
+	ns := now.UnixNano()
+	active := max(1, float64(u.ActiveClients))
+	for i, id := range u.Ids {
+		t := l.tenantByID(id)
+		if t == nil {
+			continue // not ours: ignore rather than fail the stream
+		}
+		if withLimits {
+			t.limitBits.Store(math.Float64bits(u.Limit[i]))
+			t.burst.Store(u.Burst[i])
+			t.windowNanos.Store(u.WindowNanos[i])
+		}
+		limit := math.Float64frombits(t.limitBits.Load())
+		if len(u.BlockedForNanos) > 0 {
+			if bf := u.BlockedForNanos[i]; bf > 0 {
+				t.blockedUntil.Store(ns + bf)
+			} else {
+				t.blockedUntil.Store(0)
+			}
+		}
+		if len(u.Cap) > 0 {
+			t.leaseRate.Store(math.Float64bits(u.LeaseRate[i]))
+			t.grantAt.Store(ns)
+			t.leaseCap.Store(u.Cap[i])
+		}
+		if l.cfg.Strategy == Local && limit > 0 {
+			t.local.resize(limit/active, max(float64(t.burst.Load())/active, 1))
+		}
+		t.updatedAt.Store(ns)
+		if limit > 0 {
+			t.mode.Store(modeLimited)
+		} else {
+			t.mode.Store(modeNoLimit)
+		}
+	}
+	var moved []string
+	for _, id := range u.MovedIds {
+		if t := l.tenantByID(id); t != nil {
+			moved = append(moved, t.name)
+		}
+	}
+	return moved, nil
+}
+
+// TenantStats are one tenant's counters as this client sees them.
+type TenantStats struct {
+	Tenant      string
+	AllowedBy   map[string]uint64 // requests, by reason
+	BlockedBy   map[string]uint64 // requests, by reason
+	Consumed    uint64            // admitted tokens
+	Offered     uint64            // admitted + rejected tokens
+	Limit       float64           // tokens/s from the owner; 0 = none or unknown
+	OnBlocklist bool              // blocked now (Blocklist strategy)
+	Stale       bool              // owner silent longer than StaleAfter
+	HasUpdate   bool              // an update was received
+}
+
+// TenantStats returns counters for every tenant seen, in first-seen order.
+func (l *Limiter) TenantStats() []TenantStats {
+	ns := l.now().UnixNano()
+	var out []TenantStats
+	for _, t := range *l.byID.Load() {
+		ts := TenantStats{Tenant: t.name, AllowedBy: map[string]uint64{}, BlockedBy: map[string]uint64{},
+			Consumed: t.consumed.Load(), Offered: t.offeredTotal(), Limit: math.Float64frombits(t.limitBits.Load()),
+			OnBlocklist: t.blockedUntil.Load() > ns, Stale: t.mode.Load() == modeStale, HasUpdate: t.updatedAt.Load() != 0}
+		for r := range numReasons {
+			v := t.decided[r].Load()
+			if v == 0 {
+				continue
+			}
+			if reasonAllowed(r) {
+				ts.AllowedBy[reasonNames[r]] = v
+			} else {
+				ts.BlockedBy[reasonNames[r]] = v
+			}
+		}
+		out = append(out, ts)
+	}
+	return out
+}

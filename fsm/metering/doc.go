@@ -1,0 +1,53 @@
+// Package metering is the raft-replicated state of continuous-usage metering
+// (SPEC §6, seed 002): spans, the deduplication ids of accepted events, the
+// planned and executed intervals, the built-in ledger of usage records, dead
+// letters of the HTTP sink, and per-tenant active-series samples for billing.
+// It is an fsm.Module: it owns entry types 12–16 and the snapshot section
+// "metering". It never reads a clock: every time it uses comes from the
+// entries, which the leader stamps.
+//
+// # Targets and groups
+//
+// A target is the six ids of the seed (organization, space, consumer,
+// resource, plan, resource instance). Its group is chosen like a series':
+// TargetHash (FNV-1a 64 over the six ids, each followed by a 0x1f separator)
+// gives a hash, layout.Partition maps it to a partition, layout.GroupOf to the
+// group. Every event of a target therefore goes to one raft group, which
+// orders them.
+//
+// # Entry payloads (all integers uvarint unless said; "varint" is zigzag)
+//
+// Strings are uvarint length + bytes. A target is 6 strings. A measure is a
+// string name and 8 bytes little-endian IEEE-754 quantity.
+//
+//	events  (12): varint now_ms, uvarint slack_ms, count N,
+//	              N × (byte kind 1=start 2=stop, string id, target,
+//	                   varint timestamp_ms, start only: count M, M × measure)
+//	plan    (13): varint now_ms, count N,
+//	              N × (span id, version, varint start, varint end, byte backward)
+//	execute (14): varint now_ms, count N,
+//	              N × (span id, version, byte outcome 0=delivered 1=dead letter,
+//	                   dead letter only: uvarint status code, string reason)
+//	tick    (15): varint now_ms, varint ledger_cutoff_ms (records and samples
+//	              with a timestamp before it are dropped; 0 keeps all)
+//	series  (16): varint minute (Unix minute), count N, N × (string tenant, active)
+//
+// Bounds are checked on decode (ids and target fields ≤ MaxIDLen bytes,
+// ≤ MaxMeasures measures, ≤ MaxBatch items), so a corrupt payload cannot ask
+// for absurd memory; such a payload halts the group (fsm.Module).
+//
+// # Snapshot section "metering", version 1
+//
+//	byte 1 (section version), uvarint next span id
+//	count, spans: id, target, measures, varint start, byte flags (1 stopped,
+//	      2 planned, 4 planned backward), [varint end], varint cursor,
+//	      version, seq, [varint planned start, varint planned end],
+//	      string start id, string stop id
+//	count, dedup: byte kind, string id, 8 bytes fingerprint LE, varint expires_ms
+//	count, ledger records (see appendRecord)
+//	count, dead letters: record, uvarint code, string reason, varint at_ms
+//	count, series samples: string tenant, varint minute, uvarint active
+//	varint last now_ms
+//
+// The open-target index is not stored: it is every span without an end.
+package metering

@@ -1,0 +1,393 @@
+package metering
+
+import (
+	"fmt"
+	"hash/fnv"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/metering/interval"
+)
+
+// Name is the module's name: its registry rows and snapshot section.
+const Name = "metering"
+
+// Code is the outcome of one event, as the receiver reports it (seed §6.1,
+// §6.2 and the reference receiver).
+type Code uint8
+
+// Outcomes of an event.
+const (
+	Created       Code = iota + 1 // accepted: 201
+	Duplicate                     // same id, same content as an accepted event: 201
+	Conflict                      // start on an active target, or an id reused for other content: 409
+	Unprocessable                 // stop without an active span, stop before start, outside the slack window: 422
+)
+
+// Result is what applying one event returns.
+type Result struct {
+	Code   Code
+	Span   uint64 // the span started or stopped (0 when refused)
+	Reason string // why, for refusals
+}
+
+// Span is one continuous usage (seed §6): immutable target, measures and
+// start; the end once stopped; the sampling progress.
+type Span struct {
+	ID       uint64
+	Target   Target
+	Measures []Measure
+	Start    int64
+	End      int64
+	Stopped  bool
+	// Cursor is the point up to which the span is sampled (the seed's
+	// last_interval.end); it starts at Start.
+	Cursor  int64
+	Version uint64 // bumped by every plan and execution
+	Seq     uint64 // intervals planned so far; the planned one's number
+	Planned *interval.Interval
+	StartID string
+	StopID  string
+}
+
+// UsageID is the planned interval's usage id, fixed when it was planned:
+// "<group>-<span>-<seq>".
+func (s *Span) UsageID(group int) string { return usageID(group, s.ID, s.Seq) }
+
+func usageID(group int, span, seq uint64) string { return fmt.Sprintf("%d-%d-%d", group, span, seq) }
+
+// Record is one discrete usage: what the ledger stores and the HTTP sink
+// receives.
+type Record struct {
+	UsageID   string
+	Span      uint64
+	Target    Target
+	Timestamp int64 // the interval's midpoint, ms
+	Start     int64
+	End       int64
+	Backward  bool
+	// Measures are the span's measures followed by "duration" (ms, signed).
+	Measures []Measure
+}
+
+// DeadLetter is a record the HTTP sink refused for good.
+type DeadLetter struct {
+	Record Record
+	Code   int
+	Reason string
+	At     int64
+}
+
+type dedupKey struct {
+	kind Kind
+	id   string
+}
+
+type dedupRec struct {
+	fp      uint64
+	expires int64
+}
+
+type sample struct {
+	minute int64
+	active int64
+}
+
+// Module is the metering state of one group. Apply, Snapshot and
+// PrepareRestore run on raft's apply goroutine; the read methods take mu.
+type Module struct {
+	group int
+
+	mu       sync.RWMutex
+	nextSpan uint64
+	spans    map[uint64]*Span
+	open     map[string]uint64 // target key → open span
+	dedup    map[dedupKey]dedupRec
+	ledger   map[string][]Record // target key → records in execution order
+	nrec     int
+	dead     []DeadLetter
+	series   map[string][]sample // tenant → samples by minute
+	lastNow  int64
+	planned  int64 // counters since start (metrics), not replicated state
+	executed int64
+	changes  atomic.Uint64 // bumped by every applied entry and restore
+}
+
+// Changes counts applied entries and restores: a reader that saw the same
+// count saw the same state (the sampler skips rescans on it).
+func (m *Module) Changes() uint64 { return m.changes.Load() }
+
+var _ fsm.Module = (*Module)(nil)
+
+// New returns an empty module for group g.
+func New(group int) *Module {
+	m := &Module{group: group}
+	m.reset()
+	return m
+}
+
+func (m *Module) reset() {
+	m.nextSpan = 1
+	m.spans = map[uint64]*Span{}
+	m.open = map[string]uint64{}
+	m.dedup = map[dedupKey]dedupRec{}
+	m.ledger = map[string][]Record{}
+	m.nrec = 0
+	m.dead = nil
+	m.series = map[string][]sample{}
+	m.lastNow = 0
+}
+
+// Name implements fsm.Module.
+func (m *Module) Name() string { return Name }
+
+// Apply implements fsm.Module.
+func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
+	defer m.changes.Add(1)
+	switch e.Type {
+	case fsm.EntryMeterEvents:
+		now, slack, evs, err := DecodeEvents(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.tick(now)
+		out := make([]Result, len(evs))
+		for i := range evs {
+			out[i] = m.applyEvent(&evs[i], now, slack)
+		}
+		return out, nil
+	case fsm.EntryMeterPlan:
+		now, items, err := DecodePlan(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.tick(now)
+		n := 0
+		for _, it := range items {
+			if m.applyPlan(it) {
+				n++
+			}
+		}
+		m.planned += int64(n)
+		return n, nil
+	case fsm.EntryMeterExecute:
+		now, items, err := DecodeExecute(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.tick(now)
+		n := 0
+		for _, it := range items {
+			if m.applyExecute(it, now) {
+				n++
+			}
+		}
+		m.executed += int64(n)
+		return n, nil
+	case fsm.EntryMeterTick:
+		now, cutoff, err := DecodeTick(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.tick(now)
+		m.gc(cutoff)
+		return nil, nil
+	case fsm.EntryMeterSeries:
+		minute, rows, err := DecodeSeries(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, r := range rows {
+			s := m.series[r.Tenant]
+			if n := len(s); n > 0 && s[n-1].minute >= minute {
+				if s[n-1].minute == minute {
+					s[n-1].active = r.Active
+				}
+				continue // an older minute than recorded: ignored
+			}
+			m.series[r.Tenant] = append(s, sample{minute, r.Active})
+		}
+		return len(rows), nil
+	}
+	return nil, fmt.Errorf("%w: entry type %d is not a metering type", ErrBadPayload, e.Type)
+}
+
+// tick advances the module's notion of now (monotonic: a new leader whose
+// clock is behind cannot move it back) and expires dedup ids.
+func (m *Module) tick(now int64) {
+	if now > m.lastNow {
+		m.lastNow = now
+	}
+}
+
+func (m *Module) gc(ledgerCutoff int64) {
+	for k, d := range m.dedup {
+		if d.expires < m.lastNow {
+			delete(m.dedup, k)
+		}
+	}
+	if ledgerCutoff <= 0 {
+		return
+	}
+	for k, recs := range m.ledger {
+		kept := recs[:0]
+		for _, r := range recs {
+			if r.Timestamp >= ledgerCutoff {
+				kept = append(kept, r)
+			}
+		}
+		m.nrec -= len(recs) - len(kept)
+		if len(kept) == 0 {
+			delete(m.ledger, k)
+		} else {
+			m.ledger[k] = kept
+		}
+	}
+	cutMinute := ledgerCutoff / 60_000
+	for t, ss := range m.series {
+		i := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= cutMinute })
+		if i == len(ss) {
+			delete(m.series, t)
+		} else if i > 0 {
+			m.series[t] = append([]sample(nil), ss[i:]...)
+		}
+	}
+}
+
+// fingerprint identifies an event's content, so that a retry with the same
+// id is told apart from an id reused for something else.
+func fingerprint(ev *Event) uint64 {
+	e := enc{}
+	e.byte(byte(ev.Kind))
+	e.target(ev.Target)
+	e.i(ev.Timestamp)
+	e.measures(ev.Measures)
+	h := fnv.New64a()
+	h.Write(e.b)
+	return h.Sum64()
+}
+
+func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
+	var fp uint64
+	if ev.ID != "" {
+		fp = fingerprint(ev)
+		if d, ok := m.dedup[dedupKey{ev.Kind, ev.ID}]; ok {
+			if d.fp == fp {
+				return Result{Code: Duplicate}
+			}
+			return Result{Code: Conflict, Reason: fmt.Sprintf("id %q was already used by a different %s event", ev.ID, kindName(ev.Kind))}
+		}
+	}
+	if ev.Timestamp < now-slack || ev.Timestamp > now+slack {
+		return Result{Code: Unprocessable, Reason: fmt.Sprintf("timestamp %d is outside the slack window [%d, %d] (now ± %d ms)", ev.Timestamp, now-slack, now+slack, slack)}
+	}
+	key := ev.Target.key()
+	var res Result
+	switch ev.Kind {
+	case Start:
+		if id, ok := m.open[key]; ok {
+			return Result{Code: Conflict, Reason: fmt.Sprintf("target already has an active span, started at %d; stop it first", m.spans[id].Start)}
+		}
+		s := &Span{ID: m.nextSpan, Target: ev.Target, Measures: ev.Measures, Start: ev.Timestamp, Cursor: ev.Timestamp, Version: 1, StartID: ev.ID}
+		m.nextSpan++
+		m.spans[s.ID] = s
+		m.open[key] = s.ID
+		res = Result{Code: Created, Span: s.ID}
+	case Stop:
+		id, ok := m.open[key]
+		if !ok {
+			return Result{Code: Unprocessable, Reason: "no active span for this target"}
+		}
+		s := m.spans[id]
+		if ev.Timestamp < s.Start {
+			return Result{Code: Unprocessable, Reason: fmt.Sprintf("stop at %d is before its span's start at %d", ev.Timestamp, s.Start)}
+		}
+		s.End, s.Stopped, s.StopID = ev.Timestamp, true, ev.ID
+		delete(m.open, key)
+		if s.Planned == nil && s.Cursor == s.End {
+			delete(m.spans, s.ID) // nothing was sampled and nothing is left: complete
+		}
+		res = Result{Code: Created, Span: id}
+	}
+	if ev.ID != "" {
+		// Kept at least as long as a retry could pass the slack check: a
+		// retried start after its span completed must not bill twice.
+		m.dedup[dedupKey{ev.Kind, ev.ID}] = dedupRec{fp: fp, expires: max(ev.Timestamp, now) + slack}
+	}
+	return res
+}
+
+func kindName(k Kind) string {
+	if k == Start {
+		return "start"
+	}
+	return "stop"
+}
+
+// applyPlan sets a span's planned interval when the planner saw the span's
+// current version and the interval continues from its cursor.
+func (m *Module) applyPlan(it PlanItem) bool {
+	s := m.spans[it.Span]
+	if s == nil || s.Version != it.Version || s.Planned != nil || it.Start >= it.End {
+		return false
+	}
+	from := it.Start
+	if it.Backward {
+		from = it.End
+		if !s.Stopped || it.Start < s.End {
+			return false // walking back below the end would undo real usage
+		}
+	}
+	if from != s.Cursor {
+		return false
+	}
+	s.Planned = &interval.Interval{Start: it.Start, End: it.End, Backward: it.Backward}
+	s.Seq++
+	s.Version++
+	return true
+}
+
+func (m *Module) applyExecute(it ExecItem, now int64) bool {
+	s := m.spans[it.Span]
+	if s == nil || s.Version != it.Version || s.Planned == nil {
+		return false
+	}
+	rec := m.record(s)
+	key := s.Target.key()
+	m.ledger[key] = append(m.ledger[key], rec)
+	m.nrec++
+	if it.DeadCode != 0 {
+		m.dead = append(m.dead, DeadLetter{Record: rec, Code: it.DeadCode, Reason: it.Reason, At: now})
+	}
+	s.Cursor = s.Planned.Cursor()
+	s.Planned = nil
+	s.Version++
+	if s.Stopped && s.Cursor == s.End {
+		delete(m.spans, s.ID)
+	}
+	return true
+}
+
+func (m *Module) record(s *Span) Record {
+	iv := *s.Planned
+	ms := make([]Measure, 0, len(s.Measures)+1)
+	ms = append(ms, s.Measures...)
+	ms = append(ms, Measure{Name: "duration", Quantity: float64(iv.Duration())})
+	return Record{UsageID: s.UsageID(m.group), Span: s.ID, Target: s.Target, Timestamp: iv.Midpoint(), Start: iv.Start, End: iv.End, Backward: iv.Backward, Measures: ms}
+}
+
+// RecordOf returns the usage record a span's planned interval will produce
+// (the HTTP sink posts it before the execution is recorded).
+func (m *Module) RecordOf(s *Span) Record { return m.record(s) }

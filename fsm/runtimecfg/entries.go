@@ -1,0 +1,164 @@
+package runtimecfg
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// Entry types owned by this module (rows of fsm/entry.go's registry, cluster
+// version 3). Type 7 is reserved for the module's future use.
+const (
+	TypeApply   byte = 4 // whole document, compare-and-set on the version
+	TypePatch   byte = 5 // set/unset keys of one scope
+	TypeInstall byte = 6 // copy of a version ordered elsewhere; applied if newer
+)
+
+// Apply is the payload of a TypeApply entry: replace the document if the
+// current version is Expected. The new version is NewVersion, which must
+// exceed the current one; normally Expected+1, higher when the orderer
+// re-asserts its document over copies that got ahead of it (after a restore
+// of an older backup). Without Force an unchanged document is a no-op that
+// keeps the version.
+type Apply struct {
+	Expected   uint64
+	NewVersion uint64
+	Force      bool
+	Doc        *Document // its Version is ignored
+}
+
+// Install is the payload of a TypeInstall entry.
+type Install struct {
+	Doc *Document // with its version
+}
+
+// AppendApply encodes an apply payload:
+//
+//	byte flags (bit 0: force), uvarint expected, uvarint new version, body
+func AppendApply(dst []byte, a Apply) []byte {
+	var flags byte
+	if a.Force {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	dst = binary.AppendUvarint(dst, a.Expected)
+	dst = binary.AppendUvarint(dst, a.NewVersion)
+	return AppendBody(dst, a.Doc)
+}
+
+// DecodeApply decodes an apply payload.
+func DecodeApply(b []byte) (Apply, error) {
+	r := reader{b: b}
+	flags := r.byte1("flags")
+	if flags&^1 != 0 {
+		r.fail("apply flags %#x have unknown bits", flags)
+	}
+	a := Apply{Force: flags&1 != 0}
+	a.Expected = r.uvarint("expected version")
+	a.NewVersion = r.uvarint("new version")
+	d := r.body()
+	d, err := r.finish(d, a.NewVersion)
+	if err != nil {
+		return Apply{}, err
+	}
+	a.Doc = d
+	return a, nil
+}
+
+// AppendInstall encodes an install payload: the document (version, body).
+func AppendInstall(dst []byte, d *Document) []byte { return AppendDocument(dst, d) }
+
+// AppendPatch encodes a patch payload:
+//
+//	byte flags (bit 0: has expected), [uvarint expected],
+//	byte target kind, [string tenant (target kind 1)],
+//	uvarint op count, op count × (byte op, string key, string value)
+func AppendPatch(dst []byte, p Patch) []byte {
+	var flags byte
+	if p.HasExpected {
+		flags = 1
+	}
+	dst = append(dst, flags)
+	if p.HasExpected {
+		dst = binary.AppendUvarint(dst, p.Expected)
+	}
+	dst = append(dst, byte(p.Target.Kind))
+	if p.Target.Kind == TargetTenant {
+		dst = appendString(dst, p.Target.Tenant)
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(p.Ops)))
+	for _, op := range p.Ops {
+		dst = append(dst, byte(op.Kind))
+		dst = appendString(dst, op.Key)
+		dst = appendString(dst, op.Value)
+	}
+	return dst
+}
+
+// Bounds of the text in a patch operation.
+const (
+	maxKeyLen   = 128
+	maxValueLen = 256
+)
+
+// DecodePatch decodes a patch payload. It checks the framing only: whether the
+// keys and values make sense is the patch's application, which every replica
+// decides alike.
+func DecodePatch(b []byte) (Patch, error) {
+	r := reader{b: b}
+	var p Patch
+	flags := r.byte1("flags")
+	if flags&^1 != 0 {
+		r.fail("patch flags %#x have unknown bits", flags)
+	}
+	if flags&1 != 0 {
+		p.HasExpected = true
+		p.Expected = r.uvarint("expected version")
+	}
+	p.Target.Kind = TargetKind(r.byte1("target"))
+	switch p.Target.Kind {
+	case TargetDefaults, TargetGlobal:
+	case TargetTenant:
+		p.Target.Tenant = r.str("tenant id", 1<<10)
+	default:
+		r.fail("unknown target kind %d", p.Target.Kind)
+	}
+	n := r.uvarint("op count")
+	if n > MaxOps {
+		r.fail("%d operations, at most %d", n, MaxOps)
+	}
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		op := Op{Kind: OpKind(r.byte1("op"))}
+		if op.Kind < OpSet || op.Kind > OpClear {
+			r.fail("unknown op %d", op.Kind)
+		}
+		op.Key = r.str("key", maxKeyLen)
+		op.Value = r.str("value", maxValueLen)
+		p.Ops = append(p.Ops, op)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.fail("%d trailing bytes", len(r.b))
+	}
+	if r.err != nil {
+		return Patch{}, r.err
+	}
+	return p, nil
+}
+
+// ConflictError is the refusal of a compare-and-set: the document changed
+// since the caller read it.
+type ConflictError struct {
+	Expected, Current uint64
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("runtime config is at version %d, not %d: it changed since you read it; read it again (tollgate limits get / diff) and retry", e.Current, e.Expected)
+}
+
+// Result is what applying one of the module's entries returns through raft's
+// ApplyFuture.Response. Err is a refusal (*ConflictError, *FieldError): every
+// replica refuses alike and nothing changes.
+type Result struct {
+	Version uint64 // the version after the entry
+	Changed bool
+	Err     error
+}

@@ -1,0 +1,500 @@
+package shares
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/tollgate-io/tollgate/fsm"
+)
+
+// Name is the module's name: its registry rows and its snapshot section.
+const Name = "shares"
+
+// Entry types owned by the module (fsm/entry.go registers them).
+const (
+	EntryGive     byte = 8
+	EntryReceive  byte = 9
+	EntryComplete byte = 10
+)
+
+// Bounds checked on decode.
+const (
+	maxTenantLen = 1 << 10
+	maxAmount    = 1 << 50
+	maxGroups    = 1 << 16
+)
+
+// ErrBadPayload is wrapped by every payload or section decode failure.
+var ErrBadPayload = errors.New("bad shares payload")
+
+// Split is a group's base share of limit: the group owns partitions [lo, hi)
+// of p, and its base is floor(limit·hi/p) − floor(limit·lo/p). The bases of
+// all groups telescope to exactly limit (unlike ceil(limit·n/p), whose sum
+// can exceed it). 0 (unlimited) stays 0.
+func Split(limit int64, lo, hi, p int) int64 {
+	if limit <= 0 {
+		return 0
+	}
+	return mulDiv(limit, hi, p) - mulDiv(limit, lo, p)
+}
+
+func mulDiv(limit int64, n, p int) int64 {
+	// limit·n may overflow int64 for huge limits: split into quotient and
+	// remainder first.
+	q, r := limit/int64(p), limit%int64(p)
+	return q*int64(n) + r*int64(n)/int64(p)
+}
+
+// Transfer is one outstanding give: headroom that left this group and that
+// the receiver may not have yet.
+type Transfer struct {
+	Tenant string
+	Seq    uint64 // raft index of the give entry in the giver's group
+	To     int
+	Amount int64
+}
+
+// Give is a give entry's payload.
+type Give struct {
+	Tenant string
+	To     int
+	Amount int64
+	// Nonce names the leader-local reservation the entry releases when it
+	// applies (0: none).
+	Nonce uint64
+}
+
+// Receive is a receive entry's payload.
+type Receive struct {
+	Tenant string
+	From   int
+	Seq    uint64
+	Amount int64
+}
+
+// Complete is a complete entry's payload.
+type Complete struct {
+	Tenant string
+	Seq    uint64
+}
+
+// GiveResult is the response of a give entry.
+type GiveResult struct {
+	Seq     uint64
+	Refused string // non-empty: nothing changed, and why
+}
+
+// ReceiveResult is the response of a receive entry.
+type ReceiveResult struct {
+	Applied bool   // the amount was added now (false: already received earlier)
+	Refused string // non-empty: nothing changed, and why
+}
+
+// CompleteResult is the response of a complete entry.
+type CompleteResult struct{ Found bool }
+
+// TenantView is what the module holds for one tenant in this group.
+type TenantView struct {
+	Delta       int64 // received − given, committed
+	Given       int64 // total ever given (committed)
+	Received    int64 // total ever received
+	Moves       int64 // give + receive entries applied
+	Outstanding []Transfer
+	ReservedOut int64 // leader-local: headroom promised to give entries in flight
+}
+
+type tenant struct {
+	delta, given, received, moves int64
+	out                           map[uint64]Transfer // seq → transfer
+	lastIn                        map[int]uint64      // giver group → highest seq received
+}
+
+// Module is the shares state of one group.
+type Module struct {
+	group, groups int
+
+	mu      sync.Mutex
+	tenants map[string]*tenant
+	seq     uint64 // fallback seq when applied without raft (index 0)
+	// leader-local reservations: tenant → nonce → amount
+	res    map[string]map[uint64]int64
+	resSum map[string]int64
+	nonce  uint64
+}
+
+// New returns the module of group `group` of `groups`.
+func New(group, groups int) (*Module, error) {
+	if groups < 1 || groups > maxGroups || group < 0 || group >= groups {
+		return nil, fmt.Errorf("shares: group %d of %d out of range", group, groups)
+	}
+	return &Module{group: group, groups: groups, tenants: map[string]*tenant{},
+		res: map[string]map[uint64]int64{}, resSum: map[string]int64{}}, nil
+}
+
+// Name implements fsm.Module.
+func (m *Module) Name() string { return Name }
+
+// Group is the group this module belongs to.
+func (m *Module) Group() int { return m.group }
+
+func (m *Module) tenantLocked(name string) *tenant {
+	t := m.tenants[name]
+	if t == nil {
+		t = &tenant{out: map[uint64]Transfer{}, lastIn: map[int]uint64{}}
+		m.tenants[name] = t
+	}
+	return t
+}
+
+// Apply implements fsm.Module.
+func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
+	switch e.Type {
+	case EntryGive:
+		g, err := DecodeGive(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return m.applyGive(g, e.Index), nil
+	case EntryReceive:
+		r, err := DecodeReceive(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return m.applyReceive(r), nil
+	case EntryComplete:
+		c, err := DecodeComplete(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		return m.applyComplete(c), nil
+	}
+	return nil, fmt.Errorf("%w: type %d is not a shares entry", ErrBadPayload, e.Type)
+}
+
+func (m *Module) applyGive(g Give, index uint64) GiveResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	// The reservation goes in the same step that lowers the delta, so the
+	// leader's effective share never counts the amount twice or not at all.
+	m.releaseLocked(g.Tenant, g.Nonce)
+	if g.To == m.group || g.To >= m.groups {
+		return GiveResult{Refused: fmt.Sprintf("receiver group %d invalid for group %d of %d", g.To, m.group, m.groups)}
+	}
+	t := m.tenantLocked(g.Tenant)
+	for _, o := range t.out {
+		if o.To == g.To {
+			return GiveResult{Refused: fmt.Sprintf("a transfer to group %d (seq %d) is still outstanding", g.To, o.Seq)}
+		}
+	}
+	seq := index
+	if seq == 0 {
+		m.seq++
+		seq = m.seq
+	}
+	t.delta -= g.Amount
+	t.given += g.Amount
+	t.moves++
+	t.out[seq] = Transfer{Tenant: g.Tenant, Seq: seq, To: g.To, Amount: g.Amount}
+	return GiveResult{Seq: seq}
+}
+
+func (m *Module) applyReceive(r Receive) ReceiveResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.From == m.group || r.From >= m.groups {
+		return ReceiveResult{Refused: fmt.Sprintf("giver group %d invalid for group %d of %d", r.From, m.group, m.groups)}
+	}
+	t := m.tenantLocked(r.Tenant)
+	if r.Seq <= t.lastIn[r.From] {
+		return ReceiveResult{}
+	}
+	t.lastIn[r.From] = r.Seq
+	t.delta += r.Amount
+	t.received += r.Amount
+	t.moves++
+	return ReceiveResult{Applied: true}
+}
+
+func (m *Module) applyComplete(c Complete) CompleteResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tenants[c.Tenant]
+	if t == nil {
+		return CompleteResult{}
+	}
+	_, ok := t.out[c.Seq]
+	delete(t.out, c.Seq)
+	return CompleteResult{Found: ok}
+}
+
+// Delta returns the tenant's committed delta and this node's outgoing
+// reservations: the effective share is base + delta − reservedOut.
+func (m *Module) Delta(tenant string) (delta, reservedOut int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.tenants[tenant]; t != nil {
+		delta = t.delta
+	}
+	return delta, m.resSum[tenant]
+}
+
+// Received reports whether a transfer from group `from` with seq was received.
+func (m *Module) Received(tenant string, from int, seq uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.tenants[tenant]
+	return t != nil && t.lastIn[from] >= seq
+}
+
+// Outstanding lists every outstanding transfer of the group, by tenant then seq.
+func (m *Module) Outstanding() []Transfer {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []Transfer
+	for _, t := range m.tenants {
+		for _, o := range t.out {
+			out = append(out, o)
+		}
+	}
+	slices.SortFunc(out, func(a, b Transfer) int {
+		if a.Tenant != b.Tenant {
+			if a.Tenant < b.Tenant {
+				return -1
+			}
+			return 1
+		}
+		return int(a.Seq - b.Seq)
+	})
+	return out
+}
+
+// HasOutstandingTo reports whether a give of tenant to group `to` is outstanding.
+func (m *Module) HasOutstandingTo(tenant string, to int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.tenants[tenant]; t != nil {
+		for _, o := range t.out {
+			if o.To == to {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// OutstandingTo returns the seq of the tenant's outstanding give to group `to`.
+func (m *Module) OutstandingTo(tenant string, to int) (uint64, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t := m.tenants[tenant]; t != nil {
+		for _, o := range t.out {
+			if o.To == to {
+				return o.Seq, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// View returns the tenant's state in this group.
+func (m *Module) View(tenant string) TenantView {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := TenantView{ReservedOut: m.resSum[tenant]}
+	if t := m.tenants[tenant]; t != nil {
+		v.Delta, v.Given, v.Received, v.Moves = t.delta, t.given, t.received, t.moves
+		for _, o := range t.out {
+			v.Outstanding = append(v.Outstanding, o)
+		}
+		slices.SortFunc(v.Outstanding, func(a, b Transfer) int { return int(a.Seq - b.Seq) })
+	}
+	return v
+}
+
+// Reserve promises amount of tenant's headroom to a give entry about to be
+// proposed by this node as leader; the entry carries the returned nonce and
+// releases the reservation when it applies.
+func (m *Module) Reserve(tenant string, amount int64) uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.nonce++
+	r := m.res[tenant]
+	if r == nil {
+		r = map[uint64]int64{}
+		m.res[tenant] = r
+	}
+	r[m.nonce] = amount
+	m.resSum[tenant] += amount
+	return m.nonce
+}
+
+// Release drops a reservation whose give entry will never apply (it was
+// never appended).
+func (m *Module) Release(tenant string, nonce uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.releaseLocked(tenant, nonce)
+}
+
+func (m *Module) releaseLocked(tenant string, nonce uint64) {
+	r := m.res[tenant]
+	a, ok := r[nonce]
+	if !ok {
+		return
+	}
+	delete(r, nonce)
+	if len(r) == 0 {
+		delete(m.res, tenant)
+		delete(m.resSum, tenant)
+		return
+	}
+	m.resSum[tenant] -= a
+}
+
+// ResetReservations drops every outgoing reservation: a new leader session
+// calls it after its barrier, when every give this node appended has applied.
+func (m *Module) ResetReservations() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	clear(m.res)
+	clear(m.resSum)
+}
+
+// Tenants lists the tenants the module holds state for, sorted.
+func (m *Module) Tenants() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.tenants))
+	for n := range m.tenants {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// --- payloads ---
+
+// AppendGive encodes a give payload: tenant, to, amount, nonce.
+func AppendGive(dst []byte, g Give) []byte {
+	dst = appendString(dst, g.Tenant)
+	dst = binary.AppendUvarint(dst, uint64(g.To))
+	dst = binary.AppendUvarint(dst, uint64(g.Amount))
+	return binary.AppendUvarint(dst, g.Nonce)
+}
+
+// AppendReceive encodes a receive payload: tenant, from, seq, amount.
+func AppendReceive(dst []byte, r Receive) []byte {
+	dst = appendString(dst, r.Tenant)
+	dst = binary.AppendUvarint(dst, uint64(r.From))
+	dst = binary.AppendUvarint(dst, r.Seq)
+	return binary.AppendUvarint(dst, uint64(r.Amount))
+}
+
+// AppendComplete encodes a complete payload: tenant, seq.
+func AppendComplete(dst []byte, c Complete) []byte {
+	dst = appendString(dst, c.Tenant)
+	return binary.AppendUvarint(dst, c.Seq)
+}
+
+// DecodeGive decodes a give payload.
+func DecodeGive(b []byte) (Give, error) {
+	d := dec{b: b}
+	g := Give{Tenant: d.str()}
+	g.To = d.group("to")
+	g.Amount = d.amount()
+	g.Nonce = d.uvarint("nonce")
+	return g, d.end()
+}
+
+// DecodeReceive decodes a receive payload.
+func DecodeReceive(b []byte) (Receive, error) {
+	d := dec{b: b}
+	r := Receive{Tenant: d.str()}
+	r.From = d.group("from")
+	r.Seq = d.uvarint("seq")
+	if d.err == nil && r.Seq == 0 {
+		d.fail("seq 0")
+	}
+	r.Amount = d.amount()
+	return r, d.end()
+}
+
+// DecodeComplete decodes a complete payload.
+func DecodeComplete(b []byte) (Complete, error) {
+	d := dec{b: b}
+	c := Complete{Tenant: d.str()}
+	c.Seq = d.uvarint("seq")
+	return c, d.end()
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+type dec struct {
+	b   []byte
+	err error
+}
+
+func (d *dec) fail(format string, args ...any) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadPayload}, args...)...)
+	}
+}
+
+func (d *dec) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail("truncated %s", what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *dec) str() string {
+	l := d.uvarint("tenant length")
+	if d.err == nil && (l == 0 || l > maxTenantLen || l > uint64(len(d.b))) {
+		d.fail("tenant length %d (1..%d, %d bytes left)", l, maxTenantLen, len(d.b))
+	}
+	if d.err != nil {
+		return ""
+	}
+	s := string(d.b[:l])
+	d.b = d.b[l:]
+	return s
+}
+
+func (d *dec) group(what string) int {
+	v := d.uvarint(what)
+	if d.err == nil && v >= maxGroups {
+		d.fail("%s group %d out of range", what, v)
+	}
+	return int(v)
+}
+
+func (d *dec) amount() int64 {
+	v := d.uvarint("amount")
+	if d.err == nil && (v == 0 || v > maxAmount) {
+		d.fail("amount %d outside [1, %d]", v, uint64(maxAmount))
+	}
+	return int64(v)
+}
+
+func (d *dec) end() error {
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("%d trailing bytes", len(d.b))
+	}
+	return d.err
+}
+
+func errorf(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadPayload}, args...)...)
+}

@@ -1,0 +1,180 @@
+package meterserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/metering/interval"
+)
+
+// DefaultSlack is the default slack window: events may be up to about two
+// months in the past or future.
+const DefaultSlack = 62 * 24 * time.Hour
+
+// Config configures metering on a node.
+type Config struct {
+	Granularity interval.Granularity // default Hour
+	Location    *time.Location       // default UTC
+	Slack       time.Duration        // default DefaultSlack
+	// SinkURL, when set, receives every usage record as a JSON POST (the
+	// HTTP collector sink); the ledger always receives them.
+	SinkURL     string
+	SinkTimeout time.Duration // per call; default 5s
+	// SinkConcurrency bounds the sink calls in flight per group; default 64.
+	SinkConcurrency int
+	// LedgerRetention drops ledger records and series samples older than
+	// this (by their timestamp); default 400 days.
+	LedgerRetention time.Duration
+	// TestClock lets the admin API set and advance this node's metering
+	// clock (development and tests only; refused otherwise).
+	TestClock bool
+	MaxBody   int64 // request body bound; default 64 KiB
+	// BatchMax bounds events per raft entry; default 4096.
+	BatchMax   int
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) validate() error {
+	if c.Granularity == 0 {
+		c.Granularity = interval.Hour
+	}
+	if !c.Granularity.Valid() {
+		return fmt.Errorf("metering config: granularity %d", c.Granularity)
+	}
+	if c.Location == nil {
+		c.Location = time.UTC
+	}
+	if c.Slack == 0 {
+		c.Slack = DefaultSlack
+	}
+	if c.Slack < time.Second {
+		return fmt.Errorf("metering config: slack %v: must be at least 1s", c.Slack)
+	}
+	if c.SinkTimeout == 0 {
+		c.SinkTimeout = 5 * time.Second
+	}
+	if c.SinkConcurrency == 0 {
+		c.SinkConcurrency = 64
+	}
+	if c.LedgerRetention == 0 {
+		c.LedgerRetention = 400 * 24 * time.Hour
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = 64 << 10
+	}
+	if c.BatchMax == 0 {
+		c.BatchMax = 4096
+	}
+	if c.BatchMax > fsmmeter.MaxBatch {
+		c.BatchMax = fsmmeter.MaxBatch
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	return nil
+}
+
+// Host is what the node offers metering: raft groups, leadership, the
+// versioned proposal path and the tracker's per-tenant counts.
+type Host interface {
+	Groups() int
+	// GroupOf returns the group owning a target hash (partition, then group).
+	GroupOf(hash uint64) int
+	IsLeader(g int) bool
+	// Hosts reports whether this node holds a replica of group g.
+	Hosts(g int) bool
+	// LeaderGRPC returns group g's leader id and gRPC address as gossiped.
+	LeaderGRPC(g int) (id, addr string)
+	// Propose appends a module entry of type typ to group g (this node must
+	// lead it; cluster-version gated) and returns the module's response.
+	Propose(ctx context.Context, g int, typ byte, payload []byte) (any, error)
+	Module(g int) *fsmmeter.Module
+	// TenantsActive lists every tenant's active series in group g.
+	TenantsActive(g int) []fsmmeter.TenantActive
+	NodeID() string
+}
+
+// ErrClockLocked is returned when the clock is changed on a node not started
+// with the test clock.
+var ErrClockLocked = errors.New("metering clock: this node was not started with the metering test clock (--metering-test-clock); refusing to change it")
+
+// Clock is metering's one clock: the sampler, the slack check (through the
+// time stamped in entries) and ledger retention read it. In test mode it can
+// be set and advanced; once set it stands still except when advanced, so a
+// test controls it fully.
+type Clock struct {
+	wall     func() time.Time
+	testMode bool
+	mu       sync.Mutex
+	fixed    bool
+	at       int64
+	changed  chan struct{}
+}
+
+// NewClock returns a clock reading wall (default time.Now).
+func NewClock(wall func() time.Time, testMode bool) *Clock {
+	if wall == nil {
+		wall = time.Now
+	}
+	return &Clock{wall: wall, testMode: testMode, changed: make(chan struct{})}
+}
+
+// Now is the current time in Unix ms.
+func (c *Clock) Now() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.fixed {
+		return c.at
+	}
+	return c.wall().UnixMilli()
+}
+
+// Set fixes the clock at ms (test mode only).
+func (c *Clock) Set(ms int64) error {
+	return c.change(func() { c.fixed, c.at = true, ms })
+}
+
+// Advance moves the clock forward by d (test mode only); a clock not set yet
+// is fixed at the wall time first.
+func (c *Clock) Advance(d time.Duration) error {
+	if d < 0 {
+		return errors.New("metering clock: cannot move backwards")
+	}
+	return c.change(func() {
+		if !c.fixed {
+			c.fixed, c.at = true, c.wall().UnixMilli()
+		}
+		c.at += d.Milliseconds()
+	})
+}
+
+func (c *Clock) change(f func()) error {
+	if !c.testMode {
+		return ErrClockLocked
+	}
+	c.mu.Lock()
+	f()
+	ch := c.changed
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+	close(ch)
+	return nil
+}
+
+// Changed is closed at the next Set or Advance (the sampler wakes on it).
+func (c *Clock) Changed() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.changed
+}

@@ -1,0 +1,385 @@
+package meterserver
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+)
+
+// defaultQueryLimit bounds a ledger query's answer.
+const defaultQueryLimit = 10_000
+
+// GroupStatus is one group's sampler progress as this node sees it.
+type GroupStatus struct {
+	Group     int  `json:"group"`
+	Leader    bool `json:"leader"` // this node runs the group's sampler
+	SpansOpen int  `json:"spans_open"`
+	Spans     int  `json:"spans"`
+	Pending   int  `json:"spans_pending"` // spans with an interval due now
+	Planned   int  `json:"intervals_planned"`
+	// OldestUnsampled is the oldest boundary with work due (Unix ms; 0 when
+	// caught up); LagMs is now minus it.
+	OldestUnsampled int64 `json:"oldest_unsampled_ms"`
+	LagMs           int64 `json:"lag_ms"`
+	Records         int   `json:"ledger_records"`
+	DeadLetters     int   `json:"dead_letters"`
+}
+
+// Status is GET /v1/metering/status.
+type Status struct {
+	Node        string        `json:"node"`
+	NowMs       int64         `json:"now_ms"`
+	Granularity string        `json:"granularity"`
+	Location    string        `json:"location"`
+	TestClock   bool          `json:"test_clock"`
+	Groups      []GroupStatus `json:"groups"`
+}
+
+// Status reports every group this node holds a replica of.
+func (s *Service) Status() Status {
+	now := s.clock.Now()
+	st := Status{Node: s.host.NodeID(), NowMs: now, Granularity: s.grid.G.String(), Location: s.cfg.Location.String(), TestClock: s.cfg.TestClock}
+	for g := range s.host.Groups() {
+		if !s.host.Hosts(g) {
+			continue
+		}
+		ms := s.host.Module(g).Stats(s.grid, now)
+		gs := GroupStatus{Group: g, Leader: s.host.IsLeader(g), SpansOpen: ms.SpansOpen, Spans: ms.Spans, Pending: ms.Pending,
+			Planned: ms.Planned, OldestUnsampled: ms.OldestDue, Records: ms.Records, DeadLetters: ms.DeadLetters}
+		if ms.OldestDue != 0 {
+			gs.LagMs = max(0, now-ms.OldestDue)
+		}
+		st.Groups = append(st.Groups, gs)
+	}
+	return st
+}
+
+func (s *Service) handleStatus(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, s.Status())
+}
+
+func forwarded(ctx context.Context) bool {
+	md, _ := metadata.FromIncomingContext(ctx)
+	return len(md.Get(forwardedKey)) > 0
+}
+
+// remote returns a Metering client for group g's leader, for reads of groups
+// this node holds no replica of.
+func (s *Service) remote(ctx context.Context, g int) (api.MeteringClient, context.Context, error) {
+	id, addr := s.host.LeaderGRPC(g)
+	if forwarded(ctx) || addr == "" || id == s.host.NodeID() {
+		return nil, nil, status.Errorf(codes.Unavailable, "group %d: no replica on %s and no leader reachable; retry", g, s.host.NodeID())
+	}
+	cc, err := s.peer(addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	return api.NewMeteringClient(cc), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), nil
+}
+
+// readLocal says whether a read of group g is answered from this node's
+// replica: on the leader (it has applied everything it acknowledged), or
+// when another node already forwarded the read here. Other reads go to the
+// leader, so a client reads what it was told was written.
+func (s *Service) readLocal(ctx context.Context, g int) bool {
+	return s.host.IsLeader(g) || (forwarded(ctx) && s.host.Hosts(g))
+}
+
+// queryUsage reads ledger records of group g (-1: every group) from local
+// replicas, or from the leader for groups not held here.
+func (s *Service) queryUsage(ctx context.Context, g int, f fsmmeter.Filter) ([]*api.UsageRecord, error) {
+	if f.Limit <= 0 || f.Limit > defaultQueryLimit {
+		f.Limit = defaultQueryLimit
+	}
+	groups := []int{g}
+	if g < 0 {
+		groups = groups[:0]
+		for i := range s.host.Groups() {
+			groups = append(groups, i)
+		}
+	} else if g >= s.host.Groups() {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
+	}
+	var out []*api.UsageRecord
+	for _, gi := range groups {
+		if s.readLocal(ctx, gi) {
+			for _, r := range s.host.Module(gi).Query(f) {
+				out = append(out, recordToProto(gi, r))
+			}
+			continue
+		}
+		c, rctx, err := s.remote(ctx, gi)
+		if err == nil {
+			var resp *api.QueryUsageResponse
+			resp, err = c.QueryUsage(rctx, &api.QueryUsageRequest{Group: int32(gi), Target: targetToProto(f.Target), From: f.From, To: f.To, Limit: uint32(f.Limit)})
+			if err == nil {
+				out = append(out, resp.Records...)
+				continue
+			}
+		}
+		if !s.host.Hosts(gi) {
+			return nil, err
+		}
+		for _, r := range s.host.Module(gi).Query(f) { // leader unreachable: this replica, possibly behind
+			out = append(out, recordToProto(gi, r))
+		}
+	}
+	slices.SortFunc(out, func(a, b *api.UsageRecord) int {
+		if a.Timestamp != b.Timestamp {
+			return cmpInt(a.Timestamp, b.Timestamp)
+		}
+		return cmpStr(a.UsageId, b.UsageId)
+	})
+	if len(out) > f.Limit {
+		out = out[:f.Limit]
+	}
+	return out, nil
+}
+
+func cmpInt(a, b int64) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return 0
+}
+
+func cmpStr(a, b string) int {
+	if a < b {
+		return -1
+	}
+	if a > b {
+		return 1
+	}
+	return 0
+}
+
+func recordToProto(g int, r fsmmeter.Record) *api.UsageRecord {
+	p := &api.UsageRecord{UsageId: r.UsageID, Target: targetToProto(r.Target), Timestamp: r.Timestamp, Start: r.Start, End: r.End, Backward: r.Backward, Group: uint32(g)}
+	for _, m := range r.Measures {
+		p.MeasuredUsage = append(p.MeasuredUsage, &api.MeterMeasure{Measure: m.Name, Quantity: m.Quantity})
+	}
+	return p
+}
+
+func recordFromProto(p *api.UsageRecord) RecordDoc {
+	t := targetFromProto(p.Target)
+	d := RecordDoc{UsageID: p.UsageId, Group: int(p.Group), Timestamp: p.Timestamp, Start: p.Start, End: p.End, Backward: p.Backward,
+		OrganizationID: t.Org, SpaceID: t.Space, ConsumerID: t.Consumer, ResourceID: t.Resource, PlanID: t.Plan, ResourceInstanceID: t.Instance}
+	for _, m := range p.MeasuredUsage {
+		d.MeasuredUsage = append(d.MeasuredUsage, MeasureOut{m.Measure, m.Quantity})
+	}
+	return d
+}
+
+// parseTime reads Unix ms or RFC 3339.
+func parseTime(v string) (int64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return n, nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is neither Unix milliseconds nor RFC 3339", v)
+	}
+	return t.UnixMilli(), nil
+}
+
+func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	from, err1 := parseTime(q.Get("from"))
+	to, err2 := parseTime(q.Get("to"))
+	limit, err3 := 0, error(nil)
+	if v := q.Get("limit"); v != "" {
+		limit, err3 = strconv.Atoi(v)
+	}
+	for _, err := range []error{err1, err2, err3} {
+		if err != nil {
+			writeError(w, http.StatusBadRequest, "query: "+err.Error())
+			return
+		}
+	}
+	f := fsmmeter.Filter{Target: fsmmeter.Target{Org: q.Get("organization_id"), Space: q.Get("space_id"), Consumer: q.Get("consumer_id"),
+		Resource: q.Get("resource_id"), Plan: q.Get("plan_id"), Instance: q.Get("resource_instance_id")}, From: from, To: to, Limit: limit}
+	recs, err := s.queryUsage(r.Context(), -1, f)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
+		return
+	}
+	out := struct {
+		Records []RecordDoc `json:"records"`
+	}{Records: []RecordDoc{}}
+	for _, p := range recs {
+		out.Records = append(out.Records, recordFromProto(p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from, to int64) ([]*api.SeriesSample, error) {
+	if g < 0 || g >= s.host.Groups() {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
+	}
+	local := func() []*api.SeriesSample {
+		var out []*api.SeriesSample
+		for _, x := range s.host.Module(g).SeriesSamples(tenant, from, to) {
+			out = append(out, &api.SeriesSample{Minute: x.Minute, Active: x.Active})
+		}
+		return out
+	}
+	if s.readLocal(ctx, g) {
+		return local(), nil
+	}
+	c, rctx, err := s.remote(ctx, g)
+	if err == nil {
+		var resp *api.SeriesSamplesResponse
+		if resp, err = c.SeriesSamples(rctx, &api.SeriesSamplesRequest{Group: uint32(g), Tenant: tenant, FromMinute: from, ToMinute: to}); err == nil {
+			return resp.Samples, nil
+		}
+	}
+	if s.host.Hosts(g) {
+		return local(), nil // leader unreachable: this replica, possibly behind
+	}
+	return nil, err
+}
+
+// Bill is GET /v1/usage/bill: the 95th percentile of a tenant's per-minute
+// active series (summed over groups) in [from, to).
+type Bill struct {
+	Tenant  string `json:"tenant"`
+	From    int64  `json:"from"`
+	To      int64  `json:"to"`
+	Minutes int    `json:"minutes_sampled"`
+	P95     int64  `json:"p95_active_series"`
+	Max     int64  `json:"max_active_series"`
+}
+
+// ComputeBill takes the nearest-rank 95th percentile (the value at rank
+// ⌈0.95·n⌉ of the n sorted minutes) of per-minute totals, the convention of
+// hosted Prometheus billing.
+func ComputeBill(perMinute map[int64]int64) (p95, maxV int64, n int) {
+	vals := make([]int64, 0, len(perMinute))
+	for _, v := range perMinute {
+		vals = append(vals, v)
+	}
+	if len(vals) == 0 {
+		return 0, 0, 0
+	}
+	slices.Sort(vals)
+	rank := int(math.Ceil(0.95 * float64(len(vals))))
+	return vals[rank-1], vals[len(vals)-1], len(vals)
+}
+
+// Bill computes a tenant's bill over [from, to) (Unix ms). Samplers write a
+// group's count only when it changes, so each sample holds until the next:
+// a minute's total is the sum over groups of each group's latest sample at
+// or before it. Minutes before the first sample or after now are not counted.
+func (s *Service) Bill(ctx context.Context, tenant string, from, to int64) (Bill, error) {
+	fromMin, toMin := from/60_000, (to+59_999)/60_000
+	toMin = min(toMin, s.clock.Now()/60_000+1)
+	per := map[int64]int64{}
+	for g := range s.host.Groups() {
+		ss, err := s.seriesSamples(ctx, g, tenant, 0, toMin)
+		if err != nil {
+			return Bill{}, err
+		}
+		for i, x := range ss {
+			end := toMin
+			if i+1 < len(ss) {
+				end = ss[i+1].Minute
+			}
+			for m := max(x.Minute, fromMin); m < end; m++ {
+				per[m] += x.Active
+			}
+		}
+	}
+	b := Bill{Tenant: tenant, From: from, To: to}
+	b.P95, b.Max, b.Minutes = ComputeBill(per)
+	return b, nil
+}
+
+func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	tenant := q.Get("tenant")
+	if tenant == "" || len(tenant) > fsmmeter.MaxIDLen {
+		writeError(w, http.StatusBadRequest, "query: tenant is required (at most 256 bytes)")
+		return
+	}
+	from, err1 := parseTime(q.Get("from"))
+	to, err2 := parseTime(q.Get("to"))
+	if err1 != nil || err2 != nil || to <= from {
+		writeError(w, http.StatusBadRequest, fmt.Sprintf("query: from and to (Unix ms or RFC 3339) are required with from < to (%v %v)", err1, err2))
+		return
+	}
+	b, err := s.Bill(r.Context(), tenant, from, to)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
+		return
+	}
+	writeJSON(w, http.StatusOK, b)
+}
+
+func (s *Service) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
+	type dl struct {
+		Record RecordDoc `json:"record"`
+		Code   int       `json:"code"`
+		Reason string    `json:"reason"`
+		At     int64     `json:"at"`
+	}
+	out := struct {
+		DeadLetters []dl `json:"dead_letters"`
+	}{DeadLetters: []dl{}}
+	for g := range s.host.Groups() {
+		if !s.host.Hosts(g) {
+			continue
+		}
+		for _, d := range s.host.Module(g).DeadLetters() {
+			out.DeadLetters = append(out.DeadLetters, dl{recordDoc(g, d.Record), d.Code, d.Reason, d.At})
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// ClockRequest is POST /v1/metering/clock (test clock only).
+type ClockRequest struct {
+	SetMs     *int64 `json:"set_ms,omitempty"`
+	AdvanceMs int64  `json:"advance_ms,omitempty"`
+}
+
+func (s *Service) handleClock(w http.ResponseWriter, r *http.Request) {
+	var req ClockRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, "clock: "+err.Error())
+		return
+	}
+	var err error
+	if req.SetMs != nil {
+		err = s.clock.Set(*req.SetMs)
+	}
+	if err == nil && req.AdvanceMs != 0 {
+		err = s.clock.Advance(time.Duration(req.AdvanceMs) * time.Millisecond)
+	}
+	switch {
+	case err == ErrClockLocked:
+		writeError(w, http.StatusForbidden, err.Error())
+	case err != nil:
+		writeError(w, http.StatusBadRequest, err.Error())
+	default:
+		writeJSON(w, http.StatusOK, map[string]int64{"now_ms": s.clock.Now()})
+	}
+}

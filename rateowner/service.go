@@ -1,0 +1,185 @@
+package rateowner
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// ServiceConfig wires the owner core to a node.
+type ServiceConfig struct {
+	Owner Config
+	// Owns reports whether this node leads raft group g now.
+	Owns func(g int) bool
+	// LeaderOf names group g's leader (id, gRPC address; "" when unknown).
+	LeaderOf func(g int) (id, addr string)
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger
+}
+
+// Service is the RateLimit gRPC service of one node plus its tick loop.
+type Service struct {
+	api.UnimplementedRateLimitServer
+	cfg     ServiceConfig
+	o       *Owner
+	closing chan struct{}
+
+	reports   atomic.Uint64
+	rejected  atomic.Uint64 // streams ended by bad input
+	tickNanos atomic.Int64
+	owned     atomic.Int64 // tenants owned, last tick
+	blocked   atomic.Int64 // tenants blocked, last tick
+	sessions  atomic.Int64
+}
+
+// NewService returns a service for p partitions in g groups.
+func NewService(cfg ServiceConfig, p, g int, limits Limits) *Service {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Service{cfg: cfg, o: New(cfg.Owner, p, g, limits), closing: make(chan struct{})}
+}
+
+// Run ticks the owner every period until ctx ends, then ends every stream
+// with Unavailable so clients move to another node.
+func (s *Service) Run(ctx context.Context) {
+	t := time.NewTicker(s.o.cfg.Period)
+	defer t.Stop()
+	defer close(s.closing)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			start := time.Now()
+			s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
+			s.tickNanos.Store(int64(time.Since(start)))
+			owned, blocked := s.o.counts(s.cfg.Now().UnixNano())
+			s.owned.Store(int64(owned))
+			s.blocked.Store(int64(blocked))
+		}
+	}
+}
+
+// counts returns the tenants owned and blocked (tick goroutine only, or
+// after it stopped).
+func (o *Owner) counts(ns int64) (owned, blocked int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, t := range o.tenants {
+		if t.owned {
+			owned++
+			if t.blockedTil > ns {
+				blocked++
+			}
+		}
+	}
+	return owned, blocked
+}
+
+// Sync serves one client's stream: reports in, updates out.
+func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateUpdate]) error {
+	sess := s.o.NewSession()
+	s.sessions.Add(1)
+	defer s.sessions.Add(-1)
+	defer sess.Close()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	sendErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				sendErr <- nil
+				return
+			case <-sess.Notify():
+				if u := sess.Take(); u != nil {
+					if err := stream.Send(u); err != nil {
+						sendErr <- err
+						cancel()
+						return
+					}
+					sess.Recycle(u) // Send has encoded it
+
+				}
+			}
+		}
+	}()
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			r, err := stream.Recv()
+			if err != nil {
+				recvErr <- err
+				return
+			}
+			if err := sess.Absorb(r, s.cfg.Now()); err != nil {
+				recvErr <- err
+				return
+			}
+			s.reports.Add(1)
+		}
+	}()
+	var err error
+	select {
+	case err = <-recvErr:
+	case err = <-sendErr:
+	case <-s.closing:
+		return status.Error(codes.Unavailable, "node is shutting down; send rate reports to the new owner")
+	}
+	cancel()
+	switch {
+	case err == nil, errors.Is(err, io.EOF):
+		return nil
+	case errors.Is(err, ErrTooMany):
+		s.rejected.Add(1)
+		return status.Error(codes.ResourceExhausted, err.Error())
+	case errors.Is(err, ErrInvalid):
+		s.rejected.Add(1)
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return err
+}
+
+// Collector exports the owner's state for Prometheus.
+func (s *Service) Collector() prometheus.Collector { return &collector{s: s} }
+
+var (
+	descOwned    = prometheus.NewDesc("tollgate_ratelimit_owner_tenants", "Tenants whose rate state this node owns (leads their rate group).", nil, nil)
+	descBlocked  = prometheus.NewDesc("tollgate_ratelimit_owner_blocklist_size", "Owned tenants over their limit now (sliding-window rate above the limit).", nil, nil)
+	descSessions = prometheus.NewDesc("tollgate_ratelimit_owner_streams", "Open client rate-report streams.", nil, nil)
+	descReports  = prometheus.NewDesc("tollgate_ratelimit_owner_reports_total", "Rate reports absorbed.", nil, nil)
+	descRejected = prometheus.NewDesc("tollgate_ratelimit_owner_invalid_streams_total", "Streams ended because a report was invalid.", nil, nil)
+	descTick     = prometheus.NewDesc("tollgate_ratelimit_owner_tick_seconds", "Duration of the last tick (fold reports, build updates).", nil, nil)
+)
+
+type collector struct{ s *Service }
+
+func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descOwned, descBlocked, descSessions, descReports, descRejected, descTick} {
+		ch <- d
+	}
+}
+
+func (c *collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	ch <- prometheus.MustNewConstMetric(descOwned, prometheus.GaugeValue, float64(s.owned.Load()))
+	ch <- prometheus.MustNewConstMetric(descBlocked, prometheus.GaugeValue, float64(s.blocked.Load()))
+	ch <- prometheus.MustNewConstMetric(descSessions, prometheus.GaugeValue, float64(s.sessions.Load()))
+	ch <- prometheus.MustNewConstMetric(descReports, prometheus.CounterValue, float64(s.reports.Load()))
+	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.rejected.Load()))
+	ch <- prometheus.MustNewConstMetric(descTick, prometheus.GaugeValue, float64(s.tickNanos.Load())/1e9)
+}

@@ -1,0 +1,447 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/admission"
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/sharemove"
+)
+
+// Share modes (Config.ShareMode).
+const (
+	// ShareMovable: each group's share of a tenant's max_series starts at an
+	// exact split and headroom moves between groups on demand (sharemove).
+	ShareMovable = "movable"
+	// ShareStatic: the fixed split ceil(max_series × partitions_in_group / P)
+	// of earlier builds; nothing moves (kept as the benchmark baseline).
+	ShareStatic = "static"
+)
+
+// borrowRounds bounds the borrow-and-re-decide rounds of one request.
+const borrowRounds = 8
+
+// shareState wires fsm/shares and sharemove into the node.
+type shareState struct {
+	s       *Server
+	mods    []*shares.Module
+	mover   *sharemove.Mover
+	metrics *shareMetrics
+}
+
+type shareMetrics struct {
+	moves      *prometheus.CounterVec
+	moved      prometheus.Counter
+	recovered  prometheus.Counter
+	rejections *prometheus.CounterVec
+	borrow     prometheus.Histogram
+}
+
+func newShareState(s *Server) (*shareState, error) {
+	st := &shareState{s: s, mods: make([]*shares.Module, s.cfg.Groups)}
+	for g := range st.mods {
+		m, err := shares.New(g, s.cfg.Groups)
+		if err != nil {
+			return nil, err
+		}
+		st.mods[g] = m
+	}
+	st.metrics = &shareMetrics{
+		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_share_moves_total",
+			Help: "Headroom transfers received by groups led here, by giver and receiver group."}, []string{"giver", "receiver"}),
+		moved: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_share_moved_series_total",
+			Help: "Series of headroom moved into groups led here."}),
+		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_share_stranded_recovered_series_total",
+			Help: "Series of headroom stranded between a give and its receive (a crash) and delivered by the giver's re-drive."}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_share_rejections_total",
+			Help: "New series rejected for a tenant's max_series: at=share while other groups had headroom to borrow (static mode), at=limit when no group had any."}, []string{"at"}),
+		borrow: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_share_borrow_seconds",
+			Help: "Duration of a synchronous headroom borrow.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
+	}
+	s.metrics.reg.MustRegister(st.metrics.moves, st.metrics.moved, st.metrics.recovered, st.metrics.rejections, st.metrics.borrow)
+	if s.cfg.ShareMode == ShareMovable {
+		st.mover = sharemove.New(st, s.log, st.metrics)
+	}
+	return st, nil
+}
+
+func (st *shareState) fsmModules(g int) []fsm.Module { return []fsm.Module{st.mods[g]} }
+
+// share returns group g's admission share function.
+func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 {
+	s := st.s
+	if s.cfg.ShareMode == ShareStatic {
+		return func(tenant string) int64 {
+			return GroupShare(s.groupLimits(g).For(tenant).MaxSeries, partitionsInGroup, s.cfg.Partitions)
+		}
+	}
+	return func(tenant string) int64 {
+		base := st.Base(g, tenant)
+		if base == 0 && s.groupLimits(g).For(tenant).MaxSeries == 0 {
+			return 0
+		}
+		delta, res := st.mods[g].Delta(tenant)
+		if v := base + delta - res; v > 0 {
+			return v
+		}
+		return admission.NoHeadroom
+	}
+}
+
+// track decides a request in group g and, when series were rejected only for
+// the group's share, borrows headroom and decides them again.
+func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
+	rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
+	for round := 0; err == nil && atShare > 0 && st.mover != nil && round < borrowRounds; round++ {
+		got, busy := st.mover.Borrow(ctx, g, tenant, int64(atShare))
+		if got == 0 && !busy {
+			break
+		}
+		if got == 0 {
+			// Headroom is moving between other groups; ask again shortly.
+			select {
+			case <-time.After(time.Duration(round+1) * 2 * time.Millisecond):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		var again []uint64
+		again, atShare, err = t.TrackAtShare(ctx, tenant, rejected)
+		if err != nil {
+			return nil, err
+		}
+		rejected = again
+	}
+	if err == nil && atShare > 0 {
+		at := "limit"
+		if st.mover == nil {
+			at = "share"
+		}
+		st.metrics.rejections.WithLabelValues(at).Add(float64(atShare))
+	}
+	return rejected, err
+}
+
+// --- sharemove.Host ---
+
+func (st *shareState) Groups() int                          { return st.s.cfg.Groups }
+func (st *shareState) Module(g int) *shares.Module          { return st.mods[g] }
+func (st *shareState) Usage(g int, t string) (int64, int64) { return st.s.fsms[g].TenantUsage(t) }
+
+func (st *shareState) Base(g int, tenant string) int64 {
+	lo, hi := api.GroupRange(g, st.s.cfg.Partitions, st.s.cfg.Groups)
+	return shares.Split(st.s.groupLimits(g).For(tenant).MaxSeries, lo, hi, st.s.cfg.Partitions)
+}
+
+func (st *shareState) Exclusive(g int, fn func() error) error {
+	err := st.s.trackers[g].t.Exclusive(fn)
+	if errors.Is(err, admission.ErrNotLeader) {
+		return sharemove.ErrNotLeader
+	}
+	return err
+}
+
+func (st *shareState) Leads(g int) bool {
+	return st.s.host.Raft(g).State() == raft.Leader && st.s.trackers[g].ready()
+}
+
+func (st *shareState) Append(g int, typ byte, data []byte) (func(context.Context) (any, error), error) {
+	s := st.s
+	if err := s.haltedStatus(g); err != nil {
+		return nil, err
+	}
+	if err := s.checkEntryType(g, typ); err != nil {
+		return nil, err
+	}
+	entry, err := fsm.AppendModuleEntry(nil, typ, s.fsms[g].Now(), data)
+	if err != nil {
+		return nil, err
+	}
+	fut := s.host.Raft(g).Apply(entry, s.cfg.ApplyTimeout)
+	return func(ctx context.Context) (any, error) {
+		done := make(chan error, 1)
+		go func() { done <- fut.Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				return nil, raftStatus(g, "append shares entry", err)
+			}
+		case <-ctx.Done():
+			return nil, status.Errorf(codes.DeadlineExceeded, "group %d: %v before the shares entry applied", g, ctx.Err())
+		}
+		if err, ok := fut.Response().(error); ok {
+			return nil, status.Errorf(codes.Unavailable, "group %d: apply shares entry: %v", g, err)
+		}
+		return fut.Response(), nil
+	}, nil
+}
+
+func (st *shareState) Propose(ctx context.Context, g int, typ byte, data []byte) (any, error) {
+	if !st.Leads(g) {
+		return nil, sharemove.ErrNotLeader
+	}
+	wait, err := st.Append(g, typ, data)
+	if err != nil {
+		return nil, err
+	}
+	return wait(ctx)
+}
+
+func (st *shareState) Peer(ctx context.Context, g int) (api.SharesClient, error) {
+	if st.Leads(g) {
+		return localShares{st}, nil
+	}
+	id, addr := st.s.leaderOf(g)
+	if id == "" || id == st.s.cfg.NodeID || addr == "" {
+		return nil, status.Errorf(codes.Unavailable, "group %d: no leader known", g)
+	}
+	cc, err := st.s.admin.conn(addr)
+	if err != nil {
+		return nil, err
+	}
+	return tokenShares{api.NewSharesClient(cc), st.s.cfg.AdminToken}, nil
+}
+
+// tokenShares adds this node's admin token to calls on a peer.
+type tokenShares struct {
+	c     api.SharesClient
+	token string
+}
+
+func (t tokenShares) ctx(ctx context.Context) context.Context {
+	if t.token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.token)
+}
+
+func (t tokenShares) Give(ctx context.Context, in *api.GiveRequest, o ...grpc.CallOption) (*api.GiveResponse, error) {
+	return t.c.Give(t.ctx(ctx), in, o...)
+}
+func (t tokenShares) Receive(ctx context.Context, in *api.ReceiveRequest, o ...grpc.CallOption) (*api.ReceiveResponse, error) {
+	return t.c.Receive(t.ctx(ctx), in, o...)
+}
+func (t tokenShares) TenantShares(ctx context.Context, in *api.TenantSharesRequest, o ...grpc.CallOption) (*api.TenantSharesResponse, error) {
+	return t.c.TenantShares(t.ctx(ctx), in, o...)
+}
+func (t tokenShares) Complete(ctx context.Context, in *api.CompleteRequest, o ...grpc.CallOption) (*api.CompleteResponse, error) {
+	return t.c.Complete(t.ctx(ctx), in, o...)
+}
+
+// localShares serves a call for a group this node leads without a network hop.
+type localShares struct{ st *shareState }
+
+func (l localShares) Give(ctx context.Context, in *api.GiveRequest, _ ...grpc.CallOption) (*api.GiveResponse, error) {
+	return l.st.give(ctx, in)
+}
+func (l localShares) Receive(ctx context.Context, in *api.ReceiveRequest, _ ...grpc.CallOption) (*api.ReceiveResponse, error) {
+	return l.st.receive(ctx, in)
+}
+func (l localShares) TenantShares(_ context.Context, in *api.TenantSharesRequest, _ ...grpc.CallOption) (*api.TenantSharesResponse, error) {
+	return l.st.tenantSharesRPC(in)
+}
+func (l localShares) Complete(ctx context.Context, in *api.CompleteRequest, _ ...grpc.CallOption) (*api.CompleteResponse, error) {
+	return l.st.complete(ctx, in)
+}
+
+// --- sharemove.Metrics ---
+
+func (m *shareMetrics) Moved(giver, receiver int, amount int64) {
+	m.moves.WithLabelValues(fmt.Sprint(giver), fmt.Sprint(receiver)).Inc()
+	m.moved.Add(float64(amount))
+}
+func (m *shareMetrics) Recovered(_, _ int, amount int64) { m.recovered.Add(float64(amount)) }
+func (m *shareMetrics) Borrow(_ int, _ int64, d time.Duration) {
+	m.borrow.Observe(d.Seconds())
+}
+
+// --- gRPC service ---
+
+type sharesService struct {
+	api.UnimplementedSharesServer
+	st *shareState
+}
+
+func (st *shareState) moverOrErr() (*sharemove.Mover, error) {
+	if st.mover == nil {
+		return nil, status.Error(codes.FailedPrecondition, "shares: this node runs with share mode static; headroom does not move")
+	}
+	return st.mover, nil
+}
+
+func shareErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	if errors.Is(err, sharemove.ErrNotLeader) {
+		return status.Errorf(codes.Unavailable, "shares: %v; retry at the group's leader", err)
+	}
+	return status.Errorf(codes.InvalidArgument, "shares: %v", err)
+}
+
+func (st *shareState) give(ctx context.Context, in *api.GiveRequest) (*api.GiveResponse, error) {
+	m, err := st.moverOrErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	amt, seq, reason, err := m.Give(ctx, in.Tenant, int(in.Giver), int(in.Receiver), in.Want)
+	if err != nil {
+		return nil, shareErr(err)
+	}
+	return &api.GiveResponse{Amount: amt, Seq: seq, Reason: reason}, nil
+}
+
+func (st *shareState) receive(ctx context.Context, in *api.ReceiveRequest) (*api.ReceiveResponse, error) {
+	m, err := st.moverOrErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	now, err := m.Receive(ctx, in.Tenant, int(in.Giver), int(in.Receiver), in.Seq, in.Amount)
+	if err != nil {
+		return nil, shareErr(err)
+	}
+	return &api.ReceiveResponse{AppliedNow: now}, nil
+}
+
+func (st *shareState) complete(ctx context.Context, in *api.CompleteRequest) (*api.CompleteResponse, error) {
+	m, err := st.moverOrErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	found, err := m.Complete(ctx, in.Tenant, int(in.Giver), in.Seq)
+	if err != nil {
+		return nil, shareErr(err)
+	}
+	return &api.CompleteResponse{Found: found}, nil
+}
+
+// authorize applies the admin rule: a forged Receive could raise a share.
+func (sv *sharesService) authorize(ctx context.Context) error {
+	var remote net.IP
+	if p, ok := peer.FromContext(ctx); ok {
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			remote = tcp.IP
+		}
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	switch checkAdmin(remote, md.Get("authorization"), sv.st.s.cfg.AdminToken) {
+	case adminNotLoopback:
+		return status.Error(codes.PermissionDenied, "shares API: no admin token is configured on this node, so only loopback peers may call it")
+	case adminBadToken:
+		return status.Error(codes.Unauthenticated, "shares API: missing or wrong token")
+	}
+	return nil
+}
+
+func (sv *sharesService) Give(ctx context.Context, in *api.GiveRequest) (*api.GiveResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.give(ctx, in)
+}
+
+func (sv *sharesService) Receive(ctx context.Context, in *api.ReceiveRequest) (*api.ReceiveResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.receive(ctx, in)
+}
+
+func (sv *sharesService) Complete(ctx context.Context, in *api.CompleteRequest) (*api.CompleteResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.complete(ctx, in)
+}
+
+// run re-drives stranded transfers until the node stops.
+func (st *shareState) run(stop <-chan struct{}) {
+	if st.mover == nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { <-stop; cancel() }()
+	st.mover.Run(ctx, 500*time.Millisecond)
+}
+
+// TenantShares is one group's view of a tenant's share, for status pages.
+type TenantShares struct {
+	Group       int               `json:"group"`
+	Base        int64             `json:"base"`
+	Delta       int64             `json:"delta"`
+	Share       int64             `json:"share"`
+	Given       int64             `json:"given"`
+	Received    int64             `json:"received"`
+	Moves       int64             `json:"moves"`
+	Outstanding []shares.Transfer `json:"outstanding,omitempty"`
+}
+
+// tenantShares reads group g's replica of tenant's shares on this node.
+func (st *shareState) tenantShares(g int, tenant string) TenantShares {
+	v := st.mods[g].View(tenant)
+	base := st.Base(g, tenant)
+	share := base + v.Delta
+	if st.s.cfg.ShareMode == ShareStatic {
+		lo, hi := api.GroupRange(g, st.s.cfg.Partitions, st.s.cfg.Groups)
+		base = GroupShare(st.s.groupLimits(g).For(tenant).MaxSeries, hi-lo, st.s.cfg.Partitions)
+		share = base
+	}
+	return TenantShares{Group: g, Base: base, Delta: v.Delta, Share: share, Given: v.Given, Received: v.Received, Moves: v.Moves, Outstanding: v.Outstanding}
+}
+
+// TenantShares serves `tollgate status --tenant T` from this node's replicas.
+// Reading needs no leader and no movable mode (static shows the fixed split).
+func (sv *sharesService) TenantShares(ctx context.Context, in *api.TenantSharesRequest) (*api.TenantSharesResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.tenantSharesRPC(in)
+}
+
+func (st *shareState) tenantSharesRPC(in *api.TenantSharesRequest) (*api.TenantSharesResponse, error) {
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	s := st.s
+	if !s.KnownTenant(in.Tenant) {
+		return nil, status.Errorf(codes.NotFound, "tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the runtime limits", in.Tenant, s.cfg.NodeID)
+	}
+	u := s.Usage(in.Tenant)
+	out := &api.TenantSharesResponse{Tenant: in.Tenant, MaxSeries: u.MaxSeries, ShareMode: s.cfg.ShareMode, NodeId: s.cfg.NodeID}
+	for g, ts := range u.ShareMoves {
+		gs := &api.GroupShare{Group: uint32(g), Base: ts.Base, Delta: ts.Delta, Share: ts.Share, Series: u.PerGroup[g],
+			Given: ts.Given, Received: ts.Received, Moves: ts.Moves}
+		for _, o := range ts.Outstanding {
+			gs.Outstanding = append(gs.Outstanding, &api.ShareTransfer{Seq: o.Seq, To: uint32(o.To), Amount: o.Amount})
+		}
+		out.Groups = append(out.Groups, gs)
+	}
+	return out, nil
+}

@@ -1,0 +1,286 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/clientlib/partitionlimit"
+)
+
+const sketchLimits = "defaults:\n  max_series_per_partition: 0\ntenants:\n  t1:\n    max_series_per_partition: 1000000\n  conv:\n    max_series_per_partition: 1000000\n"
+
+func writeSketchLimits(tb testing.TB) string {
+	p := filepath.Join(tb.TempDir(), "limits.yaml")
+	if err := os.WriteFile(p, []byte(sketchLimits), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	return p
+}
+
+// TestSketchesService: a real node refuses each kind of bad push with
+// InvalidArgument and changes nothing, merges good pushes, streams them
+// (everything first, then only what changed), and reports them in
+// /api/v1/sketches and /metrics.
+func TestSketchesService(t *testing.T) {
+	limits := writeSketchLimits(t)
+	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
+	s := tc.nodes[0]
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	cl := api.NewSketchesClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	now := time.Now().Unix() / 60
+	sp := func(tenant string, part uint32, minute int64, idx uint32, v uint8) *api.Sketch {
+		return &api.Sketch{Tenant: tenant, Partition: part, Minute: minute, Sparse: []uint32{api.HLLSparseEntry(idx, v)}}
+	}
+	// The watch stream opens before any push: its first batch is empty and full.
+	ws, err := cl.WatchSketches(ctx, &api.WatchSketchesRequest{Precision: 11})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ws.Recv(); err != nil || !b.Full || len(b.Sketches) != 0 || b.ServedBy != "n1" {
+		t.Fatalf("first batch %+v, %v", b, err)
+	}
+	bad := map[string]*api.PushSketchesRequest{
+		"wrong precision": {Precision: 12, Sketches: []*api.Sketch{sp("t1", 1, now, 1, 3)}},
+		"truncated":       {Precision: 11, Sketches: []*api.Sketch{{Tenant: "t1", Partition: 1, Minute: now, Dense: make([]byte, 2047)}}},
+		"old minute":      {Precision: 11, Sketches: []*api.Sketch{sp("t1", 1, now-30, 1, 3)}},
+		"unknown tenant":  {Precision: 11, Sketches: []*api.Sketch{sp("t2", 1, now, 1, 3)}},
+		"partition":       {Precision: 11, Sketches: []*api.Sketch{sp("t1", 5000, now, 1, 3)}},
+		"one bad of two":  {Precision: 11, Sketches: []*api.Sketch{sp("t1", 1, now, 1, 3), sp("t1", 2, now, 2048, 3)}},
+	}
+	for name, req := range bad {
+		if _, err := cl.PushSketches(ctx, req); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	if n := s.Sketches().Stats().Sketches; n != 0 {
+		t.Fatalf("refused pushes left %d sketches", n)
+	}
+	// A server stream's error arrives with its first Recv.
+	if st, err := cl.WatchSketches(ctx, &api.WatchSketchesRequest{Precision: 5}); err == nil {
+		if _, err = st.Recv(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("watch with precision 5: %v, want InvalidArgument", err)
+		}
+	} else if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("watch with precision 5: %v, want InvalidArgument", err)
+	}
+	resp, err := cl.PushSketches(ctx, &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{sp("t1", 1, now, 1, 3), sp("t1", 2, now, 9, 4)}})
+	if err != nil || resp.Changed != 2 || resp.NodeMinute < now || resp.Incarnation == "" {
+		t.Fatalf("push: %+v, %v", resp, err)
+	}
+	got := map[uint32]bool{}
+	for len(got) < 2 {
+		b, err := ws.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, sk := range b.Sketches {
+			got[sk.Partition] = true
+		}
+	}
+	// A delta carries only the sketch that changed.
+	if _, err := cl.PushSketches(ctx, &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{sp("t1", 2, now, 10, 4)}}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := ws.Recv()
+	if err != nil || b.Full || len(b.Sketches) != 1 || b.Sketches[0].Partition != 2 || len(b.Sketches[0].Sparse) != 2 {
+		t.Fatalf("delta batch %+v, %v", b, err)
+	}
+
+	var st SketchStatus
+	getJSON(t, "http://"+s.HTTPAddr()+"/api/v1/sketches?top=1", &st)
+	if st.Stats.Sketches != 2 || len(st.Top) != 1 || st.Top[0].Tenant != "t1" || st.Top[0].Estimate <= 0 {
+		t.Fatalf("/api/v1/sketches: %+v", st)
+	}
+	if r, err := http.Get("http://" + s.HTTPAddr() + "/api/v1/sketches?top=x"); err != nil || r.StatusCode != http.StatusBadRequest {
+		t.Fatalf("top=x: %v %v", r.Status, err)
+	}
+	r, err := http.Get("http://" + s.HTTPAddr() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	for _, want := range []string{`tollgate_sketches_held{encoding="sparse"} 2`, `tollgate_sketch_pushes_rejected_total{reason="invalid"} 6`, `tollgate_sketch_subscribers 1`} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func getJSON(tb testing.TB, url string, v any) {
+	tb.Helper()
+	r, err := http.Get(url)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer r.Body.Close()
+	if r.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(r.Body)
+		tb.Fatalf("GET %s: %s %s", url, r.Status, b)
+	}
+	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// startSketchNodes starts n real nodes (raft, serf, gRPC on loopback) for a
+// benchmark; startCluster needs a *testing.T.
+func startSketchNodes(tb testing.TB, n int) []*Server {
+	limits := writeSketchLimits(tb)
+	var nodes []*Server
+	seed := ""
+	for i := range n {
+		cfg := Config{
+			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: tb.TempDir(),
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
+			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: n, RaftNoSync: true, LimitsFile: limits,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		}
+		if seed != "" {
+			cfg.Join = []string{seed}
+		}
+		s, err := New(cfg)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if seed == "" {
+			seed = s.GossipAddr()
+		}
+		nodes = append(nodes, s)
+	}
+	tb.Cleanup(func() {
+		var wg sync.WaitGroup
+		for _, s := range nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				defer cancel()
+				_ = s.Stop(ctx)
+			}()
+		}
+		wg.Wait()
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ready := 0
+		for _, s := range nodes {
+			if s.Ready() && len(s.sketchPeers()) == n-1 {
+				ready++
+			}
+		}
+		if ready == n {
+			return nodes
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("nodes not ready")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkSketchConvergence measures the SPEC §3 convergence bar: 3 real
+// nodes, 10 clients pushing every second (each to a node of its own choice,
+// failing over to the others); per round every client adds 1,000 new series
+// to one partition, then the time until each client's window registers equal
+// the union of all clients' (the merged state) is recorded. After `rounds`
+// rounds node n1 is stopped and the rounds repeat. Reports median and max
+// per phase. Run: go test ./server -run '^$' -bench SketchConvergence -benchtime 1x
+func BenchmarkSketchConvergence(b *testing.B) {
+	const clients, rounds = 10, 10
+	for b.Loop() {
+		nodes := startSketchNodes(b, 3)
+		addrs := []string{nodes[0].GRPCAddr(), nodes[1].GRPCAddr(), nodes[2].GRPCAddr()}
+		lims := make([]*partitionlimit.Limiter, clients)
+		for i := range lims {
+			a := slices.Clone(addrs) // client i prefers node i%3 first in its list; the start is random anyway
+			l, err := partitionlimit.New(partitionlimit.Config{Addrs: a, PushInterval: time.Second, RPCTimeout: 500 * time.Millisecond,
+				ReconnectMax: 200 * time.Millisecond, Limits: partitionlimit.LimitsFunc(func(string) int64 { return 1 << 40 })})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer l.Close()
+			lims[i] = l
+		}
+		r := rand.New(rand.NewPCG(7, 7))
+		phase := func(name string) {
+			var lat []time.Duration
+			for range rounds {
+				for _, l := range lims {
+					hs := make([]uint64, 1000)
+					for k := range hs {
+						hs[k] = r.Uint64()
+					}
+					if err := l.Check("conv", []partitionlimit.Series{{Partition: 5, Hashes: hs}}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				t0 := time.Now()
+				target := make([]uint8, 2048)
+				for _, l := range lims {
+					for i, v := range l.WindowRegisters("conv", 5) {
+						target[i] = max(target[i], v)
+					}
+				}
+				done := make([]time.Duration, clients)
+				for left := clients; left > 0; {
+					if time.Since(t0) > 30*time.Second {
+						b.Fatalf("%s: %d clients did not converge within 30s", name, left)
+					}
+					for i, l := range lims {
+						if done[i] == 0 && slices.Equal(l.WindowRegisters("conv", 5), target) {
+							done[i] = time.Since(t0)
+							left--
+						}
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				lat = append(lat, done...)
+			}
+			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+			med, mx := lat[len(lat)/2], lat[len(lat)-1]
+			b.ReportMetric(float64(med.Milliseconds()), name+"-p50-ms")
+			b.ReportMetric(float64(mx.Milliseconds()), name+"-max-ms")
+			fmt.Fprintf(os.Stderr, "%s: %d samples, median %v, max %v\n", name, len(lat), med, mx)
+		}
+		phase("3nodes")
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = nodes[0].Stop(ctx)
+		cancel()
+		phase("after-stop")
+		unreach := 0
+		for _, l := range lims {
+			if st := l.Stats(); st.Remote == partitionlimit.RemoteUnreachable {
+				unreach++
+			}
+		}
+		if unreach > 0 {
+			b.Fatalf("%d clients report the remote unreachable with two nodes up", unreach)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/summaries"
+)
+
+// summaryMaxSilence: a follower that heard nothing from its group's leader for
+// longer stops serving that group's summary (its replica may be behind a
+// partition), so clients ask another node.
+const summaryMaxSilence = 3 * time.Second
+
+// summarySource reads this node's replicas for the summary hub.
+type summarySource struct{ s *Server }
+
+func (src summarySource) Replica(g int) (uint64, string) {
+	s := src.s
+	if !s.hostsGroup(g) {
+		return 0, fmt.Sprintf("node %s holds no replica of group %d", s.cfg.NodeID, g)
+	}
+	if halted, why := s.fsms[g].Halted(); halted {
+		return 0, fmt.Sprintf("group %d is halted on %s: %s", g, s.cfg.NodeID, why)
+	}
+	if !s.host.GroupLoaded(g) {
+		return 0, fmt.Sprintf("group %d is replaying its local state on %s", g, s.cfg.NodeID)
+	}
+	r := s.host.Raft(g)
+	if r.State() != raft.Leader {
+		last := r.LastContact()
+		if last.IsZero() {
+			return 0, fmt.Sprintf("group %d on %s: no contact with a leader yet", g, s.cfg.NodeID)
+		}
+		if silent := time.Since(last); silent > summaryMaxSilence {
+			return 0, fmt.Sprintf("group %d on %s: no contact with a leader for %v", g, s.cfg.NodeID, silent.Round(time.Second))
+		}
+	}
+	return s.fsms[g].AppliedIndex(), ""
+}
+
+func (src summarySource) Near(g int) []string { return src.s.closeToLimit(g) }
+
+// startSummaries creates the summary hub (before startGRPC registers its
+// service) and runs it until the node stops.
+func (s *Server) startSummaries() error {
+	hub, err := summaries.New(summaries.Config{Groups: s.cfg.Groups, Source: summarySource{s}, NodeID: s.cfg.NodeID, Logger: s.log})
+	if err != nil {
+		return fmt.Errorf("summary hub: %w", err)
+	}
+	s.summaries = hub
+	ctx, cancel := context.WithCancel(context.Background())
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer cancel()
+		go func() { <-s.stop; cancel() }()
+		hub.Run(ctx)
+	}()
+	s.metrics.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_summary_subscribers", Help: "Open WatchSummaries streams on this node."},
+			func() float64 { return float64(hub.Stats().Subscribers) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_summary_updates_total", Help: "Summary updates queued to WatchSummaries subscribers."},
+			func() float64 { return float64(hub.Stats().Updates) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_summary_dropped_subscribers_total", Help: "WatchSummaries subscribers dropped because they read too slowly."},
+			func() float64 { return float64(hub.Stats().Dropped) }),
+	)
+	return nil
+}
+
+// registerSummaries adds the Summaries service to the gRPC server.
+func (s *Server) registerSummaries() {
+	if s.summaries != nil {
+		api.RegisterSummariesServer(s.grpc, summaries.NewService(s.summaries, s.closing))
+	}
+}
