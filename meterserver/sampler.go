@@ -74,7 +74,11 @@ func (s *Service) lead(g int) {
 		cancel()
 		w.wg.Wait()
 	}()
-	w.lastHK = s.clock.Now() / 60_000 // housekeeping from the next minute on
+	// Housekeeping runs on the first pass too: a leader that took over (or
+	// started) inside a minute records that minute's sample at once instead
+	// of skipping it. It is idempotent: the tick only expires, and a sample
+	// is written only where the count changed.
+	w.lastHK = math.MinInt64
 	s.cfg.Logger.Info("metering sampler started", "group", g)
 	backoff := time.Duration(0)
 	for {
