@@ -123,6 +123,28 @@ func (tc *testCluster) leader(g int) *Server {
 	return out
 }
 
+// trackLeader tracks on group g's current leader and retries while
+// leadership moves (the leader balancer transfers groups soon after start;
+// a client retries Unavailable the same way). It returns the rejected hashes.
+func (tc *testCluster) trackLeader(g int, tenant string, part int, hs []uint64) []uint64 {
+	tc.t.Helper()
+	deadline := time.Now().Add(30 * time.Second) // catches hangs only
+	for {
+		l := tc.leader(g)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		resp, err := api.NewTrackerClient(dial(tc.t, l.GRPCAddr())).TrackSeries(ctx,
+			&api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(part), Hashes: hs})
+		cancel()
+		if err == nil {
+			return resp.RejectedHashes
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			tc.t.Fatalf("TrackSeries(%s, partition %d, %d hashes) on %s: %v", tenant, part, len(hs), l.cfg.NodeID, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 func dial(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -555,7 +577,7 @@ func TestBootstrapTwoNodesPerZone(t *testing.T) {
 	}
 	lo, _ := api.GroupRange(g, 64, 8)
 	// Group share with G=8: ceil(6400·8/64) = 800; 700 ≥ 0.85·800.
-	track(t, api.NewTrackerClient(dial(t, tc.leader(g).GRPCAddr())), "near", lo, hashesIn(5, lo, 700))
+	tc.trackLeader(g, "near", lo, hashesIn(5, lo, 700))
 	waitFor(t, "outsider reports the near-limit tenant", func() bool {
 		resp, err := api.NewTrackerClient(dial(t, outsider.GRPCAddr())).GetUsersCloseToLimit(context.Background(),
 			&api.GetUsersCloseToLimitRequest{Partition: uint32(lo)})

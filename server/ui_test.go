@@ -63,11 +63,10 @@ func TestDashboard(t *testing.T) {
 	// globex: 40 per group (40%). initech grows a little while the browser
 	// watches, so the rates on the page are real.
 	for g := range 4 {
-		c := api.NewTrackerClient(dial(t, tc.leader(g).GRPCAddr()))
-		if rej := track(t, c, "acme", g*16, hashesIn(100, g*16, 90)); len(rej) != 0 {
+		if rej := tc.trackLeader(g, "acme", g*16, hashesIn(100, g*16, 90)); len(rej) != 0 {
 			t.Fatalf("acme: %d of 90 rejected in group %d below its share", len(rej), g)
 		}
-		if rej := track(t, c, "globex", g*16+1, hashesIn(200, g*16+1, 40)); len(rej) != 0 {
+		if rej := tc.trackLeader(g, "globex", g*16+1, hashesIn(200, g*16+1, 40)); len(rej) != 0 {
 			t.Fatalf("globex: %d of 40 rejected in group %d", len(rej), g)
 		}
 	}
