@@ -82,7 +82,9 @@ type Member struct {
 	GroupsLed []int  // ascending
 	// ClusterVersion is the highest cluster version the member's build
 	// supports ("ver" tag); 1 for members that do not gossip one (builds from
-	// before the tag).
+	// before the tag). For a member that is down it is what the member last
+	// gossiped: serf keeps a failed member's tags until the reconnect timeout
+	// and a departed one's until the tombstone timeout.
 	ClusterVersion int
 }
 

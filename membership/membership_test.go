@@ -160,3 +160,44 @@ func TestClusterVersionTag(t *testing.T) {
 		t.Error("negative cluster version accepted")
 	}
 }
+
+// A member that left or failed stays in the list with the tags it last
+// gossiped: the server's version gate counts a down voter with its last "ver"
+// (server/versions.go), so that must not read as "unknown" or 1.
+func TestDownMembersKeepClusterVersion(t *testing.T) {
+	a := start(t, "a", "zone-a")
+	var others []*Membership
+	for id, ver := range map[string]int{"b": 7, "c": 5} {
+		m, err := New(Config{NodeID: id, Zone: "zone-" + id, GRPCAddr: id + ":1", RaftAddr: id + ":2", BindAddr: "127.0.0.1:0",
+			ProbeInterval: 200 * time.Millisecond, ClusterVersion: ver})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = m.Shutdown() })
+		if _, err := m.Join([]string{a.GossipAddr()}); err != nil {
+			t.Fatal(err)
+		}
+		others = append(others, m)
+	}
+	waitFor(t, "3 alive members on a", func() bool { return countStatus(a.Members(), StatusAlive) == 3 })
+	for _, m := range others {
+		if m.cfg.NodeID == "b" {
+			if err := m.Leave(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = m.Shutdown() // c: no leave, a must detect the failure
+	}
+	waitFor(t, "b left and c failed on a", func() bool {
+		ms := a.Members()
+		return ms[1].Status == StatusLeft && ms[2].Status == StatusFailed
+	})
+	ms := a.Members()
+	if ms[1].ClusterVersion != 7 || ms[2].ClusterVersion != 5 {
+		t.Fatalf("down members' versions on a: b (left) %d, c (failed) %d; want their last advertised 7 and 5",
+			ms[1].ClusterVersion, ms[2].ClusterVersion)
+	}
+	if ms[1].Zone != "zone-b" || ms[2].GRPCAddr != "c:1" {
+		t.Fatalf("down members lost their other tags: %+v", ms[1:])
+	}
+}

@@ -21,10 +21,12 @@ import (
 // Rolling upgrades. Every node advertises the highest cluster version its build
 // supports (serf tag "ver", Config.MaxClusterVersion). A leader appends an entry
 // of a type introduced in cluster version v only when every server of the
-// group's raft configuration advertises v or more; otherwise the request gets
-// FailedPrecondition naming the nodes that lag. A replica that still meets an
-// entry it cannot apply halts that group (fsm.FSM.Apply): it reports the group
-// not ready, refuses to lead it, and waits to be restarted with a newer build.
+// group's raft configuration advertises v or more — a server that is down
+// counting with the version it last advertised (see versionLag); otherwise the
+// request gets FailedPrecondition naming the nodes that lag. A replica that
+// still meets an entry it cannot apply halts that group (fsm.FSM.Apply): it
+// reports the group not ready, refuses to lead it, and waits to be restarted
+// with a newer build.
 
 // maxClusterVersionEnv lowers the cluster version a node supports, so that a
 // current binary behaves like an older one (upgrade tests). Read only when
@@ -71,23 +73,45 @@ func (s *Server) MaxClusterVersion() int { return s.cfg.MaxClusterVersion }
 // groupSupports reports whether every server of group g's raft configuration
 // (voters and non-voters: both apply the log) supports cluster version
 // `version`, as read from this node's copy of the configuration and the
-// gossiped "ver" tags. lagging describes each server that does not, or whose
-// version is unknown (not in the member list, or not alive: it may come back
-// with any build).
+// gossiped "ver" tags (versionLag decides). lagging describes each server that
+// does not, or whose version is unknown.
 func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 	fut := s.host.Raft(g).GetConfiguration()
 	if err := fut.Error(); err != nil {
 		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.NodeID, err)}
 	}
-	byID := map[string]membership.Member{}
-	for _, m := range s.memberList() {
+	lagging = versionLag(fut.Configuration().Servers, s.memberList(), s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	return len(lagging) == 0, lagging
+}
+
+// versionLag lists the servers that cannot be counted on to apply an entry of
+// cluster version `version`: self when selfVersion is below it, a server the
+// member list advertises below it, and a server missing from the member list.
+//
+// A member that is down (failed, leaving, left) counts with the version it
+// last advertised: serf keeps a failed member, tags included, until the
+// reconnect timeout (24 h, membership.New) and a member that left until the
+// tombstone timeout, so its last "ver" tag is what its build supported. Only
+// a downgrade could bring it back below that, and downgrades are unsupported:
+// such a replica halts the group on the first entry it cannot apply, which
+// /readyz and tollgate_group_halted report — the same outcome as adding a
+// voter with an older build to a group that already uses newer entry types.
+// Treating a down voter as "unknown" instead blocked every newer entry type
+// (runtime config, share moves, metering) for the whole outage of one node.
+//
+// A server absent from the member list (reaped, or not rejoined since a full
+// cluster restart: serf's snapshot keeps addresses, not tags) has no known
+// version and lags.
+func versionLag(servers []raft.Server, members []membership.Member, self string, selfVersion, version int) (lagging []string) {
+	byID := make(map[string]membership.Member, len(members))
+	for _, m := range members {
 		byID[m.ID] = m
 	}
-	for _, srv := range fut.Configuration().Servers {
+	for _, srv := range servers {
 		id := string(srv.ID)
-		if id == s.cfg.NodeID {
-			if s.cfg.MaxClusterVersion < version {
-				lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, s.cfg.MaxClusterVersion))
+		if id == self {
+			if selfVersion < version {
+				lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, selfVersion))
 			}
 			continue
 		}
@@ -95,13 +119,14 @@ func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 		switch {
 		case !known:
 			lagging = append(lagging, fmt.Sprintf("%s is not in the member list (cluster version unknown)", id))
-		case m.Status != membership.StatusAlive:
-			lagging = append(lagging, fmt.Sprintf("%s is %s (cluster version unknown until it is back)", id, m.Status))
-		case m.ClusterVersion < version:
+		case m.ClusterVersion >= version:
+		case m.Status == membership.StatusAlive:
 			lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, m.ClusterVersion))
+		default:
+			lagging = append(lagging, fmt.Sprintf("%s is %s and last advertised cluster version %d", id, m.Status, m.ClusterVersion))
 		}
 	}
-	return len(lagging) == 0, lagging
+	return lagging
 }
 
 // checkEntryType returns FailedPrecondition when group g cannot take an entry

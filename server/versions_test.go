@@ -292,3 +292,216 @@ func TestResolveClusterVersion(t *testing.T) {
 		}
 	}
 }
+
+func TestVersionLag(t *testing.T) {
+	servers := func(ids ...string) []raft.Server {
+		var out []raft.Server
+		for _, id := range ids {
+			out = append(out, raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter})
+		}
+		return out
+	}
+	member := func(id, st string, ver int) membership.Member {
+		return membership.Member{ID: id, Status: st, ClusterVersion: ver}
+	}
+	cases := []struct {
+		name        string
+		members     []membership.Member
+		selfVersion int
+		version     int
+		want        []string // one substring per lagging server, in order
+	}{
+		{"all alive and current", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusAlive, 3)}, 3, 3, nil},
+		{"alive voter below", []membership.Member{member("b", membership.StatusAlive, 2), member("c", membership.StatusAlive, 3)}, 3, 3,
+			[]string{"b supports cluster version 2"}},
+		{"self below", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusAlive, 3)}, 2, 3,
+			[]string{"a supports cluster version 2"}},
+		// A down voter counts with what it last advertised.
+		{"failed voter current", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusFailed, 3)}, 3, 3, nil},
+		{"left voter current", []membership.Member{member("b", membership.StatusLeft, 3), member("c", membership.StatusAlive, 3)}, 3, 3, nil},
+		{"leaving voter current", []membership.Member{member("b", membership.StatusLeaving, 3), member("c", membership.StatusAlive, 3)}, 3, 3, nil},
+		{"failed voter below", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusFailed, 1)}, 3, 3,
+			[]string{"c is failed and last advertised cluster version 1"}},
+		{"left voter below", []membership.Member{member("b", membership.StatusLeft, 2), member("c", membership.StatusAlive, 3)}, 3, 3,
+			[]string{"b is left and last advertised cluster version 2"}},
+		{"failed voter below, older entry type", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusFailed, 1)}, 3, 1, nil},
+		// Nobody knows the version of a server serf does not list.
+		{"not in the member list", []membership.Member{member("b", membership.StatusAlive, 3)}, 3, 1,
+			[]string{"c is not in the member list"}},
+		{"several", []membership.Member{member("b", membership.StatusFailed, 2)}, 1, 3,
+			[]string{"a supports cluster version 1", "b is failed and last advertised cluster version 2", "c is not in the member list"}},
+	}
+	for _, tt := range cases {
+		got := versionLag(servers("a", "b", "c"), tt.members, "a", tt.selfVersion, tt.version)
+		if len(got) != len(tt.want) {
+			t.Errorf("%s: lagging %q, want %d entries like %q", tt.name, got, len(tt.want), tt.want)
+			continue
+		}
+		for i := range got {
+			if !strings.Contains(got[i], tt.want[i]) {
+				t.Errorf("%s: lagging[%d] = %q, want it to mention %q", tt.name, i, got[i], tt.want[i])
+			}
+		}
+	}
+}
+
+// failNode makes tc.nodes[i] look crashed to the others — its gossip stops
+// without a leave message — then stops the rest of it.
+func failNode(t *testing.T, tc *testCluster, i int) {
+	t.Helper()
+	s := tc.nodes[i]
+	if err := s.members.Shutdown(); err != nil {
+		t.Fatalf("shut down %s's gossip: %v", s.cfg.NodeID, err)
+	}
+	stop(t, s)
+	tc.nodes[i] = nil
+}
+
+// waitMemberStatus waits until every live node lists id with status st.
+func waitMemberStatus(t *testing.T, tc *testCluster, id, st string) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("every live node sees %s %s", id, st), func() bool {
+		for _, s := range tc.live() {
+			seen := false
+			for _, m := range s.memberList() {
+				if m.ID == id && m.Status == st {
+					seen = true
+				}
+			}
+			if !seen {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// setLimits sets tenant's max_series through node s, retrying while group 0
+// has no reachable leader (a voter just went down); other errors return.
+func setLimits(t *testing.T, s *Server, tenant string, maxSeries int) (*api.LimitsChangeResponse, error) {
+	t.Helper()
+	cfg := api.NewConfigClient(dial(t, s.GRPCAddr()))
+	var resp *api.LimitsChangeResponse
+	var err error
+	waitFor(t, "a SetLimits answer other than Unavailable", func() bool {
+		ctx, cancel := context.WithTimeout(adminCtx(t), 10*time.Second)
+		defer cancel()
+		resp, err = cfg.SetLimits(ctx, &api.SetLimitsRequest{Tenant: tenant, Set: map[string]string{"max_series": strconv.Itoa(maxSeries)}})
+		if c := status.Code(err); c == codes.Unavailable || c == codes.DeadlineExceeded {
+			time.Sleep(20 * time.Millisecond)
+			return false
+		}
+		return true
+	})
+	return resp, err
+}
+
+// waitLimitEverywhere waits until every group replica on every live node
+// holds config version v with tenant's max_series = maxSeries.
+func waitLimitEverywhere(t *testing.T, tc *testCluster, tenant string, v uint64, maxSeries int64) {
+	t.Helper()
+	for _, s := range tc.live() {
+		for g := range s.cfg.Groups {
+			if !s.hostsGroup(g) {
+				continue
+			}
+			waitFor(t, fmt.Sprintf("%s's group %d replica at config version %d", s.cfg.NodeID, g, v), func() bool {
+				return s.rcfg.mods[g].Current().Version >= v
+			})
+			if got := s.groupLimits(g).For(tenant).MaxSeries; got != maxSeries {
+				t.Fatalf("%s group %d: %s max_series %d at config version %d, want %d",
+					s.cfg.NodeID, g, tenant, got, s.rcfg.mods[g].Current().Version, maxSeries)
+			}
+		}
+	}
+}
+
+// A voter that is down does not block entry types it advertised before it
+// went down: a runtime-config change (cluster version 3) goes through while n3
+// is failed, and again while it has left gracefully.
+func TestGateOpenWhileAVoterIsDown(t *testing.T) {
+	var n3Cfg Config
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		if i == 2 { // fixed addresses: n3 restarts later
+			c.GRPCAddr, c.RaftAddr, c.GossipAddr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
+			n3Cfg = *c
+		}
+	})
+	n1 := tc.nodes[0]
+	if !n1.hostsGroup(0) || !tc.nodes[2].hostsGroup(0) {
+		t.Fatal("n1 and n3 must both be voters of group 0 for this test")
+	}
+
+	failNode(t, tc, 2)
+	waitMemberStatus(t, tc, "n3", membership.StatusFailed)
+	resp, err := setLimits(t, n1, "acme", 1000)
+	if err != nil {
+		t.Fatalf("SetLimits with n3 failed: %v", err)
+	}
+	waitLimitEverywhere(t, tc, "acme", resp.Version, 1000)
+
+	// n3 comes back (same build), catches up, then leaves gracefully.
+	n3, err := New(n3Cfg)
+	if err != nil {
+		t.Fatalf("restart n3: %v", err)
+	}
+	tc.nodes[2] = n3
+	tc.waitReady()
+	waitMemberStatus(t, tc, "n3", membership.StatusAlive)
+	waitLimitEverywhere(t, tc, "acme", resp.Version, 1000)
+	stop(t, n3)
+	tc.nodes[2] = nil
+	waitMemberStatus(t, tc, "n3", membership.StatusLeft)
+	resp2, err := setLimits(t, tc.nodes[1], "acme", 2000)
+	if err != nil {
+		t.Fatalf("SetLimits with n3 left: %v", err)
+	}
+	if resp2.Version <= resp.Version {
+		t.Fatalf("second change got version %d, first %d", resp2.Version, resp.Version)
+	}
+	waitLimitEverywhere(t, tc, "acme", resp2.Version, 2000)
+}
+
+// A down voter whose last advertised version is below an entry type's still
+// blocks that type: it may come back with that build.
+func TestGateRefusesWhileADownVoterLags(t *testing.T) {
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		if i == 2 {
+			c.MaxClusterVersion = 2 // runtime config needs 3
+		}
+	})
+	n1 := tc.nodes[0]
+	waitFor(t, "n1 sees n3 advertise cluster version 2", func() bool {
+		for _, m := range n1.memberList() {
+			if m.ID == "n3" && m.Status == membership.StatusAlive {
+				return m.ClusterVersion == 2
+			}
+		}
+		return false
+	})
+	stop(t, tc.nodes[2]) // graceful: the others see n3 left
+	tc.nodes[2] = nil
+	waitMemberStatus(t, tc, "n3", membership.StatusLeft)
+
+	_, err := setLimits(t, n1, "acme", 1000)
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 is left and last advertised cluster version 2") {
+		t.Fatalf("SetLimits while n3, last at version 2, is down: %v, want FailedPrecondition naming n3's last version", err)
+	}
+	for _, s := range tc.live() {
+		if v := s.RuntimeConfig().Version; v != 0 {
+			t.Fatalf("%s holds config version %d after a refused change", s.cfg.NodeID, v)
+		}
+	}
+	// Entry types n3 did advertise stay open: drop-tenant is version 2.
+	trackGroup0(t, tc, "t", 1, 10)
+	adm := api.NewAdminClient(dial(t, n1.GRPCAddr()))
+	g := uint32(0)
+	var out *api.DropTenantResponse
+	waitFor(t, "a DropTenant answer other than Unavailable", func() bool {
+		out, err = adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: "t", Group: &g})
+		return status.Code(err) != codes.Unavailable
+	})
+	if err != nil || out.Removed != 40 {
+		t.Fatalf("DropTenant (version 2) while n3 is down: %v %v, want 40 removed", out, err)
+	}
+}
