@@ -88,7 +88,13 @@ type NodeStatus struct {
 	Groups []GroupStatus `json:"groups"`
 	// SamplingController is the backlog controller (sampling.go).
 	SamplingController *SamplingControllerState `json:"sampling_controller,omitempty"`
+	// Sketches: the sketch hub's counters and the statusTopPartitions largest
+	// per-(tenant, partition) estimates (more at /api/v1/sketches?top=N).
+	Sketches *SketchStatus `json:"sketches,omitempty"`
 }
+
+// statusTopPartitions bounds the per-partition estimates in /api/v1/status.
+const statusTopPartitions = 10
 
 // Status returns this node's view of its groups.
 func (s *Server) Status() NodeStatus {
@@ -111,6 +117,9 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if s.sampling != nil {
 		sc := s.sampling.State()
 		st.SamplingController = &sc
+	}
+	if s.sketches != nil {
+		st.Sketches = &SketchStatus{Node: s.cfg.NodeID, Stats: s.sketches.Stats(), Top: s.sketches.Top(statusTopPartitions)}
 	}
 	writeJSON(w, st)
 }
@@ -224,7 +233,7 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <p>Zone {{.Zone}}, gRPC {{.GRPC}}, {{.Build}}.</p>
 <ul>
 <li><a href="/ui/">/ui/</a>: the dashboard (cluster by zone, groups and leaders, tenants near their limits, rates)</li>
-<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes (JSON)</li>
+<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes, the sampling controller, the top per-partition HLL estimates (JSON)</li>
 <li><a href="/api/v1/tenants">/api/v1/tenants</a>: tenants with active series and their limits (JSON)</li>
 <li>/api/v1/tenants/<i>TENANT</i>: one tenant's usage per group (JSON; 404 for an unknown tenant)</li>
 <li><a href="/metrics">/metrics</a>: Prometheus metrics</li>

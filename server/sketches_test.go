@@ -116,6 +116,11 @@ func TestSketchesService(t *testing.T) {
 	if st.Stats.Sketches != 2 || len(st.Top) != 1 || st.Top[0].Tenant != "t1" || st.Top[0].Estimate <= 0 {
 		t.Fatalf("/api/v1/sketches: %+v", st)
 	}
+	var ns NodeStatus // the same top-N, bounded, inside /api/v1/status
+	getJSON(t, "http://"+s.HTTPAddr()+"/api/v1/status", &ns)
+	if ns.Sketches == nil || ns.Sketches.Stats.Sketches != 2 || len(ns.Sketches.Top) != 2 || ns.Sketches.Top[0].Estimate < ns.Sketches.Top[1].Estimate {
+		t.Fatalf("/api/v1/status sketches: %+v", ns.Sketches)
+	}
 	if r, err := http.Get("http://" + s.HTTPAddr() + "/api/v1/sketches?top=x"); err != nil || r.StatusCode != http.StatusBadRequest {
 		t.Fatalf("top=x: %v %v", r.Status, err)
 	}
