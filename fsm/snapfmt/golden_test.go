@@ -3,9 +3,15 @@ package snapfmt
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
+	"errors"
+	"hash/crc32"
 	"math/rand/v2"
+	"strings"
 	"testing"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // TestGoldenBytes pins the bytes of a version-1 and a version-2 file, recorded
@@ -56,5 +62,42 @@ func TestGoldenBytes(t *testing.T) {
 		if _, err := readAll(c.b); err != nil {
 			t.Errorf("%s: golden file does not read: %v", c.name, err)
 		}
+	}
+}
+
+// A uvarint in a padded (non-minimal) form is refused, in the header and in a
+// block: no writer produces one, and each file has one byte form.
+func TestPaddedUvarintRefused(t *testing.T) {
+	h := baseHeader(4, 2)
+	hdr := appendHeader(nil, &h)
+	at := headerFixed + headerFields // the meta length, 3
+	if hdr[at] != 3 {
+		t.Fatalf("meta length byte %d", hdr[at])
+	}
+	b := append(append(append([]byte(nil), hdr[:at]...), 0x83, 0x00), hdr[at+1:len(hdr)-4]...)
+	binary.LittleEndian.PutUint32(b[8:], uint32(len(b)-headerFixed))
+	b = withTrailer(binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)))
+	_, _, err := decodeBlocks(b)
+	mustCorrupt(t, err, "padded meta length")
+	if !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded meta length: %v", err)
+	}
+
+	uv := func(vals ...uint64) []byte {
+		var b []byte
+		for _, v := range vals {
+			b = binary.AppendUvarint(b, v)
+		}
+		return b
+	}
+	tail := append(uv(3, 0, 3, 10, 3), 0b0, 0b1, modeRaw, 1, 2, 3)
+	if _, _, err := decodeBlocks(sealBlock(h, 1, append(uv(1), tail...))); err != nil {
+		t.Fatalf("reference block: %v", err)
+	}
+	_, _, err = decodeBlocks(sealBlock(h, 1, append([]byte{0x81, 0x00}, tail...)))
+	mustCorrupt(t, err, "padded tenant count")
+	// Block errors carry their cause as text (the reader flattens them).
+	if !strings.Contains(err.Error(), wire.ErrNonMinimal.Error()) {
+		t.Errorf("padded tenant count: %v", err)
 	}
 }
