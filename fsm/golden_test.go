@@ -4,11 +4,15 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io"
 	"math"
 	"testing"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Golden byte forms of the entries and of the snapshot meta, recorded from
@@ -73,5 +77,15 @@ func TestGoldenSnapshotBytes(t *testing.T) {
 	}
 	if !bytes.Equal(snapBytes(t, g), snap) {
 		t.Error("restored FSM writes other bytes")
+	}
+}
+
+// The snapshot meta refuses a padded (non-minimal) uvarint, like entries.
+func TestMetaPaddedUvarintRefused(t *testing.T) {
+	if _, _, idle, err := decodeMeta([]byte{metaVersion, 5, 5, 5}); err != nil || idle != 5 {
+		t.Fatalf("reference meta: %v", err)
+	}
+	if _, _, _, err := decodeMeta([]byte{metaVersion, 5, 5, 0x85, 0x00}); !errors.Is(err, snapfmt.ErrCorrupt) || !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded idle: %v", err)
 	}
 }

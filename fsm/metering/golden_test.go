@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/fsm/wire"
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
 
@@ -126,5 +128,27 @@ func TestGoldenSectionBytes(t *testing.T) {
 	m.ledger, m.nrec, m.dead, m.series, m.lastNow = st2.ledger, st2.nrec, st2.dead, st2.series, st2.lastNow
 	if !bytes.Equal(m.encodeLocked(), sec) {
 		t.Error("decoded golden section re-encodes to other bytes")
+	}
+}
+
+// A padded (non-minimal) varint is refused in payloads and in the section:
+// no encoder writes one, and each payload has one byte form.
+func TestPaddedVarintRefused(t *testing.T) {
+	tick := EncodeTick(1, 2) // varint 1 = 0x02, varint 2 = 0x04
+	if _, _, err := DecodeTick(tick); err != nil || len(tick) != 2 {
+		t.Fatalf("reference tick %x: %v", tick, err)
+	}
+	if _, _, err := DecodeTick([]byte{0x82, 0x00, 0x04}); !errors.Is(err, ErrBadPayload) || !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded now: %v", err)
+	}
+	r := newReplica(t)
+	r.events(1_700_000_000_000, start("a", tg, 1_700_000_000_000))
+	sec := r.m.encodeLocked() // version 1, next span id 2, ...
+	if sec[0] != sectionVersion || sec[1] != 2 {
+		t.Fatalf("section starts %x", sec[:2])
+	}
+	padded := append([]byte{sectionVersion, 0x82, 0x00}, sec[2:]...)
+	if _, err := decodeSection(padded); !errors.Is(err, ErrBadPayload) || !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded next span id: %v", err)
 	}
 }

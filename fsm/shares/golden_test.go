@@ -3,7 +3,10 @@ package shares
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"testing"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Golden byte forms of the payloads and of the snapshot section, recorded
@@ -61,5 +64,26 @@ func TestGoldenSectionBytes(t *testing.T) {
 	enc, _ = b.m.Snapshot()
 	if again, _ := enc(); !bytes.Equal(again, sec) {
 		t.Errorf("restored section re-encodes to %x", again)
+	}
+}
+
+// A padded (non-minimal) uvarint is refused in payloads and in the section:
+// no encoder writes one, and each payload has one byte form.
+func TestPaddedVarintRefused(t *testing.T) {
+	give := AppendGive(nil, Give{Tenant: "t", To: 1, Amount: 3}) // 01 't' 01 03 00
+	padded := append([]byte{0x81, 0x00}, give[1:]...)
+	if _, err := DecodeGive(padded); !errors.Is(err, ErrBadPayload) || !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded tenant length: %v", err)
+	}
+	a := newGroup(t, 2)
+	a.apply(t, EntryGive, AppendGive(nil, Give{Tenant: "x", To: 0, Amount: 5}))
+	enc, _ := a.m.Snapshot()
+	sec, _ := enc() // version, groups 4, group 2, ...
+	if sec[1] != testG {
+		t.Fatalf("section starts %x", sec[:2])
+	}
+	padded = append([]byte{sec[0], 0x80 | testG, 0x00}, sec[2:]...)
+	if _, err := a.m.PrepareRestore(padded); !errors.Is(err, ErrBadPayload) || !errors.Is(err, wire.ErrNonMinimal) {
+		t.Errorf("padded groups: %v", err)
 	}
 }
