@@ -116,22 +116,41 @@ func readMeasures(d *wire.Decoder, max int) []Measure {
 	return ms
 }
 
+// appendItems writes a batch: the count, then each item.
+func appendItems[T any](e *wire.Encoder, items []T, item func(*wire.Encoder, *T)) {
+	e.Uvarint(uint64(len(items)))
+	for i := range items {
+		item(e, &items[i])
+	}
+}
+
+// readItems reads what appendItems wrote, at most MaxBatch items.
+func readItems[T any](d *wire.Decoder, what string, item func(*wire.Decoder) T) []T {
+	n := d.Count(what, MaxBatch)
+	items := make([]T, 0, n)
+	for range n {
+		if d.Err() != nil {
+			break
+		}
+		items = append(items, item(d))
+	}
+	return items
+}
+
 // EncodeEvents encodes an events payload (type 12).
 func EncodeEvents(nowMs, slackMs int64, evs []Event) []byte {
 	e := wire.Encoder{}
 	e.Varint(nowMs)
 	e.Uvarint(uint64(slackMs))
-	e.Uvarint(uint64(len(evs)))
-	for i := range evs {
-		ev := &evs[i]
+	appendItems(&e, evs, func(e *wire.Encoder, ev *Event) {
 		e.Byte(byte(ev.Kind))
 		e.String(ev.ID)
-		appendTarget(&e, ev.Target)
+		appendTarget(e, ev.Target)
 		e.Varint(ev.Timestamp)
 		if ev.Kind == Start {
-			appendMeasures(&e, ev.Measures)
+			appendMeasures(e, ev.Measures)
 		}
-	}
+	})
 	return e.Buf
 }
 
@@ -140,24 +159,19 @@ func DecodeEvents(b []byte) (nowMs, slackMs int64, evs []Event, err error) {
 	d := wire.NewDecoder(b, ErrBadPayload)
 	nowMs = d.Varint("now")
 	slackMs = int64(d.Uvarint("slack"))
-	n := d.Count("event count", MaxBatch)
-	evs = make([]Event, 0, n)
-	for range n {
-		if d.Err() != nil {
-			break
-		}
+	evs = readItems(&d, "event count", func(d *wire.Decoder) Event {
 		ev := Event{Kind: Kind(d.Byte("kind"))}
 		if d.Err() == nil && ev.Kind != Start && ev.Kind != Stop {
 			d.Failf("event kind %d", ev.Kind)
 		}
 		ev.ID = d.String("event id", MaxIDLen)
-		ev.Target = readTarget(&d)
+		ev.Target = readTarget(d)
 		ev.Timestamp = d.Varint("timestamp")
 		if ev.Kind == Start {
-			ev.Measures = readMeasures(&d, MaxMeasures)
+			ev.Measures = readMeasures(d, MaxMeasures)
 		}
-		evs = append(evs, ev)
-	}
+		return ev
+	})
 	if slackMs < 0 {
 		d.Failf("slack %d", slackMs)
 	}
@@ -175,14 +189,13 @@ type PlanItem struct {
 func EncodePlan(nowMs int64, items []PlanItem) []byte {
 	e := wire.Encoder{}
 	e.Varint(nowMs)
-	e.Uvarint(uint64(len(items)))
-	for _, it := range items {
+	appendItems(&e, items, func(e *wire.Encoder, it *PlanItem) {
 		e.Uvarint(it.Span)
 		e.Uvarint(it.Version)
 		e.Varint(it.Start)
 		e.Varint(it.End)
 		e.Bool(it.Backward)
-	}
+	})
 	return e.Buf
 }
 
@@ -190,16 +203,10 @@ func EncodePlan(nowMs int64, items []PlanItem) []byte {
 func DecodePlan(b []byte) (nowMs int64, items []PlanItem, err error) {
 	d := wire.NewDecoder(b, ErrBadPayload)
 	nowMs = d.Varint("now")
-	n := d.Count("plan count", MaxBatch)
-	items = make([]PlanItem, 0, n)
-	for range n {
-		if d.Err() != nil {
-			break
-		}
-		it := PlanItem{Span: d.Uvarint("span id"), Version: d.Uvarint("version"), Start: d.Varint("start"), End: d.Varint("end"),
+	items = readItems(&d, "plan count", func(d *wire.Decoder) PlanItem {
+		return PlanItem{Span: d.Uvarint("span id"), Version: d.Uvarint("version"), Start: d.Varint("start"), End: d.Varint("end"),
 			Backward: d.Bool("direction")}
-		items = append(items, it)
-	}
+	})
 	return nowMs, items, d.Finish()
 }
 
@@ -216,13 +223,12 @@ type ExecItem struct {
 func EncodeExecute(nowMs int64, items []ExecItem) []byte {
 	e := wire.Encoder{}
 	e.Varint(nowMs)
-	e.Uvarint(uint64(len(items)))
-	for _, it := range items {
+	appendItems(&e, items, func(e *wire.Encoder, it *ExecItem) {
 		e.Uvarint(it.Span)
 		e.Uvarint(it.Version)
 		if it.DeadCode == 0 {
 			e.Byte(0)
-			continue
+			return
 		}
 		e.Byte(1)
 		e.Uvarint(uint64(it.DeadCode))
@@ -231,7 +237,7 @@ func EncodeExecute(nowMs int64, items []ExecItem) []byte {
 			r = r[:maxReason]
 		}
 		e.String(r)
-	}
+	})
 	return e.Buf
 }
 
@@ -239,12 +245,7 @@ func EncodeExecute(nowMs int64, items []ExecItem) []byte {
 func DecodeExecute(b []byte) (nowMs int64, items []ExecItem, err error) {
 	d := wire.NewDecoder(b, ErrBadPayload)
 	nowMs = d.Varint("now")
-	n := d.Count("execute count", MaxBatch)
-	items = make([]ExecItem, 0, n)
-	for range n {
-		if d.Err() != nil {
-			break
-		}
+	items = readItems(&d, "execute count", func(d *wire.Decoder) ExecItem {
 		it := ExecItem{Span: d.Uvarint("span id"), Version: d.Uvarint("version")}
 		switch d.Byte("outcome") {
 		case 0:
@@ -258,8 +259,8 @@ func DecodeExecute(b []byte) (nowMs int64, items []ExecItem, err error) {
 		default:
 			d.Failf("outcome is not 0 or 1")
 		}
-		items = append(items, it)
-	}
+		return it
+	})
 	return nowMs, items, d.Finish()
 }
 
@@ -289,11 +290,10 @@ type TenantActive struct {
 func EncodeSeries(minute int64, rows []TenantActive) []byte {
 	e := wire.Encoder{}
 	e.Varint(minute)
-	e.Uvarint(uint64(len(rows)))
-	for _, r := range rows {
+	appendItems(&e, rows, func(e *wire.Encoder, r *TenantActive) {
 		e.String(r.Tenant)
 		e.Uvarint(uint64(r.Active))
-	}
+	})
 	return e.Buf
 }
 
@@ -301,13 +301,8 @@ func EncodeSeries(minute int64, rows []TenantActive) []byte {
 func DecodeSeries(b []byte) (minute int64, rows []TenantActive, err error) {
 	d := wire.NewDecoder(b, ErrBadPayload)
 	minute = d.Varint("minute")
-	n := d.Count("tenant count", MaxBatch)
-	rows = make([]TenantActive, 0, n)
-	for range n {
-		if d.Err() != nil {
-			break
-		}
-		rows = append(rows, TenantActive{d.String("tenant", MaxIDLen), int64(d.Uvarint("active") & math.MaxInt64)})
-	}
+	rows = readItems(&d, "tenant count", func(d *wire.Decoder) TenantActive {
+		return TenantActive{d.String("tenant", MaxIDLen), int64(d.Uvarint("active") & math.MaxInt64)}
+	})
 	return minute, rows, d.Finish()
 }
