@@ -36,12 +36,8 @@ type Install struct {
 //
 //	byte flags (bit 0: force), uvarint expected, uvarint new version, body
 func AppendApply(dst []byte, a Apply) []byte {
-	var flags byte
-	if a.Force {
-		flags = 1
-	}
 	w := wire.Encoder{Buf: dst}
-	w.Byte(flags)
+	w.Byte(flagBit0(a.Force))
 	w.Uvarint(a.Expected)
 	w.Uvarint(a.NewVersion)
 	appendBody(&w, a.Doc)
@@ -67,6 +63,15 @@ func DecodeApply(b []byte) (Apply, error) {
 	return a, nil
 }
 
+// flagBit0 is a flags byte with bit 0 set when set is true. The decoders read
+// the byte as flags and refuse unknown bits, so it is not a wire bool.
+func flagBit0(set bool) byte {
+	if set {
+		return 1
+	}
+	return 0
+}
+
 // AppendInstall encodes an install payload: the document (version, body).
 func AppendInstall(dst []byte, d *Document) []byte { return AppendDocument(dst, d) }
 
@@ -76,12 +81,8 @@ func AppendInstall(dst []byte, d *Document) []byte { return AppendDocument(dst, 
 //	byte target kind, [string tenant (target kind 1)],
 //	uvarint op count, op count × (byte op, string key, string value)
 func AppendPatch(dst []byte, p Patch) []byte {
-	var flags byte
-	if p.HasExpected {
-		flags = 1
-	}
 	w := wire.Encoder{Buf: dst}
-	w.Byte(flags)
+	w.Byte(flagBit0(p.HasExpected))
 	if p.HasExpected {
 		w.Uvarint(p.Expected)
 	}
