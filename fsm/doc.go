@@ -24,7 +24,8 @@
 // Module owns registry rows (its entry types, cluster-versioned like the core
 // ones) and one named section of the snapshot (snapfmt version 2). The FSM
 // does the framing, checksums, version gate and halting; the module decodes
-// and applies its payloads.
+// and applies its payloads. Entries, the snapshot meta and the modules'
+// payloads and sections share one set of byte fields, package fsm/wire.
 //
 // The package implements hashicorp/raft's FSM interface and knows nothing of the
 // raft transport, gRPC or limits: the leader (package server) decides what is

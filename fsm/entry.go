@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
-// Log entry byte format, version 1. All integers little-endian or uvarint
-// (minimal encoding: a non-minimal uvarint is refused, so every decodable entry
-// has exactly one byte form).
+// Log entry byte format, version 1. All integers little-endian or uvarint,
+// written and read with fsm/wire (minimal encoding: a non-minimal uvarint is
+// refused, so every decodable entry has exactly one byte form).
 //
 //	offset  size     field
 //	0       1        version (1)
@@ -139,7 +142,7 @@ type entryType struct {
 	// payload is opaque here: encode/decode copy it, Apply hands it over.
 	module string
 	encode func(dst []byte, e *Entry) []byte
-	decode func(d *decoder, e *Entry)
+	decode func(d *wire.Decoder, e *Entry)
 	apply  func(f *FSM, e *Entry) any
 }
 
@@ -216,9 +219,9 @@ func AppendEntry(dst []byte, e Entry) ([]byte, error) {
 
 func appendEntry(dst []byte, r *entryType, e *Entry) []byte {
 	start := len(dst)
-	dst = append(dst, EntryVersion, r.typ)
-	dst = binary.AppendUvarint(dst, uint64(e.Now))
-	dst = r.encode(dst, e)
+	w := wire.Encoder{Buf: append(dst, EntryVersion, r.typ)}
+	w.Uvarint(uint64(e.Now))
+	dst = r.encode(w.Buf, e)
 	return binary.LittleEndian.AppendUint32(dst, crc32Sum(dst[start:]))
 }
 
@@ -237,49 +240,49 @@ func AppendDropTenant(dst []byte, now int64, tenant string) []byte {
 	return appendEntry(dst, lookupType(EntryDropTenant), &Entry{Type: EntryDropTenant, Now: now, Tenant: tenant})
 }
 
+// maxTenantLen: a tenant id in an entry is bounded by the entry alone (the
+// serving side validates ids before they are logged), as it always was.
+const maxTenantLen = math.MaxInt
+
 func encodeTrack(dst []byte, e *Entry) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(e.Tenants)))
+	w := wire.Encoder{Buf: dst}
+	w.Uvarint(uint64(len(e.Tenants)))
 	for _, t := range e.Tenants {
-		dst = binary.AppendUvarint(dst, uint64(len(t.Tenant)))
-		dst = append(dst, t.Tenant...)
-		dst = binary.AppendUvarint(dst, uint64(len(t.Hashes)))
-		dst = binary.AppendUvarint(dst, uint64(t.New))
+		w.String(t.Tenant)
+		w.Uvarint(uint64(len(t.Hashes)))
+		w.Uvarint(uint64(t.New))
 		for _, h := range t.Hashes {
-			dst = binary.LittleEndian.AppendUint64(dst, h)
+			w.Uint64(h)
 		}
 	}
-	return dst
+	return w.Buf
 }
 
-func decodeTrack(d *decoder, e *Entry) {
-	n := d.uvarint("tenant count")
-	if n > maxTenantsPerEntry {
-		d.fail("tenant count %d exceeds %d", n, maxTenantsPerEntry)
-	}
+func decodeTrack(d *wire.Decoder, e *Entry) {
+	n := d.Count("tenant count", maxTenantsPerEntry)
 	total := uint64(0)
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		l := d.uvarint("tenant length")
-		name := d.bytes(l, "tenant id")
-		hn := d.uvarint("hash count")
-		nn := d.uvarint("new count")
+	for i := 0; i < n && d.Err() == nil; i++ {
+		name := d.String("tenant id", maxTenantLen)
+		hn := d.Uvarint("hash count")
+		nn := d.Uvarint("new count")
 		if nn > hn {
-			d.fail("new count %d exceeds hash count %d", nn, hn)
+			d.Failf("new count %d exceeds hash count %d", nn, hn)
 			break
 		}
 		total += hn
 		if total > maxHashesPerEntry {
-			d.fail("hash count exceeds %d", maxHashesPerEntry)
+			d.Failf("hash count exceeds %d", maxHashesPerEntry)
 			break
 		}
-		raw := d.bytes(hn*8, "hashes")
-		if d.err != nil {
+		raw := d.Raw("hashes", hn*8)
+		if d.Err() != nil {
 			break
 		}
 		hs := make([]uint64, hn)
 		for j := range hs {
 			hs[j] = binary.LittleEndian.Uint64(raw[j*8:])
 		}
-		e.Tenants = append(e.Tenants, TenantHashes{Tenant: string(name), Hashes: hs, New: int(nn)})
+		e.Tenants = append(e.Tenants, TenantHashes{Tenant: name, Hashes: hs, New: int(nn)})
 	}
 }
 
@@ -287,26 +290,25 @@ func encodeExpire(dst []byte, e *Entry) []byte {
 	return binary.AppendUvarint(dst, uint64(e.Idle))
 }
 
-func decodeExpire(d *decoder, e *Entry) {
-	idle := d.uvarint("idle")
-	if d.err == nil && (idle < 1 || idle > MaxIdleAge) {
-		d.fail("idle age %d minutes outside [1, %d]", idle, MaxIdleAge)
+func decodeExpire(d *wire.Decoder, e *Entry) {
+	idle := d.Uvarint("idle")
+	if d.Err() == nil && (idle < 1 || idle > MaxIdleAge) {
+		d.Failf("idle age %d minutes outside [1, %d]", idle, MaxIdleAge)
 	}
 	e.Idle = int(idle)
 }
 
 func encodeDropTenant(dst []byte, e *Entry) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(e.Tenant)))
-	return append(dst, e.Tenant...)
+	w := wire.Encoder{Buf: dst}
+	w.String(e.Tenant)
+	return w.Buf
 }
 
-func decodeDropTenant(d *decoder, e *Entry) {
-	l := d.uvarint("tenant length")
-	name := d.bytes(l, "tenant id")
-	if d.err == nil && len(name) == 0 {
-		d.fail("empty tenant id")
+func decodeDropTenant(d *wire.Decoder, e *Entry) {
+	e.Tenant = d.String("tenant id", maxTenantLen)
+	if d.Err() == nil && e.Tenant == "" {
+		d.Failf("empty tenant id")
 	}
-	e.Tenant = string(name)
 }
 
 // DecodeEntry parses and verifies an entry of any type this build knows (up to
@@ -336,71 +338,18 @@ func decodeEntry(b []byte, maxVersion int) (Entry, byte, error) {
 	if r == nil || r.since > maxVersion {
 		return e, e.Type, fmt.Errorf("%w: type %d", ErrUnknownEntryType, e.Type)
 	}
-	d := decoder{b: body[2:]}
-	now := d.uvarint("now")
+	// Offsets in errors count from the entry's first byte.
+	d := wire.NewDecoder(body, ErrBadEntry)
+	d.Raw("version and type", 2) // checked above
+	now := d.Uvarint("now")
 	if now > maxNow {
-		d.fail("now %d out of range", now)
+		d.Failf("now %d out of range", now)
 	}
 	e.Now = int64(now)
-	if d.err == nil {
+	if d.Err() == nil {
 		r.decode(&d, &e)
 	}
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	return e, e.Type, d.err
-}
-
-type decoder struct {
-	b   []byte
-	err error
-}
-
-func (d *decoder) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadEntry}, args...)...)
-	}
-}
-
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated or overlong %s", what)
-		return 0
-	}
-	// Only the minimal form is valid: the checksum covers bytes, and one
-	// value with two encodings would let equal entries differ byte-wise.
-	if n != uvarintLen(v) {
-		d.fail("non-minimal encoding of %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *decoder) bytes(n uint64, what string) []byte {
-	if d.err != nil {
-		return nil
-	}
-	if n > uint64(len(d.b)) {
-		d.fail("%s needs %d bytes, %d left", what, n, len(d.b))
-		return nil
-	}
-	v := d.b[:n]
-	d.b = d.b[n:]
-	return v
+	return e, e.Type, d.Finish()
 }
 
 func crc32Sum(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
-
-func uvarintLen(v uint64) int {
-	n := 1
-	for v >= 0x80 {
-		v >>= 7
-		n++
-	}
-	return n
-}

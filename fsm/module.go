@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Module is application state that lives in a group's FSM beside the series
@@ -112,7 +114,6 @@ func AppendModuleEntry(dst []byte, typ byte, now int64, payload []byte) ([]byte,
 
 func encodeModule(dst []byte, e *Entry) []byte { return append(dst, e.Payload...) }
 
-func decodeModule(d *decoder, e *Entry) {
-	e.Payload = append([]byte(nil), d.b...)
-	d.b = d.b[len(d.b):]
+func decodeModule(d *wire.Decoder, e *Entry) {
+	e.Payload = append([]byte(nil), d.Raw("payload", uint64(d.Len()))...)
 }

@@ -2,7 +2,6 @@ package fsm
 
 import (
 	"bufio"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/fsm/seriesmap"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // metaVersion versions the FSM-level state carried in snapfmt.Header.Meta:
@@ -21,6 +21,9 @@ import (
 //	uvarint  now: highest applied Unix minute
 //	uvarint  lastExpire: Unix minute of the last expiry
 //	uvarint  idle: idle age in minutes of the last expire entry (see IdleAge)
+//
+// Uvarints are minimal (fsm/wire); builds before fsm/wire also accepted
+// padded forms, which no build ever wrote.
 const metaVersion = 1
 
 // snapshot is an immutable image of the FSM at one raft index. Tables captured
@@ -93,10 +96,11 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 }
 
 func (f *FSM) encodeMeta() []byte {
-	b := []byte{metaVersion}
-	b = binary.AppendUvarint(b, uint64(f.now.Load()))
-	b = binary.AppendUvarint(b, uint64(f.lastExpire))
-	return binary.AppendUvarint(b, uint64(f.idle))
+	w := wire.Encoder{Buf: []byte{metaVersion}}
+	w.Uvarint(uint64(f.now.Load()))
+	w.Uvarint(uint64(f.lastExpire))
+	w.Uvarint(uint64(f.idle))
+	return w.Buf
 }
 
 // Persist implements raft.FSMSnapshot.
@@ -291,22 +295,19 @@ func (f *FSM) prepareModules(sections []snapfmt.Section) ([]func(), error) {
 }
 
 func decodeMeta(b []byte) (now, lastExpire int64, idle int, err error) {
-	if len(b) == 0 || b[0] != metaVersion {
-		return 0, 0, 0, fmt.Errorf("%w: unknown FSM meta version", snapfmt.ErrCorrupt)
+	d := wire.NewDecoder(b, snapfmt.ErrCorrupt)
+	if v := d.Byte("FSM meta version"); d.Err() == nil && v != metaVersion {
+		d.Failf("unknown FSM meta version %d", v)
 	}
-	b = b[1:]
-	var vals [3]uint64
-	for i := range vals {
-		v, n := binary.Uvarint(b)
-		if n <= 0 {
-			return 0, 0, 0, fmt.Errorf("%w: truncated FSM meta", snapfmt.ErrCorrupt)
-		}
-		vals[i], b = v, b[n:]
+	n, l, i := d.Uvarint("FSM meta now"), d.Uvarint("FSM meta lastExpire"), d.Uvarint("FSM meta idle")
+	if d.Err() == nil && (n > 1<<40 || l > 1<<40 || i < 1 || i > MaxIdleAge) {
+		d.Failf("FSM meta out of range (now=%d lastExpire=%d idle=%d)", n, l, i)
 	}
-	if vals[0] > 1<<40 || vals[1] > 1<<40 || vals[2] < 1 || vals[2] > MaxIdleAge {
-		return 0, 0, 0, fmt.Errorf("%w: FSM meta out of range (now=%d lastExpire=%d idle=%d)", snapfmt.ErrCorrupt, vals[0], vals[1], vals[2])
+	// Bytes after the three fields are ignored, as they always were.
+	if err := d.Err(); err != nil {
+		return 0, 0, 0, err
 	}
-	return int64(vals[0]), int64(vals[1]), int(vals[2]), nil
+	return int64(n), int64(l), int(i), nil
 }
 
 // WriteSnapshot writes an image of the current state in snapfmt. It must not run

@@ -1,11 +1,11 @@
 package metering
 
 import (
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"hash/fnv"
 	"math"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Bounds enforced by the serving side and again on decode.
@@ -79,207 +79,103 @@ type Event struct {
 	Measures  []Measure
 }
 
-type enc struct{ b []byte }
+// The payloads and the section are built from fsm/wire fields; these are the
+// composite fields they share.
 
-func (e *enc) u(v uint64)  { e.b = binary.AppendUvarint(e.b, v) }
-func (e *enc) i(v int64)   { e.b = binary.AppendVarint(e.b, v) }
-func (e *enc) byte(v byte) { e.b = append(e.b, v) }
-func (e *enc) str(s string) {
-	e.u(uint64(len(s)))
-	e.b = append(e.b, s...)
-}
-func (e *enc) f64(v float64) { e.b = binary.LittleEndian.AppendUint64(e.b, math.Float64bits(v)) }
-func (e *enc) target(t Target) {
+func appendTarget(e *wire.Encoder, t Target) {
 	for _, s := range t.Fields() {
-		e.str(s)
+		e.String(s)
 	}
 }
-func (e *enc) measures(ms []Measure) {
-	e.u(uint64(len(ms)))
+
+func appendMeasures(e *wire.Encoder, ms []Measure) {
+	e.Uvarint(uint64(len(ms)))
 	for _, m := range ms {
-		e.str(m.Name)
-		e.f64(m.Quantity)
+		e.String(m.Name)
+		e.Float64(m.Quantity)
 	}
 }
 
-type dec struct {
-	b   []byte
-	err error
+func readTarget(d *wire.Decoder) Target {
+	return Target{d.String("organization_id", MaxIDLen), d.String("space_id", MaxIDLen), d.String("consumer_id", MaxIDLen),
+		d.String("resource_id", MaxIDLen), d.String("plan_id", MaxIDLen), d.String("resource_instance_id", MaxIDLen)}
 }
 
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadPayload}, args...)...)
-	}
-}
-
-func (d *dec) u(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) i(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) byte(what string) byte {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 1 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *dec) count(what string, max uint64) int {
-	n := d.u(what)
-	if n > max {
-		d.fail("%s %d exceeds %d", what, n, max)
-		return 0
-	}
-	// Every item takes at least one byte: a count beyond the bytes left is corrupt.
-	if n > uint64(len(d.b)) {
-		d.fail("%s %d exceeds the %d bytes left", what, n, len(d.b))
-		return 0
-	}
-	return int(n)
-}
-
-func (d *dec) strMax(what string, max int) string {
-	n := d.u(what + " length")
-	if d.err != nil {
-		return ""
-	}
-	if n > uint64(max) || n > uint64(len(d.b)) {
-		d.fail("%s length %d (max %d, %d bytes left)", what, n, max, len(d.b))
-		return ""
-	}
-	s := string(d.b[:n])
-	d.b = d.b[n:]
-	return s
-}
-
-func (d *dec) str(what string) string { return d.strMax(what, MaxIDLen) }
-
-func (d *dec) f64(what string) float64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	v := math.Float64frombits(binary.LittleEndian.Uint64(d.b))
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *dec) u64(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	if len(d.b) < 8 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	v := binary.LittleEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-func (d *dec) target() Target {
-	return Target{d.str("organization_id"), d.str("space_id"), d.str("consumer_id"), d.str("resource_id"), d.str("plan_id"), d.str("resource_instance_id")}
-}
-
-func (d *dec) measures(max int) []Measure {
-	n := d.count("measure count", uint64(max))
+func readMeasures(d *wire.Decoder, max int) []Measure {
+	n := d.Count("measure count", max)
 	if n == 0 {
 		return nil
 	}
 	ms := make([]Measure, 0, n)
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			return nil
 		}
-		ms = append(ms, Measure{d.str("measure name"), d.f64("quantity")})
+		ms = append(ms, Measure{d.String("measure name", MaxIDLen), d.Float64("quantity")})
 	}
 	return ms
 }
 
-func (d *dec) end() {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
+// appendItems writes a batch: the count, then each item.
+func appendItems[T any](e *wire.Encoder, items []T, item func(*wire.Encoder, *T)) {
+	e.Uvarint(uint64(len(items)))
+	for i := range items {
+		item(e, &items[i])
 	}
+}
+
+// readItems reads what appendItems wrote, at most MaxBatch items.
+func readItems[T any](d *wire.Decoder, what string, item func(*wire.Decoder) T) []T {
+	n := d.Count(what, MaxBatch)
+	items := make([]T, 0, n)
+	for range n {
+		if d.Err() != nil {
+			break
+		}
+		items = append(items, item(d))
+	}
+	return items
 }
 
 // EncodeEvents encodes an events payload (type 12).
 func EncodeEvents(nowMs, slackMs int64, evs []Event) []byte {
-	e := enc{}
-	e.i(nowMs)
-	e.u(uint64(slackMs))
-	e.u(uint64(len(evs)))
-	for i := range evs {
-		ev := &evs[i]
-		e.byte(byte(ev.Kind))
-		e.str(ev.ID)
-		e.target(ev.Target)
-		e.i(ev.Timestamp)
+	e := wire.Encoder{}
+	e.Varint(nowMs)
+	e.Uvarint(uint64(slackMs))
+	appendItems(&e, evs, func(e *wire.Encoder, ev *Event) {
+		e.Byte(byte(ev.Kind))
+		e.String(ev.ID)
+		appendTarget(e, ev.Target)
+		e.Varint(ev.Timestamp)
 		if ev.Kind == Start {
-			e.measures(ev.Measures)
+			appendMeasures(e, ev.Measures)
 		}
-	}
-	return e.b
+	})
+	return e.Buf
 }
 
 // DecodeEvents decodes an events payload.
 func DecodeEvents(b []byte) (nowMs, slackMs int64, evs []Event, err error) {
-	d := dec{b: b}
-	nowMs = d.i("now")
-	slackMs = int64(d.u("slack"))
-	n := d.count("event count", MaxBatch)
-	evs = make([]Event, 0, n)
-	for range n {
-		if d.err != nil {
-			break
+	d := wire.NewDecoder(b, ErrBadPayload)
+	nowMs = d.Varint("now")
+	slackMs = int64(d.Uvarint("slack"))
+	evs = readItems(&d, "event count", func(d *wire.Decoder) Event {
+		ev := Event{Kind: Kind(d.Byte("kind"))}
+		if d.Err() == nil && ev.Kind != Start && ev.Kind != Stop {
+			d.Failf("event kind %d", ev.Kind)
 		}
-		ev := Event{Kind: Kind(d.byte("kind"))}
-		if d.err == nil && ev.Kind != Start && ev.Kind != Stop {
-			d.fail("event kind %d", ev.Kind)
-		}
-		ev.ID = d.str("event id")
-		ev.Target = d.target()
-		ev.Timestamp = d.i("timestamp")
+		ev.ID = d.String("event id", MaxIDLen)
+		ev.Target = readTarget(d)
+		ev.Timestamp = d.Varint("timestamp")
 		if ev.Kind == Start {
-			ev.Measures = d.measures(MaxMeasures)
+			ev.Measures = readMeasures(d, MaxMeasures)
 		}
-		evs = append(evs, ev)
-	}
+		return ev
+	})
 	if slackMs < 0 {
-		d.fail("slack %d", slackMs)
+		d.Failf("slack %d", slackMs)
 	}
-	d.end()
-	return nowMs, slackMs, evs, d.err
+	return nowMs, slackMs, evs, d.Finish()
 }
 
 // PlanItem plans one interval of a span at the version the planner saw.
@@ -291,45 +187,27 @@ type PlanItem struct {
 
 // EncodePlan encodes a plan payload (type 13).
 func EncodePlan(nowMs int64, items []PlanItem) []byte {
-	e := enc{}
-	e.i(nowMs)
-	e.u(uint64(len(items)))
-	for _, it := range items {
-		e.u(it.Span)
-		e.u(it.Version)
-		e.i(it.Start)
-		e.i(it.End)
-		if it.Backward {
-			e.byte(1)
-		} else {
-			e.byte(0)
-		}
-	}
-	return e.b
+	e := wire.Encoder{}
+	e.Varint(nowMs)
+	appendItems(&e, items, func(e *wire.Encoder, it *PlanItem) {
+		e.Uvarint(it.Span)
+		e.Uvarint(it.Version)
+		e.Varint(it.Start)
+		e.Varint(it.End)
+		e.Bool(it.Backward)
+	})
+	return e.Buf
 }
 
 // DecodePlan decodes a plan payload.
 func DecodePlan(b []byte) (nowMs int64, items []PlanItem, err error) {
-	d := dec{b: b}
-	nowMs = d.i("now")
-	n := d.count("plan count", MaxBatch)
-	items = make([]PlanItem, 0, n)
-	for range n {
-		if d.err != nil {
-			break
-		}
-		it := PlanItem{Span: d.u("span id"), Version: d.u("version"), Start: d.i("start"), End: d.i("end")}
-		switch d.byte("direction") {
-		case 0:
-		case 1:
-			it.Backward = true
-		default:
-			d.fail("direction byte")
-		}
-		items = append(items, it)
-	}
-	d.end()
-	return nowMs, items, d.err
+	d := wire.NewDecoder(b, ErrBadPayload)
+	nowMs = d.Varint("now")
+	items = readItems(&d, "plan count", func(d *wire.Decoder) PlanItem {
+		return PlanItem{Span: d.Uvarint("span id"), Version: d.Uvarint("version"), Start: d.Varint("start"), End: d.Varint("end"),
+			Backward: d.Bool("direction")}
+	})
+	return nowMs, items, d.Finish()
 }
 
 // ExecItem records one planned interval as executed. DeadCode ≠ 0 means the
@@ -343,71 +221,63 @@ type ExecItem struct {
 
 // EncodeExecute encodes an execute payload (type 14).
 func EncodeExecute(nowMs int64, items []ExecItem) []byte {
-	e := enc{}
-	e.i(nowMs)
-	e.u(uint64(len(items)))
-	for _, it := range items {
-		e.u(it.Span)
-		e.u(it.Version)
+	e := wire.Encoder{}
+	e.Varint(nowMs)
+	appendItems(&e, items, func(e *wire.Encoder, it *ExecItem) {
+		e.Uvarint(it.Span)
+		e.Uvarint(it.Version)
 		if it.DeadCode == 0 {
-			e.byte(0)
-			continue
+			e.Byte(0)
+			return
 		}
-		e.byte(1)
-		e.u(uint64(it.DeadCode))
+		e.Byte(1)
+		e.Uvarint(uint64(it.DeadCode))
 		r := it.Reason
 		if len(r) > maxReason {
 			r = r[:maxReason]
 		}
-		e.str(r)
-	}
-	return e.b
+		e.String(r)
+	})
+	return e.Buf
 }
 
 // DecodeExecute decodes an execute payload.
 func DecodeExecute(b []byte) (nowMs int64, items []ExecItem, err error) {
-	d := dec{b: b}
-	nowMs = d.i("now")
-	n := d.count("execute count", MaxBatch)
-	items = make([]ExecItem, 0, n)
-	for range n {
-		if d.err != nil {
-			break
-		}
-		it := ExecItem{Span: d.u("span id"), Version: d.u("version")}
-		switch d.byte("outcome") {
+	d := wire.NewDecoder(b, ErrBadPayload)
+	nowMs = d.Varint("now")
+	items = readItems(&d, "execute count", func(d *wire.Decoder) ExecItem {
+		it := ExecItem{Span: d.Uvarint("span id"), Version: d.Uvarint("version")}
+		switch d.Byte("outcome") {
 		case 0:
 		case 1:
-			c := d.u("dead letter code")
-			if d.err == nil && (c < 100 || c > 599) {
-				d.fail("dead letter code %d", c)
+			c := d.Uvarint("dead letter code")
+			if d.Err() == nil && (c < 100 || c > 599) {
+				d.Failf("dead letter code %d", c)
 			}
 			it.DeadCode = int(c)
-			it.Reason = d.strMax("reason", maxReason)
+			it.Reason = d.String("reason", maxReason)
 		default:
-			d.fail("outcome byte")
+			d.Failf("outcome is not 0 or 1")
 		}
-		items = append(items, it)
-	}
-	d.end()
-	return nowMs, items, d.err
+		return it
+	})
+	return nowMs, items, d.Finish()
 }
 
 // EncodeTick encodes a tick payload (type 15).
 func EncodeTick(nowMs, ledgerCutoffMs int64) []byte {
-	e := enc{}
-	e.i(nowMs)
-	e.i(ledgerCutoffMs)
-	return e.b
+	e := wire.Encoder{}
+	e.Varint(nowMs)
+	e.Varint(ledgerCutoffMs)
+	return e.Buf
 }
 
 // DecodeTick decodes a tick payload.
 func DecodeTick(b []byte) (nowMs, cutoff int64, err error) {
-	d := dec{b: b}
-	nowMs = d.i("now")
-	cutoff = d.i("cutoff")
-	d.end()
-	return nowMs, cutoff, d.err
+	d := wire.NewDecoder(b, ErrBadPayload)
+	nowMs = d.Varint("now")
+	cutoff = d.Varint("cutoff")
+	return nowMs, cutoff, d.Finish()
 }
 
 // TenantActive is one tenant's active series in a group at a minute.
@@ -418,28 +288,21 @@ type TenantActive struct {
 
 // EncodeSeries encodes a series payload (type 16).
 func EncodeSeries(minute int64, rows []TenantActive) []byte {
-	e := enc{}
-	e.i(minute)
-	e.u(uint64(len(rows)))
-	for _, r := range rows {
-		e.str(r.Tenant)
-		e.u(uint64(r.Active))
-	}
-	return e.b
+	e := wire.Encoder{}
+	e.Varint(minute)
+	appendItems(&e, rows, func(e *wire.Encoder, r *TenantActive) {
+		e.String(r.Tenant)
+		e.Uvarint(uint64(r.Active))
+	})
+	return e.Buf
 }
 
 // DecodeSeries decodes a series payload.
 func DecodeSeries(b []byte) (minute int64, rows []TenantActive, err error) {
-	d := dec{b: b}
-	minute = d.i("minute")
-	n := d.count("tenant count", MaxBatch)
-	rows = make([]TenantActive, 0, n)
-	for range n {
-		if d.err != nil {
-			break
-		}
-		rows = append(rows, TenantActive{d.str("tenant"), int64(d.u("active") & math.MaxInt64)})
-	}
-	d.end()
-	return minute, rows, d.err
+	d := wire.NewDecoder(b, ErrBadPayload)
+	minute = d.Varint("minute")
+	rows = readItems(&d, "tenant count", func(d *wire.Decoder) TenantActive {
+		return TenantActive{d.String("tenant", MaxIDLen), int64(d.Uvarint("active") & math.MaxInt64)}
+	})
+	return minute, rows, d.Finish()
 }

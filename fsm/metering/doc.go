@@ -18,7 +18,10 @@
 // # Entry payloads (all integers uvarint unless said; "varint" is zigzag)
 //
 // Strings are uvarint length + bytes. A target is 6 strings. A measure is a
-// string name and 8 bytes little-endian IEEE-754 quantity.
+// string name and 8 bytes little-endian IEEE-754 quantity. The fields are
+// fsm/wire's: uvarints and varints in their minimal form only. Builds before
+// fsm/wire also accepted padded (non-minimal) varints, which no encoder ever
+// wrote; a payload or section holding one is now refused.
 //
 //	events  (12): varint now_ms, uvarint slack_ms, count N,
 //	              N × (byte kind 1=start 2=stop, string id, target,

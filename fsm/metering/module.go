@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/fsm/wire"
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
 
@@ -269,13 +270,13 @@ func (m *Module) gc(ledgerCutoff int64) {
 // fingerprint identifies an event's content, so that a retry with the same
 // id is told apart from an id reused for something else.
 func fingerprint(ev *Event) uint64 {
-	e := enc{}
-	e.byte(byte(ev.Kind))
-	e.target(ev.Target)
-	e.i(ev.Timestamp)
-	e.measures(ev.Measures)
+	e := wire.Encoder{}
+	e.Byte(byte(ev.Kind))
+	appendTarget(&e, ev.Target)
+	e.Varint(ev.Timestamp)
+	appendMeasures(&e, ev.Measures)
 	h := fnv.New64a()
-	h.Write(e.b)
+	h.Write(e.Buf)
 	return h.Sum64()
 }
 

@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/tollgate-io/tollgate/fsm/wire"
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
 
@@ -26,21 +27,21 @@ func (m *Module) Snapshot() (func() ([]byte, error), error) {
 // encodeLocked writes the section in a canonical order (ids, keys sorted) so
 // equal states give equal bytes on every replica.
 func (m *Module) encodeLocked() []byte {
-	e := enc{}
-	e.byte(sectionVersion)
-	e.u(m.nextSpan)
+	e := wire.Encoder{}
+	e.Byte(sectionVersion)
+	e.Uvarint(m.nextSpan)
 	ids := make([]uint64, 0, len(m.spans))
 	for id := range m.spans {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
-	e.u(uint64(len(ids)))
+	e.Uvarint(uint64(len(ids)))
 	for _, id := range ids {
 		s := m.spans[id]
-		e.u(s.ID)
-		e.target(s.Target)
-		e.measures(s.Measures)
-		e.i(s.Start)
+		e.Uvarint(s.ID)
+		appendTarget(&e, s.Target)
+		appendMeasures(&e, s.Measures)
+		e.Varint(s.Start)
 		var flags byte
 		if s.Stopped {
 			flags |= 1
@@ -51,19 +52,19 @@ func (m *Module) encodeLocked() []byte {
 				flags |= 4
 			}
 		}
-		e.byte(flags)
+		e.Byte(flags)
 		if s.Stopped {
-			e.i(s.End)
+			e.Varint(s.End)
 		}
-		e.i(s.Cursor)
-		e.u(s.Version)
-		e.u(s.Seq)
+		e.Varint(s.Cursor)
+		e.Uvarint(s.Version)
+		e.Uvarint(s.Seq)
 		if s.Planned != nil {
-			e.i(s.Planned.Start)
-			e.i(s.Planned.End)
+			e.Varint(s.Planned.Start)
+			e.Varint(s.Planned.End)
 		}
-		e.str(s.StartID)
-		e.str(s.StopID)
+		e.String(s.StartID)
+		e.String(s.StopID)
 	}
 	keys := make([]dedupKey, 0, len(m.dedup))
 	for k := range m.dedup {
@@ -72,32 +73,32 @@ func (m *Module) encodeLocked() []byte {
 	slices.SortFunc(keys, func(a, b dedupKey) int {
 		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.id, b.id))
 	})
-	e.u(uint64(len(keys)))
+	e.Uvarint(uint64(len(keys)))
 	for _, k := range keys {
 		d := m.dedup[k]
-		e.byte(byte(k.kind))
-		e.str(k.id)
-		e.b = append(e.b, byte(d.fp), byte(d.fp>>8), byte(d.fp>>16), byte(d.fp>>24), byte(d.fp>>32), byte(d.fp>>40), byte(d.fp>>48), byte(d.fp>>56))
-		e.i(d.expires)
+		e.Byte(byte(k.kind))
+		e.String(k.id)
+		e.Uint64(d.fp)
+		e.Varint(d.expires)
 	}
 	tkeys := make([]string, 0, len(m.ledger))
 	for k := range m.ledger {
 		tkeys = append(tkeys, k)
 	}
 	slices.Sort(tkeys)
-	e.u(uint64(m.nrec))
+	e.Uvarint(uint64(m.nrec))
 	for _, k := range tkeys {
 		for i := range m.ledger[k] {
 			appendRecord(&e, &m.ledger[k][i])
 		}
 	}
-	e.u(uint64(len(m.dead)))
+	e.Uvarint(uint64(len(m.dead)))
 	for i := range m.dead {
 		d := &m.dead[i]
 		appendRecord(&e, &d.Record)
-		e.u(uint64(d.Code))
-		e.str(d.Reason)
-		e.i(d.At)
+		e.Uvarint(uint64(d.Code))
+		e.String(d.Reason)
+		e.Varint(d.At)
 	}
 	tenants := make([]string, 0, len(m.series))
 	n := 0
@@ -106,46 +107,35 @@ func (m *Module) encodeLocked() []byte {
 		n += len(ss)
 	}
 	slices.Sort(tenants)
-	e.u(uint64(n))
+	e.Uvarint(uint64(n))
 	for _, t := range tenants {
 		for _, s := range m.series[t] {
-			e.str(t)
-			e.i(s.minute)
-			e.u(uint64(s.active))
+			e.String(t)
+			e.Varint(s.minute)
+			e.Uvarint(uint64(s.active))
 		}
 	}
-	e.i(m.lastNow)
-	return e.b
+	e.Varint(m.lastNow)
+	return e.Buf
 }
 
 // appendRecord: string usage id, span id, target, varint timestamp, varint
 // start, varint end, byte backward, measures.
-func appendRecord(e *enc, r *Record) {
-	e.str(r.UsageID)
-	e.u(r.Span)
-	e.target(r.Target)
-	e.i(r.Timestamp)
-	e.i(r.Start)
-	e.i(r.End)
-	if r.Backward {
-		e.byte(1)
-	} else {
-		e.byte(0)
-	}
-	e.measures(r.Measures)
+func appendRecord(e *wire.Encoder, r *Record) {
+	e.String(r.UsageID)
+	e.Uvarint(r.Span)
+	appendTarget(e, r.Target)
+	e.Varint(r.Timestamp)
+	e.Varint(r.Start)
+	e.Varint(r.End)
+	e.Bool(r.Backward)
+	appendMeasures(e, r.Measures)
 }
 
-func readRecord(d *dec) Record {
-	r := Record{UsageID: d.str("usage id"), Span: d.u("span id"), Target: d.target(), Timestamp: d.i("timestamp"), Start: d.i("start"), End: d.i("end")}
-	switch d.byte("backward") {
-	case 0:
-	case 1:
-		r.Backward = true
-	default:
-		d.fail("backward byte")
-	}
-	r.Measures = d.measures(MaxMeasures + 1)
-	return r
+func readRecord(d *wire.Decoder) Record {
+	return Record{UsageID: d.String("usage id", MaxIDLen), Span: d.Uvarint("span id"), Target: readTarget(d),
+		Timestamp: d.Varint("timestamp"), Start: d.Varint("start"), End: d.Varint("end"), Backward: d.Bool("backward"),
+		Measures: readMeasures(d, MaxMeasures+1)}
 }
 
 type state struct {
@@ -166,62 +156,62 @@ func decodeSection(b []byte) (*state, error) {
 	if b == nil {
 		return st, nil
 	}
-	d := dec{b: b}
-	if v := d.byte("section version"); d.err == nil && v != sectionVersion {
-		d.fail("section version %d (this build reads %d)", v, sectionVersion)
+	d := wire.NewDecoder(b, ErrBadPayload)
+	if v := d.Byte("section version"); d.Err() == nil && v != sectionVersion {
+		d.Failf("section version %d (this build reads %d)", v, sectionVersion)
 	}
-	st.nextSpan = d.u("next span id")
-	n := d.count("span count", uint64(len(b)))
+	st.nextSpan = d.Uvarint("next span id")
+	n := d.Count("span count", len(b))
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
-		s := &Span{ID: d.u("span id"), Target: d.target(), Measures: d.measures(MaxMeasures), Start: d.i("start")}
-		flags := d.byte("flags")
+		s := &Span{ID: d.Uvarint("span id"), Target: readTarget(&d), Measures: readMeasures(&d, MaxMeasures), Start: d.Varint("start")}
+		flags := d.Byte("flags")
 		if flags&^7 != 0 || flags&6 == 4 {
-			d.fail("span flags %#x", flags)
+			d.Failf("span flags %#x", flags)
 		}
 		if flags&1 != 0 {
 			s.Stopped = true
-			s.End = d.i("end")
+			s.End = d.Varint("end")
 		}
-		s.Cursor = d.i("cursor")
-		s.Version = d.u("version")
-		s.Seq = d.u("seq")
+		s.Cursor = d.Varint("cursor")
+		s.Version = d.Uvarint("version")
+		s.Seq = d.Uvarint("seq")
 		if flags&2 != 0 {
-			s.Planned = &interval.Interval{Start: d.i("planned start"), End: d.i("planned end"), Backward: flags&4 != 0}
+			s.Planned = &interval.Interval{Start: d.Varint("planned start"), End: d.Varint("planned end"), Backward: flags&4 != 0}
 		}
-		s.StartID = d.str("start id")
-		s.StopID = d.str("stop id")
-		if d.err != nil {
+		s.StartID = d.String("start id", MaxIDLen)
+		s.StopID = d.String("stop id", MaxIDLen)
+		if d.Err() != nil {
 			break
 		}
 		if s.ID == 0 || s.ID >= st.nextSpan || st.spans[s.ID] != nil {
-			d.fail("span id %d (next %d) duplicate or out of range", s.ID, st.nextSpan)
+			d.Failf("span id %d (next %d) duplicate or out of range", s.ID, st.nextSpan)
 			break
 		}
 		st.spans[s.ID] = s
 		if !s.Stopped {
 			k := s.Target.key()
 			if _, dup := st.open[k]; dup {
-				d.fail("two open spans for one target")
+				d.Failf("two open spans for one target")
 				break
 			}
 			st.open[k] = s.ID
 		}
 	}
-	n = d.count("dedup count", uint64(len(b)))
+	n = d.Count("dedup count", len(b))
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
-		k := dedupKey{kind: Kind(d.byte("kind")), id: d.str("id")}
-		fp := d.u64("fingerprint")
-		st.dedup[k] = dedupRec{fp: fp, expires: d.i("expires")}
+		k := dedupKey{kind: Kind(d.Byte("kind")), id: d.String("id", MaxIDLen)}
+		fp := d.Uint64("fingerprint")
+		st.dedup[k] = dedupRec{fp: fp, expires: d.Varint("expires")}
 	}
-	n = d.count("record count", uint64(len(b)))
+	n = d.Count("record count", len(b))
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		r := readRecord(&d)
@@ -229,31 +219,30 @@ func decodeSection(b []byte) (*state, error) {
 		st.ledger[k] = append(st.ledger[k], r)
 		st.nrec++
 	}
-	n = d.count("dead letter count", uint64(len(b)))
+	n = d.Count("dead letter count", len(b))
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
 		r := readRecord(&d)
-		st.dead = append(st.dead, DeadLetter{Record: r, Code: int(d.u("code")), Reason: d.strMax("reason", maxReason), At: d.i("at")})
+		st.dead = append(st.dead, DeadLetter{Record: r, Code: int(d.Uvarint("code")), Reason: d.String("reason", maxReason), At: d.Varint("at")})
 	}
-	n = d.count("sample count", uint64(len(b)))
+	n = d.Count("sample count", len(b))
 	for range n {
-		if d.err != nil {
+		if d.Err() != nil {
 			break
 		}
-		t := d.str("tenant")
-		s := sample{minute: d.i("minute"), active: int64(d.u("active") & math.MaxInt64)}
+		t := d.String("tenant", MaxIDLen)
+		s := sample{minute: d.Varint("minute"), active: int64(d.Uvarint("active") & math.MaxInt64)}
 		if ss := st.series[t]; len(ss) > 0 && ss[len(ss)-1].minute >= s.minute {
-			d.fail("series samples of %q out of order", t)
+			d.Failf("series samples of %q out of order", t)
 			break
 		}
 		st.series[t] = append(st.series[t], s)
 	}
-	st.lastNow = d.i("now")
-	d.end()
-	if d.err != nil {
-		return nil, d.err
+	st.lastNow = d.Varint("now")
+	if err := d.Finish(); err != nil {
+		return nil, err
 	}
 	return st, nil
 }

@@ -1,19 +1,21 @@
 package runtimecfg
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"maps"
 	"math"
 	"slices"
 	"time"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
-// The byte formats are documented in format.md. Every decoder refuses
-// non-canonical input (unsorted or duplicate names, non-minimal varints,
-// unknown flag bits, negative zero, trailing bytes) so a document has exactly
-// one encoding, and runs Validate, so a decoded document is always valid.
+// The byte formats are documented in format.md; their fields are fsm/wire's.
+// Every decoder refuses non-canonical input (unsorted or duplicate names,
+// non-minimal varints, unknown flag bits, negative zero, trailing bytes) so a
+// document has exactly one encoding, and runs Validate, so a decoded document
+// is always valid.
 
 // ErrCorrupt is wrapped by every decode failure.
 var ErrCorrupt = errors.New("runtimecfg: corrupt encoding")
@@ -28,43 +30,50 @@ const (
 
 // AppendBody appends the canonical encoding of d's settings (not its version).
 func AppendBody(dst []byte, d *Document) []byte {
-	dst = appendScope(dst, &d.Defaults)
-	dst = binary.AppendUvarint(dst, uint64(len(d.Tenants)))
+	w := wire.Encoder{Buf: dst}
+	appendBody(&w, d)
+	return w.Buf
+}
+
+func appendBody(w *wire.Encoder, d *Document) {
+	appendScope(w, &d.Defaults)
+	w.Uvarint(uint64(len(d.Tenants)))
 	for _, n := range d.TenantNames() {
 		s := d.Tenants[n]
-		dst = appendString(dst, n)
-		dst = appendScope(dst, &s)
+		w.String(n)
+		appendScope(w, &s)
 	}
-	dst = appendRates(dst, d.Global.SampleRates)
-	if bc := d.Global.BacklogController; bc != nil {
-		dst = append(dst, 1)
-		dst = appendString(dst, bc.Kind)
-		dst = appendFloat(dst, bc.Target)
-		dst = binary.AppendUvarint(dst, uint64(bc.Period/time.Millisecond))
-		dst = appendFloat(dst, bc.Kp)
-		dst = appendFloat(dst, bc.Ki)
-		dst = appendFloat(dst, bc.MinPercent)
-	} else {
-		dst = append(dst, 0)
+	appendRates(w, d.Global.SampleRates)
+	bc := d.Global.BacklogController
+	w.Bool(bc != nil)
+	if bc != nil {
+		w.String(bc.Kind)
+		appendFloat(w, bc.Target)
+		w.Uvarint(uint64(bc.Period / time.Millisecond))
+		appendFloat(w, bc.Kp)
+		appendFloat(w, bc.Ki)
+		appendFloat(w, bc.MinPercent)
 	}
-	return dst
 }
 
 // AppendDocument appends the version then the body: the module's snapshot
 // section.
 func AppendDocument(dst []byte, d *Document) []byte {
-	return AppendBody(binary.AppendUvarint(dst, d.Version), d)
+	w := wire.Encoder{Buf: dst}
+	w.Uvarint(d.Version)
+	appendBody(&w, d)
+	return w.Buf
 }
 
 // DecodeDocument decodes what AppendDocument wrote.
 func DecodeDocument(b []byte) (*Document, error) {
-	r := reader{b: b}
-	v := r.uvarint("version")
-	d := r.body()
-	return r.finish(d, v)
+	r := wire.NewDecoder(b, ErrCorrupt)
+	v := r.Uvarint("version")
+	d := readBody(&r)
+	return finish(&r, d, v)
 }
 
-func appendScope(dst []byte, s *Scope) []byte {
+func appendScope(w *wire.Encoder, s *Scope) {
 	var mask byte
 	if s.MaxSeries != nil {
 		mask |= bitMaxSeries
@@ -78,223 +87,140 @@ func appendScope(dst []byte, s *Scope) []byte {
 	if s.IngestionBurst != nil {
 		mask |= bitIngestionBurst
 	}
-	dst = append(dst, mask)
+	w.Byte(mask)
 	if s.MaxSeries != nil {
-		dst = binary.AppendUvarint(dst, uint64(*s.MaxSeries))
+		w.Uvarint(uint64(*s.MaxSeries))
 	}
 	if s.MaxSeriesPerPartition != nil {
-		dst = binary.AppendUvarint(dst, uint64(*s.MaxSeriesPerPartition))
+		w.Uvarint(uint64(*s.MaxSeriesPerPartition))
 	}
 	if s.IngestionRate != nil {
-		dst = appendFloat(dst, *s.IngestionRate)
+		appendFloat(w, *s.IngestionRate)
 	}
 	if s.IngestionBurst != nil {
-		dst = binary.AppendUvarint(dst, uint64(*s.IngestionBurst))
+		w.Uvarint(uint64(*s.IngestionBurst))
 	}
-	return appendRates(dst, s.SampleRates)
+	appendRates(w, s.SampleRates)
 }
 
-func appendRates(dst []byte, m map[string]float64) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(m)))
+func appendRates(w *wire.Encoder, m map[string]float64) {
+	w.Uvarint(uint64(len(m)))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		dst = appendString(dst, k)
-		dst = appendFloat(dst, m[k])
-	}
-	return dst
-}
-
-func appendString(dst []byte, s string) []byte {
-	return append(binary.AppendUvarint(dst, uint64(len(s))), s...)
-}
-
-func appendFloat(dst []byte, v float64) []byte {
-	return binary.LittleEndian.AppendUint64(dst, math.Float64bits(v+0))
-}
-
-// reader decodes with sticky errors: after the first failure every read
-// returns zero values.
-type reader struct {
-	b   []byte
-	err error
-}
-
-func (r *reader) fail(format string, args ...any) {
-	if r.err == nil {
-		r.err = fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...)
+		w.String(k)
+		appendFloat(w, m[k])
 	}
 }
 
-func (r *reader) uvarint(what string) uint64 {
-	if r.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("truncated or overlong %s", what)
-		return 0
-	}
-	if n != len(binary.AppendUvarint(nil, v)) {
-		r.fail("non-minimal encoding of %s", what)
-		return 0
-	}
-	r.b = r.b[n:]
-	return v
-}
+// appendFloat writes v+0, which is +0 for -0: zero has one byte form.
+func appendFloat(w *wire.Encoder, v float64) { w.Float64(v + 0) }
 
-// int63 reads a uvarint that must fit a non-negative int64.
-func (r *reader) int63(what string) int64 {
-	v := r.uvarint(what)
+// readInt63 reads a uvarint that must fit a non-negative int64.
+func readInt63(r *wire.Decoder, what string) int64 {
+	v := r.Uvarint(what)
 	if v > math.MaxInt64 {
-		r.fail("%s %d out of range", what, v)
+		r.Failf("%s %d out of range", what, v)
 		return 0
 	}
 	return int64(v)
 }
 
-func (r *reader) byte1(what string) byte {
-	if r.err != nil {
+// readFloat reads a float that must be finite and not negative zero.
+func readFloat(r *wire.Decoder, what string) float64 {
+	v := r.Float64(what)
+	if r.Err() != nil {
 		return 0
 	}
-	if len(r.b) < 1 {
-		r.fail("truncated %s", what)
-		return 0
-	}
-	c := r.b[0]
-	r.b = r.b[1:]
-	return c
-}
-
-func (r *reader) str(what string, max int) string {
-	n := r.uvarint(what + " length")
-	if r.err != nil {
-		return ""
-	}
-	if n > uint64(max) || n > uint64(len(r.b)) {
-		r.fail("%s of %d bytes (max %d, %d left)", what, n, max, len(r.b))
-		return ""
-	}
-	s := string(r.b[:n])
-	r.b = r.b[n:]
-	return s
-}
-
-func (r *reader) float(what string) float64 {
-	if r.err != nil {
-		return 0
-	}
-	if len(r.b) < 8 {
-		r.fail("truncated %s", what)
-		return 0
-	}
-	bits := binary.LittleEndian.Uint64(r.b)
-	r.b = r.b[8:]
-	v := math.Float64frombits(bits)
-	if bits == 1<<63 {
-		r.fail("%s is negative zero", what)
+	if math.Float64bits(v) == 1<<63 {
+		r.Failf("%s is negative zero", what)
 	}
 	if math.IsNaN(v) || math.IsInf(v, 0) {
-		r.fail("%s is not finite", what)
+		r.Failf("%s is not finite", what)
 	}
 	return v
 }
 
-func (r *reader) rates(what string) map[string]float64 {
-	n := r.uvarint(what + " count")
-	if n > MaxKinds {
-		r.fail("%d %s, at most %d", n, what, MaxKinds)
-		return nil
-	}
+func readRates(r *wire.Decoder, what string) map[string]float64 {
+	n := r.Count(what+" count", MaxKinds)
 	if n == 0 {
 		return nil
 	}
 	m := make(map[string]float64, n)
 	prev := ""
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		k := r.str(what+" kind", MaxKindLength)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		k := r.String(what+" kind", MaxKindLength)
 		if i > 0 && k <= prev {
-			r.fail("%s kinds not strictly ascending (%q after %q)", what, k, prev)
+			r.Failf("%s kinds not strictly ascending (%q after %q)", what, k, prev)
 		}
 		prev = k
-		m[k] = r.float(what + " percent")
+		m[k] = readFloat(r, what+" percent")
 	}
 	return m
 }
 
-func (r *reader) scope(what string) Scope {
+func readScope(r *wire.Decoder, what string) Scope {
 	var s Scope
-	mask := r.byte1(what + " mask")
+	mask := r.Byte(what + " mask")
 	if mask&^scopeBits != 0 {
-		r.fail("%s mask %#x has unknown bits", what, mask)
+		r.Failf("%s mask %#x has unknown bits", what, mask)
 	}
 	if mask&bitMaxSeries != 0 {
-		s.MaxSeries = ptr(r.int63(what + " max_series"))
+		s.MaxSeries = ptr(readInt63(r, what+" max_series"))
 	}
 	if mask&bitMaxSeriesPerPartition != 0 {
-		s.MaxSeriesPerPartition = ptr(r.int63(what + " max_series_per_partition"))
+		s.MaxSeriesPerPartition = ptr(readInt63(r, what+" max_series_per_partition"))
 	}
 	if mask&bitIngestionRate != 0 {
-		s.IngestionRate = ptr(r.float(what + " ingestion_rate"))
+		s.IngestionRate = ptr(readFloat(r, what+" ingestion_rate"))
 	}
 	if mask&bitIngestionBurst != 0 {
-		s.IngestionBurst = ptr(r.int63(what + " ingestion_burst"))
+		s.IngestionBurst = ptr(readInt63(r, what+" ingestion_burst"))
 	}
-	s.SampleRates = r.rates(what + " sample rates")
+	s.SampleRates = readRates(r, what+" sample rates")
 	return s
 }
 
-func (r *reader) body() *Document {
+func readBody(r *wire.Decoder) *Document {
 	d := &Document{}
-	d.Defaults = r.scope("defaults")
-	n := r.uvarint("tenant count")
-	if n > MaxTenants {
-		r.fail("%d tenants, at most %d", n, MaxTenants)
-		return d
-	}
-	if n > 0 && r.err == nil {
+	d.Defaults = readScope(r, "defaults")
+	n := r.Count("tenant count", MaxTenants)
+	if n > 0 {
 		d.Tenants = make(map[string]Scope, min(n, 1024))
 	}
 	prev := ""
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		name := r.str("tenant id", 1<<10)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		name := r.String("tenant id", 1<<10)
 		if i > 0 && name <= prev {
-			r.fail("tenant ids not strictly ascending (%q after %q)", name, prev)
+			r.Failf("tenant ids not strictly ascending (%q after %q)", name, prev)
 		}
 		prev = name
-		s := r.scope("tenant")
-		if r.err == nil && s.empty() {
-			r.fail("tenant %q has an empty scope", name)
+		s := readScope(r, "tenant")
+		if r.Err() == nil && s.empty() {
+			r.Failf("tenant %q has an empty scope", name)
 		}
 		d.Tenants[name] = s
 	}
-	d.Global.SampleRates = r.rates("global sample rates")
-	switch r.byte1("controller flag") {
-	case 0:
-	case 1:
+	d.Global.SampleRates = readRates(r, "global sample rates")
+	if r.Bool("controller flag") {
 		bc := &BacklogController{}
-		bc.Kind = r.str("controller kind", MaxKindLength)
-		bc.Target = r.float("controller target")
-		ms := r.uvarint("controller period")
+		bc.Kind = r.String("controller kind", MaxKindLength)
+		bc.Target = readFloat(r, "controller target")
+		ms := r.Uvarint("controller period")
 		if ms > uint64(MaxPeriod/time.Millisecond) {
-			r.fail("controller period %dms out of range", ms)
+			r.Failf("controller period %dms out of range", ms)
 		}
 		bc.Period = time.Duration(ms) * time.Millisecond
-		bc.Kp = r.float("controller kp")
-		bc.Ki = r.float("controller ki")
-		bc.MinPercent = r.float("controller min_percent")
+		bc.Kp = readFloat(r, "controller kp")
+		bc.Ki = readFloat(r, "controller ki")
+		bc.MinPercent = readFloat(r, "controller min_percent")
 		d.Global.BacklogController = bc
-	default:
-		r.fail("controller flag is not 0 or 1")
 	}
 	return d
 }
 
 // finish checks that everything was consumed and that the document is valid.
-func (r *reader) finish(d *Document, version uint64) (*Document, error) {
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return nil, r.err
+func finish(r *wire.Decoder, d *Document, version uint64) (*Document, error) {
+	if err := r.Finish(); err != nil {
+		return nil, err
 	}
 	d.Version = version
 	if err := d.Validate(); err != nil {

@@ -1,8 +1,9 @@
 package runtimecfg
 
 import (
-	"encoding/binary"
 	"fmt"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Entry types owned by this module (rows of fsm/entry.go's registry, cluster
@@ -35,33 +36,40 @@ type Install struct {
 //
 //	byte flags (bit 0: force), uvarint expected, uvarint new version, body
 func AppendApply(dst []byte, a Apply) []byte {
-	var flags byte
-	if a.Force {
-		flags = 1
-	}
-	dst = append(dst, flags)
-	dst = binary.AppendUvarint(dst, a.Expected)
-	dst = binary.AppendUvarint(dst, a.NewVersion)
-	return AppendBody(dst, a.Doc)
+	w := wire.Encoder{Buf: dst}
+	w.Byte(flagBit0(a.Force))
+	w.Uvarint(a.Expected)
+	w.Uvarint(a.NewVersion)
+	appendBody(&w, a.Doc)
+	return w.Buf
 }
 
 // DecodeApply decodes an apply payload.
 func DecodeApply(b []byte) (Apply, error) {
-	r := reader{b: b}
-	flags := r.byte1("flags")
+	r := wire.NewDecoder(b, ErrCorrupt)
+	flags := r.Byte("flags")
 	if flags&^1 != 0 {
-		r.fail("apply flags %#x have unknown bits", flags)
+		r.Failf("apply flags %#x have unknown bits", flags)
 	}
 	a := Apply{Force: flags&1 != 0}
-	a.Expected = r.uvarint("expected version")
-	a.NewVersion = r.uvarint("new version")
-	d := r.body()
-	d, err := r.finish(d, a.NewVersion)
+	a.Expected = r.Uvarint("expected version")
+	a.NewVersion = r.Uvarint("new version")
+	d := readBody(&r)
+	d, err := finish(&r, d, a.NewVersion)
 	if err != nil {
 		return Apply{}, err
 	}
 	a.Doc = d
 	return a, nil
+}
+
+// flagBit0 is a flags byte with bit 0 set when set is true. The decoders read
+// the byte as flags and refuse unknown bits, so it is not a wire bool.
+func flagBit0(set bool) byte {
+	if set {
+		return 1
+	}
+	return 0
 }
 
 // AppendInstall encodes an install payload: the document (version, body).
@@ -73,25 +81,22 @@ func AppendInstall(dst []byte, d *Document) []byte { return AppendDocument(dst, 
 //	byte target kind, [string tenant (target kind 1)],
 //	uvarint op count, op count × (byte op, string key, string value)
 func AppendPatch(dst []byte, p Patch) []byte {
-	var flags byte
+	w := wire.Encoder{Buf: dst}
+	w.Byte(flagBit0(p.HasExpected))
 	if p.HasExpected {
-		flags = 1
+		w.Uvarint(p.Expected)
 	}
-	dst = append(dst, flags)
-	if p.HasExpected {
-		dst = binary.AppendUvarint(dst, p.Expected)
-	}
-	dst = append(dst, byte(p.Target.Kind))
+	w.Byte(byte(p.Target.Kind))
 	if p.Target.Kind == TargetTenant {
-		dst = appendString(dst, p.Target.Tenant)
+		w.String(p.Target.Tenant)
 	}
-	dst = binary.AppendUvarint(dst, uint64(len(p.Ops)))
+	w.Uvarint(uint64(len(p.Ops)))
 	for _, op := range p.Ops {
-		dst = append(dst, byte(op.Kind))
-		dst = appendString(dst, op.Key)
-		dst = appendString(dst, op.Value)
+		w.Byte(byte(op.Kind))
+		w.String(op.Key)
+		w.String(op.Value)
 	}
-	return dst
+	return w.Buf
 }
 
 // Bounds of the text in a patch operation.
@@ -104,42 +109,36 @@ const (
 // keys and values make sense is the patch's application, which every replica
 // decides alike.
 func DecodePatch(b []byte) (Patch, error) {
-	r := reader{b: b}
+	r := wire.NewDecoder(b, ErrCorrupt)
 	var p Patch
-	flags := r.byte1("flags")
+	flags := r.Byte("flags")
 	if flags&^1 != 0 {
-		r.fail("patch flags %#x have unknown bits", flags)
+		r.Failf("patch flags %#x have unknown bits", flags)
 	}
 	if flags&1 != 0 {
 		p.HasExpected = true
-		p.Expected = r.uvarint("expected version")
+		p.Expected = r.Uvarint("expected version")
 	}
-	p.Target.Kind = TargetKind(r.byte1("target"))
+	p.Target.Kind = TargetKind(r.Byte("target"))
 	switch p.Target.Kind {
 	case TargetDefaults, TargetGlobal:
 	case TargetTenant:
-		p.Target.Tenant = r.str("tenant id", 1<<10)
+		p.Target.Tenant = r.String("tenant id", 1<<10)
 	default:
-		r.fail("unknown target kind %d", p.Target.Kind)
+		r.Failf("unknown target kind %d", p.Target.Kind)
 	}
-	n := r.uvarint("op count")
-	if n > MaxOps {
-		r.fail("%d operations, at most %d", n, MaxOps)
-	}
-	for i := uint64(0); i < n && r.err == nil; i++ {
-		op := Op{Kind: OpKind(r.byte1("op"))}
+	n := r.Count("op count", MaxOps)
+	for i := 0; i < n && r.Err() == nil; i++ {
+		op := Op{Kind: OpKind(r.Byte("op"))}
 		if op.Kind < OpSet || op.Kind > OpClear {
-			r.fail("unknown op %d", op.Kind)
+			r.Failf("unknown op %d", op.Kind)
 		}
-		op.Key = r.str("key", maxKeyLen)
-		op.Value = r.str("value", maxValueLen)
+		op.Key = r.String("key", maxKeyLen)
+		op.Value = r.String("value", maxValueLen)
 		p.Ops = append(p.Ops, op)
 	}
-	if r.err == nil && len(r.b) != 0 {
-		r.fail("%d trailing bytes", len(r.b))
-	}
-	if r.err != nil {
-		return Patch{}, r.err
+	if err := r.Finish(); err != nil {
+		return Patch{}, err
 	}
 	return p, nil
 }

@@ -1,13 +1,13 @@
 package shares
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"sync"
 
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Name is the module's name: its registry rows and its snapshot section.
@@ -379,122 +379,84 @@ func (m *Module) Tenants() []string {
 
 // AppendGive encodes a give payload: tenant, to, amount, nonce.
 func AppendGive(dst []byte, g Give) []byte {
-	dst = appendString(dst, g.Tenant)
-	dst = binary.AppendUvarint(dst, uint64(g.To))
-	dst = binary.AppendUvarint(dst, uint64(g.Amount))
-	return binary.AppendUvarint(dst, g.Nonce)
+	w := wire.Encoder{Buf: dst}
+	w.String(g.Tenant)
+	w.Uvarint(uint64(g.To))
+	w.Uvarint(uint64(g.Amount))
+	w.Uvarint(g.Nonce)
+	return w.Buf
 }
 
 // AppendReceive encodes a receive payload: tenant, from, seq, amount.
 func AppendReceive(dst []byte, r Receive) []byte {
-	dst = appendString(dst, r.Tenant)
-	dst = binary.AppendUvarint(dst, uint64(r.From))
-	dst = binary.AppendUvarint(dst, r.Seq)
-	return binary.AppendUvarint(dst, uint64(r.Amount))
+	w := wire.Encoder{Buf: dst}
+	w.String(r.Tenant)
+	w.Uvarint(uint64(r.From))
+	w.Uvarint(r.Seq)
+	w.Uvarint(uint64(r.Amount))
+	return w.Buf
 }
 
 // AppendComplete encodes a complete payload: tenant, seq.
 func AppendComplete(dst []byte, c Complete) []byte {
-	dst = appendString(dst, c.Tenant)
-	return binary.AppendUvarint(dst, c.Seq)
+	w := wire.Encoder{Buf: dst}
+	w.String(c.Tenant)
+	w.Uvarint(c.Seq)
+	return w.Buf
 }
 
 // DecodeGive decodes a give payload.
 func DecodeGive(b []byte) (Give, error) {
-	d := dec{b: b}
-	g := Give{Tenant: d.str()}
-	g.To = d.group("to")
-	g.Amount = d.amount()
-	g.Nonce = d.uvarint("nonce")
-	return g, d.end()
+	d := wire.NewDecoder(b, ErrBadPayload)
+	g := Give{Tenant: readTenant(&d)}
+	g.To = readGroup(&d, "to")
+	g.Amount = readAmount(&d)
+	g.Nonce = d.Uvarint("nonce")
+	return g, d.Finish()
 }
 
 // DecodeReceive decodes a receive payload.
 func DecodeReceive(b []byte) (Receive, error) {
-	d := dec{b: b}
-	r := Receive{Tenant: d.str()}
-	r.From = d.group("from")
-	r.Seq = d.uvarint("seq")
-	if d.err == nil && r.Seq == 0 {
-		d.fail("seq 0")
+	d := wire.NewDecoder(b, ErrBadPayload)
+	r := Receive{Tenant: readTenant(&d)}
+	r.From = readGroup(&d, "from")
+	r.Seq = d.Uvarint("seq")
+	if d.Err() == nil && r.Seq == 0 {
+		d.Failf("seq 0")
 	}
-	r.Amount = d.amount()
-	return r, d.end()
+	r.Amount = readAmount(&d)
+	return r, d.Finish()
 }
 
 // DecodeComplete decodes a complete payload.
 func DecodeComplete(b []byte) (Complete, error) {
-	d := dec{b: b}
-	c := Complete{Tenant: d.str()}
-	c.Seq = d.uvarint("seq")
-	return c, d.end()
+	d := wire.NewDecoder(b, ErrBadPayload)
+	c := Complete{Tenant: readTenant(&d)}
+	c.Seq = d.Uvarint("seq")
+	return c, d.Finish()
 }
 
-func appendString(dst []byte, s string) []byte {
-	dst = binary.AppendUvarint(dst, uint64(len(s)))
-	return append(dst, s...)
-}
-
-type dec struct {
-	b   []byte
-	err error
-}
-
-func (d *dec) fail(format string, args ...any) {
-	if d.err == nil {
-		d.err = fmt.Errorf("%w: "+format, append([]any{ErrBadPayload}, args...)...)
+// readTenant reads a tenant id: 1..maxTenantLen bytes.
+func readTenant(d *wire.Decoder) string {
+	s := d.String("tenant id", maxTenantLen)
+	if d.Err() == nil && s == "" {
+		d.Failf("empty tenant id")
 	}
-}
-
-func (d *dec) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func (d *dec) str() string {
-	l := d.uvarint("tenant length")
-	if d.err == nil && (l == 0 || l > maxTenantLen || l > uint64(len(d.b))) {
-		d.fail("tenant length %d (1..%d, %d bytes left)", l, maxTenantLen, len(d.b))
-	}
-	if d.err != nil {
-		return ""
-	}
-	s := string(d.b[:l])
-	d.b = d.b[l:]
 	return s
 }
 
-func (d *dec) group(what string) int {
-	v := d.uvarint(what)
-	if d.err == nil && v >= maxGroups {
-		d.fail("%s group %d out of range", what, v)
+func readGroup(d *wire.Decoder, what string) int {
+	v := d.Uvarint(what)
+	if d.Err() == nil && v >= maxGroups {
+		d.Failf("%s group %d out of range", what, v)
 	}
 	return int(v)
 }
 
-func (d *dec) amount() int64 {
-	v := d.uvarint("amount")
-	if d.err == nil && (v == 0 || v > maxAmount) {
-		d.fail("amount %d outside [1, %d]", v, uint64(maxAmount))
+func readAmount(d *wire.Decoder) int64 {
+	v := d.Uvarint("amount")
+	if d.Err() == nil && (v == 0 || v > maxAmount) {
+		d.Failf("amount %d outside [1, %d]", v, uint64(maxAmount))
 	}
 	return int64(v)
-}
-
-func (d *dec) end() error {
-	if d.err == nil && len(d.b) != 0 {
-		d.fail("%d trailing bytes", len(d.b))
-	}
-	return d.err
-}
-
-func errorf(format string, args ...any) error {
-	return fmt.Errorf("%w: "+format, append([]any{ErrBadPayload}, args...)...)
 }

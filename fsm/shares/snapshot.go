@@ -1,9 +1,10 @@
 package shares
 
 import (
-	"encoding/binary"
 	"maps"
 	"slices"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Snapshot section "shares", format version 1 (the FSM frames and checksums
@@ -17,6 +18,11 @@ import (
 //	T ×      uvarint len, tenant id; varint delta (zig-zag); given; received; moves;
 //	         uvarint O, O × (seq, to, amount)   outstanding transfers
 //	         uvarint I, I × (from, seq)         highest seq received per giver
+//
+// The section and the entry payloads (AppendGive, AppendReceive,
+// AppendComplete) are fsm/wire fields: varints in their minimal form only.
+// Builds before fsm/wire also accepted padded varints, which no encoder ever
+// wrote; a payload or section holding one is now refused.
 //
 // Snapshots written before this module existed have no section: every delta
 // is 0 (each group's share is its base), which is exactly the state of a
@@ -52,30 +58,30 @@ func (m *Module) Snapshot() (func() ([]byte, error), error) {
 	}
 	groups, group, seq := m.groups, m.group, m.seq
 	return func() ([]byte, error) {
-		b := []byte{sectionVersion}
-		b = binary.AppendUvarint(b, uint64(groups))
-		b = binary.AppendUvarint(b, uint64(group))
-		b = binary.AppendUvarint(b, seq)
-		b = binary.AppendUvarint(b, uint64(len(ts)))
+		w := wire.Encoder{Buf: []byte{sectionVersion}}
+		w.Uvarint(uint64(groups))
+		w.Uvarint(uint64(group))
+		w.Uvarint(seq)
+		w.Uvarint(uint64(len(ts)))
 		for _, t := range ts {
-			b = appendString(b, t.name)
-			b = binary.AppendVarint(b, t.delta)
-			b = binary.AppendUvarint(b, uint64(t.given))
-			b = binary.AppendUvarint(b, uint64(t.received))
-			b = binary.AppendUvarint(b, uint64(t.moves))
-			b = binary.AppendUvarint(b, uint64(len(t.out)))
+			w.String(t.name)
+			w.Varint(t.delta)
+			w.Uvarint(uint64(t.given))
+			w.Uvarint(uint64(t.received))
+			w.Uvarint(uint64(t.moves))
+			w.Uvarint(uint64(len(t.out)))
 			for _, o := range t.out {
-				b = binary.AppendUvarint(b, o.Seq)
-				b = binary.AppendUvarint(b, uint64(o.To))
-				b = binary.AppendUvarint(b, uint64(o.Amount))
+				w.Uvarint(o.Seq)
+				w.Uvarint(uint64(o.To))
+				w.Uvarint(uint64(o.Amount))
 			}
-			b = binary.AppendUvarint(b, uint64(len(t.in)))
+			w.Uvarint(uint64(len(t.in)))
 			for _, in := range t.in {
-				b = binary.AppendUvarint(b, in[0])
-				b = binary.AppendUvarint(b, in[1])
+				w.Uvarint(in[0])
+				w.Uvarint(in[1])
 			}
 		}
-		return b, nil
+		return w.Buf, nil
 	}, nil
 }
 
@@ -84,42 +90,44 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 	tenants := map[string]*tenant{}
 	var seq uint64
 	if data != nil {
-		if len(data) == 0 || data[0] != sectionVersion {
-			return nil, errorf("section version %v, this build reads %d", firstByte(data), sectionVersion)
+		d := wire.NewDecoder(data, ErrBadPayload)
+		if v := d.Byte("section version"); d.Err() == nil && v != sectionVersion {
+			d.Failf("section version %d, this build reads %d", v, sectionVersion)
 		}
-		d := dec{b: data[1:]}
-		if gs, g := d.uvarint("groups"), d.uvarint("group"); d.err == nil && (int(gs) != m.groups || int(g) != m.group) {
-			d.fail("section of group %d of %d restored into group %d of %d", g, gs, m.group, m.groups)
+		if gs, g := d.Uvarint("groups"), d.Uvarint("group"); d.Err() == nil && (gs != uint64(m.groups) || g != uint64(m.group)) {
+			d.Failf("section of group %d of %d restored into group %d of %d", g, gs, m.group, m.groups)
 		}
-		seq = d.uvarint("seq counter")
-		n := d.uvarint("tenant count")
-		for i := uint64(0); i < n && d.err == nil; i++ {
-			name := d.str()
+		seq = d.Uvarint("seq counter")
+		// Counts bound no allocation here; Count still refuses one beyond
+		// the bytes left.
+		n := d.Count("tenant count", len(data))
+		for i := 0; i < n && d.Err() == nil; i++ {
+			name := readTenant(&d)
 			t := &tenant{out: map[uint64]Transfer{}, lastIn: map[int]uint64{}}
-			t.delta = d.varint("delta")
-			t.given = int64(d.uvarint("given"))
-			t.received = int64(d.uvarint("received"))
-			t.moves = int64(d.uvarint("moves"))
-			no := d.uvarint("outstanding count")
-			for j := uint64(0); j < no && d.err == nil; j++ {
-				s := d.uvarint("seq")
-				to := d.group("to")
-				a := d.amount()
+			t.delta = d.Varint("delta")
+			t.given = int64(d.Uvarint("given"))
+			t.received = int64(d.Uvarint("received"))
+			t.moves = int64(d.Uvarint("moves"))
+			no := d.Count("outstanding count", len(data))
+			for j := 0; j < no && d.Err() == nil; j++ {
+				s := d.Uvarint("seq")
+				to := readGroup(&d, "to")
+				a := readAmount(&d)
 				t.out[s] = Transfer{Tenant: name, Seq: s, To: to, Amount: a}
 			}
-			ni := d.uvarint("received count")
-			for j := uint64(0); j < ni && d.err == nil; j++ {
-				from := d.group("from")
-				t.lastIn[from] = d.uvarint("seq")
+			ni := d.Count("received count", len(data))
+			for j := 0; j < ni && d.Err() == nil; j++ {
+				from := readGroup(&d, "from")
+				t.lastIn[from] = d.Uvarint("seq")
 			}
-			if d.err == nil {
+			if d.Err() == nil {
 				if _, dup := tenants[name]; dup {
-					d.fail("tenant %q twice", name)
+					d.Failf("tenant %q twice", name)
 				}
 				tenants[name] = t
 			}
 		}
-		if err := d.end(); err != nil {
+		if err := d.Finish(); err != nil {
 			return nil, err
 		}
 	}
@@ -130,24 +138,4 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		clear(m.res)
 		clear(m.resSum)
 	}, nil
-}
-
-func (d *dec) varint(what string) int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.fail("truncated %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
-
-func firstByte(b []byte) any {
-	if len(b) == 0 {
-		return "none"
-	}
-	return b[0]
 }

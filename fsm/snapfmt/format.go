@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"math/bits"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // Magic opens every snapshot file (6 bytes, ASCII).
@@ -166,13 +168,13 @@ func appendHeader(b []byte, h *Header) []byte {
 	b = binary.LittleEndian.AppendUint32(b, h.GroupHi)
 	b = binary.LittleEndian.AppendUint64(b, h.Index)
 	b = binary.LittleEndian.AppendUint64(b, h.Term)
-	b = binary.AppendUvarint(b, uint64(len(h.Meta)))
-	b = append(b, h.Meta...)
-	b = binary.AppendUvarint(b, uint64(len(h.Tenants)))
+	w := wire.Encoder{Buf: b}
+	w.Bytes(h.Meta)
+	w.Uvarint(uint64(len(h.Tenants)))
 	for _, t := range h.Tenants {
-		b = binary.AppendUvarint(b, uint64(len(t)))
-		b = append(b, t...)
+		w.String(t)
 	}
+	b = w.Buf
 	binary.LittleEndian.PutUint32(b[body-4:], uint32(len(b)-body))
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
@@ -189,35 +191,25 @@ func parseHeaderBody(body []byte) (Header, error) {
 	h.GroupHi = binary.LittleEndian.Uint32(body[12:])
 	h.Index = binary.LittleEndian.Uint64(body[16:])
 	h.Term = binary.LittleEndian.Uint64(body[24:])
-	p := body[headerFields:]
-	metaLen, n := binary.Uvarint(p)
-	if n <= 0 || metaLen > MaxMetaSize || metaLen > uint64(len(p)-n) {
-		return h, corruptf("header: bad meta length")
+	// Offsets in errors count from the start of the body.
+	d := wire.NewDecoder(body, ErrCorrupt)
+	d.Raw("header fields", headerFields) // read above
+	if meta := d.Bytes("header meta", MaxMetaSize); len(meta) > 0 {
+		h.Meta = append([]byte(nil), meta...)
 	}
-	p = p[n:]
-	if metaLen > 0 {
-		h.Meta = append([]byte(nil), p[:metaLen]...)
-	}
-	p = p[metaLen:]
-	count, n := binary.Uvarint(p)
+	count := d.Count("header tenant count", MaxTenants)
 	// Each name takes at least two bytes, which bounds the allocation.
-	if n <= 0 || count > MaxTenants || count > uint64(len(p)-n)/2 {
-		return h, corruptf("header: bad tenant count")
+	if count > d.Len()/2 {
+		d.Failf("header tenant count %d: %d bytes left cannot hold the names", count, d.Len())
 	}
-	p = p[n:]
-	if count > 0 {
+	if count > 0 && d.Err() == nil {
 		h.Tenants = make([]string, count)
 	}
 	for i := range h.Tenants {
-		l, n := binary.Uvarint(p)
-		if n <= 0 || l > uint64(len(p)-n) {
-			return h, corruptf("header: tenant %d: bad name length", i)
-		}
-		h.Tenants[i] = string(p[n : n+int(l)])
-		p = p[n+int(l):]
+		h.Tenants[i] = d.String("header tenant name", MaxTenantNameLen)
 	}
-	if len(p) != 0 {
-		return h, corruptf("header: %d unexpected bytes after the tenant list", len(p))
+	if err := d.Finish(); err != nil {
+		return h, err
 	}
 	if msg := checkHeader(&h); msg != "" {
 		return h, corruptf("header: %s", msg)

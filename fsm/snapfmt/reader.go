@@ -10,6 +10,8 @@ import (
 	"slices"
 
 	"github.com/klauspost/compress/huff0"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
 // readStep is the first allocation step when reading a length-prefixed region:
@@ -377,9 +379,9 @@ func (d *decoder) uvarint(what string) uint64 {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Uvarint(d.p[d.pos:d.end])
-	if n <= 0 {
-		d.err = fmt.Errorf("bad %s varint at payload offset %d", what, d.pos)
+	v, n, err := wire.Uvarint(d.p[d.pos:d.end])
+	if err != nil {
+		d.err = fmt.Errorf("bad %s varint at payload offset %d: %w", what, d.pos, err)
 		return 0
 	}
 	d.pos += n
