@@ -24,11 +24,13 @@ import (
 
 // Share modes (Config.ShareMode).
 const (
-	// ShareMovable: each group's share of a tenant's max_series starts at an
-	// exact split and headroom moves between groups on demand (sharemove).
+	// ShareMovable (the default): each group's share of a tenant's
+	// max_series starts at an exact split and headroom moves between groups
+	// on demand (sharemove), so max_series holds per tenant.
 	ShareMovable = "movable"
 	// ShareStatic: the fixed split ceil(max_series × partitions_in_group / P)
-	// of earlier builds; nothing moves (kept as the benchmark baseline).
+	// of earlier builds; nothing moves. Kept selectable (--share-mode static)
+	// for clusters that ran it and as the benchmark baseline.
 	ShareStatic = "static"
 )
 
