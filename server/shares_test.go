@@ -42,9 +42,13 @@ func randomFill(t *testing.T, c api.TrackerClient, tenant string, seed uint64, n
 
 // On one node with 4 groups, a tenant is rejected only at its tenant-wide
 // limit: 64 random series all go in (the static split rejects some), the
-// 65th is rejected, and the shares still sum to the limit.
+// 65th is rejected, and the shares still sum to the limit. The node runs
+// the default share mode, which must be movable.
 func TestMovableSharesExactAtLimit(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64; c.ShareMode = ShareMovable })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64 })
+	if s.cfg.ShareMode != ShareMovable {
+		t.Fatalf("default share mode %q, want %q", s.cfg.ShareMode, ShareMovable)
+	}
 	defer stop(t, s)
 	for seed := range uint64(5) {
 		tenant := "t" + string(rune('a'+seed))
