@@ -170,10 +170,10 @@ func Share(maxSeries int64, g int) int64 {
 }
 
 // DefaultTenants: two tenants with a small limit (4000, i.e. 1000 per group
-// before any headroom moves; reached within seconds, then most of their new series are rejected while
-// their acknowledged ones keep being re-sent), one whose limit is reached a
-// few seconds into a test, and one that keeps creating series during every
-// fault (limit far away). The cluster's default limit must be
+// before any headroom moves; reached within seconds, then most of their new
+// series are rejected while their acknowledged ones keep being re-sent), one
+// whose limit is reached a few seconds into a test, and one that keeps
+// creating series during every fault (limit far away). The cluster's default limit must be
 // DefaultMaxSeries (the rolling tenants use it).
 var DefaultTenants = []Tenant{{"t-small-a", 4000}, {"t-small-b", 4000}, {"t-mid", 40000}, {"t-big", 4000000}}
 
