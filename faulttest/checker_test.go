@@ -24,12 +24,19 @@ func defaultClusterOptions() clusterOptions {
 	return clusterOptions{defaultMaxSeries: checker.DefaultMaxSeries, tenantMaxSeries: map[string]int64{"t-mid": 40000, "t-big": 4000000}}
 }
 
-// defaultCheckerConfig checks (b) per group: these clusters run the server's
-// default static shares (TestMovableSharesUnderFaults runs movable ones).
+// defaultCheckerConfig checks (b) per tenant: these clusters run the server's
+// default share mode, movable, which is what operators deploy.
 func defaultCheckerConfig() checkerConfig {
-	cfg := checker.DefaultConfig()
+	return checker.DefaultConfig()
+}
+
+// staticShares switches a test to --share-mode static and the checker's (b)
+// to each group's fixed share, so that one real-process fault test keeps
+// covering the static mode.
+func staticShares(opts clusterOptions, cfg checkerConfig) (clusterOptions, checkerConfig) {
+	opts.shareMode = "static"
 	cfg.StaticShares = true
-	return cfg
+	return opts, cfg
 }
 
 // checkerCluster adapts *cluster to checker.Cluster.

@@ -6,8 +6,10 @@
 //
 // The checker asserts the product's consistency promise (SPEC §2): no series
 // that was acknowledged is ever rejected afterwards, a tenant never holds more
-// acknowledged series in a group than the group's share of its limit, and the
-// cluster accepts writes again after every fault. TestFailoverTiming measures
+// acknowledged series than the highest limit it has had (the server's default
+// movable shares; TestStopCont runs --share-mode static and checks each
+// group's fixed share instead), and the cluster accepts writes again after
+// every fault. TestFailoverTiming measures
 // the time from a leader SIGKILL to the next successful write
 // (TOLLGATE_FAILOVER_KILLS=20 for the figure in BENCHMARKS.md).
 //

@@ -40,10 +40,13 @@ func TestLeaderKills(t *testing.T) {
 
 // TestStopCont: SIGSTOP a node that leads at least one group for ~5 s under
 // load; the other two must keep accepting writes for every group meanwhile,
-// and the whole cluster afterwards.
+// and the whole cluster afterwards. It runs --share-mode static (checked per
+// group against the fixed split), the real-process fault test of that mode;
+// the others run the default, movable.
 func TestStopCont(t *testing.T) {
-	c := newCluster(t, defaultClusterOptions())
-	ck := startChecker(t, c, defaultCheckerConfig())
+	opts, cfg := staticShares(defaultClusterOptions(), defaultCheckerConfig())
+	c := newCluster(t, opts)
+	ck := startChecker(t, c, cfg)
 	ck.waitProgress("start")
 	loadFor(3 * time.Second)
 	for round := 1; round <= 2; round++ {

@@ -438,7 +438,7 @@ type clusterOptions struct {
 	// tenantMaxSeries are per-tenant overrides written to a --limits-file.
 	tenantMaxSeries map[string]int64
 	// shareMode is passed as --share-mode when set (the server's default is
-	// static).
+	// movable).
 	shareMode string
 	// extraArgs are appended to every node's command line.
 	extraArgs []string

@@ -105,8 +105,8 @@ type Config struct {
 	// Sketches configures the per-partition HLL sketch hub (sketches.go).
 	Sketches SketchConfig
 	// ShareMode is how a tenant's max_series is split between groups:
-	// "static" (default: the fixed split) or "movable" (headroom moves,
-	// server/shares.go; opt-in while its new-series throughput gap is open).
+	// "movable" (default: headroom moves, so max_series is exact per tenant;
+	// server/shares.go) or "static" (the fixed split of earlier builds).
 	ShareMode string
 	// Metering configures continuous-usage metering (server/metering.go).
 	Metering meterserver.Config
@@ -209,7 +209,7 @@ func (c *Config) Validate() error {
 		c.Logger = slog.Default()
 	}
 	if c.ShareMode == "" {
-		c.ShareMode = ShareStatic
+		c.ShareMode = ShareMovable
 	}
 	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
 		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)

@@ -37,7 +37,7 @@ func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.Trac
 	cfg := Config{
 		NodeID: "n1", DataDir: dir, Bootstrap: true,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		DefaultMaxSeries: 64, // group share = ceil(64·16/64) = 16 with P=64, G=4
+		DefaultMaxSeries: 64, // group share 16 with P=64, G=4 (static ceil(64·16/64), movable base before moves)
 		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if mod != nil {

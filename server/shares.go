@@ -24,11 +24,15 @@ import (
 
 // Share modes (Config.ShareMode).
 const (
-	// ShareMovable: each group's share of a tenant's max_series starts at an
-	// exact split and headroom moves between groups on demand (sharemove).
+	// ShareMovable (the default): each group's share of a tenant's
+	// max_series starts at an exact split and headroom moves between groups
+	// on demand (sharemove), so max_series holds per tenant.
 	ShareMovable = "movable"
 	// ShareStatic: the fixed split ceil(max_series × partitions_in_group / P)
-	// of earlier builds; nothing moves (kept as the benchmark baseline).
+	// of earlier builds; nothing moves. Kept selectable (--share-mode static)
+	// for clusters that ran it and as the benchmark baseline. Headroom that
+	// movable leaders moved before (a switch of modes) is honoured: share =
+	// fixed + delta.
 	ShareStatic = "static"
 )
 
@@ -86,7 +90,21 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 	s := st.s
 	if s.cfg.ShareMode == ShareStatic {
 		return func(tenant string) int64 {
-			return GroupShare(s.groupLimits(g).For(tenant).MaxSeries, partitionsInGroup, s.cfg.Partitions)
+			fixed := GroupShare(s.groupLimits(g).For(tenant).MaxSeries, partitionsInGroup, s.cfg.Partitions)
+			if fixed == 0 {
+				return 0 // unlimited
+			}
+			// Headroom moved while a movable node led this group stays
+			// moved: a cluster switching modes node by node has static and
+			// movable leaders at once, and a static leader that ignored what
+			// its group gave away would let the receiver and itself both
+			// use it. With it, Σ shares ≤ Σ fixed + Σ delta ≤ Σ fixed. A
+			// cluster that never ran movable has delta 0 everywhere.
+			delta, _ := st.mods[g].Delta(tenant)
+			if v := fixed + delta; v > 0 {
+				return v
+			}
+			return admission.NoHeadroom
 		}
 	}
 	return func(tenant string) int64 {
@@ -411,7 +429,10 @@ func (st *shareState) tenantShares(g int, tenant string) TenantShares {
 	if st.s.cfg.ShareMode == ShareStatic {
 		lo, hi := api.GroupRange(g, st.s.cfg.Partitions, st.s.cfg.Groups)
 		base = GroupShare(st.s.groupLimits(g).For(tenant).MaxSeries, hi-lo, st.s.cfg.Partitions)
-		share = base
+		share = base + v.Delta // as share() decides (delta is 0 unless a movable node moved headroom)
+		if base == 0 {
+			share = 0
+		}
 	}
 	return TenantShares{Group: g, Base: base, Delta: v.Delta, Share: share, Given: v.Given, Received: v.Received, Moves: v.Moves, Outstanding: v.Outstanding}
 }

@@ -42,9 +42,13 @@ func randomFill(t *testing.T, c api.TrackerClient, tenant string, seed uint64, n
 
 // On one node with 4 groups, a tenant is rejected only at its tenant-wide
 // limit: 64 random series all go in (the static split rejects some), the
-// 65th is rejected, and the shares still sum to the limit.
+// 65th is rejected, and the shares still sum to the limit. The node runs
+// the default share mode, which must be movable.
 func TestMovableSharesExactAtLimit(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64; c.ShareMode = ShareMovable })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64 })
+	if s.cfg.ShareMode != ShareMovable {
+		t.Fatalf("default share mode %q, want %q", s.cfg.ShareMode, ShareMovable)
+	}
 	defer stop(t, s)
 	for seed := range uint64(5) {
 		tenant := "t" + string(rune('a'+seed))
@@ -78,6 +82,48 @@ func TestStaticShareMode(t *testing.T) {
 	}
 	if _, err := New(Config{ShareMode: "bogus"}); err == nil {
 		t.Fatal("bad share mode accepted")
+	}
+}
+
+// A node that switches from movable to static shares (a cluster changing
+// modes node by node has both kinds of leaders at once) keeps the headroom
+// its groups moved: group 0 borrowed 14 of limit 64 and holds 30; after the
+// restart with --share-mode static the giver's share is 16 − 14, so the
+// tenant still ends at exactly 64 (ignoring the give, 78 would fit).
+func TestStaticHonoursMovedHeadroom(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startServer(t, dir, nil) // default: movable, max_series 64
+	if rej := track(t, c, "sw", 0, hashesIn(40, 0, 30)); len(rej) != 0 {
+		t.Fatalf("movable: %d of 30 rejected below the limit", len(rej))
+	}
+	var given int64
+	for g := 1; g < 4; g++ {
+		if d, _ := s.shares.mods[g].Delta("sw"); d < 0 {
+			given -= d
+		}
+	}
+	if given != 14 {
+		t.Fatalf("groups 1-3 gave %d series of headroom, want 14", given)
+	}
+	stop(t, s)
+
+	s, c = startServer(t, dir, staticShares)
+	defer stop(t, s)
+	if rej := track(t, c, "sw", 1, hashesIn(41, 1, 5)); len(rej) != 5 {
+		t.Fatalf("static, group 0 at 30 of its 16 + 14: %d of 5 rejected, want 5", len(rej))
+	}
+	var total, shareSum int64
+	for g := 1; g < 4; g++ {
+		lo, _ := api.GroupRange(g, 64, 4)
+		track(t, c, "sw", lo, hashesIn(42+uint64(g), lo, 40))
+	}
+	for g := range 4 {
+		a, _ := s.FSM(g).TenantUsage("sw")
+		total += a
+		shareSum += s.shares.tenantShares(g, "sw").Share
+	}
+	if total != 64 || shareSum != 64 {
+		t.Fatalf("static after movable: %d series, Σ shares %d; want 64 and 64 (the limit)", total, shareSum)
 	}
 }
 

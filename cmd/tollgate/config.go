@@ -87,7 +87,7 @@ func (s *serverSettings) options() []option {
 		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
 		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see README)"},
 		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
-		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P), as before)"},
+		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (the default: headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P) of earlier builds); use the same on every node"},
 		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
 		{"max-hashes-per-request", &c.MaxHashesPerRequest, "largest TrackSeries request accepted"},
 		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry"},

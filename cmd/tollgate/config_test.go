@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 
+	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/version"
 )
 
@@ -240,7 +241,8 @@ func TestExampleConfigLoads(t *testing.T) {
 	// but the example lines.
 	d, _ := newServerSettings()
 	if s.cfg.IdleTimeout != d.cfg.IdleTimeout || s.cfg.BatchWindow != d.cfg.BatchWindow || s.cfg.DefaultMaxSeries != d.cfg.DefaultMaxSeries ||
-		s.cfg.LimitsReload != d.cfg.LimitsReload || s.cfg.MaxHashesPerRequest != d.cfg.MaxHashesPerRequest || s.shutdownTimeout != d.shutdownTimeout {
+		s.cfg.LimitsReload != d.cfg.LimitsReload || s.cfg.MaxHashesPerRequest != d.cfg.MaxHashesPerRequest || s.shutdownTimeout != d.shutdownTimeout ||
+		s.cfg.ShareMode != d.cfg.ShareMode || d.cfg.ShareMode != server.ShareMovable {
 		t.Errorf("example disagrees with the defaults")
 	}
 }

@@ -8,9 +8,10 @@ import (
 
 // status --tenant on a dev node: after a random fill past the limit, the
 // tenant's shares sum to max_series, the series to the limit, and headroom
-// moved (movable is the default); with --share-mode static the fixed split
-// is shown and nothing moves; an unknown tenant and a bad --share-mode are
-// clear errors.
+// moved (movable: the node runs without --share-mode, so this also checks
+// that movable is the binary's default); with --share-mode static the fixed
+// split is shown and nothing moves; an unknown tenant and a bad --share-mode
+// are clear errors.
 func TestStatusTenantShowsShares(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the binary; skipped with -short")
@@ -18,7 +19,11 @@ func TestStatusTenantShowsShares(t *testing.T) {
 	bin := buildBinary(t)
 	for _, mode := range []string{"movable", "static"} {
 		addrs := [3]string{freePort(t), freePort(t), freePort(t)}
-		p := startDev(t, bin, t.TempDir(), addrs, "--default-max-series", "100", "--share-mode", mode)
+		args := []string{"--default-max-series", "100"}
+		if mode == "static" {
+			args = append(args, "--share-mode", mode)
+		}
+		p := startDev(t, bin, t.TempDir(), addrs, args...)
 		out, err := runCLI(t, bin, "track", "--addr", p.grpc, "--tenant", "st", "--count", "300", "--json")
 		if err != nil {
 			t.Fatalf("%s: track: %v\n%s", mode, err, out)

@@ -6,10 +6,11 @@
 // keeps re-sending acknowledged hashes mixed with new ones, and checks:
 //
 //	(a) no acknowledged hash is ever rejected afterwards;
-//	(b) per (tenant, group), distinct acknowledged hashes ≤ the group share
-//	    (Config.StaticShares, the server default); with movable shares per
-//	    tenant, distinct acknowledged hashes ≤ the highest max_series the
-//	    tenant had since the start (see SetLimit);
+//	(b) per tenant, distinct acknowledged hashes ≤ the highest max_series
+//	    the tenant had since the start (see SetLimit), for the server's
+//	    default movable shares; with Config.StaticShares (--share-mode
+//	    static), per (tenant, group), distinct acknowledged hashes ≤ the
+//	    group's fixed share;
 //	(c) after each fault, every group it writes to accepts writes again
 //	    (WaitProgress, bounded generously);
 //	(d) a node the harness cut off from its peers acknowledges no new series
@@ -87,8 +88,8 @@ type Config struct {
 	MaxBackoff      time.Duration // sleep between failed attempts grows up to this
 	ProgressTimeout time.Duration // WaitProgress bound; 0 = DefaultProgressTimeout
 	// StaticShares checks (b) per group against the static split (servers
-	// run with the default --share-mode static). Otherwise headroom moves between
-	// groups, and (b) is checked per tenant.
+	// run with --share-mode static). Otherwise (the server default, movable)
+	// headroom moves between groups, and (b) is checked per tenant.
 	StaticShares bool
 }
 
@@ -157,8 +158,9 @@ type Checker struct {
 	wg     sync.WaitGroup
 }
 
-// Share is a tenant's share of maxSeries in group g (0: unlimited), as the
-// server computes it: proportional to the group's partitions, rounded up.
+// Share is a tenant's static share of maxSeries in group g (0: unlimited), as
+// a server with --share-mode static computes it: proportional to the group's
+// partitions, rounded up.
 func Share(maxSeries int64, g int) int64 {
 	lo, hi := api.GroupRange(g, partitions, groups)
 	if maxSeries <= 0 {
@@ -167,11 +169,11 @@ func Share(maxSeries int64, g int) int64 {
 	return (maxSeries*int64(hi-lo) + partitions - 1) / partitions
 }
 
-// DefaultTenants: two tenants with a small limit (4000 → share 1000 per group,
-// reached within seconds, then most of their new series are rejected while
-// their acknowledged ones keep being re-sent), one whose limit is reached a
-// few seconds into a test, and one that keeps creating series during every
-// fault (limit far away). The cluster's default limit must be
+// DefaultTenants: two tenants with a small limit (4000, i.e. 1000 per group
+// before any headroom moves; reached within seconds, then most of their new
+// series are rejected while their acknowledged ones keep being re-sent), one
+// whose limit is reached a few seconds into a test, and one that keeps
+// creating series during every fault (limit far away). The cluster's default limit must be
 // DefaultMaxSeries (the rolling tenants use it).
 var DefaultTenants = []Tenant{{"t-small-a", 4000}, {"t-small-b", 4000}, {"t-mid", 40000}, {"t-big", 4000000}}
 

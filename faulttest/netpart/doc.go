@@ -13,7 +13,8 @@
 // Cutting both links takes a whole zone away.
 //
 // Scenarios, all under load from the independent checker (faulttest/checker:
-// no acknowledged active series rejected, no tenant over its group share, a
+// no acknowledged active series rejected, no tenant over its limit (the
+// nodes run the default movable shares, so it is checked per tenant), a
 // cut-off node acknowledges no new series, every group writable again after each
 // fault, a final sweep re-sending every acknowledged series):
 //

@@ -770,7 +770,8 @@ func checkerConfig() checker.Config {
 	cfg.MaxBackoff = 20 * time.Millisecond
 	cfg.Writers = 2 * groups
 	cfg.PinGroups = true
-	cfg.StaticShares = true // the compose nodes run the default static shares
+	// The compose nodes run the default share mode, movable: (b) is checked
+	// per tenant (StaticShares false), as operators deploy it.
 	return cfg
 }
 

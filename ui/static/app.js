@@ -252,12 +252,12 @@
       <h1>${esc(name)} ${status}</h1>
       <section class="cards">
         ${card("Active series", fmtInt(total), "", "on this node's replicas")}
-        ${card("Limit (max_series)", limit ? fmtInt(limit) : "unlimited", "", "split into group shares by partitions")}
+        ${card("Limit (max_series)", limit ? fmtInt(limit) : "unlimited", "", "split into group shares")}
         ${card("Usage", limit ? fmtPct(fraction) : "—", near ? "warn" : "good", limit ? usageBar(fraction, near) : "")}
         ${card("Groups near their share", `${nearGroups} / ${perGroup.length}`, nearGroups ? "warn" : "good", `≥ ${fmtPct(nearFrac)} of the group share`)}
       </section>
       <h2>Per group</h2>
-      <p class="muted small">Series are admitted per raft group: a tenant is refused in a group once it holds that group's share of max_series.</p>
+      <p class="muted small">Series are admitted per raft group against that group's share of max_series. With movable shares (the default) a group at its share first borrows unused headroom from the other groups, so the tenant is refused only at its limit; with static shares it is refused in the group.</p>
       <table class="grid">
         <thead><tr><th class="num">Group</th><th>Partitions</th><th class="num">Active series</th><th class="num">Share</th><th>Usage of share</th><th>Status</th></tr></thead>
         <tbody>${rows}</tbody>
