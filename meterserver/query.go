@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -256,82 +255,6 @@ func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from,
 		return local(), nil // leader unreachable: this replica, possibly behind
 	}
 	return nil, err
-}
-
-// Bill is GET /v1/usage/bill: the 95th percentile of a tenant's per-minute
-// active series (summed over groups) in [from, to).
-type Bill struct {
-	Tenant  string `json:"tenant"`
-	From    int64  `json:"from"`
-	To      int64  `json:"to"`
-	Minutes int    `json:"minutes_sampled"`
-	P95     int64  `json:"p95_active_series"`
-	Max     int64  `json:"max_active_series"`
-}
-
-// ComputeBill takes the nearest-rank 95th percentile (the value at rank
-// ⌈0.95·n⌉ of the n sorted minutes) of per-minute totals, the convention of
-// hosted Prometheus billing.
-func ComputeBill(perMinute map[int64]int64) (p95, maxV int64, n int) {
-	vals := make([]int64, 0, len(perMinute))
-	for _, v := range perMinute {
-		vals = append(vals, v)
-	}
-	if len(vals) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(vals)
-	rank := int(math.Ceil(0.95 * float64(len(vals))))
-	return vals[rank-1], vals[len(vals)-1], len(vals)
-}
-
-// Bill computes a tenant's bill over [from, to) (Unix ms). Samplers write a
-// group's count only when it changes, so each sample holds until the next:
-// a minute's total is the sum over groups of each group's latest sample at
-// or before it. Minutes before the first sample or after now are not counted.
-func (s *Service) Bill(ctx context.Context, tenant string, from, to int64) (Bill, error) {
-	fromMin, toMin := from/60_000, (to+59_999)/60_000
-	toMin = min(toMin, s.clock.Now()/60_000+1)
-	per := map[int64]int64{}
-	for g := range s.host.Groups() {
-		ss, err := s.seriesSamples(ctx, g, tenant, 0, toMin)
-		if err != nil {
-			return Bill{}, err
-		}
-		for i, x := range ss {
-			end := toMin
-			if i+1 < len(ss) {
-				end = ss[i+1].Minute
-			}
-			for m := max(x.Minute, fromMin); m < end; m++ {
-				per[m] += x.Active
-			}
-		}
-	}
-	b := Bill{Tenant: tenant, From: from, To: to}
-	b.P95, b.Max, b.Minutes = ComputeBill(per)
-	return b, nil
-}
-
-func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tenant := q.Get("tenant")
-	if tenant == "" || len(tenant) > fsmmeter.MaxIDLen {
-		writeError(w, http.StatusBadRequest, "query: tenant is required (at most 256 bytes)")
-		return
-	}
-	from, err1 := parseTime(q.Get("from"))
-	to, err2 := parseTime(q.Get("to"))
-	if err1 != nil || err2 != nil || to <= from {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("query: from and to (Unix ms or RFC 3339) are required with from < to (%v %v)", err1, err2))
-		return
-	}
-	b, err := s.Bill(r.Context(), tenant, from, to)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
-		return
-	}
-	writeJSON(w, http.StatusOK, b)
 }
 
 func (s *Service) handleDeadLetters(w http.ResponseWriter, r *http.Request) {

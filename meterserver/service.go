@@ -137,3 +137,11 @@ func (g *grpcService) SeriesSamples(ctx context.Context, req *api.SeriesSamplesR
 	}
 	return &api.SeriesSamplesResponse{Samples: ss}, nil
 }
+
+func (g *grpcService) GroupSeriesSamples(ctx context.Context, req *api.GroupSeriesSamplesRequest) (*api.GroupSeriesSamplesResponse, error) {
+	ts, err := g.s.groupSeries(ctx, int(req.Group), req.FromMinute, req.ToMinute)
+	if err != nil {
+		return nil, err
+	}
+	return &api.GroupSeriesSamplesResponse{Tenants: ts}, nil
+}
