@@ -93,7 +93,7 @@ type cluster struct {
 	nodes []*server.Server
 }
 
-func startCluster(t testing.TB, n int, sinkURL string, testClock bool) *cluster {
+func startCluster(t testing.TB, n int, sinkURL string, testClock bool, opts ...func(*server.Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	var seed string
@@ -114,6 +114,9 @@ func startCluster(t testing.TB, n int, sinkURL string, testClock bool) *cluster 
 		}
 		if seed != "" {
 			cfg.Join = []string{seed}
+		}
+		for _, o := range opts {
+			o(&cfg)
 		}
 		s, err := server.New(cfg)
 		if err != nil {
@@ -543,6 +546,106 @@ func TestBill(t *testing.T) {
 	// Minutes 1..20 sampled with 40·k series; nearest-rank p95 of 20 values is the 19th.
 	if b.Minutes != 20 || b.P95 != 19*40 || b.Max != int64(total) {
 		t.Fatalf("bill %+v", b)
+	}
+	// /api/v1/status bills the month to date as /v1/usage/bill does for
+	// the calendar month. (A sample at minute 0 may exist or not, depending
+	// on when the sampler's first pass ran: the p95 is 19·40 either way.)
+	monthFrom := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	monthTo := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	var mb meterserver.Bill
+	getJSON(t, fmt.Sprintf("%s/v1/usage/bill?tenant=acme&from=%d&to=%d", base, monthFrom, monthTo), &mb)
+	var st struct {
+		Billing *meterserver.BillingSummary `json:"billing"`
+	}
+	getJSON(t, base+"/api/v1/status", &st)
+	bs := st.Billing
+	if bs == nil || bs.Month != "2026-11" || bs.From != monthFrom || bs.To != monthTo || bs.NowMs != t0+20*60_000 ||
+		bs.TenantsTotal != 1 || bs.Truncated || len(bs.Errors) != 0 || len(bs.Tenants) != 1 {
+		t.Fatalf("status billing %+v", bs)
+	}
+	if bs.Tenants[0] != mb || mb.P95 != 19*40 || mb.Max != int64(total) {
+		t.Fatalf("status billing row %+v, /v1/usage/bill for the month %+v", bs.Tenants[0], mb)
+	}
+}
+
+// TestBillingSummaryAcrossNodes: with one voter per group on two nodes (one
+// zone, so placement does not add a voter per zone),
+// each node holds only some groups' samples and reads the others from
+// their leader (GroupSeriesSamples); every node's /api/v1/status shows the
+// bill /v1/usage/bill computes.
+func TestBillingSummaryAcrossNodes(t *testing.T) {
+	c := startCluster(t, 2, "", true, func(cfg *server.Config) { cfg.Replicas, cfg.Zone = 1, "zone-a" })
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixMilli()
+	c.setClock(t0)
+	for _, s := range c.nodes {
+		if held := len(s.Metering().Status().Groups); held == 0 || held == 4 {
+			t.Fatalf("%s holds %d of 4 groups: the test needs groups held elsewhere", s.NodeID(), held)
+		}
+	}
+	// Series go to the node leading the partition's group.
+	var trs []api.TrackerClient
+	for _, s := range c.nodes {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		trs = append(trs, api.NewTrackerClient(cc))
+	}
+	track := func(tenant string, part int, hs []uint64) {
+		var errs []error
+		for _, tr := range trs {
+			_, err := tr.TrackSeries(context.Background(), &api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(part), Hashes: hs})
+			if err == nil {
+				return
+			}
+			errs = append(errs, err)
+		}
+		t.Fatalf("track %s partition %d: %v", tenant, part, errs)
+	}
+	base := "http://" + c.nodes[0].HTTPAddr()
+	total := 0
+	for minute := range 3 {
+		for p := range 4 { // partitions of every group
+			part := p * 16
+			first, _ := api.PartitionHashRange(part, 64)
+			var hs []uint64
+			for j := range 5 + p {
+				hs = append(hs, first+uint64(minute*100+j))
+			}
+			track("acme", part, hs)
+			track("beta", part, hs[:len(hs)-1])
+			if p == 3 {
+				track("gamma", part, hs[:1])
+			}
+		}
+		total += 5 + 6 + 7 + 8
+		c.advance(time.Minute)
+		waitSample(t, base, t0, int64(total))
+	}
+	monthFrom := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	monthTo := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for _, s := range c.nodes {
+		var st struct {
+			Billing *meterserver.BillingSummary `json:"billing"`
+		}
+		getJSON(t, "http://"+s.HTTPAddr()+"/api/v1/status", &st)
+		bs := st.Billing
+		if bs == nil || bs.TenantsTotal != 3 || len(bs.Tenants) != 3 || len(bs.Errors) != 0 {
+			t.Fatalf("%s: status billing %+v", s.NodeID(), bs)
+		}
+		for i, row := range bs.Tenants {
+			var want meterserver.Bill
+			getJSON(t, fmt.Sprintf("http://%s/v1/usage/bill?tenant=%s&from=%d&to=%d", s.HTTPAddr(), row.Tenant, monthFrom, monthTo), &want)
+			if row != want {
+				t.Errorf("%s: status billing row %d %+v, /v1/usage/bill %+v", s.NodeID(), i, row, want)
+			}
+		}
+		// Highest p95 first, ties broken by max, then name.
+		if bs.Tenants[0].Tenant != "acme" || bs.Tenants[1].Tenant != "beta" || bs.Tenants[2].Tenant != "gamma" ||
+			bs.Tenants[0].Max != int64(total) || bs.Tenants[1].Max != int64(total-3*4) || bs.Tenants[2].Max != 3 {
+			t.Errorf("%s: status billing rows %+v", s.NodeID(), bs.Tenants)
+		}
 	}
 }
 

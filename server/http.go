@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/samplectl"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
@@ -88,6 +89,10 @@ type NodeStatus struct {
 	Groups []GroupStatus `json:"groups"`
 	// SamplingController is the backlog controller (sampling.go).
 	SamplingController *SamplingControllerState `json:"sampling_controller,omitempty"`
+	// Billing is every tenant's month-to-date active-series bill (p95 as
+	// `tollgate usage bill` computes it), at most 100 tenants; groups whose
+	// leader does not answer within 2s are listed in its errors.
+	Billing *meterserver.BillingSummary `json:"billing,omitempty"`
 }
 
 // Status returns this node's view of its groups.
@@ -111,6 +116,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	if s.sampling != nil {
 		sc := s.sampling.State()
 		st.SamplingController = &sc
+	}
+	if s.meter != nil {
+		b := s.meter.BillingSummary(r.Context())
+		st.Billing = &b
 	}
 	writeJSON(w, st)
 }
@@ -224,7 +233,7 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <p>Zone {{.Zone}}, gRPC {{.GRPC}}, {{.Build}}.</p>
 <ul>
 <li><a href="/ui/">/ui/</a>: the dashboard (cluster by zone, groups and leaders, tenants near their limits, rates)</li>
-<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes (JSON)</li>
+<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes, month-to-date active-series bills (JSON)</li>
 <li><a href="/api/v1/tenants">/api/v1/tenants</a>: tenants with active series and their limits (JSON)</li>
 <li>/api/v1/tenants/<i>TENANT</i>: one tenant's usage per group (JSON; 404 for an unknown tenant)</li>
 <li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
