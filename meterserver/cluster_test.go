@@ -3,6 +3,7 @@ package meterserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	climeter "github.com/tollgate-io/tollgate/clientlib/metering"
@@ -274,15 +278,104 @@ func TestStatusCodesOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	// The clock is refused on a node not started in test mode.
+	// The clock is refused on a node not started in test mode (409: the
+	// node's mode refuses, not the caller's credentials).
 	c1 := startCluster(t, 1, "", false)
 	code, body := post(t, "http://"+c1.nodes[0].HTTPAddr()+"/v1/metering/clock", "application/json", `{"advance_ms":1000}`)
-	if code != http.StatusForbidden || !strings.Contains(body, "test clock") {
+	if code != http.StatusConflict || !strings.Contains(body, "--metering-test-clock") {
 		t.Fatalf("clock on a production node: %d %s", code, body)
 	}
 	code, _ = post(t, "http://"+c.nodes[0].HTTPAddr()+"/v1/metering/clock", "application/json", `{"advance_ms":1000}`)
 	if code != http.StatusOK {
 		t.Fatalf("clock in test mode: %d", code)
+	}
+}
+
+// TestClockAdmin: the test clock over gRPC (Metering.SetClock through the Go
+// client) and REST on nodes with an admin token: refused without the
+// token, refused with FailedPrecondition / 409 naming the flag on a node
+// not started with the test clock, applied on one that is.
+func TestClockAdmin(t *testing.T) {
+	const token = "s3cret"
+	withToken := func(cfg *server.Config) { cfg.AdminToken = token }
+	test := startCluster(t, 1, "", true, withToken).nodes[0]
+	prod := startCluster(t, 1, "", false, withToken).nodes[0]
+	client := func(s *server.Server) *climeter.Client {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return climeter.New(cc)
+	}
+	ctx := context.Background()
+	admin := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	wrong := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer nope")
+	t0 := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
+
+	tc := client(test)
+	for name, cctx := range map[string]context.Context{"no token": ctx, "wrong token": wrong} {
+		if _, err := tc.SetClock(cctx, &t0, 0); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+			t.Fatalf("SetClock with %s: %v, want Unauthenticated", name, err)
+		}
+	}
+	if now := test.Metering().Clock().Now(); now == t0.UnixMilli() {
+		t.Fatal("refused SetClock changed the clock")
+	}
+	clk, err := tc.SetClock(admin, &t0, 0)
+	if err != nil || !clk.Now.Equal(t0) || !clk.TestClock || test.Metering().Clock().Now() != t0.UnixMilli() {
+		t.Fatalf("set: %+v %v (clock %d)", clk, err, test.Metering().Clock().Now())
+	}
+	clk, err = tc.SetClock(admin, nil, 90*time.Minute)
+	if want := t0.Add(90 * time.Minute); err != nil || !clk.Now.Equal(want) || test.Metering().Clock().Now() != want.UnixMilli() {
+		t.Fatalf("advance: %+v %v", clk, err)
+	}
+	if _, err := tc.SetClock(admin, nil, -time.Minute); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("negative advance: %v", err)
+	}
+
+	pc := client(prod)
+	before := prod.Metering().Clock().Now()
+	_, err = pc.SetClock(admin, &t0, time.Hour)
+	if !errors.Is(err, climeter.ErrClockLocked) || !strings.Contains(err.Error(), "--metering-test-clock") {
+		t.Fatalf("SetClock on a node without the test clock: %v", err)
+	}
+	if prod.Metering().Clock().Now() < before || prod.Metering().Clock().Now() == t0.UnixMilli() {
+		t.Fatal("the refused SetClock changed the clock")
+	}
+	if clk, err := pc.SetClock(admin, nil, 0); err != nil || clk.TestClock || clk.Now.UnixMilli() < before {
+		t.Fatalf("reading the clock of a node without the test clock: %+v %v", clk, err)
+	}
+	if _, err := pc.SetClock(ctx, nil, 0); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+		t.Fatalf("reading without the token: %v", err)
+	}
+
+	// REST: the same admin rule and refusals.
+	clockPost := func(s *server.Server, auth, body string) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+s.HTTPAddr()+"/v1/metering/clock", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := clockPost(test, "", `{"advance_ms":1000}`); code != http.StatusUnauthorized {
+		t.Fatalf("REST clock without the token: %d %s", code, body)
+	}
+	if code, body := clockPost(test, token, `{"advance_ms":1000}`); code != http.StatusOK || !strings.Contains(body, fmt.Sprint(t0.Add(90*time.Minute+time.Second).UnixMilli())) {
+		t.Fatalf("REST clock: %d %s", code, body)
+	}
+	if code, body := clockPost(prod, token, `{"set_ms":1}`); code != http.StatusConflict || !strings.Contains(body, "--metering-test-clock") {
+		t.Fatalf("REST clock on a node without the test clock: %d %s", code, body)
 	}
 }
 

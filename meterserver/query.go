@@ -3,7 +3,9 @@ package meterserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -284,25 +286,57 @@ type ClockRequest struct {
 	AdvanceMs int64  `json:"advance_ms,omitempty"`
 }
 
+// ClockResponse answers POST /v1/metering/clock.
+type ClockResponse struct {
+	NowMs     int64 `json:"now_ms"`
+	TestClock bool  `json:"test_clock"`
+}
+
+// maxAdvanceMs keeps an advance within time.Duration (about 292 years).
+const maxAdvanceMs = math.MaxInt64 / int64(time.Millisecond)
+
+// SetClock is POST /v1/metering/clock and the SetClock RPC: it fixes the
+// clock at *set when set is non-nil, then advances it by advanceMs, and
+// answers the clock's now. A request changing nothing only reads it (on
+// any node). It fails with ErrClockLocked on a node not started with the
+// test clock, with ErrClockBackwards for a negative advance.
+func (s *Service) SetClock(set *int64, advanceMs int64) (ClockResponse, error) {
+	if advanceMs < 0 {
+		return ClockResponse{}, ErrClockBackwards
+	}
+	if advanceMs > maxAdvanceMs {
+		return ClockResponse{}, fmt.Errorf("metering clock: advance %d ms is over the bound %d ms", advanceMs, maxAdvanceMs)
+	}
+	advance := time.Duration(advanceMs) * time.Millisecond
+	if set != nil {
+		if err := s.clock.Set(*set); err != nil {
+			return ClockResponse{}, err
+		}
+	}
+	if advance != 0 {
+		if err := s.clock.Advance(advance); err != nil {
+			return ClockResponse{}, err
+		}
+	}
+	return ClockResponse{NowMs: s.clock.Now(), TestClock: s.cfg.TestClock}, nil
+}
+
+// handleClock: a node without the test clock answers 409 Conflict (its
+// state, not the caller's credentials, refuses: the admin rule's 401/403
+// mean the latter), a negative advance 400.
 func (s *Service) handleClock(w http.ResponseWriter, r *http.Request) {
 	var req ClockRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "clock: "+err.Error())
 		return
 	}
-	var err error
-	if req.SetMs != nil {
-		err = s.clock.Set(*req.SetMs)
-	}
-	if err == nil && req.AdvanceMs != 0 {
-		err = s.clock.Advance(time.Duration(req.AdvanceMs) * time.Millisecond)
-	}
+	resp, err := s.SetClock(req.SetMs, req.AdvanceMs)
 	switch {
-	case err == ErrClockLocked:
-		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, ErrClockLocked):
+		writeError(w, http.StatusConflict, err.Error())
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
 	default:
-		writeJSON(w, http.StatusOK, map[string]int64{"now_ms": s.clock.Now()})
+		writeJSON(w, http.StatusOK, resp)
 	}
 }

@@ -277,9 +277,9 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	}
 	switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
 	case adminNotLoopback:
-		return http.StatusForbidden, "debug endpoints: no admin token is configured on this node, so only loopback clients may use them; start the server with --admin-token-file"
+		return http.StatusForbidden, "admin endpoint (debug, metering clock): no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token-file"
 	case adminBadToken:
-		return http.StatusUnauthorized, "debug endpoints: missing or wrong admin token (header \"Authorization: Bearer <token>\")"
+		return http.StatusUnauthorized, "admin endpoint (debug, metering clock): missing or wrong admin token (header \"Authorization: Bearer <token>\")"
 	}
 	return 0, ""
 }
