@@ -681,6 +681,270 @@ func (x *SeriesSamplesResponse) GetSamples() []*SeriesSample {
 	return nil
 }
 
+type GroupSeriesSamplesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	FromMinute    int64                  `protobuf:"varint,2,opt,name=from_minute,json=fromMinute,proto3" json:"from_minute,omitempty"`
+	ToMinute      int64                  `protobuf:"varint,3,opt,name=to_minute,json=toMinute,proto3" json:"to_minute,omitempty"` // exclusive; 0 = no bound
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupSeriesSamplesRequest) Reset() {
+	*x = GroupSeriesSamplesRequest{}
+	mi := &file_metering_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupSeriesSamplesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupSeriesSamplesRequest) ProtoMessage() {}
+
+func (x *GroupSeriesSamplesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_metering_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupSeriesSamplesRequest.ProtoReflect.Descriptor instead.
+func (*GroupSeriesSamplesRequest) Descriptor() ([]byte, []int) {
+	return file_metering_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GroupSeriesSamplesRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupSeriesSamplesRequest) GetFromMinute() int64 {
+	if x != nil {
+		return x.FromMinute
+	}
+	return 0
+}
+
+func (x *GroupSeriesSamplesRequest) GetToMinute() int64 {
+	if x != nil {
+		return x.ToMinute
+	}
+	return 0
+}
+
+type TenantSeriesSamples struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Samples       []*SeriesSample        `protobuf:"bytes,2,rep,name=samples,proto3" json:"samples,omitempty"` // by minute
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TenantSeriesSamples) Reset() {
+	*x = TenantSeriesSamples{}
+	mi := &file_metering_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TenantSeriesSamples) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TenantSeriesSamples) ProtoMessage() {}
+
+func (x *TenantSeriesSamples) ProtoReflect() protoreflect.Message {
+	mi := &file_metering_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TenantSeriesSamples.ProtoReflect.Descriptor instead.
+func (*TenantSeriesSamples) Descriptor() ([]byte, []int) {
+	return file_metering_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *TenantSeriesSamples) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *TenantSeriesSamples) GetSamples() []*SeriesSample {
+	if x != nil {
+		return x.Samples
+	}
+	return nil
+}
+
+type GroupSeriesSamplesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenants       []*TenantSeriesSamples `protobuf:"bytes,1,rep,name=tenants,proto3" json:"tenants,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupSeriesSamplesResponse) Reset() {
+	*x = GroupSeriesSamplesResponse{}
+	mi := &file_metering_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupSeriesSamplesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupSeriesSamplesResponse) ProtoMessage() {}
+
+func (x *GroupSeriesSamplesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_metering_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupSeriesSamplesResponse.ProtoReflect.Descriptor instead.
+func (*GroupSeriesSamplesResponse) Descriptor() ([]byte, []int) {
+	return file_metering_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *GroupSeriesSamplesResponse) GetTenants() []*TenantSeriesSamples {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+// SetClockRequest: set_ms (when present) fixes the clock at that Unix ms,
+// then advance_ms (≥ 0) moves it forward. Once set, the clock stands still
+// except when advanced. Neither field: the clock is only read (allowed on
+// any node, so a caller can see whether it runs in test mode).
+type SetClockRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SetMs         *int64                 `protobuf:"varint,1,opt,name=set_ms,json=setMs,proto3,oneof" json:"set_ms,omitempty"`
+	AdvanceMs     int64                  `protobuf:"varint,2,opt,name=advance_ms,json=advanceMs,proto3" json:"advance_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClockRequest) Reset() {
+	*x = SetClockRequest{}
+	mi := &file_metering_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClockRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClockRequest) ProtoMessage() {}
+
+func (x *SetClockRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_metering_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClockRequest.ProtoReflect.Descriptor instead.
+func (*SetClockRequest) Descriptor() ([]byte, []int) {
+	return file_metering_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *SetClockRequest) GetSetMs() int64 {
+	if x != nil && x.SetMs != nil {
+		return *x.SetMs
+	}
+	return 0
+}
+
+func (x *SetClockRequest) GetAdvanceMs() int64 {
+	if x != nil {
+		return x.AdvanceMs
+	}
+	return 0
+}
+
+type SetClockResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	NowMs         int64                  `protobuf:"varint,1,opt,name=now_ms,json=nowMs,proto3" json:"now_ms,omitempty"`             // the node's metering clock after the change
+	TestClock     bool                   `protobuf:"varint,2,opt,name=test_clock,json=testClock,proto3" json:"test_clock,omitempty"` // the node was started with --metering-test-clock
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetClockResponse) Reset() {
+	*x = SetClockResponse{}
+	mi := &file_metering_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetClockResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetClockResponse) ProtoMessage() {}
+
+func (x *SetClockResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_metering_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetClockResponse.ProtoReflect.Descriptor instead.
+func (*SetClockResponse) Descriptor() ([]byte, []int) {
+	return file_metering_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *SetClockResponse) GetNowMs() int64 {
+	if x != nil {
+		return x.NowMs
+	}
+	return 0
+}
+
+func (x *SetClockResponse) GetTestClock() bool {
+	if x != nil {
+		return x.TestClock
+	}
+	return false
+}
+
 type MeterEventItem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stop          bool                   `protobuf:"varint,1,opt,name=stop,proto3" json:"stop,omitempty"` // false: a start event
@@ -691,7 +955,7 @@ type MeterEventItem struct {
 
 func (x *MeterEventItem) Reset() {
 	*x = MeterEventItem{}
-	mi := &file_metering_proto_msgTypes[10]
+	mi := &file_metering_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +967,7 @@ func (x *MeterEventItem) String() string {
 func (*MeterEventItem) ProtoMessage() {}
 
 func (x *MeterEventItem) ProtoReflect() protoreflect.Message {
-	mi := &file_metering_proto_msgTypes[10]
+	mi := &file_metering_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +980,7 @@ func (x *MeterEventItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeterEventItem.ProtoReflect.Descriptor instead.
 func (*MeterEventItem) Descriptor() ([]byte, []int) {
-	return file_metering_proto_rawDescGZIP(), []int{10}
+	return file_metering_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MeterEventItem) GetStop() bool {
@@ -742,7 +1006,7 @@ type MeterEventsRequest struct {
 
 func (x *MeterEventsRequest) Reset() {
 	*x = MeterEventsRequest{}
-	mi := &file_metering_proto_msgTypes[11]
+	mi := &file_metering_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -754,7 +1018,7 @@ func (x *MeterEventsRequest) String() string {
 func (*MeterEventsRequest) ProtoMessage() {}
 
 func (x *MeterEventsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_metering_proto_msgTypes[11]
+	mi := &file_metering_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -767,7 +1031,7 @@ func (x *MeterEventsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeterEventsRequest.ProtoReflect.Descriptor instead.
 func (*MeterEventsRequest) Descriptor() ([]byte, []int) {
-	return file_metering_proto_rawDescGZIP(), []int{11}
+	return file_metering_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MeterEventsRequest) GetEvents() []*MeterEventItem {
@@ -790,7 +1054,7 @@ type MeterEventResult struct {
 
 func (x *MeterEventResult) Reset() {
 	*x = MeterEventResult{}
-	mi := &file_metering_proto_msgTypes[12]
+	mi := &file_metering_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -802,7 +1066,7 @@ func (x *MeterEventResult) String() string {
 func (*MeterEventResult) ProtoMessage() {}
 
 func (x *MeterEventResult) ProtoReflect() protoreflect.Message {
-	mi := &file_metering_proto_msgTypes[12]
+	mi := &file_metering_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -815,7 +1079,7 @@ func (x *MeterEventResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeterEventResult.ProtoReflect.Descriptor instead.
 func (*MeterEventResult) Descriptor() ([]byte, []int) {
-	return file_metering_proto_rawDescGZIP(), []int{12}
+	return file_metering_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *MeterEventResult) GetCode() uint32 {
@@ -848,7 +1112,7 @@ type MeterEventsResponse struct {
 
 func (x *MeterEventsResponse) Reset() {
 	*x = MeterEventsResponse{}
-	mi := &file_metering_proto_msgTypes[13]
+	mi := &file_metering_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -860,7 +1124,7 @@ func (x *MeterEventsResponse) String() string {
 func (*MeterEventsResponse) ProtoMessage() {}
 
 func (x *MeterEventsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_metering_proto_msgTypes[13]
+	mi := &file_metering_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -873,7 +1137,7 @@ func (x *MeterEventsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MeterEventsResponse.ProtoReflect.Descriptor instead.
 func (*MeterEventsResponse) Descriptor() ([]byte, []int) {
-	return file_metering_proto_rawDescGZIP(), []int{13}
+	return file_metering_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *MeterEventsResponse) GetResults() []*MeterEventResult {
@@ -937,7 +1201,26 @@ const file_metering_proto_rawDesc = "" +
 	"\x06minute\x18\x01 \x01(\x03R\x06minute\x12\x16\n" +
 	"\x06active\x18\x02 \x01(\x03R\x06active\"L\n" +
 	"\x15SeriesSamplesResponse\x123\n" +
-	"\asamples\x18\x01 \x03(\v2\x19.tollgate.v1.SeriesSampleR\asamples\"S\n" +
+	"\asamples\x18\x01 \x03(\v2\x19.tollgate.v1.SeriesSampleR\asamples\"o\n" +
+	"\x19GroupSeriesSamplesRequest\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1f\n" +
+	"\vfrom_minute\x18\x02 \x01(\x03R\n" +
+	"fromMinute\x12\x1b\n" +
+	"\tto_minute\x18\x03 \x01(\x03R\btoMinute\"b\n" +
+	"\x13TenantSeriesSamples\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x123\n" +
+	"\asamples\x18\x02 \x03(\v2\x19.tollgate.v1.SeriesSampleR\asamples\"X\n" +
+	"\x1aGroupSeriesSamplesResponse\x12:\n" +
+	"\atenants\x18\x01 \x03(\v2 .tollgate.v1.TenantSeriesSamplesR\atenants\"W\n" +
+	"\x0fSetClockRequest\x12\x1a\n" +
+	"\x06set_ms\x18\x01 \x01(\x03H\x00R\x05setMs\x88\x01\x01\x12\x1d\n" +
+	"\n" +
+	"advance_ms\x18\x02 \x01(\x03R\tadvanceMsB\t\n" +
+	"\a_set_ms\"H\n" +
+	"\x10SetClockResponse\x12\x15\n" +
+	"\x06now_ms\x18\x01 \x01(\x03R\x05nowMs\x12\x1d\n" +
+	"\n" +
+	"test_clock\x18\x02 \x01(\bR\ttestClock\"S\n" +
 	"\x0eMeterEventItem\x12\x12\n" +
 	"\x04stop\x18\x01 \x01(\bR\x04stop\x12-\n" +
 	"\x05event\x18\x02 \x01(\v2\x17.tollgate.v1.MeterEventR\x05event\"I\n" +
@@ -948,14 +1231,16 @@ const file_metering_proto_rawDesc = "" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12;\n" +
 	"\bresponse\x18\x03 \x01(\v2\x1f.tollgate.v1.MeterEventResponseR\bresponse\"N\n" +
 	"\x13MeterEventsResponse\x127\n" +
-	"\aresults\x18\x01 \x03(\v2\x1d.tollgate.v1.MeterEventResultR\aresults2\x83\x03\n" +
+	"\aresults\x18\x01 \x03(\v2\x1d.tollgate.v1.MeterEventResultR\aresults2\xb3\x04\n" +
 	"\bMetering\x12A\n" +
 	"\x05Start\x12\x17.tollgate.v1.MeterEvent\x1a\x1f.tollgate.v1.MeterEventResponse\x12@\n" +
 	"\x04Stop\x12\x17.tollgate.v1.MeterEvent\x1a\x1f.tollgate.v1.MeterEventResponse\x12K\n" +
 	"\x06Events\x12\x1f.tollgate.v1.MeterEventsRequest\x1a .tollgate.v1.MeterEventsResponse\x12M\n" +
 	"\n" +
 	"QueryUsage\x12\x1e.tollgate.v1.QueryUsageRequest\x1a\x1f.tollgate.v1.QueryUsageResponse\x12V\n" +
-	"\rSeriesSamples\x12!.tollgate.v1.SeriesSamplesRequest\x1a\".tollgate.v1.SeriesSamplesResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\rSeriesSamples\x12!.tollgate.v1.SeriesSamplesRequest\x1a\".tollgate.v1.SeriesSamplesResponse\x12e\n" +
+	"\x12GroupSeriesSamples\x12&.tollgate.v1.GroupSeriesSamplesRequest\x1a'.tollgate.v1.GroupSeriesSamplesResponse\x12G\n" +
+	"\bSetClock\x12\x1c.tollgate.v1.SetClockRequest\x1a\x1d.tollgate.v1.SetClockResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_metering_proto_rawDescOnce sync.Once
@@ -969,22 +1254,27 @@ func file_metering_proto_rawDescGZIP() []byte {
 	return file_metering_proto_rawDescData
 }
 
-var file_metering_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_metering_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_metering_proto_goTypes = []any{
-	(*MeterMeasure)(nil),          // 0: tollgate.v1.MeterMeasure
-	(*MeterTarget)(nil),           // 1: tollgate.v1.MeterTarget
-	(*MeterEvent)(nil),            // 2: tollgate.v1.MeterEvent
-	(*MeterEventResponse)(nil),    // 3: tollgate.v1.MeterEventResponse
-	(*UsageRecord)(nil),           // 4: tollgate.v1.UsageRecord
-	(*QueryUsageRequest)(nil),     // 5: tollgate.v1.QueryUsageRequest
-	(*QueryUsageResponse)(nil),    // 6: tollgate.v1.QueryUsageResponse
-	(*SeriesSamplesRequest)(nil),  // 7: tollgate.v1.SeriesSamplesRequest
-	(*SeriesSample)(nil),          // 8: tollgate.v1.SeriesSample
-	(*SeriesSamplesResponse)(nil), // 9: tollgate.v1.SeriesSamplesResponse
-	(*MeterEventItem)(nil),        // 10: tollgate.v1.MeterEventItem
-	(*MeterEventsRequest)(nil),    // 11: tollgate.v1.MeterEventsRequest
-	(*MeterEventResult)(nil),      // 12: tollgate.v1.MeterEventResult
-	(*MeterEventsResponse)(nil),   // 13: tollgate.v1.MeterEventsResponse
+	(*MeterMeasure)(nil),               // 0: tollgate.v1.MeterMeasure
+	(*MeterTarget)(nil),                // 1: tollgate.v1.MeterTarget
+	(*MeterEvent)(nil),                 // 2: tollgate.v1.MeterEvent
+	(*MeterEventResponse)(nil),         // 3: tollgate.v1.MeterEventResponse
+	(*UsageRecord)(nil),                // 4: tollgate.v1.UsageRecord
+	(*QueryUsageRequest)(nil),          // 5: tollgate.v1.QueryUsageRequest
+	(*QueryUsageResponse)(nil),         // 6: tollgate.v1.QueryUsageResponse
+	(*SeriesSamplesRequest)(nil),       // 7: tollgate.v1.SeriesSamplesRequest
+	(*SeriesSample)(nil),               // 8: tollgate.v1.SeriesSample
+	(*SeriesSamplesResponse)(nil),      // 9: tollgate.v1.SeriesSamplesResponse
+	(*GroupSeriesSamplesRequest)(nil),  // 10: tollgate.v1.GroupSeriesSamplesRequest
+	(*TenantSeriesSamples)(nil),        // 11: tollgate.v1.TenantSeriesSamples
+	(*GroupSeriesSamplesResponse)(nil), // 12: tollgate.v1.GroupSeriesSamplesResponse
+	(*SetClockRequest)(nil),            // 13: tollgate.v1.SetClockRequest
+	(*SetClockResponse)(nil),           // 14: tollgate.v1.SetClockResponse
+	(*MeterEventItem)(nil),             // 15: tollgate.v1.MeterEventItem
+	(*MeterEventsRequest)(nil),         // 16: tollgate.v1.MeterEventsRequest
+	(*MeterEventResult)(nil),           // 17: tollgate.v1.MeterEventResult
+	(*MeterEventsResponse)(nil),        // 18: tollgate.v1.MeterEventsResponse
 }
 var file_metering_proto_depIdxs = []int32{
 	1,  // 0: tollgate.v1.MeterEvent.target:type_name -> tollgate.v1.MeterTarget
@@ -994,25 +1284,31 @@ var file_metering_proto_depIdxs = []int32{
 	1,  // 4: tollgate.v1.QueryUsageRequest.target:type_name -> tollgate.v1.MeterTarget
 	4,  // 5: tollgate.v1.QueryUsageResponse.records:type_name -> tollgate.v1.UsageRecord
 	8,  // 6: tollgate.v1.SeriesSamplesResponse.samples:type_name -> tollgate.v1.SeriesSample
-	2,  // 7: tollgate.v1.MeterEventItem.event:type_name -> tollgate.v1.MeterEvent
-	10, // 8: tollgate.v1.MeterEventsRequest.events:type_name -> tollgate.v1.MeterEventItem
-	3,  // 9: tollgate.v1.MeterEventResult.response:type_name -> tollgate.v1.MeterEventResponse
-	12, // 10: tollgate.v1.MeterEventsResponse.results:type_name -> tollgate.v1.MeterEventResult
-	2,  // 11: tollgate.v1.Metering.Start:input_type -> tollgate.v1.MeterEvent
-	2,  // 12: tollgate.v1.Metering.Stop:input_type -> tollgate.v1.MeterEvent
-	11, // 13: tollgate.v1.Metering.Events:input_type -> tollgate.v1.MeterEventsRequest
-	5,  // 14: tollgate.v1.Metering.QueryUsage:input_type -> tollgate.v1.QueryUsageRequest
-	7,  // 15: tollgate.v1.Metering.SeriesSamples:input_type -> tollgate.v1.SeriesSamplesRequest
-	3,  // 16: tollgate.v1.Metering.Start:output_type -> tollgate.v1.MeterEventResponse
-	3,  // 17: tollgate.v1.Metering.Stop:output_type -> tollgate.v1.MeterEventResponse
-	13, // 18: tollgate.v1.Metering.Events:output_type -> tollgate.v1.MeterEventsResponse
-	6,  // 19: tollgate.v1.Metering.QueryUsage:output_type -> tollgate.v1.QueryUsageResponse
-	9,  // 20: tollgate.v1.Metering.SeriesSamples:output_type -> tollgate.v1.SeriesSamplesResponse
-	16, // [16:21] is the sub-list for method output_type
-	11, // [11:16] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	8,  // 7: tollgate.v1.TenantSeriesSamples.samples:type_name -> tollgate.v1.SeriesSample
+	11, // 8: tollgate.v1.GroupSeriesSamplesResponse.tenants:type_name -> tollgate.v1.TenantSeriesSamples
+	2,  // 9: tollgate.v1.MeterEventItem.event:type_name -> tollgate.v1.MeterEvent
+	15, // 10: tollgate.v1.MeterEventsRequest.events:type_name -> tollgate.v1.MeterEventItem
+	3,  // 11: tollgate.v1.MeterEventResult.response:type_name -> tollgate.v1.MeterEventResponse
+	17, // 12: tollgate.v1.MeterEventsResponse.results:type_name -> tollgate.v1.MeterEventResult
+	2,  // 13: tollgate.v1.Metering.Start:input_type -> tollgate.v1.MeterEvent
+	2,  // 14: tollgate.v1.Metering.Stop:input_type -> tollgate.v1.MeterEvent
+	16, // 15: tollgate.v1.Metering.Events:input_type -> tollgate.v1.MeterEventsRequest
+	5,  // 16: tollgate.v1.Metering.QueryUsage:input_type -> tollgate.v1.QueryUsageRequest
+	7,  // 17: tollgate.v1.Metering.SeriesSamples:input_type -> tollgate.v1.SeriesSamplesRequest
+	10, // 18: tollgate.v1.Metering.GroupSeriesSamples:input_type -> tollgate.v1.GroupSeriesSamplesRequest
+	13, // 19: tollgate.v1.Metering.SetClock:input_type -> tollgate.v1.SetClockRequest
+	3,  // 20: tollgate.v1.Metering.Start:output_type -> tollgate.v1.MeterEventResponse
+	3,  // 21: tollgate.v1.Metering.Stop:output_type -> tollgate.v1.MeterEventResponse
+	18, // 22: tollgate.v1.Metering.Events:output_type -> tollgate.v1.MeterEventsResponse
+	6,  // 23: tollgate.v1.Metering.QueryUsage:output_type -> tollgate.v1.QueryUsageResponse
+	9,  // 24: tollgate.v1.Metering.SeriesSamples:output_type -> tollgate.v1.SeriesSamplesResponse
+	12, // 25: tollgate.v1.Metering.GroupSeriesSamples:output_type -> tollgate.v1.GroupSeriesSamplesResponse
+	14, // 26: tollgate.v1.Metering.SetClock:output_type -> tollgate.v1.SetClockResponse
+	20, // [20:27] is the sub-list for method output_type
+	13, // [13:20] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_metering_proto_init() }
@@ -1020,13 +1316,14 @@ func file_metering_proto_init() {
 	if File_metering_proto != nil {
 		return
 	}
+	file_metering_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_metering_proto_rawDesc), len(file_metering_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,11 +31,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Metering_Start_FullMethodName         = "/tollgate.v1.Metering/Start"
-	Metering_Stop_FullMethodName          = "/tollgate.v1.Metering/Stop"
-	Metering_Events_FullMethodName        = "/tollgate.v1.Metering/Events"
-	Metering_QueryUsage_FullMethodName    = "/tollgate.v1.Metering/QueryUsage"
-	Metering_SeriesSamples_FullMethodName = "/tollgate.v1.Metering/SeriesSamples"
+	Metering_Start_FullMethodName              = "/tollgate.v1.Metering/Start"
+	Metering_Stop_FullMethodName               = "/tollgate.v1.Metering/Stop"
+	Metering_Events_FullMethodName             = "/tollgate.v1.Metering/Events"
+	Metering_QueryUsage_FullMethodName         = "/tollgate.v1.Metering/QueryUsage"
+	Metering_SeriesSamples_FullMethodName      = "/tollgate.v1.Metering/SeriesSamples"
+	Metering_GroupSeriesSamples_FullMethodName = "/tollgate.v1.Metering/GroupSeriesSamples"
+	Metering_SetClock_FullMethodName           = "/tollgate.v1.Metering/SetClock"
 )
 
 // MeteringClient is the client API for Metering service.
@@ -53,6 +55,17 @@ type MeteringClient interface {
 	QueryUsage(ctx context.Context, in *QueryUsageRequest, opts ...grpc.CallOption) (*QueryUsageResponse, error)
 	// SeriesSamples returns a tenant's per-minute active series in one group.
 	SeriesSamples(ctx context.Context, in *SeriesSamplesRequest, opts ...grpc.CallOption) (*SeriesSamplesResponse, error)
+	// GroupSeriesSamples returns every tenant's per-minute active series in
+	// one group with minute in [from_minute, to_minute), each tenant's list led
+	// by its latest sample before from_minute (the count in force then). A node
+	// reads the groups it holds no replica of this way for the billing summary
+	// of /api/v1/status. Read from the group's leader like SeriesSamples.
+	GroupSeriesSamples(ctx context.Context, in *GroupSeriesSamplesRequest, opts ...grpc.CallOption) (*GroupSeriesSamplesResponse, error)
+	// SetClock sets and/or advances this node's metering clock (development
+	// and tests). Admin API: it needs the admin token (or, without one, a
+	// loopback peer); a node not started with --metering-test-clock answers
+	// FailedPrecondition. It changes only the node called: set every node.
+	SetClock(ctx context.Context, in *SetClockRequest, opts ...grpc.CallOption) (*SetClockResponse, error)
 }
 
 type meteringClient struct {
@@ -113,6 +126,26 @@ func (c *meteringClient) SeriesSamples(ctx context.Context, in *SeriesSamplesReq
 	return out, nil
 }
 
+func (c *meteringClient) GroupSeriesSamples(ctx context.Context, in *GroupSeriesSamplesRequest, opts ...grpc.CallOption) (*GroupSeriesSamplesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GroupSeriesSamplesResponse)
+	err := c.cc.Invoke(ctx, Metering_GroupSeriesSamples_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *meteringClient) SetClock(ctx context.Context, in *SetClockRequest, opts ...grpc.CallOption) (*SetClockResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetClockResponse)
+	err := c.cc.Invoke(ctx, Metering_SetClock_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // MeteringServer is the server API for Metering service.
 // All implementations must embed UnimplementedMeteringServer
 // for forward compatibility.
@@ -128,6 +161,17 @@ type MeteringServer interface {
 	QueryUsage(context.Context, *QueryUsageRequest) (*QueryUsageResponse, error)
 	// SeriesSamples returns a tenant's per-minute active series in one group.
 	SeriesSamples(context.Context, *SeriesSamplesRequest) (*SeriesSamplesResponse, error)
+	// GroupSeriesSamples returns every tenant's per-minute active series in
+	// one group with minute in [from_minute, to_minute), each tenant's list led
+	// by its latest sample before from_minute (the count in force then). A node
+	// reads the groups it holds no replica of this way for the billing summary
+	// of /api/v1/status. Read from the group's leader like SeriesSamples.
+	GroupSeriesSamples(context.Context, *GroupSeriesSamplesRequest) (*GroupSeriesSamplesResponse, error)
+	// SetClock sets and/or advances this node's metering clock (development
+	// and tests). Admin API: it needs the admin token (or, without one, a
+	// loopback peer); a node not started with --metering-test-clock answers
+	// FailedPrecondition. It changes only the node called: set every node.
+	SetClock(context.Context, *SetClockRequest) (*SetClockResponse, error)
 	mustEmbedUnimplementedMeteringServer()
 }
 
@@ -152,6 +196,12 @@ func (UnimplementedMeteringServer) QueryUsage(context.Context, *QueryUsageReques
 }
 func (UnimplementedMeteringServer) SeriesSamples(context.Context, *SeriesSamplesRequest) (*SeriesSamplesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SeriesSamples not implemented")
+}
+func (UnimplementedMeteringServer) GroupSeriesSamples(context.Context, *GroupSeriesSamplesRequest) (*GroupSeriesSamplesResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GroupSeriesSamples not implemented")
+}
+func (UnimplementedMeteringServer) SetClock(context.Context, *SetClockRequest) (*SetClockResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetClock not implemented")
 }
 func (UnimplementedMeteringServer) mustEmbedUnimplementedMeteringServer() {}
 func (UnimplementedMeteringServer) testEmbeddedByValue()                  {}
@@ -264,6 +314,42 @@ func _Metering_SeriesSamples_Handler(srv interface{}, ctx context.Context, dec f
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Metering_GroupSeriesSamples_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GroupSeriesSamplesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeteringServer).GroupSeriesSamples(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Metering_GroupSeriesSamples_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeteringServer).GroupSeriesSamples(ctx, req.(*GroupSeriesSamplesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Metering_SetClock_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetClockRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(MeteringServer).SetClock(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Metering_SetClock_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(MeteringServer).SetClock(ctx, req.(*SetClockRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Metering_ServiceDesc is the grpc.ServiceDesc for Metering service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -290,6 +376,14 @@ var Metering_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SeriesSamples",
 			Handler:    _Metering_SeriesSamples_Handler,
+		},
+		{
+			MethodName: "GroupSeriesSamples",
+			Handler:    _Metering_GroupSeriesSamples_Handler,
+		},
+		{
+			MethodName: "SetClock",
+			Handler:    _Metering_SetClock_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -3,6 +3,7 @@ package meterserver_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +17,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	climeter "github.com/tollgate-io/tollgate/clientlib/metering"
@@ -93,7 +97,7 @@ type cluster struct {
 	nodes []*server.Server
 }
 
-func startCluster(t testing.TB, n int, sinkURL string, testClock bool) *cluster {
+func startCluster(t testing.TB, n int, sinkURL string, testClock bool, opts ...func(*server.Config)) *cluster {
 	t.Helper()
 	c := &cluster{t: t}
 	var seed string
@@ -114,6 +118,9 @@ func startCluster(t testing.TB, n int, sinkURL string, testClock bool) *cluster 
 		}
 		if seed != "" {
 			cfg.Join = []string{seed}
+		}
+		for _, o := range opts {
+			o(&cfg)
 		}
 		s, err := server.New(cfg)
 		if err != nil {
@@ -271,15 +278,104 @@ func TestStatusCodesOverHTTP(t *testing.T) {
 			}
 		}
 	}
-	// The clock is refused on a node not started in test mode.
+	// The clock is refused on a node not started in test mode (409: the
+	// node's mode refuses, not the caller's credentials).
 	c1 := startCluster(t, 1, "", false)
 	code, body := post(t, "http://"+c1.nodes[0].HTTPAddr()+"/v1/metering/clock", "application/json", `{"advance_ms":1000}`)
-	if code != http.StatusForbidden || !strings.Contains(body, "test clock") {
+	if code != http.StatusConflict || !strings.Contains(body, "--metering-test-clock") {
 		t.Fatalf("clock on a production node: %d %s", code, body)
 	}
 	code, _ = post(t, "http://"+c.nodes[0].HTTPAddr()+"/v1/metering/clock", "application/json", `{"advance_ms":1000}`)
 	if code != http.StatusOK {
 		t.Fatalf("clock in test mode: %d", code)
+	}
+}
+
+// TestClockAdmin: the test clock over gRPC (Metering.SetClock through the Go
+// client) and REST on nodes with an admin token: refused without the
+// token, refused with FailedPrecondition / 409 naming the flag on a node
+// not started with the test clock, applied on one that is.
+func TestClockAdmin(t *testing.T) {
+	const token = "s3cret"
+	withToken := func(cfg *server.Config) { cfg.AdminToken = token }
+	test := startCluster(t, 1, "", true, withToken).nodes[0]
+	prod := startCluster(t, 1, "", false, withToken).nodes[0]
+	client := func(s *server.Server) *climeter.Client {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cc.Close() })
+		return climeter.New(cc)
+	}
+	ctx := context.Background()
+	admin := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	wrong := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer nope")
+	t0 := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC)
+
+	tc := client(test)
+	for name, cctx := range map[string]context.Context{"no token": ctx, "wrong token": wrong} {
+		if _, err := tc.SetClock(cctx, &t0, 0); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+			t.Fatalf("SetClock with %s: %v, want Unauthenticated", name, err)
+		}
+	}
+	if now := test.Metering().Clock().Now(); now == t0.UnixMilli() {
+		t.Fatal("refused SetClock changed the clock")
+	}
+	clk, err := tc.SetClock(admin, &t0, 0)
+	if err != nil || !clk.Now.Equal(t0) || !clk.TestClock || test.Metering().Clock().Now() != t0.UnixMilli() {
+		t.Fatalf("set: %+v %v (clock %d)", clk, err, test.Metering().Clock().Now())
+	}
+	clk, err = tc.SetClock(admin, nil, 90*time.Minute)
+	if want := t0.Add(90 * time.Minute); err != nil || !clk.Now.Equal(want) || test.Metering().Clock().Now() != want.UnixMilli() {
+		t.Fatalf("advance: %+v %v", clk, err)
+	}
+	if _, err := tc.SetClock(admin, nil, -time.Minute); status.Code(errors.Unwrap(err)) != codes.InvalidArgument {
+		t.Fatalf("negative advance: %v", err)
+	}
+
+	pc := client(prod)
+	before := prod.Metering().Clock().Now()
+	_, err = pc.SetClock(admin, &t0, time.Hour)
+	if !errors.Is(err, climeter.ErrClockLocked) || !strings.Contains(err.Error(), "--metering-test-clock") {
+		t.Fatalf("SetClock on a node without the test clock: %v", err)
+	}
+	if prod.Metering().Clock().Now() < before || prod.Metering().Clock().Now() == t0.UnixMilli() {
+		t.Fatal("the refused SetClock changed the clock")
+	}
+	if clk, err := pc.SetClock(admin, nil, 0); err != nil || clk.TestClock || clk.Now.UnixMilli() < before {
+		t.Fatalf("reading the clock of a node without the test clock: %+v %v", clk, err)
+	}
+	if _, err := pc.SetClock(ctx, nil, 0); status.Code(errors.Unwrap(err)) != codes.Unauthenticated {
+		t.Fatalf("reading without the token: %v", err)
+	}
+
+	// REST: the same admin rule and refusals.
+	clockPost := func(s *server.Server, auth, body string) (int, string) {
+		req, err := http.NewRequest("POST", "http://"+s.HTTPAddr()+"/v1/metering/clock", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		if auth != "" {
+			req.Header.Set("Authorization", "Bearer "+auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := clockPost(test, "", `{"advance_ms":1000}`); code != http.StatusUnauthorized {
+		t.Fatalf("REST clock without the token: %d %s", code, body)
+	}
+	if code, body := clockPost(test, token, `{"advance_ms":1000}`); code != http.StatusOK || !strings.Contains(body, fmt.Sprint(t0.Add(90*time.Minute+time.Second).UnixMilli())) {
+		t.Fatalf("REST clock: %d %s", code, body)
+	}
+	if code, body := clockPost(prod, token, `{"set_ms":1}`); code != http.StatusConflict || !strings.Contains(body, "--metering-test-clock") {
+		t.Fatalf("REST clock on a node without the test clock: %d %s", code, body)
 	}
 }
 
@@ -543,6 +639,106 @@ func TestBill(t *testing.T) {
 	// Minutes 1..20 sampled with 40·k series; nearest-rank p95 of 20 values is the 19th.
 	if b.Minutes != 20 || b.P95 != 19*40 || b.Max != int64(total) {
 		t.Fatalf("bill %+v", b)
+	}
+	// /api/v1/status bills the month to date as /v1/usage/bill does for
+	// the calendar month. (A sample at minute 0 may exist or not, depending
+	// on when the sampler's first pass ran: the p95 is 19·40 either way.)
+	monthFrom := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	monthTo := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	var mb meterserver.Bill
+	getJSON(t, fmt.Sprintf("%s/v1/usage/bill?tenant=acme&from=%d&to=%d", base, monthFrom, monthTo), &mb)
+	var st struct {
+		Billing *meterserver.BillingSummary `json:"billing"`
+	}
+	getJSON(t, base+"/api/v1/status", &st)
+	bs := st.Billing
+	if bs == nil || bs.Month != "2026-11" || bs.From != monthFrom || bs.To != monthTo || bs.NowMs != t0+20*60_000 ||
+		bs.TenantsTotal != 1 || bs.Truncated || len(bs.Errors) != 0 || len(bs.Tenants) != 1 {
+		t.Fatalf("status billing %+v", bs)
+	}
+	if bs.Tenants[0] != mb || mb.P95 != 19*40 || mb.Max != int64(total) {
+		t.Fatalf("status billing row %+v, /v1/usage/bill for the month %+v", bs.Tenants[0], mb)
+	}
+}
+
+// TestBillingSummaryAcrossNodes: with one voter per group on two nodes (one
+// zone, so placement does not add a voter per zone),
+// each node holds only some groups' samples and reads the others from
+// their leader (GroupSeriesSamples); every node's /api/v1/status shows the
+// bill /v1/usage/bill computes.
+func TestBillingSummaryAcrossNodes(t *testing.T) {
+	c := startCluster(t, 2, "", true, func(cfg *server.Config) { cfg.Replicas, cfg.Zone = 1, "zone-a" })
+	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixMilli()
+	c.setClock(t0)
+	for _, s := range c.nodes {
+		if held := len(s.Metering().Status().Groups); held == 0 || held == 4 {
+			t.Fatalf("%s holds %d of 4 groups: the test needs groups held elsewhere", s.NodeID(), held)
+		}
+	}
+	// Series go to the node leading the partition's group.
+	var trs []api.TrackerClient
+	for _, s := range c.nodes {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		trs = append(trs, api.NewTrackerClient(cc))
+	}
+	track := func(tenant string, part int, hs []uint64) {
+		var errs []error
+		for _, tr := range trs {
+			_, err := tr.TrackSeries(context.Background(), &api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(part), Hashes: hs})
+			if err == nil {
+				return
+			}
+			errs = append(errs, err)
+		}
+		t.Fatalf("track %s partition %d: %v", tenant, part, errs)
+	}
+	base := "http://" + c.nodes[0].HTTPAddr()
+	total := 0
+	for minute := range 3 {
+		for p := range 4 { // partitions of every group
+			part := p * 16
+			first, _ := api.PartitionHashRange(part, 64)
+			var hs []uint64
+			for j := range 5 + p {
+				hs = append(hs, first+uint64(minute*100+j))
+			}
+			track("acme", part, hs)
+			track("beta", part, hs[:len(hs)-1])
+			if p == 3 {
+				track("gamma", part, hs[:1])
+			}
+		}
+		total += 5 + 6 + 7 + 8
+		c.advance(time.Minute)
+		waitSample(t, base, t0, int64(total))
+	}
+	monthFrom := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	monthTo := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixMilli()
+	for _, s := range c.nodes {
+		var st struct {
+			Billing *meterserver.BillingSummary `json:"billing"`
+		}
+		getJSON(t, "http://"+s.HTTPAddr()+"/api/v1/status", &st)
+		bs := st.Billing
+		if bs == nil || bs.TenantsTotal != 3 || len(bs.Tenants) != 3 || len(bs.Errors) != 0 {
+			t.Fatalf("%s: status billing %+v", s.NodeID(), bs)
+		}
+		for i, row := range bs.Tenants {
+			var want meterserver.Bill
+			getJSON(t, fmt.Sprintf("http://%s/v1/usage/bill?tenant=%s&from=%d&to=%d", s.HTTPAddr(), row.Tenant, monthFrom, monthTo), &want)
+			if row != want {
+				t.Errorf("%s: status billing row %d %+v, /v1/usage/bill %+v", s.NodeID(), i, row, want)
+			}
+		}
+		// Highest p95 first, ties broken by max, then name.
+		if bs.Tenants[0].Tenant != "acme" || bs.Tenants[1].Tenant != "beta" || bs.Tenants[2].Tenant != "gamma" ||
+			bs.Tenants[0].Max != int64(total) || bs.Tenants[1].Max != int64(total-3*4) || bs.Tenants[2].Max != 3 {
+			t.Errorf("%s: status billing rows %+v", s.NodeID(), bs.Tenants)
+		}
 	}
 }
 

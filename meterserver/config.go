@@ -109,6 +109,9 @@ type Host interface {
 // with the test clock.
 var ErrClockLocked = errors.New("metering clock: this node was not started with the metering test clock (--metering-test-clock); refusing to change it")
 
+// ErrClockBackwards is returned for a negative advance.
+var ErrClockBackwards = errors.New("metering clock: cannot move backwards (advance must be ≥ 0)")
+
 // Clock is metering's one clock: the sampler, the slack check (through the
 // time stamped in entries) and ledger retention read it. In test mode it can
 // be set and advanced; once set it stands still except when advanced, so a
@@ -149,7 +152,7 @@ func (c *Clock) Set(ms int64) error {
 // is fixed at the wall time first.
 func (c *Clock) Advance(d time.Duration) error {
 	if d < 0 {
-		return errors.New("metering clock: cannot move backwards")
+		return ErrClockBackwards
 	}
 	return c.change(func() {
 		if !c.fixed {

@@ -3,6 +3,7 @@ package meterserver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -258,82 +259,6 @@ func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from,
 	return nil, err
 }
 
-// Bill is GET /v1/usage/bill: the 95th percentile of a tenant's per-minute
-// active series (summed over groups) in [from, to).
-type Bill struct {
-	Tenant  string `json:"tenant"`
-	From    int64  `json:"from"`
-	To      int64  `json:"to"`
-	Minutes int    `json:"minutes_sampled"`
-	P95     int64  `json:"p95_active_series"`
-	Max     int64  `json:"max_active_series"`
-}
-
-// ComputeBill takes the nearest-rank 95th percentile (the value at rank
-// ⌈0.95·n⌉ of the n sorted minutes) of per-minute totals, the convention of
-// hosted Prometheus billing.
-func ComputeBill(perMinute map[int64]int64) (p95, maxV int64, n int) {
-	vals := make([]int64, 0, len(perMinute))
-	for _, v := range perMinute {
-		vals = append(vals, v)
-	}
-	if len(vals) == 0 {
-		return 0, 0, 0
-	}
-	slices.Sort(vals)
-	rank := int(math.Ceil(0.95 * float64(len(vals))))
-	return vals[rank-1], vals[len(vals)-1], len(vals)
-}
-
-// Bill computes a tenant's bill over [from, to) (Unix ms). Samplers write a
-// group's count only when it changes, so each sample holds until the next:
-// a minute's total is the sum over groups of each group's latest sample at
-// or before it. Minutes before the first sample or after now are not counted.
-func (s *Service) Bill(ctx context.Context, tenant string, from, to int64) (Bill, error) {
-	fromMin, toMin := from/60_000, (to+59_999)/60_000
-	toMin = min(toMin, s.clock.Now()/60_000+1)
-	per := map[int64]int64{}
-	for g := range s.host.Groups() {
-		ss, err := s.seriesSamples(ctx, g, tenant, 0, toMin)
-		if err != nil {
-			return Bill{}, err
-		}
-		for i, x := range ss {
-			end := toMin
-			if i+1 < len(ss) {
-				end = ss[i+1].Minute
-			}
-			for m := max(x.Minute, fromMin); m < end; m++ {
-				per[m] += x.Active
-			}
-		}
-	}
-	b := Bill{Tenant: tenant, From: from, To: to}
-	b.P95, b.Max, b.Minutes = ComputeBill(per)
-	return b, nil
-}
-
-func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	tenant := q.Get("tenant")
-	if tenant == "" || len(tenant) > fsmmeter.MaxIDLen {
-		writeError(w, http.StatusBadRequest, "query: tenant is required (at most 256 bytes)")
-		return
-	}
-	from, err1 := parseTime(q.Get("from"))
-	to, err2 := parseTime(q.Get("to"))
-	if err1 != nil || err2 != nil || to <= from {
-		writeError(w, http.StatusBadRequest, fmt.Sprintf("query: from and to (Unix ms or RFC 3339) are required with from < to (%v %v)", err1, err2))
-		return
-	}
-	b, err := s.Bill(r.Context(), tenant, from, to)
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
-		return
-	}
-	writeJSON(w, http.StatusOK, b)
-}
-
 func (s *Service) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 	type dl struct {
 		Record RecordDoc `json:"record"`
@@ -361,25 +286,57 @@ type ClockRequest struct {
 	AdvanceMs int64  `json:"advance_ms,omitempty"`
 }
 
+// ClockResponse answers POST /v1/metering/clock.
+type ClockResponse struct {
+	NowMs     int64 `json:"now_ms"`
+	TestClock bool  `json:"test_clock"`
+}
+
+// maxAdvanceMs keeps an advance within time.Duration (about 292 years).
+const maxAdvanceMs = math.MaxInt64 / int64(time.Millisecond)
+
+// SetClock is POST /v1/metering/clock and the SetClock RPC: it fixes the
+// clock at *set when set is non-nil, then advances it by advanceMs, and
+// answers the clock's now. A request changing nothing only reads it (on
+// any node). It fails with ErrClockLocked on a node not started with the
+// test clock, with ErrClockBackwards for a negative advance.
+func (s *Service) SetClock(set *int64, advanceMs int64) (ClockResponse, error) {
+	if advanceMs < 0 {
+		return ClockResponse{}, ErrClockBackwards
+	}
+	if advanceMs > maxAdvanceMs {
+		return ClockResponse{}, fmt.Errorf("metering clock: advance %d ms is over the bound %d ms", advanceMs, maxAdvanceMs)
+	}
+	advance := time.Duration(advanceMs) * time.Millisecond
+	if set != nil {
+		if err := s.clock.Set(*set); err != nil {
+			return ClockResponse{}, err
+		}
+	}
+	if advance != 0 {
+		if err := s.clock.Advance(advance); err != nil {
+			return ClockResponse{}, err
+		}
+	}
+	return ClockResponse{NowMs: s.clock.Now(), TestClock: s.cfg.TestClock}, nil
+}
+
+// handleClock: a node without the test clock answers 409 Conflict (its
+// state, not the caller's credentials, refuses: the admin rule's 401/403
+// mean the latter), a negative advance 400.
 func (s *Service) handleClock(w http.ResponseWriter, r *http.Request) {
 	var req ClockRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
 		writeError(w, http.StatusBadRequest, "clock: "+err.Error())
 		return
 	}
-	var err error
-	if req.SetMs != nil {
-		err = s.clock.Set(*req.SetMs)
-	}
-	if err == nil && req.AdvanceMs != 0 {
-		err = s.clock.Advance(time.Duration(req.AdvanceMs) * time.Millisecond)
-	}
+	resp, err := s.SetClock(req.SetMs, req.AdvanceMs)
 	switch {
-	case err == ErrClockLocked:
-		writeError(w, http.StatusForbidden, err.Error())
+	case errors.Is(err, ErrClockLocked):
+		writeError(w, http.StatusConflict, err.Error())
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
 	default:
-		writeJSON(w, http.StatusOK, map[string]int64{"now_ms": s.clock.Now()})
+		writeJSON(w, http.StatusOK, resp)
 	}
 }

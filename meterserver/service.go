@@ -2,10 +2,13 @@ package meterserver
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
@@ -136,4 +139,26 @@ func (g *grpcService) SeriesSamples(ctx context.Context, req *api.SeriesSamplesR
 		return nil, err
 	}
 	return &api.SeriesSamplesResponse{Samples: ss}, nil
+}
+
+// SetClock is the admin-only test clock (the node's gRPC interceptor applies
+// the admin rule to it): FailedPrecondition on a node without the test
+// clock, naming the flag that enables it.
+func (g *grpcService) SetClock(ctx context.Context, req *api.SetClockRequest) (*api.SetClockResponse, error) {
+	resp, err := g.s.SetClock(req.SetMs, req.AdvanceMs)
+	switch {
+	case errors.Is(err, ErrClockLocked):
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	case err != nil:
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return &api.SetClockResponse{NowMs: resp.NowMs, TestClock: resp.TestClock}, nil
+}
+
+func (g *grpcService) GroupSeriesSamples(ctx context.Context, req *api.GroupSeriesSamplesRequest) (*api.GroupSeriesSamplesResponse, error) {
+	ts, err := g.s.groupSeries(ctx, int(req.Group), req.FromMinute, req.ToMinute)
+	if err != nil {
+		return nil, err
+	}
+	return &api.GroupSeriesSamplesResponse{Tenants: ts}, nil
 }

@@ -48,6 +48,11 @@ func TestAdminAuthorize(t *testing.T) {
 		{"token without Bearer", ctxFrom(remote, "tok"), method, "tok", codes.Unauthenticated},
 		{"basic scheme", ctxFrom(remote, "Basic tok"), method, "tok", codes.Unauthenticated},
 		{"no metadata, loopback does not bypass a token", ctxFrom(loopback), method, "tok", codes.Unauthenticated},
+		{"config service", ctxFrom(remote), "/tollgate.v1.Config/SetLimits", "tok", codes.Unauthenticated},
+		{"metering clock is admin", ctxFrom(remote, "Bearer nope"), "/tollgate.v1.Metering/SetClock", "tok", codes.Unauthenticated},
+		{"metering clock, right token", ctxFrom(remote, "Bearer tok"), "/tollgate.v1.Metering/SetClock", "tok", codes.OK},
+		{"metering clock, no token, remote", ctxFrom(remote), "/tollgate.v1.Metering/SetClock", "", codes.PermissionDenied},
+		{"metering events need nothing", ctxFrom(remote), "/tollgate.v1.Metering/Start", "tok", codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := authorizeAdmin(tc.ctx, tc.method, tc.token)

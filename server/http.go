@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/samplectl"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
@@ -91,6 +92,10 @@ type NodeStatus struct {
 	// Sketches: the sketch hub's counters and the statusTopPartitions largest
 	// per-(tenant, partition) estimates (more at /api/v1/sketches?top=N).
 	Sketches *SketchStatus `json:"sketches,omitempty"`
+	// Billing is every tenant's month-to-date active-series bill (p95 as
+	// `tollgate usage bill` computes it), at most 100 tenants; groups whose
+	// leader does not answer within 2s are listed in its errors.
+	Billing *meterserver.BillingSummary `json:"billing,omitempty"`
 }
 
 // statusTopPartitions bounds the per-partition estimates in /api/v1/status.
@@ -120,6 +125,10 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 	}
 	if s.sketches != nil {
 		st.Sketches = &SketchStatus{Node: s.cfg.NodeID, Stats: s.sketches.Stats(), Top: s.sketches.Top(statusTopPartitions)}
+	}
+	if s.meter != nil {
+		b := s.meter.BillingSummary(r.Context())
+		st.Billing = &b
 	}
 	writeJSON(w, st)
 }
@@ -233,7 +242,7 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 <p>Zone {{.Zone}}, gRPC {{.GRPC}}, {{.Build}}.</p>
 <ul>
 <li><a href="/ui/">/ui/</a>: the dashboard (cluster by zone, groups and leaders, tenants near their limits, rates)</li>
-<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes, the sampling controller, the top per-partition HLL estimates (JSON)</li>
+<li><a href="/api/v1/status">/api/v1/status</a>: this node's groups, leaders and applied indexes, the sampling controller, the top per-partition HLL estimates, month-to-date active-series bills (JSON)</li>
 <li><a href="/api/v1/tenants">/api/v1/tenants</a>: tenants with active series and their limits (JSON)</li>
 <li>/api/v1/tenants/<i>TENANT</i>: one tenant's usage per group (JSON; 404 for an unknown tenant)</li>
 <li><a href="/metrics">/metrics</a>: Prometheus metrics</li>
@@ -277,9 +286,9 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	}
 	switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
 	case adminNotLoopback:
-		return http.StatusForbidden, "debug endpoints: no admin token is configured on this node, so only loopback clients may use them; start the server with --admin-token-file"
+		return http.StatusForbidden, "admin endpoint (debug, metering clock): no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token-file"
 	case adminBadToken:
-		return http.StatusUnauthorized, "debug endpoints: missing or wrong admin token (header \"Authorization: Bearer <token>\")"
+		return http.StatusUnauthorized, "admin endpoint (debug, metering clock): missing or wrong admin token (header \"Authorization: Bearer <token>\")"
 	}
 	return 0, ""
 }

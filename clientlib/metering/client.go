@@ -127,6 +127,39 @@ func (c *Client) Query(ctx context.Context, t Target, from, to time.Time, limit 
 	return resp.Records, nil
 }
 
+// ErrClockLocked: the node was not started with --metering-test-clock, so
+// its metering clock cannot be set or advanced (gRPC FailedPrecondition).
+var ErrClockLocked = errors.New("metering: the node's clock is not a test clock")
+
+// Clock is a node's metering clock after SetClock.
+type Clock struct {
+	Now       time.Time
+	TestClock bool // the node runs the test clock
+}
+
+// SetClock sets (when set is non-nil) and then advances (by advance ≥ 0) the
+// metering clock of the node cc is connected to; with neither it only reads
+// the clock. It is an admin call: cc must carry the admin token when the
+// node has one (metadata "authorization: Bearer <token>"). Only that node's
+// clock changes: a test sets every node. A node without the test clock
+// answers an error wrapping ErrClockLocked; no call is retried (a retried
+// advance could move the clock twice).
+func (c *Client) SetClock(ctx context.Context, set *time.Time, advance time.Duration) (Clock, error) {
+	req := &api.SetClockRequest{AdvanceMs: advance.Milliseconds()}
+	if set != nil {
+		ms := set.UnixMilli()
+		req.SetMs = &ms
+	}
+	resp, err := c.c.SetClock(ctx, req)
+	if err != nil {
+		if st := status.Convert(err); st.Code() == codes.FailedPrecondition {
+			return Clock{}, fmt.Errorf("%w: %s", ErrClockLocked, st.Message())
+		}
+		return Clock{}, fmt.Errorf("metering clock: %w", err)
+	}
+	return Clock{Now: time.UnixMilli(resp.NowMs), TestClock: resp.TestClock}, nil
+}
+
 // BatchEvent is one event of a batch: a start, or a stop when Stop is set.
 type BatchEvent struct {
 	Stop  bool

@@ -1,24 +1,29 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	climeter "github.com/tollgate-io/tollgate/clientlib/metering"
 )
 
 // newUsageCmd is `tollgate usage`: ledger queries and active-series bills
-// over a node's HTTP API (any node answers; it reads from group leaders).
+// over a node's HTTP API (any node answers; it reads from group leaders),
+// and the metering test clock over the admin gRPC API.
 func newUsageCmd() *cobra.Command {
 	var addr string
 	var asJSON bool
-	cmd := &cobra.Command{Use: "usage", Short: "Metering: query usage records, compute active-series bills"}
+	cmd := &cobra.Command{Use: "usage", Short: "Metering: query usage records, compute active-series bills, drive the test clock"}
 	cmd.PersistentFlags().StringVar(&addr, "http", "127.0.0.1:7380", "a node's HTTP address")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print the server's JSON")
 
@@ -135,6 +140,88 @@ milliseconds or RFC 3339. The last column is the duration measure in ms
 	bill.Flags().StringVar(&tenant, "tenant", "", "tenant id")
 	bill.Flags().StringVar(&bfrom, "from", "", "start (Unix ms or RFC 3339)")
 	bill.Flags().StringVar(&bto, "to", "", "end, exclusive")
-	cmd.AddCommand(query, bill)
+	cmd.AddCommand(query, bill, newUsageClockCmd(&asJSON))
 	return cmd
+}
+
+// newUsageClockCmd is `tollgate usage clock`: the metering test clock of
+// each node named by --addr, through the admin gRPC API (Metering.SetClock;
+// the admin token, not --http).
+func newUsageClockCmd(asJSON *bool) *cobra.Command {
+	var o adminOpts
+	var set string
+	var advance time.Duration
+	cmd := &cobra.Command{
+		Use:   "clock [--set T] [--advance D]",
+		Short: "Set or advance the metering test clock of nodes started with --metering-test-clock",
+		Long: `Sets (--set: Unix milliseconds or RFC 3339) and then advances (--advance: a Go
+duration such as 90m or 720h) the metering clock of every node in --addr; with
+neither flag it prints each node's clock. Once set, a node's clock stands still
+except when advanced, so month-granularity sampling runs in seconds. Set every
+node: the clock of the leader of a group stamps its entries. A node not started
+with --metering-test-clock refuses (FailedPrecondition). Admin API: give --token
+(or TOLLGATE_ADMIN_TOKEN) when the nodes have one. Not retried: a repeated
+advance would move the clock twice.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var at *time.Time
+			if set != "" {
+				t, err := parseUsageTime(set)
+				if err != nil {
+					return fmt.Errorf("usage clock: --set: %w", err)
+				}
+				at = &t
+			}
+			if advance < 0 {
+				return fmt.Errorf("usage clock: --advance %v: the clock cannot move backwards", advance)
+			}
+			addrs := splitAddrs(o.addrs)
+			if len(addrs) == 0 {
+				return fmt.Errorf("usage clock: --addr names no node")
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
+			defer cancel()
+			out := cmd.OutOrStdout()
+			for _, addr := range addrs {
+				one := o
+				one.addrs = addr
+				cc, err := one.dialFirst(ctx)
+				if err != nil {
+					return fmt.Errorf("usage clock: %w", err)
+				}
+				clk, err := climeter.New(cc).SetClock(ctx, at, advance)
+				cc.Close()
+				if err != nil {
+					return fmt.Errorf("usage clock: %s: %w", addr, err)
+				}
+				if *asJSON {
+					b, _ := json.Marshal(map[string]any{"addr": addr, "now_ms": clk.Now.UnixMilli(), "test_clock": clk.TestClock})
+					fmt.Fprintln(out, string(b))
+					continue
+				}
+				mode := "test clock"
+				if !clk.TestClock {
+					mode = "wall clock, not settable"
+				}
+				fmt.Fprintf(out, "%s: metering clock %s (%s)\n", addr, clk.Now.UTC().Format(time.RFC3339Nano), mode)
+			}
+			return nil
+		},
+	}
+	o.register(cmd)
+	cmd.Flags().StringVar(&set, "set", "", "fix the clock at this time (Unix ms or RFC 3339)")
+	cmd.Flags().DurationVar(&advance, "advance", 0, "then move it forward by this much")
+	return cmd
+}
+
+// parseUsageTime reads Unix milliseconds or RFC 3339, as the HTTP API does.
+func parseUsageTime(v string) (time.Time, error) {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		return time.UnixMilli(n), nil
+	}
+	t, err := time.Parse(time.RFC3339, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is neither Unix milliseconds nor RFC 3339", v)
+	}
+	return t, nil
 }

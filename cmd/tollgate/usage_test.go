@@ -71,3 +71,61 @@ func TestUsageCommands(t *testing.T) {
 		t.Fatal("bill without --from/--to accepted")
 	}
 }
+
+// TestUsageClock drives `tollgate usage clock` against a real test-clock node
+// and a real node without the test clock that has an admin token.
+func TestUsageClock(t *testing.T) {
+	start := func(testClock bool, token string) *server.Server {
+		s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+			RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: token, Metering: meterserver.Config{TestClock: testClock}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Stop(context.Background()) })
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if err := s.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		cmd := newRootCmd()
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"usage", "clock"}, args...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	test := start(true, "")
+	t0 := time.Date(2026, 11, 23, 5, 0, 0, 0, time.UTC)
+	out, err := run("--addr", test.GRPCAddr(), "--set", "2026-11-23T05:00:00Z")
+	if err != nil || !strings.Contains(out, "metering clock 2026-11-23T05:00:00Z (test clock)") || test.Metering().Clock().Now() != t0.UnixMilli() {
+		t.Fatalf("clock --set: %v\n%s", err, out)
+	}
+	out, err = run("--addr", test.GRPCAddr(), "--advance", "720h", "--json")
+	if want := t0.Add(720 * time.Hour).UnixMilli(); err != nil || !strings.Contains(out, fmt.Sprintf(`"now_ms":%d`, want)) || test.Metering().Clock().Now() != want {
+		t.Fatalf("clock --advance: %v\n%s", err, out)
+	}
+	if _, err := run("--addr", test.GRPCAddr(), "--advance", "-1m"); err == nil || !strings.Contains(err.Error(), "backwards") {
+		t.Fatalf("negative advance: %v", err)
+	}
+
+	prod := start(false, "s3cret")
+	if _, err := run("--addr", prod.GRPCAddr(), "--set", "1"); err == nil || !strings.Contains(err.Error(), "Unauthenticated") {
+		t.Fatalf("clock without the token: %v", err)
+	}
+	before := prod.Metering().Clock().Now()
+	_, err = run("--addr", prod.GRPCAddr(), "--token", "s3cret", "--set", "1")
+	if err == nil || !strings.Contains(err.Error(), "--metering-test-clock") {
+		t.Fatalf("clock on a node without the test clock: %v", err)
+	}
+	if now := prod.Metering().Clock().Now(); now < before {
+		t.Fatalf("refused clock moved from %d to %d", before, now)
+	}
+	out, err = run("--addr", prod.GRPCAddr(), "--token", "s3cret")
+	if err != nil || !strings.Contains(out, "wall clock, not settable") {
+		t.Fatalf("reading the clock: %v\n%s", err, out)
+	}
+}

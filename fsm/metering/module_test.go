@@ -442,3 +442,27 @@ func targetOfKey(r *replica, k string) Target {
 	r.t.Fatalf("no span for %q", k)
 	return Target{}
 }
+
+// TestSeriesWindow checks the window read against SeriesSamples: the samples
+// in [from, to) of every tenant, led by the count in force at from.
+func TestSeriesWindow(t *testing.T) {
+	r := newReplica(t)
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
+	for _, tc := range []struct {
+		from, to int64
+		want     string
+	}{
+		{0, 0, "map[a:[{10 1} {20 2} {30 3}] b:[{10 5}] c:[{30 7}]]"},
+		{20, 30, "map[a:[{20 2}] b:[{10 5}]]"},
+		{21, 31, "map[a:[{20 2} {30 3}] b:[{10 5}] c:[{30 7}]]"},
+		{5, 10, "map[]"},
+		{40, 0, "map[a:[{30 3}] b:[{10 5}] c:[{30 7}]]"},
+		{30, 20, "map[]"},
+	} {
+		if got := fmt.Sprint(r.m.SeriesWindow(tc.from, tc.to)); got != tc.want {
+			t.Errorf("SeriesWindow(%d, %d) = %s, want %s", tc.from, tc.to, got, tc.want)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package metering
 import (
 	"cmp"
 	"slices"
+	"sort"
 
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
@@ -180,6 +181,39 @@ func (m *Module) SeriesSamples(tenant string, from, to int64) []Sample {
 		if s.minute >= from && (to == 0 || s.minute < to) {
 			out = append(out, Sample{s.minute, s.active})
 		}
+	}
+	return out
+}
+
+// SeriesWindow returns every tenant's samples with minute in [from, to),
+// each tenant's list led by its latest sample before from when there is one
+// (the count in force at from: a sample holds until the next). Tenants with
+// no sample before to are left out. It reads only the window (binary search),
+// so a month's bills do not walk the whole retained history.
+func (m *Module) SeriesWindow(from, to int64) map[string][]Sample {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := map[string][]Sample{}
+	if to != 0 && to <= from {
+		return out
+	}
+	for t, ss := range m.series {
+		lo := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= from })
+		hi := len(ss)
+		if to != 0 {
+			hi = sort.Search(len(ss), func(i int) bool { return ss[i].minute >= to })
+		}
+		if lo > 0 && (lo == len(ss) || ss[lo].minute > from) {
+			lo-- // no sample at from: the one before is the count in force
+		}
+		if lo >= hi {
+			continue
+		}
+		w := make([]Sample, 0, hi-lo)
+		for _, s := range ss[lo:hi] {
+			w = append(w, Sample{s.minute, s.active})
+		}
+		out[t] = w
 	}
 	return out
 }
