@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
@@ -37,6 +39,8 @@ func (l *stalledLeader) GroupSeriesSamples(ctx context.Context, _ *api.GroupSeri
 type twoGroupHost struct {
 	mods    []*fsmmeter.Module
 	leader1 string
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
 }
 
 func (h *twoGroupHost) Groups() int             { return 2 }
@@ -55,6 +59,23 @@ func (h *twoGroupHost) Propose(context.Context, int, byte, []byte) (any, error) 
 func (h *twoGroupHost) Module(g int) *fsmmeter.Module             { return h.mods[g] }
 func (h *twoGroupHost) TenantsActive(int) []fsmmeter.TenantActive { return nil }
 func (h *twoGroupHost) NodeID() string                            { return "n1" }
+
+// PeerConn dials plaintext loopback (the stalled leader); the test closes it.
+func (h *twoGroupHost) PeerConn(addr string) (*grpc.ClientConn, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.conns == nil {
+		h.conns = map[string]*grpc.ClientConn{}
+	}
+	if cc := h.conns[addr]; cc != nil {
+		return cc, nil
+	}
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err == nil {
+		h.conns[addr] = cc
+	}
+	return cc, err
+}
 
 // TestBillingSummaryStalledGroup: a group whose leader does not answer costs
 // the summary its deadline, not the status page; it is named in the errors
@@ -76,6 +97,13 @@ func TestBillingSummaryStalledGroup(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	nowMin := now.UnixMilli() / 60_000
 	host := &twoGroupHost{mods: []*fsmmeter.Module{fsmmeter.New(0), fsmmeter.New(1)}, leader1: lis.Addr().String()}
+	t.Cleanup(func() {
+		host.mu.Lock()
+		defer host.mu.Unlock()
+		for _, cc := range host.conns {
+			_ = cc.Close()
+		}
+	})
 	var rows []fsmmeter.TenantActive
 	n := meterserver.MaxBillingTenants + 20
 	for i := range n {

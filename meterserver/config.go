@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"google.golang.org/grpc"
 	"log/slog"
 	"sync"
 	"time"
@@ -96,6 +97,10 @@ type Host interface {
 	Hosts(g int) bool
 	// LeaderGRPC returns group g's leader id and gRPC address as gossiped.
 	LeaderGRPC(g int) (id, addr string)
+	// PeerConn returns a connection to another node's gRPC address, dialled
+	// the way the node dials its peers (TLS when it serves TLS), shared with
+	// the node's other forwarding and owned by the node (never closed here).
+	PeerConn(addr string) (*grpc.ClientConn, error)
 	// Propose appends a module entry of type typ to group g (this node must
 	// lead it; cluster-version gated) and returns the module's response.
 	Propose(ctx context.Context, g int, typ byte, payload []byte) (any, error)

@@ -15,7 +15,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -278,19 +277,7 @@ func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error)
 	return nil, status.Errorf(codes.Internal, "unknown event outcome %d", r.Code)
 }
 
-func (s *Service) peer(addr string) (*grpc.ClientConn, error) {
-	s.peersMu.Lock()
-	defer s.peersMu.Unlock()
-	if cc := s.peers[addr]; cc != nil {
-		return cc, nil
-	}
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
-	}
-	s.peers[addr] = cc
-	return cc, nil
-}
+func (s *Service) peer(addr string) (*grpc.ClientConn, error) { return s.host.PeerConn(addr) }
 
 func eventToProto(ev *fsmmeter.Event) *api.MeterEvent {
 	p := &api.MeterEvent{Id: ev.ID, Timestamp: ev.Timestamp, Target: targetToProto(ev.Target)}

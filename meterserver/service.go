@@ -25,9 +25,6 @@ type Service struct {
 	batchers []*batcher
 	sink     *httpSink // nil without SinkURL
 
-	peersMu sync.Mutex
-	peers   map[string]*grpc.ClientConn
-
 	stop     chan struct{}
 	stopOnce sync.Once
 	wg       sync.WaitGroup
@@ -43,7 +40,7 @@ func New(cfg Config, host Host, clock *Clock) (*Service, error) {
 		clock = NewClock(nil, cfg.TestClock)
 	}
 	s := &Service{cfg: cfg, host: host, clock: clock, grid: interval.Grid{G: cfg.Granularity, Loc: cfg.Location},
-		peers: map[string]*grpc.ClientConn{}, stop: make(chan struct{})}
+		stop: make(chan struct{})}
 	s.metrics = newMetrics(s)
 	if err := s.metrics.register(cfg.Registerer); err != nil {
 		return nil, err
@@ -68,17 +65,11 @@ func (s *Service) Clock() *Clock { return s.clock }
 // Grid is the sampling grid (granularity and zone).
 func (s *Service) Grid() interval.Grid { return s.grid }
 
-// Stop ends the samplers and batchers and closes peer connections.
+// Stop ends the samplers and batchers (peer connections belong to the host).
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
 		close(s.stop)
 		s.wg.Wait()
-		s.peersMu.Lock()
-		for _, cc := range s.peers {
-			_ = cc.Close()
-		}
-		s.peers = nil
-		s.peersMu.Unlock()
 	})
 }
 

@@ -7,6 +7,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
@@ -42,6 +44,13 @@ func (h meteringHost) Hosts(g int) bool { return h.s.hostsGroup(g) }
 func (h meteringHost) LeaderGRPC(g int) (string, string) { return h.s.leaderOf(g) }
 
 func (h meteringHost) NodeID() string { return h.s.cfg.NodeID }
+
+func (h meteringHost) PeerConn(addr string) (*grpc.ClientConn, error) {
+	if h.s.admin == nil {
+		return nil, status.Error(codes.Unavailable, "node starting: no peer connections yet")
+	}
+	return h.s.admin.conn(addr)
+}
 
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }
 

@@ -237,6 +237,30 @@ func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 	}
 	trackOnLeader(ctx, t, tc, client, 4) // some log to replicate
 
+	// Metering forwards each event to its target group's leader over the
+	// node's peer connections: with 4 groups on 3 nodes, some of these 12
+	// starts are forwarded, and every one must succeed over TLS.
+	now := time.Now().UnixMilli()
+	for i, n := range tc.nodes {
+		mc := api.NewMeteringClient(tlsDial(t, n.GRPCAddr(), client))
+		for j := range 4 {
+			inst := fmt.Sprintf("tls-%d-%d", i, j)
+			var err error
+			for range 20 { // retried while leadership moves
+				_, err = mc.Start(ctx, &api.MeterEvent{Id: inst, Timestamp: now, Target: &api.MeterTarget{
+					OrganizationId: "o", SpaceId: "s", ConsumerId: "c", ResourceId: "r", PlanId: "p", ResourceInstanceId: inst},
+					MeasuredUsage: []*api.MeterMeasure{{Measure: "memory", Quantity: 1}}})
+				if status.Code(err) != codes.Unavailable {
+					break
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+			if err != nil {
+				t.Fatalf("metering start %s through %s (forwarded over TLS when it does not lead the group): %v", inst, n.cfg.NodeID, err)
+			}
+		}
+	}
+
 	extra := func(node string, tlsc TLSConfig, logs io.Writer) *Server {
 		s, err := New(Config{NodeID: node, Zone: "zone-x", DataDir: t.TempDir(),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: testToken,
