@@ -221,18 +221,25 @@ func (s *Service) SetLimits(ctx context.Context, req *api.SetLimitsRequest) (*ap
 		s.m.errors.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
-	// Check against the current document before anything moves, so a bad
-	// value is InvalidArgument on any node (the FSM checks again, alike on
-	// every replica).
-	if _, err := s.Newest().ApplyPatch(p); err != nil {
-		return nil, s.refusal(err)
-	}
+	// Check against the current document before anything moves (the FSM
+	// checks again, alike on every replica). Only group 0's leader's verdict
+	// is final: a patch is valid or not against the document it extends, and
+	// a follower's copy may not have the last change yet (a patch that
+	// completes a section set a moment ago would be refused here). A follower
+	// forwards, and gives its own refusal only when no leader answers.
+	_, checkErr := s.Newest().ApplyPatch(p)
 	if !s.b.Leads(OrderGroup) {
 		c, fctx, err := s.b.Leader(ctx, OrderGroup)
 		if err != nil {
+			if checkErr != nil {
+				return nil, s.refusal(checkErr)
+			}
 			return nil, s.unavailable(err)
 		}
 		return c.SetLimits(fctx, req)
+	}
+	if checkErr != nil {
+		return nil, s.refusal(checkErr)
 	}
 	res, err := s.b.Propose(ctx, OrderGroup, runtimecfg.TypePatch, runtimecfg.AppendPatch(nil, p))
 	if err != nil {
