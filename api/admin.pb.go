@@ -70,10 +70,20 @@ type StatusResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	View  *ClusterView           `protobuf:"bytes,1,opt,name=view,proto3" json:"view,omitempty"`
 	// Per node, per group raft state (nodes that did not answer are in unreachable).
-	Nodes         []*NodeGroupsResponse `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
-	Unreachable   []string              `protobuf:"bytes,3,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Nodes       []*NodeGroupsResponse `protobuf:"bytes,2,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	Unreachable []string              `protobuf:"bytes,3,rep,name=unreachable,proto3" json:"unreachable,omitempty"`
+	// The cluster version every member supports: the minimum of the members'
+	// cluster_version in view (members that are down or left count with the
+	// version they last gossiped, as leaders count them while they are still
+	// in a group). Entry types introduced up to it can be appended in every
+	// group; a member below it is what a rolling upgrade still waits for.
+	ClusterVersion uint32 `protobuf:"varint,4,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	// The backlog controller: the owner's live state when the owner (group 0's
+	// leader) answered NodeGroups, else the serving node's view of its
+	// configuration (as in `tollgate limits get --global`).
+	SamplingController *SamplingControllerStatus `protobuf:"bytes,5,opt,name=sampling_controller,json=samplingController,proto3" json:"sampling_controller,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -127,6 +137,20 @@ func (x *StatusResponse) GetUnreachable() []string {
 	return nil
 }
 
+func (x *StatusResponse) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
+}
+
+func (x *StatusResponse) GetSamplingController() *SamplingControllerStatus {
+	if x != nil {
+		return x.SamplingController
+	}
+	return nil
+}
+
 type NodeGroupsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -164,12 +188,14 @@ func (*NodeGroupsRequest) Descriptor() ([]byte, []int) {
 }
 
 type NodeGroupsResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	NodeId        string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
-	Zone          string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
-	Groups        []*GroupState          `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Zone   string                 `protobuf:"bytes,2,opt,name=zone,proto3" json:"zone,omitempty"`
+	Groups []*GroupState          `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
+	// Set only by the node that runs the backlog controller (Status reports it).
+	SamplingController *SamplingControllerStatus `protobuf:"bytes,4,opt,name=sampling_controller,json=samplingController,proto3" json:"sampling_controller,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *NodeGroupsResponse) Reset() {
@@ -223,18 +249,30 @@ func (x *NodeGroupsResponse) GetGroups() []*GroupState {
 	return nil
 }
 
+func (x *NodeGroupsResponse) GetSamplingController() *SamplingControllerStatus {
+	if x != nil {
+		return x.SamplingController
+	}
+	return nil
+}
+
 type GroupState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
 	// "Leader", "Follower", "Candidate", "Shutdown", or "None" (not a member).
-	RaftState     string `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
-	AppliedIndex  uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
-	LastIndex     uint64 `protobuf:"varint,4,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
-	CommitIndex   uint64 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
-	Term          uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
-	Series        uint64 `protobuf:"varint,7,opt,name=series,proto3" json:"series,omitempty"`
-	Tenants       uint32 `protobuf:"varint,8,opt,name=tenants,proto3" json:"tenants,omitempty"`
-	LeaderId      string `protobuf:"bytes,9,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	RaftState    string `protobuf:"bytes,2,opt,name=raft_state,json=raftState,proto3" json:"raft_state,omitempty"`
+	AppliedIndex uint64 `protobuf:"varint,3,opt,name=applied_index,json=appliedIndex,proto3" json:"applied_index,omitempty"`
+	LastIndex    uint64 `protobuf:"varint,4,opt,name=last_index,json=lastIndex,proto3" json:"last_index,omitempty"`
+	CommitIndex  uint64 `protobuf:"varint,5,opt,name=commit_index,json=commitIndex,proto3" json:"commit_index,omitempty"`
+	Term         uint64 `protobuf:"varint,6,opt,name=term,proto3" json:"term,omitempty"`
+	Series       uint64 `protobuf:"varint,7,opt,name=series,proto3" json:"series,omitempty"`
+	Tenants      uint32 `protobuf:"varint,8,opt,name=tenants,proto3" json:"tenants,omitempty"`
+	LeaderId     string `protobuf:"bytes,9,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	// Why this replica of the group is halted (an entry it cannot apply: a
+	// type from a newer cluster version, or a damaged payload); "" when it is
+	// not. A halted replica applies nothing more and refuses to lead the group
+	// until it is restarted with a build that can apply the entry.
+	HaltedReason  string `protobuf:"bytes,10,opt,name=halted_reason,json=haltedReason,proto3" json:"halted_reason,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +366,13 @@ func (x *GroupState) GetTenants() uint32 {
 func (x *GroupState) GetLeaderId() string {
 	if x != nil {
 		return x.LeaderId
+	}
+	return ""
+}
+
+func (x *GroupState) GetHaltedReason() string {
+	if x != nil {
+		return x.HaltedReason
 	}
 	return ""
 }
@@ -1261,17 +1306,20 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\vtollgate.v1\x1a\rtracker.proto\"\x0f\n" +
-	"\rStatusRequest\"\x97\x01\n" +
+	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"\x0f\n" +
+	"\rStatusRequest\"\x98\x02\n" +
 	"\x0eStatusResponse\x12,\n" +
 	"\x04view\x18\x01 \x01(\v2\x18.tollgate.v1.ClusterViewR\x04view\x125\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1f.tollgate.v1.NodeGroupsResponseR\x05nodes\x12 \n" +
-	"\vunreachable\x18\x03 \x03(\tR\vunreachable\"\x13\n" +
-	"\x11NodeGroupsRequest\"r\n" +
+	"\vunreachable\x18\x03 \x03(\tR\vunreachable\x12'\n" +
+	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\x12V\n" +
+	"\x13sampling_controller\x18\x05 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\x13\n" +
+	"\x11NodeGroupsRequest\"\xca\x01\n" +
 	"\x12NodeGroupsResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12/\n" +
-	"\x06groups\x18\x03 \x03(\v2\x17.tollgate.v1.GroupStateR\x06groups\"\x8b\x02\n" +
+	"\x06groups\x18\x03 \x03(\v2\x17.tollgate.v1.GroupStateR\x06groups\x12V\n" +
+	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\xb0\x02\n" +
 	"\n" +
 	"GroupState\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1d\n" +
@@ -1284,7 +1332,9 @@ const file_admin_proto_rawDesc = "" +
 	"\x04term\x18\x06 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06series\x18\a \x01(\x04R\x06series\x12\x18\n" +
 	"\atenants\x18\b \x01(\rR\atenants\x12\x1b\n" +
-	"\tleader_id\x18\t \x01(\tR\bleaderId\"d\n" +
+	"\tleader_id\x18\t \x01(\tR\bleaderId\x12#\n" +
+	"\rhalted_reason\x18\n" +
+	" \x01(\tR\fhaltedReason\"d\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
@@ -1393,38 +1443,41 @@ var file_admin_proto_goTypes = []any{
 	(*DropTenantResponse)(nil),         // 19: tollgate.v1.DropTenantResponse
 	(*GroupDrop)(nil),                  // 20: tollgate.v1.GroupDrop
 	(*ClusterView)(nil),                // 21: tollgate.v1.ClusterView
+	(*SamplingControllerStatus)(nil),   // 22: tollgate.v1.SamplingControllerStatus
 }
 var file_admin_proto_depIdxs = []int32{
 	21, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
 	3,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
-	4,  // 2: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
-	5,  // 3: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
-	5,  // 4: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
-	16, // 5: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
-	20, // 6: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
-	0,  // 7: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
-	6,  // 8: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
-	8,  // 9: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
-	9,  // 10: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
-	11, // 11: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
-	2,  // 12: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
-	13, // 13: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
-	15, // 14: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
-	18, // 15: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
-	1,  // 16: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
-	7,  // 17: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
-	10, // 18: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
-	10, // 19: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
-	12, // 20: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
-	3,  // 21: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
-	14, // 22: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
-	17, // 23: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
-	19, // 24: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
-	16, // [16:25] is the sub-list for method output_type
-	7,  // [7:16] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	22, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	4,  // 3: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
+	22, // 4: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	5,  // 5: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
+	5,  // 6: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
+	16, // 7: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
+	20, // 8: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
+	0,  // 9: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
+	6,  // 10: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
+	8,  // 11: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
+	9,  // 12: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
+	11, // 13: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
+	2,  // 14: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
+	13, // 15: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
+	15, // 16: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
+	18, // 17: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
+	1,  // 18: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
+	7,  // 19: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
+	10, // 20: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
+	10, // 21: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
+	12, // 22: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
+	3,  // 23: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
+	14, // 24: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
+	17, // 25: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
+	19, // 26: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
+	18, // [18:27] is the sub-list for method output_type
+	9,  // [9:18] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1432,6 +1485,7 @@ func file_admin_proto_init() {
 	if File_admin_proto != nil {
 		return
 	}
+	file_config_proto_init()
 	file_tracker_proto_init()
 	file_admin_proto_msgTypes[18].OneofWrappers = []any{}
 	type x struct{}

@@ -185,9 +185,15 @@ type Member struct {
 	// "alive", "leaving", "left", "failed".
 	Status string `protobuf:"bytes,5,opt,name=status,proto3" json:"status,omitempty"`
 	// Groups this node leads, as last gossiped.
-	GroupsLed     []uint32 `protobuf:"varint,6,rep,packed,name=groups_led,json=groupsLed,proto3" json:"groups_led,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	GroupsLed []uint32 `protobuf:"varint,6,rep,packed,name=groups_led,json=groupsLed,proto3" json:"groups_led,omitempty"`
+	// The highest cluster version the member's build supports (its gossiped
+	// "ver" tag; for a member that is down, the last one it gossiped; 1 for a
+	// build from before the tag). A leader appends an entry type introduced in
+	// cluster version v only when every server of the group supports v. 0 from
+	// servers that predate this field.
+	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -260,6 +266,13 @@ func (x *Member) GetGroupsLed() []uint32 {
 		return x.GroupsLed
 	}
 	return nil
+}
+
+func (x *Member) GetClusterVersion() uint32 {
+	if x != nil {
+		return x.ClusterVersion
+	}
+	return 0
 }
 
 type GroupInfo struct {
@@ -616,7 +629,7 @@ const file_tracker_proto_rawDesc = "" +
 	"group_info\x18\x05 \x03(\v2\x16.tollgate.v1.GroupInfoR\tgroupInfo\x12\x1b\n" +
 	"\tserved_by\x18\x06 \x01(\tR\bservedBy\x12%\n" +
 	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12A\n" +
-	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\"\xa9\x01\n" +
+	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\"\xd2\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
@@ -624,7 +637,8 @@ const file_tracker_proto_rawDesc = "" +
 	"\fraft_address\x18\x04 \x01(\tR\vraftAddress\x12\x16\n" +
 	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1d\n" +
 	"\n" +
-	"groups_led\x18\x06 \x03(\rR\tgroupsLed\"\x86\x01\n" +
+	"groups_led\x18\x06 \x03(\rR\tgroupsLed\x12'\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"\x86\x01\n" +
 	"\tGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +

@@ -210,7 +210,9 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 	return &api.TransferLeadershipResponse{Group: uint32(g)}, nil
 }
 
-// NodeGroups is this node's local raft state per group (not forwarded).
+// NodeGroups is this node's local raft state per group (not forwarded), with
+// the reason of every group halted here, and the backlog controller's state
+// when this node runs it.
 func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api.NodeGroupsResponse, error) {
 	return a.s.nodeGroups(), nil
 }
@@ -232,15 +234,38 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 			Group: uint32(g), RaftState: state, AppliedIndex: st.AppliedIndex, LastIndex: r.LastIndex(),
 			CommitIndex: commit, Term: term, Series: uint64(st.Series), Tenants: uint32(st.Tenants), LeaderId: string(lid),
 		})
+		if halted, why := s.fsms[g].Halted(); halted {
+			out.Groups[len(out.Groups)-1].HaltedReason = why
+		}
+	}
+	// Only the owner has the controller's live state (input, steps, writes);
+	// the others know its configuration only, which Status falls back to.
+	if s.sampling != nil {
+		if sc := s.sampling.State(); sc.IsOwner {
+			out.SamplingController = sc.proto()
+		}
 	}
 	return out
 }
 
-// Status gathers every alive member's NodeGroups in parallel.
+// minClusterVersion is the cluster version every member of ms supports (0
+// when there is none).
+func minClusterVersion(ms []*api.Member) uint32 {
+	var v uint32
+	for i, m := range ms {
+		if i == 0 || m.ClusterVersion < v {
+			v = m.ClusterVersion
+		}
+	}
+	return v
+}
+
+// Status gathers every alive member's NodeGroups in parallel, and adds the
+// cluster version every member supports and the backlog controller's state.
 func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
 	s := a.s
 	v, _ := s.view.get()
-	resp := &api.StatusResponse{View: v}
+	resp := &api.StatusResponse{View: v, ClusterVersion: minClusterVersion(v.GetMembers())}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range s.memberList() {
@@ -275,6 +300,14 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	}
 	wg.Wait()
 	slices.SortFunc(resp.Nodes, func(a, b *api.NodeGroupsResponse) int { return strings.Compare(a.NodeId, b.NodeId) })
+	for _, n := range resp.Nodes {
+		if n.SamplingController != nil {
+			resp.SamplingController = n.SamplingController
+		}
+	}
+	if resp.SamplingController == nil && s.sampling != nil {
+		resp.SamplingController = s.sampling.State().proto()
+	}
 	return resp, nil
 }
 

@@ -101,7 +101,7 @@ func (s *Server) memberList() []membership.Member {
 		return s.members.Members()
 	}
 	return []membership.Member{{ID: s.cfg.NodeID, Zone: s.cfg.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
-		Status: membership.StatusAlive, GroupsLed: s.ledGroups()}}
+		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.MaxClusterVersion}}
 }
 
 func (s *Server) ledGroups() []int {
@@ -133,7 +133,8 @@ func (s *Server) buildView() *api.ClusterView {
 	byID := map[string]membership.Member{}
 	for _, m := range ms {
 		byID[m.ID] = m
-		pm := &api.Member{Id: m.ID, Zone: m.Zone, GrpcAddress: m.GRPCAddr, RaftAddress: m.RaftAddr, Status: m.Status}
+		pm := &api.Member{Id: m.ID, Zone: m.Zone, GrpcAddress: m.GRPCAddr, RaftAddress: m.RaftAddr, Status: m.Status,
+			ClusterVersion: uint32(m.ClusterVersion)}
 		for _, g := range m.GroupsLed {
 			pm.GroupsLed = append(pm.GroupsLed, uint32(g))
 		}

@@ -148,6 +148,11 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		c.OutputPercent != 5 || c.Writes == 0 {
 		t.Fatalf("controller state in GetLimits: %+v (owner %s)", resp.Controller, owner.cfg.NodeID)
 	}
+	// The Admin Status RPC, asked on a node that does not run the controller,
+	// carries the owner's live state (reports and steps only the owner counts).
+	if c := adminStatus(t, other).SamplingController; c == nil || c.Owner != owner.cfg.NodeID || !c.Enabled || c.Kind != "locate" || c.Reports == 0 || c.Steps == 0 {
+		t.Fatalf("controller state in Status on %s: %+v (owner %s)", other.cfg.NodeID, c, owner.cfg.NodeID)
+	}
 	if v := gaugeValue(t, owner, "tollgate_sampling_controller_output_percent", "kind", "locate"); v != 5 {
 		t.Fatalf("owner's output metric %v, want 5", v)
 	}

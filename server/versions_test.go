@@ -183,6 +183,21 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	if err := n3.Raft(0).Snapshot().Error(); err == nil {
 		t.Error("raft snapshot of a halted group succeeded: the log could be compacted past the unapplied entry")
 	}
+	// Status, asked on n1, shows n3's halt (gathered from n3) and every
+	// member's cluster version, the lowest being the cluster's.
+	st := adminStatus(t, tc.nodes[0])
+	if st.ClusterVersion != 1 {
+		t.Errorf("status cluster version %d, want 1 (n3's)", st.ClusterVersion)
+	}
+	for _, m := range st.View.Members {
+		if want := map[string]uint32{"n1": fsm.CurrentClusterVersion, "n2": fsm.CurrentClusterVersion, "n3": 1}[m.Id]; m.ClusterVersion != want {
+			t.Errorf("status: member %s cluster version %d, want %d", m.Id, m.ClusterVersion, want)
+		}
+	}
+	if halts := haltedIn(st); len(halts) != 1 || !strings.Contains(halts["n3/0"], "supports cluster version 1") ||
+		!strings.Contains(halts["n3/0"], "drop-tenant") {
+		t.Errorf("status halts %v, want only n3's group 0, naming drop-tenant and version 1", halts)
+	}
 
 	// Writes continue on the other replicas; n3 applies none of them.
 	trackGroup0(t, tc, "u", 3, 50)
@@ -253,6 +268,12 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 			return ok
 		})
 	}
+	waitFor(t, "status shows cluster version "+strconv.Itoa(fsm.CurrentClusterVersion), func() bool {
+		return adminStatus(t, tc.nodes[0]).ClusterVersion == fsm.CurrentClusterVersion
+	})
+	if halts := haltedIn(adminStatus(t, tc.nodes[0])); len(halts) != 0 {
+		t.Errorf("status after the upgrade shows halts %v", halts)
+	}
 	trackGroup0(t, tc, "t", 5, 25)
 	adm := api.NewAdminClient(dial(t, tc.nodes[1].GRPCAddr()))
 	out, err := adm.DropTenant(adminCtx(t), &api.DropTenantRequest{Tenant: "t"})
@@ -265,6 +286,53 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	for _, gd := range out.Groups {
 		if wantN := map[uint32]uint64{0: 100}[gd.Group]; gd.Removed != wantN {
 			t.Errorf("group %d: removed %d, want %d", gd.Group, gd.Removed, wantN)
+		}
+	}
+}
+
+// adminStatus calls the Admin Status RPC on s.
+func adminStatus(t *testing.T, s *Server) *api.StatusResponse {
+	t.Helper()
+	st, err := api.NewAdminClient(dial(t, s.GRPCAddr())).Status(adminCtx(t), &api.StatusRequest{})
+	if err != nil {
+		t.Fatalf("status on %s: %v", s.cfg.NodeID, err)
+	}
+	return st
+}
+
+// haltedIn maps "node/group" to the halt reason of every halted replica in st.
+func haltedIn(st *api.StatusResponse) map[string]string {
+	out := map[string]string{}
+	for _, n := range st.Nodes {
+		for _, g := range n.Groups {
+			if g.HaltedReason != "" {
+				out[fmt.Sprintf("%s/%d", n.NodeId, g.Group)] = g.HaltedReason
+			}
+		}
+	}
+	return out
+}
+
+// A node started with MaxClusterVersion 2 shows it in Status (its gossiped
+// tag), and the cluster version is 2. (A node without gossip reports its own:
+// the dev node of cmd/tollgate's TestStatusShowsVersionsAndHalts.)
+func TestStatusShowsClusterVersions(t *testing.T) {
+	tc := startCluster(t, 2, func(i int, c *Config) {
+		if i == 1 {
+			c.MaxClusterVersion = 2
+		}
+	})
+	var st *api.StatusResponse
+	waitFor(t, "status on n1 lists both members", func() bool {
+		st = adminStatus(t, tc.nodes[0])
+		return len(st.View.GetMembers()) == 2
+	})
+	if st.ClusterVersion != 2 {
+		t.Errorf("cluster version %d, want 2", st.ClusterVersion)
+	}
+	for _, m := range st.View.Members {
+		if want := map[string]uint32{"n1": fsm.CurrentClusterVersion, "n2": 2}[m.Id]; m.ClusterVersion != want {
+			t.Errorf("member %s: cluster version %d, want %d", m.Id, m.ClusterVersion, want)
 		}
 	}
 }

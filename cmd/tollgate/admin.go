@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
 )
 
 // adminOpts are the connection flags shared by the operator commands.
@@ -168,7 +169,7 @@ func newStatusCmd() *cobra.Command {
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show members by zone, groups, leaders, applied index and series per group (--tenant: one tenant's shares)",
+		Short: "Show members by zone with their cluster version, groups, leaders, applied index and series per group, halted replicas and the backlog controller (--tenant: one tenant's shares)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" {
 				return tenantStatus(cmd, &o, tenant, asJSON)
@@ -188,7 +189,7 @@ func newStatusCmd() *cobra.Command {
 				} else {
 					printStatus(cmd.OutOrStdout(), st)
 				}
-				return leaderlessError(leaderless(st.GetView()))
+				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)))
 			})
 		},
 	}
@@ -272,10 +273,96 @@ func leaderlessError(groups []uint32) error {
 	return fmt.Errorf("groups %s have no leader: tracking for their partitions fails until a quorum of their voters is up (see the VOTERS column, and the nodes' logs)", groupList(groups))
 }
 
+// haltedReplica is one halted (node, group) replica of a status answer.
+type haltedReplica struct {
+	node   string
+	group  uint32
+	reason string
+}
+
+// halted lists the halted replicas of st's nodes, by node then group.
+func halted(st *api.StatusResponse) []haltedReplica {
+	var out []haltedReplica
+	for _, n := range st.GetNodes() {
+		for _, g := range n.Groups {
+			if g.HaltedReason != "" {
+				out = append(out, haltedReplica{node: n.NodeId, group: g.Group, reason: g.HaltedReason})
+			}
+		}
+	}
+	return out
+}
+
+// haltedError makes the command exit non-zero when a replica is halted: it
+// applies nothing more (and will not lead its group) until its node is
+// restarted with a build that can apply the entry it stopped at.
+func haltedError(hs []haltedReplica) error {
+	if len(hs) == 0 {
+		return nil
+	}
+	var where []string
+	for _, h := range hs {
+		where = append(where, fmt.Sprintf("group %d on %s", h.group, h.node))
+	}
+	return fmt.Errorf("halted replicas: %s: they apply nothing more until their node is restarted with a build that supports the entry they stopped at (see HALTED above)", strings.Join(where, ", "))
+}
+
+// clusterVersionLine says which cluster version the whole cluster supports
+// and, during a rolling upgrade, which members hold it back.
+func clusterVersionLine(st *api.StatusResponse) string {
+	cv := st.GetClusterVersion()
+	if cv == 0 {
+		return fmt.Sprintf("cluster version: unknown (the answering node predates it; this build supports %d)", fsm.CurrentClusterVersion)
+	}
+	var top uint32
+	for _, m := range st.GetView().GetMembers() {
+		top = max(top, m.ClusterVersion)
+	}
+	line := fmt.Sprintf("cluster version %d (this build supports %d)", cv, fsm.CurrentClusterVersion)
+	var lag []string
+	for _, m := range st.GetView().GetMembers() {
+		if m.ClusterVersion < top {
+			lag = append(lag, fmt.Sprintf("%s=%d", m.Id, m.ClusterVersion))
+		}
+	}
+	if len(lag) > 0 {
+		slices.Sort(lag)
+		line += fmt.Sprintf("; members below %d: %s (entry types of newer versions wait for them)", top, strings.Join(lag, ", "))
+	}
+	return line
+}
+
+// controllerLine summarizes the backlog controller in one line ("" when the
+// answering node predates it).
+func controllerLine(c *api.SamplingControllerStatus) string {
+	if c == nil {
+		return ""
+	}
+	owner := c.Owner
+	if owner == "" {
+		owner = "unknown (no leader of group 0)"
+	}
+	switch {
+	case c.Kind == "":
+		return "backlog controller: off (none configured: tollgate limits get --global)"
+	case !c.Enabled:
+		return fmt.Sprintf("backlog controller (%s) on %s: DISABLED: %s", c.Kind, owner, c.Reason)
+	}
+	line := fmt.Sprintf("backlog controller (%s) on %s: enabled, output %g%% (written %g%%)", c.Kind, owner, c.OutputPercent, c.WrittenPercent)
+	if c.LastWriteError != "" {
+		line += "; last write failed: " + c.LastWriteError
+	}
+	return line
+}
+
 func printStatus(out io.Writer, st *api.StatusResponse) {
 	v := st.View
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	fmt.Fprintln(w, clusterVersionLine(st))
+	if l := controllerLine(st.GetSamplingController()); l != "" {
+		fmt.Fprintln(w, l)
+	}
 	if cv := v.GetConfigVersion(); cv > 0 {
 		fmt.Fprintf(w, "runtime config: version %d (replicated; tollgate limits get)\n\n", cv)
 	} else {
@@ -288,9 +375,14 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		}
 		return strings.Compare(a.Id, b.Id)
 	})
-	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tGRPC\tRAFT\tLEADS")
+	// VER: the highest cluster version the member's build supports.
+	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tVER\tGRPC\tRAFT\tLEADS")
 	for _, m := range members {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", m.Zone, m.Id, m.Status, m.GrpcAddress, m.RaftAddress, groupList(m.GroupsLed))
+		ver := "?" // a server from before the field
+		if m.ClusterVersion > 0 {
+			ver = fmt.Sprint(m.ClusterVersion)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Zone, m.Id, m.Status, ver, m.GrpcAddress, m.RaftAddress, groupList(m.GroupsLed))
 	}
 	w.Flush()
 	fmt.Fprintln(out)
@@ -332,6 +424,12 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	}
 	if ll := leaderless(v); len(ll) > 0 {
 		fmt.Fprintf(out, "\nNO LEADER in groups %s\n", groupList(ll))
+	}
+	if hs := halted(st); len(hs) > 0 {
+		fmt.Fprintln(out)
+		for _, h := range hs {
+			fmt.Fprintf(out, "HALTED: group %d on %s: %s\n", h.group, h.node, h.reason)
+		}
 	}
 }
 

@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tollgate-io/tollgate/fsm"
 )
 
 // lineWatcher collects a process's output lines and tells when one matches.
@@ -156,5 +159,94 @@ func TestBenchAgainstDevNode(t *testing.T) {
 	// (requests still in flight at the end may have added more).
 	if used := usage(t, p, "bench-0") + usage(t, p, "bench-1"); used < s.NewAccepted || s.NewAccepted == 0 {
 		t.Fatalf("server holds %d series, bench accepted %d new", used, s.NewAccepted)
+	}
+}
+
+// status shows the cluster version of each member and of the cluster, the
+// backlog controller, and halted replicas. A dev node writes runtime-config
+// entries (cluster version 3), then restarts with TOLLGATE_MAX_CLUSTER_VERSION=2
+// on the same data: replaying its log it meets an entry it cannot apply and
+// halts the group, which status prints and exits non-zero for.
+func TestStatusShowsVersionsAndHalts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	data := t.TempDir()
+	addrs := [3]string{freePort(t), freePort(t), freePort(t)}
+	p := startDev(t, bin, data, addrs)
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+	a := p.grpc
+	cur := fsm.CurrentClusterVersion
+
+	out := mustCLI(t, bin, "status", "--addr", a)
+	if want := fmt.Sprintf("cluster version %d (this build supports %d)\n", cur, cur); !strings.Contains(out, want) {
+		t.Fatalf("status lacks %q:\n%s", want, out)
+	}
+	if ver := tableColumn(t, out, "ZONE", 3); len(ver) != 1 || ver[0] != fmt.Sprint(cur) {
+		t.Fatalf("VER column %v, want [%d]:\n%s", ver, cur, out)
+	}
+	if !strings.Contains(out, "backlog controller: off") || strings.Contains(out, "HALTED") {
+		t.Fatalf("status of a fresh dev node:\n%s", out)
+	}
+
+	mustCLI(t, bin, "limits", "set", "--addr", a, "--global", "backlog_controller.kind=locate", "backlog_controller.target=1000",
+		"backlog_controller.period=10s", "backlog_controller.kp=0.5")
+	deadline := time.Now().Add(20 * time.Second) // generous: only catches hangs
+	for {
+		out = mustCLI(t, bin, "status", "--addr", a)
+		if strings.Contains(out, "backlog controller (locate) on dev: enabled, output 100% (written ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not show the controller enabled:\n%s", out)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	// Restart as a build that supports cluster version 2 only.
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	_ = p.cmd.Wait()
+	cmd := exec.Command(bin, "server", "--dev", "--data-dir", data, "--grpc-addr", addrs[0], "--http-addr", addrs[1],
+		"--raft-addr", addrs[2], "--log-level", "warn")
+	cmd.Env = append(cmd.Environ(), "TOLLGATE_MAX_CLUSTER_VERSION=2")
+	stderr := watchLines(t, cmd, true)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	stderr.wait(t, "group halted")
+	// Every group holds a config entry (group 0 the patch, the others its
+	// install): wait until each has replayed up to it and halted.
+	var err error
+	deadline = time.Now().Add(60 * time.Second) // only catches hangs
+	for {
+		out, err = runCLI(t, bin, "status", "--addr", a, "--timeout", "20s")
+		if strings.Count(out, "HALTED: group ") == 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status does not show the four groups halted: err=%v\n%s", err, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err == nil {
+		t.Fatalf("status with halted groups exited 0:\n%s", out)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("cluster version 2 (this build supports %d)\n", cur),
+		"HALTED: group 0 on dev: raft index ",
+		"this build supports cluster version 2",
+		"halted replicas: group 0 on dev, group 1 on dev, group 2 on dev, group 3 on dev: ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q", want)
+		}
+	}
+	if ver := tableColumn(t, out, "ZONE", 3); len(ver) != 1 || ver[0] != "2" {
+		t.Errorf("VER column %v, want [2]", ver)
+	}
+	if t.Failed() {
+		t.Fatalf("status:\n%s", out)
 	}
 }
