@@ -17,14 +17,17 @@ import (
 // process (every group bootstrapped locally, P = 64, G = 4).
 
 // startServer starts a node whose tenants may hold maxSeries series, i.e.
-// ceil(maxSeries × 16 / 64) per group.
+// ceil(maxSeries × 16 / 64) per group: these tests check what the client
+// sees of each group's share, so the node runs the static split (movable
+// shares, the server default, move headroom between groups; Example shows
+// them).
 func startServer(t *testing.T, maxSeries int64) *server.Server {
 	t.Helper()
 	s, err := server.New(server.Config{
 		DataDir: t.TempDir(), Bootstrap: true,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		DefaultMaxSeries: maxSeries,
-		Logger:           slog.New(slog.DiscardHandler),
+		DefaultMaxSeries: maxSeries, ShareMode: server.ShareStatic,
+		Logger: slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -48,37 +48,50 @@ func Example() {
 	}
 	defer c.Close()
 
-	// 20 new series in partition 0 (group 0) and 20 in partition 63 (group 3).
-	series := func(partition int) []uint64 {
+	// The tenant may hold 64 active series in all. Shares of that limit move
+	// to the groups where the tenant's series land, so 40 new series in two
+	// partitions (groups 0 and 3) are all accepted.
+	series := func(partition, n int) []uint64 {
 		first, _ := api.PartitionHashRange(partition, api.DefaultPartitions)
-		hs := make([]uint64, 20)
+		hs := make([]uint64, n)
 		for i := range hs {
 			hs[i] = first + uint64(i)
 		}
 		return hs
 	}
-	a, b := series(0), series(63)
+	a, b := series(0, 20), series(63, 20)
 	rejected, err := c.TrackSeries(ctx, "team-a", slices.Concat(b, a))
 	if err != nil {
 		log.Fatal(err)
 	}
-	// Each group accepts the first 16 in request order; the rejections come
-	// back grouped by partition.
 	fmt.Println("sent 40, rejected", len(rejected))
-	fmt.Println("rejected = last 4 of each partition:", slices.Equal(rejected, slices.Concat(a[16:], b[16:])))
 
-	// Re-sending accepted series never rejects them.
-	rejected, err = c.TrackSeries(ctx, "team-a", slices.Concat(a[:16], b[:16]))
+	// 40 more in two other partitions: exactly 24 fit under the limit.
+	more := slices.Concat(series(1, 20), series(62, 20))
+	rejected, err = c.TrackSeries(ctx, "team-a", more)
 	if err != nil {
 		log.Fatal(err)
 	}
-	fmt.Println("re-sent 32, rejected", len(rejected))
+	fmt.Println("sent 40 more, rejected", len(rejected))
+
+	// Re-sending accepted series never rejects them.
+	var accepted []uint64
+	for _, h := range more {
+		if !slices.Contains(rejected, h) {
+			accepted = append(accepted, h)
+		}
+	}
+	rejected, err = c.TrackSeries(ctx, "team-a", slices.Concat(a, b, accepted))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("re-sent 64, rejected", len(rejected))
 
 	p, g := c.Layout()
 	fmt.Printf("layout: %d partitions, %d groups; %d requests sent\n", p, g, c.Stats().Requests)
 	// Output:
-	// sent 40, rejected 8
-	// rejected = last 4 of each partition: true
-	// re-sent 32, rejected 0
-	// layout: 64 partitions, 4 groups; 4 requests sent
+	// sent 40, rejected 0
+	// sent 40 more, rejected 16
+	// re-sent 64, rejected 0
+	// layout: 64 partitions, 4 groups; 8 requests sent
 }
