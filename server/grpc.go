@@ -139,22 +139,37 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }
 
-// nearShare reports whether active series in a group of partitionsInGroup
-// partitions reach NearLimitFraction of that group's share of maxSeries (never
-// for an unlimited tenant).
-func (s *Server) nearShare(active, maxSeries int64, partitionsInGroup int) bool {
-	share := GroupShare(maxSeries, partitionsInGroup, s.cfg.Partitions)
-	return share > 0 && float64(active) >= s.cfg.NearLimitFraction*float64(share)
+// nearShare reports whether a tenant's active series in a group are at or
+// above NearLimitFraction of the group's current share of its max_series
+// (share, from groupShares). With the static split that is the fixed split;
+// with movable shares it is the split plus the headroom moved in or out, the
+// share the group actually decides by: a group with slack rejects nothing
+// and a client may track there asynchronously, while a group near its
+// current share may have to borrow and rejects once the tenant is at its
+// limit, so clients go synchronous there. A share of 0 is unlimited.
+func (s *Server) nearShare(active, share int64) bool {
+	switch {
+	case share == 0:
+		return false
+	case share < 0: // limited, no headroom at all
+		return active > 0
+	}
+	return float64(active) >= s.cfg.NearLimitFraction*float64(share)
 }
 
-// closeToLimit lists tenants at or above NearLimitFraction of their group share,
-// read from this replica's committed state (followers answer too).
-func (s *Server) closeToLimit(g int) []string {
-	limits := s.groupLimits(g)
+// groupShares returns group g's current share function (shares.go).
+func (s *Server) groupShares(g int) func(tenant string) int64 {
 	lo, hi := s.fsms[g].PartitionRange()
+	return s.shares.share(g, hi-lo)
+}
+
+// closeToLimit lists tenants at or above NearLimitFraction of their group
+// share, read from this replica's committed state (followers answer too).
+func (s *Server) closeToLimit(g int) []string {
+	share := s.groupShares(g)
 	var out []string
 	for _, t := range s.fsms[g].Tenants() {
-		if s.nearShare(t.Active(), limits.For(t.Name).MaxSeries, hi-lo) {
+		if s.nearShare(t.Active(), share(t.Name)) {
 			out = append(out, t.Name)
 		}
 	}

@@ -1,7 +1,9 @@
 package server
 
 import (
+	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -69,6 +71,46 @@ func TestMovableSharesExactAtLimit(t *testing.T) {
 		if sum, tr := sumShares(s, tenant); sum+tr != 64 || sum > 64 {
 			t.Fatalf("%s: Σ shares %d + in transit %d, want 64", tenant, sum, tr)
 		}
+	}
+}
+
+// Near-limit lists follow a group's current share: a group that gave its
+// headroom away is near its limit at a usage the static split would call far,
+// and a group that borrowed is near although it is above its split.
+func TestNearLimitFollowsMovableShares(t *testing.T) {
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64 })
+	defer stop(t, s)
+	// 44 series in group 0 (partitions 0..15): 28 borrowed from groups 1..3.
+	for p := range 4 {
+		if rej := track(t, c, "t", p, hashesIn(uint64(p), p, 11)); len(rej) != 0 {
+			t.Fatalf("partition %d: %d rejected below the limit", p, len(rej))
+		}
+	}
+	if !slices.Contains(s.closeToLimit(0), "t") {
+		t.Fatalf("group 0 holds 44 (share %d): not listed near", s.groupShares(0)("t"))
+	}
+	// Find a group that gave headroom away and fill it to 0.85 of what it
+	// has left, staying below 0.85 of its static split (13.6).
+	giver, share := -1, int64(0)
+	for g := 1; g < 4; g++ {
+		if sh := s.groupShares(g)("t"); sh > 0 && sh < 12 {
+			giver, share = g, sh
+			break
+		}
+	}
+	if giver < 0 {
+		t.Fatalf("no group gave headroom: shares %d %d %d", s.groupShares(1)("t"), s.groupShares(2)("t"), s.groupShares(3)("t"))
+	}
+	need := int(math.Ceil(0.85 * float64(share)))
+	if slices.Contains(s.closeToLimit(giver), "t") {
+		t.Fatalf("group %d listed near with no series", giver)
+	}
+	part := giver * 16
+	if rej := track(t, c, "t", part, hashesIn(99, part, need)); len(rej) != 0 {
+		t.Fatalf("group %d: %d of %d rejected below its share %d", giver, len(rej), need, share)
+	}
+	if !slices.Contains(s.closeToLimit(giver), "t") {
+		t.Fatalf("group %d holds %d of its current share %d: not listed near", giver, need, share)
 	}
 }
 

@@ -247,7 +247,7 @@ func (s *Server) tenantOverview() []TenantOverview {
 	limits := s.currentLimits()
 	byName := map[string]*TenantOverview{}
 	for g, f := range s.fsms {
-		lo, hi := f.PartitionRange()
+		share := s.groupShares(g)
 		for _, t := range f.Tenants() {
 			a := t.Active()
 			to := byName[t.Name]
@@ -256,7 +256,7 @@ func (s *Server) tenantOverview() []TenantOverview {
 				byName[t.Name] = to
 			}
 			to.Active += a
-			if s.nearShare(a, to.Limit, hi-lo) {
+			if s.nearShare(a, share(t.Name)) {
 				to.NearGroups = append(to.NearGroups, g)
 			}
 		}
