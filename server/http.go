@@ -77,6 +77,9 @@ type GroupStatus struct {
 	Series       int64  `json:"series"`
 	Tenants      int    `json:"tenants"`
 	NearLimit    int    `json:"tenants_near_limit"`
+	// Halted is why this replica stopped applying (an entry it cannot
+	// apply: see Upgrading in README); empty while it applies.
+	Halted string `json:"halted,omitempty"`
 }
 
 // NodeStatus is /api/v1/status.
@@ -109,9 +112,11 @@ func (s *Server) Status() NodeStatus {
 		_, leader := r.LeaderWithID()
 		fs := f.Stats()
 		lo, hi := f.PartitionRange()
+		_, why := f.Halted()
 		st.Groups = append(st.Groups, GroupStatus{
 			Group: g, Partitions: [2]int{lo, hi}, State: r.State().String(), Leader: string(leader),
 			AppliedIndex: fs.AppliedIndex, Series: fs.Series, Tenants: fs.Tenants, NearLimit: len(s.closeToLimit(g)),
+			Halted: why,
 		})
 	}
 	return st

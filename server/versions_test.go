@@ -180,6 +180,9 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	if v := gaugeValue(t, n3, "tollgate_group_halted", "group", "1"); v != 0 {
 		t.Errorf("tollgate_group_halted{group=1} on n3 = %v, want 0", v)
 	}
+	if gs := n3.Status().Groups; !strings.Contains(gs[0].Halted, "drop-tenant") || gs[1].Halted != "" {
+		t.Errorf("/api/v1/status on n3: group 0 halted %q, group 1 halted %q", gs[0].Halted, gs[1].Halted)
+	}
 	if err := n3.Raft(0).Snapshot().Error(); err == nil {
 		t.Error("raft snapshot of a halted group succeeded: the log could be compacted past the unapplied entry")
 	}
