@@ -518,11 +518,14 @@ func (x *QueryUsageResponse) GetRecords() []*UsageRecord {
 }
 
 type SeriesSamplesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	Tenant        string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
-	FromMinute    int64                  `protobuf:"varint,3,opt,name=from_minute,json=fromMinute,proto3" json:"from_minute,omitempty"`
-	ToMinute      int64                  `protobuf:"varint,4,opt,name=to_minute,json=toMinute,proto3" json:"to_minute,omitempty"` // exclusive; 0 = no bound
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Group      uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Tenant     string                 `protobuf:"bytes,2,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	FromMinute int64                  `protobuf:"varint,3,opt,name=from_minute,json=fromMinute,proto3" json:"from_minute,omitempty"`
+	ToMinute   int64                  `protobuf:"varint,4,opt,name=to_minute,json=toMinute,proto3" json:"to_minute,omitempty"` // exclusive; 0 = no bound
+	// with_prior: also the latest sample before from_minute (the count in
+	// force at from_minute: a sample holds until the next), first in the list.
+	WithPrior     bool `protobuf:"varint,5,opt,name=with_prior,json=withPrior,proto3" json:"with_prior,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -585,6 +588,13 @@ func (x *SeriesSamplesRequest) GetToMinute() int64 {
 	return 0
 }
 
+func (x *SeriesSamplesRequest) GetWithPrior() bool {
+	if x != nil {
+		return x.WithPrior
+	}
+	return false
+}
+
 type SeriesSample struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Minute        int64                  `protobuf:"varint,1,opt,name=minute,proto3" json:"minute,omitempty"`
@@ -638,8 +648,11 @@ func (x *SeriesSample) GetActive() int64 {
 }
 
 type SeriesSamplesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Samples       []*SeriesSample        `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Samples []*SeriesSample        `protobuf:"bytes,1,rep,name=samples,proto3" json:"samples,omitempty"`
+	// prior_included: the server honoured with_prior (older servers ignore it
+	// and leave this false; a client then asks again from minute 0).
+	PriorIncluded bool `protobuf:"varint,2,opt,name=prior_included,json=priorIncluded,proto3" json:"prior_included,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -679,6 +692,13 @@ func (x *SeriesSamplesResponse) GetSamples() []*SeriesSample {
 		return x.Samples
 	}
 	return nil
+}
+
+func (x *SeriesSamplesResponse) GetPriorIncluded() bool {
+	if x != nil {
+		return x.PriorIncluded
+	}
+	return false
 }
 
 type GroupSeriesSamplesRequest struct {
@@ -1190,18 +1210,21 @@ const file_metering_proto_rawDesc = "" +
 	"\x02to\x18\x04 \x01(\x03R\x02to\x12\x14\n" +
 	"\x05limit\x18\x05 \x01(\rR\x05limit\"H\n" +
 	"\x12QueryUsageResponse\x122\n" +
-	"\arecords\x18\x01 \x03(\v2\x18.tollgate.v1.UsageRecordR\arecords\"\x82\x01\n" +
+	"\arecords\x18\x01 \x03(\v2\x18.tollgate.v1.UsageRecordR\arecords\"\xa1\x01\n" +
 	"\x14SeriesSamplesRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
 	"\x06tenant\x18\x02 \x01(\tR\x06tenant\x12\x1f\n" +
 	"\vfrom_minute\x18\x03 \x01(\x03R\n" +
 	"fromMinute\x12\x1b\n" +
-	"\tto_minute\x18\x04 \x01(\x03R\btoMinute\">\n" +
+	"\tto_minute\x18\x04 \x01(\x03R\btoMinute\x12\x1d\n" +
+	"\n" +
+	"with_prior\x18\x05 \x01(\bR\twithPrior\">\n" +
 	"\fSeriesSample\x12\x16\n" +
 	"\x06minute\x18\x01 \x01(\x03R\x06minute\x12\x16\n" +
-	"\x06active\x18\x02 \x01(\x03R\x06active\"L\n" +
+	"\x06active\x18\x02 \x01(\x03R\x06active\"s\n" +
 	"\x15SeriesSamplesResponse\x123\n" +
-	"\asamples\x18\x01 \x03(\v2\x19.tollgate.v1.SeriesSampleR\asamples\"o\n" +
+	"\asamples\x18\x01 \x03(\v2\x19.tollgate.v1.SeriesSampleR\asamples\x12%\n" +
+	"\x0eprior_included\x18\x02 \x01(\bR\rpriorIncluded\"o\n" +
 	"\x19GroupSeriesSamplesRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1f\n" +
 	"\vfrom_minute\x18\x02 \x01(\x03R\n" +

@@ -117,7 +117,7 @@ func (s *Service) Bill(ctx context.Context, tenant string, from, to int64) (Bill
 	fromMin, toMin := billMinutes(from, to, s.clock.Now())
 	groups := make([][]fsmmeter.Sample, 0, s.host.Groups())
 	for g := range s.host.Groups() {
-		ss, err := s.seriesSamples(ctx, g, tenant, 0, toMin)
+		ss, err := s.seriesSamples(ctx, g, tenant, fromMin, toMin, true)
 		if err != nil {
 			return Bill{}, err
 		}

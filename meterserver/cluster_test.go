@@ -659,6 +659,14 @@ func TestBill(t *testing.T) {
 	if bs.Tenants[0] != mb || mb.P95 != 19*40 || mb.Max != int64(total) {
 		t.Fatalf("status billing row %+v, /v1/usage/bill for the month %+v", bs.Tenants[0], mb)
 	}
+	// Five quiet minutes: no new sample (the count did not change), so a
+	// window after minute 20 is billed from the sample in force at its start.
+	c.advance(5 * time.Minute)
+	var qb meterserver.Bill
+	getJSON(t, fmt.Sprintf("%s/v1/usage/bill?tenant=acme&from=%d&to=%d", base, t0+22*60_000, t0+25*60_000), &qb)
+	if qb.Minutes != 3 || qb.P95 != int64(total) || qb.Max != int64(total) {
+		t.Fatalf("bill of minutes 22..24 %+v, want 3 minutes at %d", qb, total)
+	}
 }
 
 // TestBillingSummaryAcrossNodes: with one voter per group on two nodes (one

@@ -232,13 +232,16 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from, to int64) ([]*api.SeriesSample, error) {
+// seriesSamples reads a tenant's samples of group g with minute in [from,
+// to), led by the count in force at from when withPrior is set, from the
+// group's leader (or this replica; see readLocal).
+func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from, to int64, withPrior bool) ([]*api.SeriesSample, error) {
 	if g < 0 || g >= s.host.Groups() {
 		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
 	}
 	local := func() []*api.SeriesSample {
 		var out []*api.SeriesSample
-		for _, x := range s.host.Module(g).SeriesSamples(tenant, from, to) {
+		for _, x := range s.host.Module(g).SeriesSamples(tenant, from, to, withPrior) {
 			out = append(out, &api.SeriesSample{Minute: x.Minute, Active: x.Active})
 		}
 		return out
@@ -248,8 +251,15 @@ func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from,
 	}
 	c, rctx, err := s.remote(ctx, g)
 	if err == nil {
+		req := &api.SeriesSamplesRequest{Group: uint32(g), Tenant: tenant, FromMinute: from, ToMinute: to, WithPrior: withPrior}
 		var resp *api.SeriesSamplesResponse
-		if resp, err = c.SeriesSamples(rctx, &api.SeriesSamplesRequest{Group: uint32(g), Tenant: tenant, FromMinute: from, ToMinute: to}); err == nil {
+		if resp, err = c.SeriesSamples(rctx, req); err == nil && withPrior && !resp.PriorIncluded {
+			// A leader on an older build ignored with_prior: everything
+			// before to, as those builds billed.
+			req.FromMinute, req.WithPrior = 0, false
+			resp, err = c.SeriesSamples(rctx, req)
+		}
+		if err == nil {
 			return resp.Samples, nil
 		}
 	}

@@ -125,11 +125,11 @@ func (g *grpcService) QueryUsage(ctx context.Context, req *api.QueryUsageRequest
 }
 
 func (g *grpcService) SeriesSamples(ctx context.Context, req *api.SeriesSamplesRequest) (*api.SeriesSamplesResponse, error) {
-	ss, err := g.s.seriesSamples(ctx, int(req.Group), req.Tenant, req.FromMinute, req.ToMinute)
+	ss, err := g.s.seriesSamples(ctx, int(req.Group), req.Tenant, req.FromMinute, req.ToMinute, req.WithPrior)
 	if err != nil {
 		return nil, err
 	}
-	return &api.SeriesSamplesResponse{Samples: ss}, nil
+	return &api.SeriesSamplesResponse{Samples: ss, PriorIncluded: req.WithPrior}, nil
 }
 
 // SetClock is the admin-only test clock (the node's gRPC interceptor applies

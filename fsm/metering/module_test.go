@@ -295,7 +295,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if a, b := r.m.Stats(grid, now), r2.m.Stats(grid, now); a.Spans != b.Spans || a.Records != b.Records || a.DeadLetters != b.DeadLetters || a.Records == 0 || (len(execs) > 0 && a.DeadLetters == 0) {
 		t.Fatalf("stats %+v vs restored %+v", a, b)
 	}
-	if got := r2.m.SeriesSamples("t2", 0, 0); len(got) != 1 || got[0].Active != 20 {
+	if got := r2.m.SeriesSamples("t2", 0, 0, false); len(got) != 1 || got[0].Active != 20 {
 		t.Fatalf("series samples %+v", got)
 	}
 	// Both continue identically.
@@ -463,6 +463,34 @@ func TestSeriesWindow(t *testing.T) {
 	} {
 		if got := fmt.Sprint(r.m.SeriesWindow(tc.from, tc.to)); got != tc.want {
 			t.Errorf("SeriesWindow(%d, %d) = %s, want %s", tc.from, tc.to, got, tc.want)
+		}
+	}
+}
+
+// TestSeriesSamplesOfOneTenant: with the prior sample, one tenant's read is
+// its SeriesWindow row; without, exactly the samples in [from, to).
+func TestSeriesSamplesOfOneTenant(t *testing.T) {
+	r := newReplica(t)
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
+	r.apply(fsm.EntryMeterSeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
+	for from := int64(0); from <= 42; from++ {
+		for _, to := range []int64{0, from - 1, from, from + 1, from + 10, 100} {
+			w := r.m.SeriesWindow(from, to)
+			for _, tn := range []string{"a", "b", "c", "none"} {
+				if got, want := fmt.Sprint(r.m.SeriesSamples(tn, from, to, true)), fmt.Sprint(w[tn]); got != want {
+					t.Fatalf("SeriesSamples(%s, %d, %d, prior) = %s, want %s", tn, from, to, got, want)
+				}
+				var plain []Sample
+				for _, x := range w[tn] {
+					if x.Minute >= from {
+						plain = append(plain, x)
+					}
+				}
+				if got, want := fmt.Sprint(r.m.SeriesSamples(tn, from, to, false)), fmt.Sprint(plain); got != want {
+					t.Fatalf("SeriesSamples(%s, %d, %d) = %s, want %s", tn, from, to, got, want)
+				}
+			}
 		}
 	}
 }

@@ -172,15 +172,33 @@ type Sample struct {
 	Active int64
 }
 
-// SeriesSamples returns the tenant's samples with minute in [from, to).
-func (m *Module) SeriesSamples(tenant string, from, to int64) []Sample {
+// SeriesSamples returns the tenant's samples with minute in [from, to) (to
+// 0: no bound), led, when withPrior is set and none is at from, by its
+// latest sample before from (the count in force at from: a sample holds
+// until the next) — SeriesWindow's rows, for one tenant. It reads only
+// that range (binary search): a tenant's retained history can hold a sample
+// a minute for the whole ledger retention.
+func (m *Module) SeriesSamples(tenant string, from, to int64, withPrior bool) []Sample {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	var out []Sample
-	for _, s := range m.series[tenant] {
-		if s.minute >= from && (to == 0 || s.minute < to) {
-			out = append(out, Sample{s.minute, s.active})
-		}
+	if to != 0 && to <= from {
+		return nil
+	}
+	ss := m.series[tenant]
+	lo := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= from })
+	hi := len(ss)
+	if to != 0 {
+		hi = sort.Search(len(ss), func(i int) bool { return ss[i].minute >= to })
+	}
+	if withPrior && lo > 0 && (lo == len(ss) || ss[lo].minute > from) {
+		lo-- // no sample at from: the one before is the count in force
+	}
+	if lo >= hi {
+		return nil
+	}
+	out := make([]Sample, 0, hi-lo)
+	for _, s := range ss[lo:hi] {
+		out = append(out, Sample{s.minute, s.active})
 	}
 	return out
 }
