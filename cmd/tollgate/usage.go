@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	climeter "github.com/tollgate-io/tollgate/clientlib/metering"
+	"github.com/tollgate-io/tollgate/meterserver"
 )
 
 // newUsageCmd is `tollgate usage`: ledger queries and active-series bills
@@ -121,14 +122,7 @@ milliseconds or RFC 3339. The last column is the duration measure in ms
 			if tenant == "" || bfrom == "" || bto == "" {
 				return fmt.Errorf("usage bill: --tenant, --from and --to are required")
 			}
-			var b struct {
-				Tenant  string `json:"tenant"`
-				From    int64  `json:"from"`
-				To      int64  `json:"to"`
-				Minutes int    `json:"minutes_sampled"`
-				P95     int64  `json:"p95_active_series"`
-				Max     int64  `json:"max_active_series"`
-			}
+			var b meterserver.Bill
 			if err := get(cmd, "/v1/usage/bill", url.Values{"tenant": {tenant}, "from": {bfrom}, "to": {bto}}, &b); err != nil || asJSON {
 				return err
 			}
