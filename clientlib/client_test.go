@@ -128,11 +128,17 @@ func TestRealServerSplitLimitsAndResend(t *testing.T) {
 	if err != nil || len(rej) != 0 {
 		t.Fatalf("TrackPartition: %x, %v", rej, err)
 	}
-	if st := c.Stats(); st.NotLeaderRedirects != 0 || st.FailedOpen != 0 || st.Retries != 0 {
-		t.Errorf("single node: stats %+v", st)
-	} else {
-		t.Logf("stats: %+v", st)
+	// A single node leads every group, so NotLeader answers are rare; they
+	// are not errors (a leader whose session is being replaced, e.g. after an
+	// append timed out on a machine loaded by other test packages, answers
+	// NotLeader naming itself and the client retries with backoff). One CI
+	// run under -race saw a few seconds of them, with every answer above
+	// still exact; they are logged, not failed.
+	st = c.Stats()
+	if st.FailedOpen != 0 || st.Errors != 0 || st.Retries != st.NotLeaderRedirects {
+		t.Errorf("single node: stats %+v (only NotLeader retries are expected)", st)
 	}
+	t.Logf("stats: %+v", st)
 }
 
 // TestRealServerAutoMode: in ModeAuto the near-limit list polled from the
