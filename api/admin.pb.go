@@ -82,8 +82,12 @@ type StatusResponse struct {
 	// leader) answered NodeGroups, else the serving node's view of its
 	// configuration (as in `tollgate limits get --global`).
 	SamplingController *SamplingControllerStatus `protobuf:"bytes,5,opt,name=sampling_controller,json=samplingController,proto3" json:"sampling_controller,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The newest runtime config version any answering replica holds. Group 0's
+	// leader is among the nodes asked, so a change acknowledged before the call
+	// is seen here even when the serving node's own replicas still lag it.
+	ConfigVersion uint64 `protobuf:"varint,6,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -149,6 +153,13 @@ func (x *StatusResponse) GetSamplingController() *SamplingControllerStatus {
 		return x.SamplingController
 	}
 	return nil
+}
+
+func (x *StatusResponse) GetConfigVersion() uint64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
 }
 
 type NodeGroupsRequest struct {
@@ -272,7 +283,10 @@ type GroupState struct {
 	// type from a newer cluster version, or a damaged payload); "" when it is
 	// not. A halted replica applies nothing more and refuses to lead the group
 	// until it is restarted with a build that can apply the entry.
-	HaltedReason  string `protobuf:"bytes,10,opt,name=halted_reason,json=haltedReason,proto3" json:"halted_reason,omitempty"`
+	HaltedReason string `protobuf:"bytes,10,opt,name=halted_reason,json=haltedReason,proto3" json:"halted_reason,omitempty"`
+	// The runtime config version this replica of the group has applied (0:
+	// none replicated). Replicas behind group 0's are still being reconciled.
+	ConfigVersion uint64 `protobuf:"varint,11,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -375,6 +389,13 @@ func (x *GroupState) GetHaltedReason() string {
 		return x.HaltedReason
 	}
 	return ""
+}
+
+func (x *GroupState) GetConfigVersion() uint64 {
+	if x != nil {
+		return x.ConfigVersion
+	}
+	return 0
 }
 
 type Peer struct {
@@ -1307,19 +1328,20 @@ var File_admin_proto protoreflect.FileDescriptor
 const file_admin_proto_rawDesc = "" +
 	"\n" +
 	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"\x0f\n" +
-	"\rStatusRequest\"\x98\x02\n" +
+	"\rStatusRequest\"\xbf\x02\n" +
 	"\x0eStatusResponse\x12,\n" +
 	"\x04view\x18\x01 \x01(\v2\x18.tollgate.v1.ClusterViewR\x04view\x125\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1f.tollgate.v1.NodeGroupsResponseR\x05nodes\x12 \n" +
 	"\vunreachable\x18\x03 \x03(\tR\vunreachable\x12'\n" +
 	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\x12V\n" +
-	"\x13sampling_controller\x18\x05 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\x13\n" +
+	"\x13sampling_controller\x18\x05 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\x12%\n" +
+	"\x0econfig_version\x18\x06 \x01(\x04R\rconfigVersion\"\x13\n" +
 	"\x11NodeGroupsRequest\"\xca\x01\n" +
 	"\x12NodeGroupsResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12/\n" +
 	"\x06groups\x18\x03 \x03(\v2\x17.tollgate.v1.GroupStateR\x06groups\x12V\n" +
-	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\xb0\x02\n" +
+	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\xd7\x02\n" +
 	"\n" +
 	"GroupState\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1d\n" +
@@ -1334,7 +1356,8 @@ const file_admin_proto_rawDesc = "" +
 	"\atenants\x18\b \x01(\rR\atenants\x12\x1b\n" +
 	"\tleader_id\x18\t \x01(\tR\bleaderId\x12#\n" +
 	"\rhalted_reason\x18\n" +
-	" \x01(\tR\fhaltedReason\"d\n" +
+	" \x01(\tR\fhaltedReason\x12%\n" +
+	"\x0econfig_version\x18\v \x01(\x04R\rconfigVersion\"d\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +

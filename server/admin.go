@@ -237,6 +237,11 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 		if halted, why := s.fsms[g].Halted(); halted {
 			out.Groups[len(out.Groups)-1].HaltedReason = why
 		}
+		if s.rcfg != nil {
+			if m := s.rcfg.mods[g]; m != nil {
+				out.Groups[len(out.Groups)-1].ConfigVersion = m.Current().Version
+			}
+		}
 	}
 	// Only the owner has the controller's live state (input, steps, writes);
 	// the others know its configuration only, which Status falls back to.
@@ -262,10 +267,16 @@ func minClusterVersion(ms []*api.Member) uint32 {
 
 // Status gathers every alive member's NodeGroups in parallel, and adds the
 // cluster version every member supports and the backlog controller's state.
+// It reads its own writes: the view is built for this call rather than taken
+// from the 100 ms poll, and the config version is the newest any replica
+// reports (group 0's leader applied a change before acknowledging it).
 func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.StatusResponse, error) {
 	s := a.s
-	v, _ := s.view.get()
-	resp := &api.StatusResponse{View: v, ClusterVersion: minClusterVersion(v.GetMembers())}
+	v := s.buildView()
+	if cached, _ := s.view.get(); cached != nil {
+		v.Version = cached.Version
+	}
+	resp := &api.StatusResponse{View: v, ClusterVersion: minClusterVersion(v.GetMembers()), ConfigVersion: v.GetConfigVersion()}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range s.memberList() {
@@ -300,6 +311,11 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	}
 	wg.Wait()
 	slices.SortFunc(resp.Nodes, func(a, b *api.NodeGroupsResponse) int { return strings.Compare(a.NodeId, b.NodeId) })
+	for _, n := range resp.Nodes {
+		for _, gs := range n.Groups {
+			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
+		}
+	}
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController

@@ -37,6 +37,16 @@ func TestRuntimeConfigDrivesDecisionsAndHTTP(t *testing.T) {
 	if err != nil || resp.Version != 1 || resp.GroupsAtVersion != 4 {
 		t.Fatalf("set: %v %+v", err, resp)
 	}
+	// Status reads its own writes: no wait for the cluster loop's next view.
+	st, err := api.NewAdminClient(cc).Status(ctx, &api.StatusRequest{})
+	if err != nil || st.ConfigVersion != 1 || st.View.GetConfigVersion() != 1 {
+		t.Fatalf("status right after set: %v config_version=%d view=%d", err, st.GetConfigVersion(), st.GetView().GetConfigVersion())
+	}
+	for _, gs := range st.Nodes[0].Groups {
+		if gs.ConfigVersion != 1 {
+			t.Fatalf("group %d replica reports config version %d after every group acknowledged 1", gs.Group, gs.ConfigVersion)
+		}
+	}
 	if rej := track(t, c, "acme", 0, hashesIn(1, 0, 5)); len(rej) != 3 {
 		t.Fatalf("share 2: %d of 5 rejected, want 3", len(rej))
 	}

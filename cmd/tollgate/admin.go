@@ -355,6 +355,31 @@ func controllerLine(c *api.SamplingControllerStatus) string {
 	return line
 }
 
+// configLag says how many group replicas still lag the newest runtime config
+// version (the reconciler copies a change from group 0 into every group).
+// Servers that do not report per-replica versions say nothing.
+func configLag(st *api.StatusResponse, newest uint64) string {
+	if st.GetConfigVersion() == 0 {
+		return ""
+	}
+	behind, replicas := 0, 0
+	for _, n := range st.GetNodes() {
+		for _, g := range n.GetGroups() {
+			if g.GetRaftState() == "None" {
+				continue
+			}
+			replicas++
+			if g.GetConfigVersion() < newest {
+				behind++
+			}
+		}
+	}
+	if behind == 0 {
+		return fmt.Sprintf(", all %d replicas at it", replicas)
+	}
+	return fmt.Sprintf(", %d of %d replicas behind it", behind, replicas)
+}
+
 func printStatus(out io.Writer, st *api.StatusResponse) {
 	v := st.View
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
@@ -363,8 +388,8 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	if l := controllerLine(st.GetSamplingController()); l != "" {
 		fmt.Fprintln(w, l)
 	}
-	if cv := v.GetConfigVersion(); cv > 0 {
-		fmt.Fprintf(w, "runtime config: version %d (replicated; tollgate limits get)\n\n", cv)
+	if cv := max(st.GetConfigVersion(), v.GetConfigVersion()); cv > 0 {
+		fmt.Fprintf(w, "runtime config: version %d (replicated%s; tollgate limits get)\n\n", cv, configLag(st, cv))
 	} else {
 		fmt.Fprintf(w, "runtime config: none replicated: each node uses its --limits-file and flags (needs cluster version 3 on every node, then a limits set/apply or a node's limits file)\n\n")
 	}
