@@ -24,6 +24,15 @@ var ErrNotLeader = errors.New("not the group leader")
 // error that ended the session when there was one.
 var ErrStepDown = errors.New("leadership lost before commit")
 
+// errUndecided answers a request that a session took but never decided (it
+// stopped first): nothing was logged for it, so it may be sent again, to this
+// node's next session or to another leader.
+var errUndecided = fmt.Errorf("%w (request not decided)", ErrNotLeader)
+
+// DefaultSessionWait bounds how long a request waits for a new session while
+// raft still names this node leader (Config.SessionWait).
+const DefaultSessionWait = time.Second
+
 // barrierRetry is the pause between failed leader barriers.
 const barrierRetry = 100 * time.Millisecond
 
@@ -48,8 +57,14 @@ type Config struct {
 	// Checks are consulted in order for every request that would create series
 	// (see Check).
 	Checks  []Check
-	Metrics Metrics // nil: none
-	Logger  *slog.Logger
+	// SessionWait bounds how long a request waits for this node's next
+	// session when the one it was given stops undecided (an append failed)
+	// while raft still names this node leader. Without it such a leader
+	// answers NotLeader naming itself until the new session's barrier
+	// passes. 0: DefaultSessionWait; negative: no wait.
+	SessionWait time.Duration
+	Metrics     Metrics // nil: none
+	Logger      *slog.Logger
 }
 
 // Tracker is the leader path of one group: while this node leads it, a session
@@ -64,8 +79,9 @@ type Tracker struct {
 
 	mu      sync.Mutex
 	leader  bool
-	session *session // nil when not leading
-	last    *session // the latest session started, running or not
+	session *session      // nil when not leading
+	last    *session      // the latest session started, running or not
+	changed chan struct{} // closed and replaced whenever session or leader changes
 }
 
 // New returns a tracker that leads nothing until SetLeader(true).
@@ -77,7 +93,10 @@ func New(cfg Config, st State, lg Log) *Tracker {
 		cfg.Share = func(string) int64 { return 0 }
 	}
 	cfg.MaxBatchHashes = max(1, cfg.MaxBatchHashes)
-	t := &Tracker{cfg: cfg, state: st, log: lg, metrics: cfg.Metrics, logger: cfg.Logger}
+	if cfg.SessionWait == 0 {
+		cfg.SessionWait = DefaultSessionWait
+	}
+	t := &Tracker{cfg: cfg, state: st, log: lg, metrics: cfg.Metrics, logger: cfg.Logger, changed: make(chan struct{})}
 	if t.metrics == nil {
 		t.metrics = noMetrics{}
 	}
@@ -93,6 +112,7 @@ func New(cfg Config, st State, lg Log) *Tracker {
 func (t *Tracker) SetLeader(leader bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer t.notifyLocked()
 	t.leader = leader
 	if leader && t.session == nil {
 		t.startLocked()
@@ -111,6 +131,12 @@ func (t *Tracker) startLocked() {
 	go s.run()
 }
 
+// notifyLocked wakes requests waiting for a session change.
+func (t *Tracker) notifyLocked() {
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
 // ended is called by a session that stopped on its own (an append failed) or
 // was stopped. If raft still names this node leader, a fresh session takes over:
 // without it, a transient failure such as an enqueue timeout would leave a
@@ -124,6 +150,7 @@ func (t *Tracker) ended(s *session) {
 			t.logger.Info("leader session ended while leading; starting a new one")
 			t.startLocked()
 		}
+		t.notifyLocked()
 	}
 }
 
@@ -176,16 +203,61 @@ func (t *Tracker) Track(ctx context.Context, tenant string, hashes []uint64) ([]
 
 // TrackAtShare is Track that also returns how many of the rejected hashes were
 // rejected only because the group's share was used up (no Check refused them).
+//
+// A request that a session stopped before deciding (nothing logged) is sent
+// again to the next session while raft still names this node leader, for up
+// to SessionWait: a leader replacing its session after a failed append does
+// not answer NotLeader about itself. Only ErrNotLeader answers are retried;
+// a decided request keeps its answer (ErrStepDown when its entry may or may
+// not have committed).
 func (t *Tracker) TrackAtShare(ctx context.Context, tenant string, hashes []uint64) ([]uint64, int, error) {
-	s := t.current()
-	if s == nil {
-		return nil, 0, ErrNotLeader
+	var tried *session
+	var deadline time.Time
+	for {
+		t.mu.Lock()
+		s, leader, changed := t.session, t.leader, t.changed
+		t.mu.Unlock()
+		if s != nil && s != tried {
+			rej, atShare, err := s.track(ctx, tenant, hashes)
+			if !errors.Is(err, errUndecided) {
+				return rej, atShare, err
+			}
+			tried = s
+			continue // see whether a successor is already there
+		}
+		// No session, or the one that gave up on this request is still the
+		// current one (it is stopping): wait for its successor.
+		if !leader || t.cfg.SessionWait < 0 {
+			return nil, 0, ErrNotLeader
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(t.cfg.SessionWait)
+		}
+		wait := time.Until(deadline)
+		if wait <= 0 {
+			return nil, 0, ErrNotLeader
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-changed:
+			timer.Stop()
+		case <-timer.C:
+			return nil, 0, ErrNotLeader
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, 0, ctx.Err()
+		}
 	}
+}
+
+// track submits one request to this session and waits for its answer.
+// errUndecided means the session stopped before deciding it.
+func (s *session) track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, int, error) {
 	r := &request{ctx: ctx, tenant: tenant, hashes: hashes, done: make(chan result, 1)}
 	select {
 	case s.reqCh <- r:
 	case <-s.stopped:
-		return nil, 0, ErrNotLeader
+		return nil, 0, errUndecided
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
 	}
@@ -199,7 +271,7 @@ func (t *Tracker) TrackAtShare(ctx context.Context, tenant string, hashes []uint
 		case res := <-r.done:
 			return res.rejected, res.atShare, res.err
 		default:
-			return nil, 0, ErrNotLeader
+			return nil, 0, errUndecided
 		}
 	case <-ctx.Done():
 		return nil, 0, ctx.Err()
@@ -284,7 +356,7 @@ func (s *session) run() {
 		for {
 			select {
 			case r := <-s.reqCh:
-				r.done <- result{err: ErrNotLeader}
+				r.done <- result{err: errUndecided}
 				continue
 			default:
 			}
@@ -385,7 +457,7 @@ func (s *session) gather(reqs []*request, window *time.Timer) ([]*request, bool)
 				return reqs, true
 			case <-s.stopCh:
 				for _, r := range reqs {
-					r.done <- result{err: ErrNotLeader}
+					r.done <- result{err: errUndecided}
 				}
 				return reqs, false
 			}

@@ -380,3 +380,62 @@ func TestExclusive(t *testing.T) {
 		t.Fatalf("after lowering: rejected %v at share %d %v", rej, atShare, err)
 	}
 }
+
+// A leader whose session fails (an append times out) starts a new one while
+// raft still names it leader. Requests the failed session had queued but not
+// decided go to the successor instead of being answered NotLeader about this
+// very node (which clients would bounce off for as long as the successor's
+// barrier takes).
+func TestReplacedSessionTakesUndecidedRequests(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) {
+		l.gate = gate
+		l.applyErrs = []error{raft.ErrEnqueueTimeout}
+	}, func(c *Config) { c.MaxInFlight = 1 })
+	h.tr.SetLeader(true)
+	h.waitReady()
+	old := h.tr.current()
+	// A's append fails once the gate opens; B and C are appended behind it
+	// (one in the completer's queue, one blocked on it); D and E wait in the
+	// session's queue, undecided.
+	a := h.trackAsync(context.Background(), "a", 1)
+	h.log.waitApplies(1)
+	b := h.trackAsync(context.Background(), "a", 2)
+	h.log.waitApplies(2)
+	c := h.trackAsync(context.Background(), "a", 3)
+	h.log.waitApplies(3)
+	d := h.trackAsync(context.Background(), "a", 4)
+	e := h.trackAsync(context.Background(), "a", 5)
+	h.waitQueued(t, 2)
+	close(gate)
+
+	if r := <-a; !errors.Is(r.err, raft.ErrEnqueueTimeout) {
+		t.Fatalf("A: %+v, want its append's error", r)
+	}
+	for name, ch := range map[string]<-chan reply{"B": b, "C": c} {
+		// Appended by a session that failed: committed or not, only "maybe".
+		if r := <-ch; !errors.Is(r.err, ErrStepDown) {
+			t.Fatalf("%s: %+v, want ErrStepDown", name, r)
+		}
+	}
+	for name, ch := range map[string]<-chan reply{"D": d, "E": e} {
+		if r := <-ch; r.err != nil || len(r.rejected) != 0 {
+			t.Fatalf("%s (queued, undecided, this node still leads): %+v, want accepted by the next session", name, r)
+		}
+	}
+	if h.tr.current() == old {
+		t.Fatal("D and E were answered, yet the failed session is still current")
+	}
+	if st := h.states("a", 4, 5); st[0] == 0 || st[1] == 0 {
+		t.Fatalf("D and E not active after their acceptance: states %v", st)
+	}
+}
+
+// Without leadership nothing waits, whatever SessionWait says: a node that
+// does not lead answers NotLeader at once.
+func TestNoSessionWaitWithoutLeadership(t *testing.T) {
+	h := newHarness(t, nil, nil, func(c *Config) { c.SessionWait = time.Hour })
+	if _, err := h.tr.Track(context.Background(), "a", []uint64{1}); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("never led: err = %v, want ErrNotLeader", err)
+	}
+}
