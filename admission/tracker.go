@@ -56,7 +56,7 @@ type Config struct {
 	Share func(tenant string) int64
 	// Checks are consulted in order for every request that would create series
 	// (see Check).
-	Checks  []Check
+	Checks []Check
 	// SessionWait bounds how long a request waits for this node's next
 	// session when the one it was given stops undecided (an append failed)
 	// while raft still names this node leader. Without it such a leader
