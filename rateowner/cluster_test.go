@@ -117,17 +117,20 @@ func testOwnerFailover(t *testing.T, abrupt bool) {
 		t.Fatal("no leader for the tenant's rate group")
 	}
 	// Offer 2× the limit in 10-token requests, round-robin over the clients.
+	// The offer follows elapsed time, not a count of sleeps: on a loaded
+	// machine a 10 ms sleep takes longer, and a per-step quota would then
+	// offer less than the limit and measure the generator, not the limiter.
 	offer := func(d time.Duration) (admitted float64) {
-		step := 10 * time.Millisecond
-		perStep := int(2 * limit * step.Seconds() / 10)
-		end := time.Now().Add(d)
-		for i := 0; time.Now().Before(end); i++ {
-			for j := range perStep {
-				if clients[(i+j)%len(clients)].Allow(tenant, 10) {
+		start := time.Now()
+		end := start.Add(d)
+		offered := 0
+		for now := start; now.Before(end); now = time.Now() {
+			for due := int(2 * limit * now.Sub(start).Seconds() / 10); offered < due; offered++ {
+				if clients[offered%len(clients)].Allow(tenant, 10) {
 					admitted += 10
 				}
 			}
-			time.Sleep(step)
+			time.Sleep(10 * time.Millisecond)
 		}
 		return admitted
 	}
