@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # Packages with concurrency run under the race detector.
 RACE_PKGS := ./admission/... ./fsm/... ./raftnode/... ./server/... ./clientlib/... ./membership/... ./backup/... ./rateowner/... ./samplectl/... ./summaries/... ./sketchhub/... ./configsvc/... ./sharemove/... ./meterserver/...
 
-.PHONY: all build run test test-race vet fmt-check bench bench-fsm proto tools clean
+.PHONY: all build run test test-fast test-race vet fmt-check bench bench-fsm proto tools clean
 
 all: build
 
@@ -20,10 +20,15 @@ run: build
 	./$(BIN) server --dev --data-dir $(DATA)
 
 # Everything CI checks: formatting, vet, the whole suite, and the race detector on
-# the concurrent packages.
+# the concurrent packages. Each step ends with its per-package test times.
 test: fmt-check vet
-	$(GO) test -count=1 ./...
-	$(GO) test -race -count=1 $(RACE_PKGS)
+	GO=$(GO) ./scripts/gotest.sh -count=1 ./...
+	GO=$(GO) ./scripts/gotest.sh -race -count=1 $(RACE_PKGS)
+
+# The fast loop: pure and in-process tests only (-short skips the ones that
+# build the binary or start real processes; the fault tests are left out).
+test-fast: fmt-check
+	GO=$(GO) ./scripts/gotest.sh -short -count=1 $$($(GO) list ./... | grep -v /faulttest)
 
 vet:
 	$(GO) vet ./...

@@ -138,11 +138,27 @@ func (tc *testCluster) trackLeader(g int, tenant string, part int, hs []uint64) 
 		if err == nil {
 			return resp.RejectedHashes
 		}
-		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+		if !retryable(err) || time.Now().After(deadline) {
 			tc.t.Fatalf("TrackSeries(%s, partition %d, %d hashes) on %s: %v", tenant, part, len(hs), l.cfg.NodeID, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// retryable reports what a client retries: Unavailable (no leader, or
+// leadership lost before commit: a retry of a maybe-recorded series is a
+// refresh) and NotLeader (the leader moved since tc.leader looked).
+func retryable(err error) bool {
+	st := status.Convert(err)
+	if st.Code() == codes.Unavailable {
+		return true
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.NotLeader); ok {
+			return true
+		}
+	}
+	return false
 }
 
 func dial(t *testing.T, addr string) *grpc.ClientConn {
