@@ -11,4 +11,7 @@ rc=${PIPESTATUS[0]}
 echo
 echo "per-package test time (go test $*):"
 awk '($1 == "ok" || $1 == "FAIL") && $3 ~ /s$/ { t = $3; sub(/s$/, "", t); printf "%9.1fs  %-4s %s\n", t, $1, $2 }' "$log" | sort -rn
+passed=$(grep -c '^ok ' "$log")
+failed=$(grep -Ec '^FAIL[[:space:]]+[^[:space:]]+[[:space:]]' "$log")
+echo "packages: $passed passed, $failed failed"
 exit "$rc"
