@@ -175,7 +175,14 @@ func probeDir(dir string) error {
 	return errors.Join(werr, serr, cerr, rerr)
 }
 
-// watchedLogs is the group's log store with every write's outcome recorded.
+// ErrDiskWrite wraps the error of a raft log write the disk refused; an
+// Apply on a leader whose disk is full fails with it (raft hands the log
+// store's error to the pending Applies), and the leader steps down.
+var ErrDiskWrite = errors.New("raftnode: the disk refused a raft log write")
+
+// watchedLogs is the group's log store with every write's outcome recorded,
+// in front of the LogCache so that the error raft hands to pending Applies
+// carries ErrDiskWrite.
 type watchedLogs struct {
 	raft.LogStore
 	g    int
@@ -185,10 +192,16 @@ type watchedLogs struct {
 func (w *watchedLogs) record(op string, err error) error {
 	if err != nil {
 		w.disk.fail(failKey{g: w.g}, op, err)
-	} else {
-		w.disk.ok(failKey{g: w.g})
+		return fmt.Errorf("%w: %s: %w", ErrDiskWrite, op, err)
 	}
-	return err
+	w.disk.ok(failKey{g: w.g})
+	return nil
+}
+
+// IsMonotonic forwards raft.MonotonicLogStore of the wrapped store.
+func (w *watchedLogs) IsMonotonic() bool {
+	m, ok := w.LogStore.(raft.MonotonicLogStore)
+	return ok && m.IsMonotonic()
 }
 
 func (w *watchedLogs) StoreLog(l *raft.Log) error {

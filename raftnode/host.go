@@ -48,9 +48,9 @@ type group struct {
 	// the disk refuses (disk.go); Shutdown does not wait for such a group.
 	held      atomic.Bool
 	abandoned bool // Shutdown gave up on it (held); set by shutdown only
-	snaps *raft.FileSnapshotStore
-	fsm   *trackingFSM
-	raft  *raft.Raft
+	snaps     *raft.FileSnapshotStore
+	fsm       *trackingFSM
+	raft      *raft.Raft
 
 	// startIndex is the last index (log or snapshot) found on local disk
 	// when the group was opened.
@@ -193,10 +193,11 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 	g.store = store
 	// Every write to the stores is watched (disk.go): a full disk makes the
 	// node not ready and hands its leaderships away instead of crashing it.
-	logs, err := raft.NewLogCache(logCacheSize, &watchedLogs{LogStore: store, g: id, disk: h.disk})
+	cache, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		return err
 	}
+	logs := &watchedLogs{LogStore: cache, g: id, disk: h.disk}
 	g.logs = logs
 	stable := &heldStable{StableStore: store, g: id, disk: h.disk, closing: h.closing, held: &g.held,
 		log: func(msg string, args ...any) { h.log.Warn(msg, args...) }}
