@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -153,13 +154,25 @@ func (d *diskState) failing() []int {
 	return out
 }
 
+const probePrefix = ".disk-probe-"
+
+// removeStaleProbes deletes probe files a killed process left behind.
+func removeStaleProbes(dir string, log *slog.Logger) {
+	stale, _ := filepath.Glob(filepath.Join(dir, probePrefix+"*"))
+	for _, p := range stale {
+		if err := os.Remove(p); err != nil {
+			log.Warn("raftnode: cannot remove a stale disk probe file", "file", p, "error", err)
+		}
+	}
+}
+
 // probeDir writes, fsyncs and removes a small new file in dir: it needs
 // fresh blocks, so it fails on a full disk even where rewriting an existing
 // file in place would not.
 func probeDir(dir string) error {
 	var suffix [6]byte
 	_, _ = rand.Read(suffix[:])
-	p := filepath.Join(dir, ".disk-probe-"+hex.EncodeToString(suffix[:]))
+	p := filepath.Join(dir, probePrefix+hex.EncodeToString(suffix[:]))
 	f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err

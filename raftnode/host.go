@@ -132,6 +132,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 	// Accept only now that every group is registered: a peer's connection
 	// for a group we have not registered yet would be rejected.
 	mux.Start()
+	removeStaleProbes(cfg.DataDir, h.log)
 	h.bg.Add(1)
 	go h.watchDisk()
 
