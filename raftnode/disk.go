@@ -141,13 +141,14 @@ func (d *diskState) err() error {
 	return errors.Join(errs...)
 }
 
-// failing lists the groups with a failed write not yet followed by a success.
-func (d *diskState) failing() []int {
+// failing lists the groups with a failed write, at least minAge old, not yet
+// followed by a success.
+func (d *diskState) failing(minAge time.Duration) []int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []int
-	for k := range d.failed {
-		if !slices.Contains(out, k.g) {
+	for k, f := range d.failed {
+		if time.Since(f.at) >= minAge && !slices.Contains(out, k.g) {
 			out = append(out, k.g)
 		}
 	}
@@ -306,8 +307,10 @@ func (h *Host) watchDisk() {
 		if perr == nil {
 			// The data dir takes writes again: a group whose last write
 			// failed and that has not written since is probed through its
-			// own raft.db (a success clears it).
-			for _, g := range h.disk.failing() {
+			// own raft.db (a success clears it). Only failures older than two
+			// probe rounds: a small probe write may fit where the group's
+			// last log batch did not, and clearing at once would flap.
+			for _, g := range h.disk.failing(2 * h.cfg.DiskCheckInterval) {
 				if err := h.groups[g].store.SetUint64(probeKey, uint64(time.Now().UnixNano())); err == nil {
 					h.disk.ok(failKey{g: g})
 					h.disk.ok(failKey{g: g, stable: true})
