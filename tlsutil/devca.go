@@ -74,7 +74,7 @@ func InitDev(opts DevOptions) (DevFiles, error) {
 	if !opts.Force {
 		for _, f := range all {
 			if _, err := os.Stat(f); err == nil {
-				return DevFiles{}, fmt.Errorf("tls init: %s already exists (remove the directory or use --force)", f)
+				return DevFiles{}, fmt.Errorf("tls init: %s already exists (remove the directory or use --force; to add or reissue node certificates from the existing CA use `tollgate tls node-cert`)", f)
 			}
 		}
 	}
