@@ -230,6 +230,11 @@ func (w *watchedLogs) DeleteRange(min, max uint64) error {
 	return w.record("log compaction", w.LogStore.DeleteRange(min, max))
 }
 
+// stableFaultsForTest, set by tests only, wraps a group's stable store to
+// inject write failures (a real full disk reaches a failed term write only
+// when raft.db has no free page left, which a test cannot arrange reliably).
+var stableFaultsForTest func(node string, group int, s raft.StableStore) raft.StableStore
+
 // heldStable is the group's stable store (current term, vote) whose writes
 // are retried until they succeed: raft panics on a failed term write.
 type heldStable struct {
@@ -238,7 +243,7 @@ type heldStable struct {
 	disk    *diskState
 	closing <-chan struct{}
 	held    *atomic.Bool // the group's raft loop is parked in a write
-	log     func(msg string, args ...any)
+	log     *slog.Logger
 }
 
 func (s *heldStable) Set(key, val []byte) error {
@@ -259,7 +264,7 @@ func (s *heldStable) retry(op string, write func() error) error {
 	s.disk.fail(k, op, err)
 	s.disk.hold(s.g, true)
 	s.held.Store(true)
-	s.log("raftnode: cannot persist raft term/vote; the group waits for the disk (its other voters carry on)", "group", s.g, "error", err)
+	s.log.Warn("raftnode: cannot persist raft term/vote; the group waits for the disk (its other voters carry on)", "group", s.g, "error", err)
 	defer func() {
 		s.held.Store(false)
 		s.disk.hold(s.g, false)
@@ -276,7 +281,7 @@ func (s *heldStable) retry(op string, write func() error) error {
 		}
 		if err := write(); err == nil {
 			s.disk.ok(k)
-			s.log("raftnode: raft term/vote persisted again", "group", s.g)
+			s.log.Info("raftnode: raft term/vote persisted again", "group", s.g)
 			return nil
 		}
 		delay = min(2*delay, time.Second)

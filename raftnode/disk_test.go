@@ -195,7 +195,7 @@ func TestTermWriteWaitsForTheDisk(t *testing.T) {
 	inner.full.Store(true)
 	d := newDiskState(t.TempDir())
 	var held atomic.Bool
-	s := &heldStable{StableStore: inner, g: 3, disk: d, closing: make(chan struct{}), held: &held, log: func(string, ...any) {}}
+	s := &heldStable{StableStore: inner, g: 3, disk: d, closing: make(chan struct{}), held: &held, log: testLogger(t, slog.LevelWarn)}
 	done := make(chan error, 1)
 	go func() { done <- s.SetUint64([]byte("CurrentTerm"), 7) }()
 	eventually(t, 10*time.Second, "the write to be held", func() bool { return held.Load() })
@@ -218,4 +218,96 @@ func TestTermWriteWaitsForTheDisk(t *testing.T) {
 	if err := d.err(); err != nil {
 		t.Fatalf("disk state after the write went through: %v", err)
 	}
+}
+
+// TestRefusedTermWriteParksTheGroup runs real raft on three hosts whose third
+// host's term/vote writes fail on demand (fault injection over its raft.db):
+// an election while they fail must neither crash nor stall the group (the
+// two others elect and commit), the host reports the held write, and once
+// writes succeed it persists the term and catches up. A second round ends
+// with Shutdown while the write is held: Shutdown must return.
+func TestRefusedTermWriteParksTheGroup(t *testing.T) {
+	const G = 1
+	faults := map[string]*failingStable{}
+	stableFaultsForTest = func(node string, g int, s raft.StableStore) raft.StableStore {
+		if node != "node-c" {
+			return s
+		}
+		f := &failingStable{StableStore: s}
+		faults[node] = f
+		return f
+	}
+	t.Cleanup(func() { stableFaultsForTest = nil })
+	fsms := make([][]*sumFSM, 3)
+	hosts := make([]*Host, 3)
+	for i := range hosts {
+		fsms[i] = newFSMs(G)
+		hosts[i] = mustNew(t, Config{NodeID: "node-" + string(rune('a'+i)), DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", Groups: G,
+			NoSync: true, DiskCheckInterval: 50 * time.Millisecond, Logger: testLogger(t, slog.LevelWarn).With("node", i)}, fsms[i])
+	}
+	servers := make([]raft.Server, len(hosts))
+	for i, h := range hosts {
+		servers[i] = raft.Server{Suffrage: raft.Voter, ID: h.NodeID(), Address: h.Addr()}
+	}
+	if err := hosts[0].BootstrapCluster(servers); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		waitReady(t, h, 45*time.Second)
+	}
+	c, fc := hosts[2], faults["node-c"]
+	var want []uint64
+	apply := func(alive []*Host, n int) {
+		t.Helper()
+		for range n {
+			v := uint64(len(want) + 1)
+			applyRetry(t, alive, 0, cmd(v), 45*time.Second)
+			want = append(want, v)
+		}
+	}
+	// newTerm moves group 0's leadership between node-a and node-b: a new
+	// term that node-c must persist when it hears of it.
+	newTerm := func() {
+		t.Helper()
+		eventually(t, 30*time.Second, "a leader on node-a or node-b", func() bool {
+			for i, h := range hosts[:2] {
+				if h.Raft(0).State() == raft.Leader {
+					o := hosts[1-i]
+					return h.Raft(0).LeadershipTransferToServer(o.NodeID(), o.Addr()).Error() == nil
+				}
+			}
+			if c.Raft(0).State() == raft.Leader {
+				_ = c.Raft(0).LeadershipTransferToServer(hosts[0].NodeID(), hosts[0].Addr()).Error()
+			}
+			return false
+		})
+	}
+	apply(hosts, 3)
+
+	fc.full.Store(true)
+	newTerm()
+	eventually(t, 30*time.Second, "node-c to hold its term write", func() bool { return c.groups[0].held.Load() })
+	if err := c.DiskError(); err == nil || !strings.Contains(err.Error(), "waiting to persist its raft term/vote") {
+		t.Fatalf("DiskError while the term write is held: %v", err)
+	}
+	apply(hosts[:2], 5) // the other two carry the group
+	fc.full.Store(false)
+	eventually(t, 30*time.Second, "node-c to persist the term and clear DiskError", func() bool {
+		return !c.groups[0].held.Load() && c.DiskError() == nil
+	})
+	apply(hosts, 2)
+	eventually(t, 45*time.Second, "node-c to catch up", func() bool { return slices.Equal(fsms[2][0].values(), want) })
+
+	// Held again, then stopped: Shutdown returns instead of waiting forever.
+	fc.full.Store(true)
+	newTerm()
+	eventually(t, 30*time.Second, "node-c to hold its term write again", func() bool { return c.groups[0].held.Load() })
+	done := make(chan error, 1)
+	go func() { done <- c.Shutdown() }()
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("Shutdown of a host whose group waits for the disk did not return")
+	}
+	apply(hosts[:2], 2)
 }

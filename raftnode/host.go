@@ -200,8 +200,11 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 	}
 	logs := &watchedLogs{LogStore: cache, g: id, disk: h.disk}
 	g.logs = logs
-	stable := &heldStable{StableStore: store, g: id, disk: h.disk, closing: h.closing, held: &g.held,
-		log: func(msg string, args ...any) { h.log.Warn(msg, args...) }}
+	var stableInner raft.StableStore = store
+	if stableFaultsForTest != nil {
+		stableInner = stableFaultsForTest(h.cfg.NodeID, id, store)
+	}
+	stable := &heldStable{StableStore: stableInner, g: id, disk: h.disk, closing: h.closing, held: &g.held, log: h.log}
 	// The snapshot store uses <dir>/snapshots.
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, cfg.SnapshotRetain, hlog.Named("snapshot"))
 	if err != nil {
