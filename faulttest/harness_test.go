@@ -442,6 +442,9 @@ type clusterOptions struct {
 	shareMode string
 	// extraArgs are appended to every node's command line.
 	extraArgs []string
+	// dataDirs overrides the data dir of a node by id (default: under the
+	// cluster's temp dir), e.g. to put one node on a small filesystem.
+	dataDirs map[string]string
 }
 
 type cluster struct {
@@ -512,6 +515,9 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		id := fmt.Sprintf("node-%d", i+1)
 		n := &node{c: c, idx: i, id: id, zone: zones[i], dir: filepath.Join(c.dir, id), grpcAddr: as[i].grpc, httpAddr: as[i].http,
 			outPath: filepath.Join(c.dir, id+".stdout"), errPath: filepath.Join(c.dir, id+".stderr")}
+		if d := opts.dataDirs[id]; d != "" {
+			n.dir = d
+		}
 		n.args = []string{"server", "--node-id", id, "--zone", zones[i], "--data-dir", n.dir,
 			"--grpc-addr", as[i].grpc, "--raft-addr", as[i].raft, "--gossip-addr", as[i].gossip, "--http-addr", as[i].http,
 			"--bootstrap-expect", "3", "--admin-token", adminToken,

@@ -11,6 +11,7 @@
 //	r   raft address             "10.0.0.5:7301"
 //	l   groups led, as ranges    "0-3,7,9-10"   (empty: none)
 //	ver cluster version          "3"            (highest the build supports)
+//	disk "full" while the disk refuses raft writes (absent otherwise)
 //
 // Members that fail or leave stay listed, with the tags they last gossiped,
 // until serf reaps them (24 h): the server's version gate relies on that.

@@ -33,6 +33,10 @@ const (
 // verTag carries Config.ClusterVersion.
 const verTag = "ver"
 
+// diskTag is gossiped as "full" while the member's disk refuses raft writes
+// (absent otherwise): leaders do not balance leadership onto it.
+const diskTag = "disk"
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -86,6 +90,9 @@ type Member struct {
 	// gossiped: serf keeps a failed member's tags until the reconnect timeout
 	// and a departed one's until the tombstone timeout.
 	ClusterVersion int
+	// DiskFull: the member reports that its disk refuses raft writes
+	// ("disk" tag); it should not be handed leaderships.
+	DiskFull bool
 }
 
 // Membership is a running serf agent.
@@ -338,6 +345,7 @@ func (m *Membership) Members() []Member {
 			Status:         statusString(sm.Status),
 			GroupsLed:      led,
 			ClusterVersion: ParseClusterVersion(sm.Tags[verTag]),
+			DiskFull:       sm.Tags[diskTag] == "full",
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
@@ -386,6 +394,24 @@ func (m *Membership) SetLed(groups []int) error {
 		return nil
 	}
 	m.tags["l"] = enc
+	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
+		return fmt.Errorf("membership: set tags: %w", err)
+	}
+	return nil
+}
+
+// SetDiskFull gossips whether this node's disk refuses raft writes.
+func (m *Membership) SetDiskFull(full bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, set := m.tags[diskTag]; set == full {
+		return nil
+	}
+	if full {
+		m.tags[diskTag] = "full"
+	} else {
+		delete(m.tags, diskTag)
+	}
 	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
 		return fmt.Errorf("membership: set tags: %w", err)
 	}

@@ -92,6 +92,18 @@ func TestJoinTagsLeave(t *testing.T) {
 	}
 	waitFor(t, "c's led groups on a", func() bool { return slices.Equal(a.Members()[2].GroupsLed, []int{0, 1, 3}) })
 
+	if ms := a.Members(); ms[2].DiskFull {
+		t.Fatal("c reported with a full disk before it said so")
+	}
+	if err := c.SetDiskFull(true); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c's full disk on a", func() bool { return a.Members()[2].DiskFull })
+	if err := c.SetDiskFull(false); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "c's disk writable again on a", func() bool { return !a.Members()[2].DiskFull })
+
 	if err := b.Leave(); err != nil {
 		t.Fatal(err)
 	}

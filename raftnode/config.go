@@ -154,6 +154,10 @@ type Config struct {
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
 
+	// DiskCheckInterval: how often the data dir is probed for writability
+	// (DiskError). Default DefaultDiskCheckInterval (1s).
+	DiskCheckInterval time.Duration
+
 	// NoSync skips fsync in the log store. Tests only: with it a crash can
 	// lose acknowledged entries. Default false (durable).
 	NoSync bool
@@ -231,6 +235,7 @@ func (c *Config) Validate() error {
 	durDefault(&c.SnapshotInterval, DefaultSnapshotInterval)
 	durDefault(&c.TransportTimeout, DefaultTransportTimeout)
 	durDefault(&c.HandshakeTimeout, DefaultHandshakeTimeout)
+	durDefault(&c.DiskCheckInterval, DefaultDiskCheckInterval)
 	if c.MaxAppendEntries == 0 {
 		c.MaxAppendEntries = DefaultMaxAppendEntries
 	}
@@ -273,6 +278,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TransportMaxPool < 1 {
 		bad("TransportMaxPool = %d, want ≥ 1", c.TransportMaxPool)
+	}
+	if c.DiskCheckInterval < 10*time.Millisecond {
+		bad("DiskCheckInterval %v < 10ms", c.DiskCheckInterval)
 	}
 	if c.HandshakeTimeout < 0 {
 		bad("HandshakeTimeout %v < 0", c.HandshakeTimeout)

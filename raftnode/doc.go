@@ -51,6 +51,15 @@
 // leader of the group. HasState tells whether a data dir already holds raft
 // state (seeding refuses it).
 //
+// # Disk health
+//
+// Every write to a group's stores is watched and the data dir is probed
+// every DiskCheckInterval (disk.go). While the disk refuses writes,
+// DiskError says why, the Host hands away the leadership of the groups it
+// leads, a refused log append fails the pending Applies with ErrDiskWrite,
+// and a refused term/vote write is retried rather than returned (raft would
+// panic). All of it clears by itself once writes succeed again.
+//
 // # Lifecycle
 //
 //	h, err := raftnode.New(cfg, func(g int) raft.FSM { return fsms[g] })

@@ -177,7 +177,7 @@ func applyRetry(t *testing.T, hosts []*Host, g int, data []byte, timeout time.Du
 			if err := f.Error(); err != nil {
 				lastErr = err
 				if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-					errors.Is(err, raft.ErrEnqueueTimeout) {
+					errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, ErrDiskWrite) {
 					continue
 				}
 				t.Fatalf("group %d: apply: %v", g, err)

@@ -30,6 +30,8 @@ type Host struct {
 	groups []*group
 
 	closing      chan struct{} // closed when Shutdown starts
+	disk         *diskState    // write health of DataDir (disk.go)
+	bg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
 }
@@ -41,10 +43,14 @@ type group struct {
 	layer *GroupLayer
 	trans *raft.NetworkTransport
 	store *raftboltdb.BoltStore
-	logs  raft.LogStore // LogCache in front of store
-	snaps *raft.FileSnapshotStore
-	fsm   *trackingFSM
-	raft  *raft.Raft
+	logs  raft.LogStore // LogCache in front of store (watched: disk.go)
+	// held is set while raft's loop is parked in a stable-store write that
+	// the disk refuses (disk.go); Shutdown does not wait for such a group.
+	held      atomic.Bool
+	abandoned bool // Shutdown gave up on it (held); set by shutdown only
+	snaps     *raft.FileSnapshotStore
+	fsm       *trackingFSM
+	raft      *raft.Raft
 
 	// startIndex is the last index (log or snapshot) found on local disk
 	// when the group was opened.
@@ -110,6 +116,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		mux:     mux,
 		addr:    raft.ServerAddress(adv),
 		closing: make(chan struct{}),
+		disk:    newDiskState(cfg.DataDir),
 	}
 	for g := 0; g < cfg.Groups; g++ {
 		f := fsmFor(g)
@@ -125,6 +132,9 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 	// Accept only now that every group is registered: a peer's connection
 	// for a group we have not registered yet would be rejected.
 	mux.Start()
+	removeStaleProbes(cfg.DataDir, h.log)
+	h.bg.Add(1)
+	go h.watchDisk()
 
 	h.log.Info("raftnode: started", "node", cfg.NodeID, "addr", adv, "bind", mux.ListenAddr().String(),
 		"groups", cfg.Groups, "data_dir", cfg.DataDir, "tls", cfg.ServerTLS != nil, "nosync", cfg.NoSync)
@@ -182,11 +192,19 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 		return fmt.Errorf("open raft.db (is another process using %s?): %w", g.dir, err)
 	}
 	g.store = store
-	logs, err := raft.NewLogCache(logCacheSize, store)
+	// Every write to the stores is watched (disk.go): a full disk makes the
+	// node not ready and hands its leaderships away instead of crashing it.
+	cache, err := raft.NewLogCache(logCacheSize, store)
 	if err != nil {
 		return err
 	}
+	logs := &watchedLogs{LogStore: cache, g: id, disk: h.disk}
 	g.logs = logs
+	var stableInner raft.StableStore = store
+	if stableFaultsForTest != nil {
+		stableInner = stableFaultsForTest(h.cfg.NodeID, id, store)
+	}
+	stable := &heldStable{StableStore: stableInner, g: id, disk: h.disk, closing: h.closing, held: &g.held, log: h.log}
 	// The snapshot store uses <dir>/snapshots.
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, cfg.SnapshotRetain, hlog.Named("snapshot"))
 	if err != nil {
@@ -198,7 +216,7 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 	rc.Logger = hlog
 	rc.NotifyCh = g.notifyCh
 
-	existing, err := raft.HasExistingState(logs, store, snaps)
+	existing, err := raft.HasExistingState(logs, stable, snaps)
 	if err != nil {
 		return fmt.Errorf("inspect state: %w", err)
 	}
@@ -208,13 +226,13 @@ func (h *Host) openGroup(id int, inner raft.FSM) error {
 			ID:       raft.ServerID(cfg.NodeID),
 			Address:  h.addr,
 		}}}
-		if err := raft.BootstrapCluster(rc, logs, store, snaps, g.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logs, stable, snaps, g.trans, conf); err != nil {
 			return fmt.Errorf("bootstrap: %w", err)
 		}
 		h.log.Info("raftnode: bootstrapped group as single voter", "group", id)
 	}
 
-	r, err := raft.NewRaft(rc, g.fsm, logs, store, snaps, g.trans)
+	r, err := raft.NewRaft(rc, g.fsm, logs, stable, snaps, g.trans)
 	if err != nil {
 		return err
 	}
@@ -436,17 +454,37 @@ func (h *Host) shutdown() error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := g.raft.Shutdown().Error(); err != nil {
-				mu.Lock()
-				errs = append(errs, fmt.Errorf("group %d: raft shutdown: %w", g.id, err))
-				mu.Unlock()
+			done := make(chan error, 1)
+			go func() { done <- g.raft.Shutdown().Error() }()
+			t := time.NewTicker(100 * time.Millisecond)
+			defer t.Stop()
+			for {
+				select {
+				case err := <-done:
+					if err != nil {
+						mu.Lock()
+						errs = append(errs, fmt.Errorf("group %d: raft shutdown: %w", g.id, err))
+						mu.Unlock()
+					}
+					return
+				case <-t.C:
+					if g.held.Load() {
+						// Parked in a term/vote write the disk refuses
+						// (disk.go): it cannot stop, and its store stays
+						// open under it.
+						h.log.Error("raftnode: group stopped while waiting for the disk; its last term/vote change is not persisted", "group", g.id)
+						g.abandoned = true
+						return
+					}
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	h.bg.Wait()
 
 	for _, g := range h.groups {
-		if g.raft != nil {
+		if g.raft != nil && !g.abandoned {
 			close(g.stopNotify)
 			g.notifyDone.Wait()
 		}
@@ -460,7 +498,7 @@ func (h *Host) shutdown() error {
 		errs = append(errs, fmt.Errorf("close listener: %w", err))
 	}
 	for _, g := range h.groups {
-		if g.store != nil {
+		if g.store != nil && !g.abandoned {
 			if err := g.store.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: close raft.db: %w", g.id, err))
 			}

@@ -32,6 +32,11 @@ up() {
     # (advertised for gRPC and raft), and 127.0.0.1 for the published ports.
     "$bin" tls init --dir "$certs" --nodes node-1,node-2,node-3 \
       --hosts 172.29.74.11,172.29.74.12,172.29.74.13 >/dev/null
+  else
+    # Reissue the node certificates from the kept CA: certificates of
+    # earlier builds lack the node URI SAN the raft port now requires.
+    "$bin" tls node-cert --dir "$certs" --nodes node-1,node-2,node-3 \
+      --hosts 172.29.74.11,172.29.74.12,172.29.74.13 >/dev/null
   fi
   "${compose[@]}" build --quiet node-1
   "${compose[@]}" up -d node-1 node-2 node-3

@@ -243,6 +243,9 @@ func (s *Server) clusterLoop() {
 					lastLed = led
 				}
 			}
+			if err := s.members.SetDiskFull(s.diskNotReady() != ""); err != nil {
+				s.log.Warn("gossip disk state", "err", err)
+			}
 			if !joined && now.After(nextJoin) {
 				if n, err := s.members.Join(s.cfg.Join); err != nil {
 					s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)

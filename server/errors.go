@@ -42,6 +42,7 @@ func errorRules() []errorRule {
 		{raft.ErrEnqueueTimeout, codes.Unavailable, "the group's log is saturated; it may or may not have been recorded; retry"},
 		{raft.ErrRaftShutdown, codes.Unavailable, "this node is shutting down; retry on another node"},
 		{raftnode.ErrShutdown, codes.Unavailable, "this node is shutting down; retry on another node"},
+		{raftnode.ErrDiskWrite, codes.Unavailable, "this node's disk refused the write (see /readyz); it hands the group to another node; retry"},
 		{raft.ErrUnsupportedProtocol, codes.FailedPrecondition, "a member speaks an unsupported raft protocol version"},
 		{fsm.ErrHalted, codes.Unavailable, "this replica halted the group (see /readyz); retry: another node will lead it"},
 		{fsm.ErrSnapshotMismatch, codes.FailedPrecondition, "the snapshot was written for another partitions/shards layout"},

@@ -43,6 +43,7 @@ func TestErrorTableCodes(t *testing.T) {
 		samplectl.ErrInvalidSource:           codes.InvalidArgument,
 		samplectl.ErrTooManySources:          codes.ResourceExhausted,
 		samplectl.ErrUnavailable:             codes.Unavailable,
+		raftnode.ErrDiskWrite:                codes.Unavailable,
 		context.DeadlineExceeded:             codes.DeadlineExceeded,
 		context.Canceled:                     codes.Canceled,
 	}

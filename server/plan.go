@@ -161,7 +161,8 @@ type leaderMove struct {
 }
 
 // planBalance picks at most one leadership transfer: a group led here whose
-// voters include an alive node leading at least two fewer groups, the least
+// voters include an alive node (whose disk takes writes) leading at least two
+// fewer groups, the least
 // loaded such voter (first in configuration order on a tie), starting from the
 // highest-numbered group led here. Each step lowers the spread, so counts
 // converge to within one of each other (a leader does its group's deciding
@@ -174,6 +175,9 @@ func planBalance(in balanceInput) (leaderMove, bool) {
 	}
 	counts := map[string]int{}
 	for _, m := range ms {
+		if m.DiskFull {
+			continue // it would step down at its first log write
+		}
 		counts[m.ID] = len(m.GroupsLed)
 	}
 	// Raft knows this node's own count better than its gossiped tag does.

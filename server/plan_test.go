@@ -221,6 +221,11 @@ func TestPlanReconcile(t *testing.T) {
 	}
 }
 
+func diskFull(m membership.Member) membership.Member {
+	m.DiskFull = true
+	return m
+}
+
 func TestPlanBalance(t *testing.T) {
 	all := func(ids ...string) []raft.Server {
 		var out []raft.Server
@@ -260,6 +265,10 @@ func TestPlanBalance(t *testing.T) {
 			led: append(led(abc, 0), led(all("a", "b"), 1, 2)...), want: "0→c"},
 		{name: "a failed node is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), failedM("c", "z3")},
 			led: led(abc, 0, 1)},
+		{name: "a node whose disk is full is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), diskFull(aliveM("c", "z3"))},
+			led: led(abc, 0, 1)},
+		{name: "the next least loaded when the least loaded has a full disk", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), diskFull(aliveM("c", "z3"))},
+			led: led(abc, 0, 1, 2), want: "2→b"},
 		{name: "a nonvoter is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), aliveM("c", "z3")},
 			led: led(nonvoterC, 0, 1)},
 		{name: "a member outside the configuration is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), aliveM("d", "z1")},

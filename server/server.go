@@ -303,6 +303,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.groupStats)
 	s.metrics.reg.MustRegister(&clusterCollector{s: s})
+	s.metrics.reg.MustRegister(&diskCollector{s: s})
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
@@ -501,6 +502,9 @@ func (s *Server) NotReadyReason() string {
 		return "starting"
 	}
 	if why := s.haltedReason(); why != "" {
+		return why
+	}
+	if why := s.diskNotReady(); why != "" {
 		return why
 	}
 	for g, tr := range s.trackers {

@@ -125,6 +125,9 @@ func ServerConfig(certFile, keyFile, caFile, clientAuth string) (*tls.Config, er
 	if err != nil {
 		return nil, err
 	}
+	if err := CheckServerCert(certFile, pair.Leaf); err != nil {
+		return nil, err
+	}
 	cfg := &tls.Config{Certificates: []tls.Certificate{pair}, ClientAuth: mode, MinVersion: minVersion}
 	if mode != tls.NoClientCert {
 		if caFile == "" {
@@ -164,11 +167,22 @@ func ClientConfig(certFile, keyFile, caFile, serverName string) (*tls.Config, er
 }
 
 // PeerConfigs are the two sides of mutual TLS between nodes (the raft
-// transport): each node presents its certificate and accepts only peers whose
-// certificate the CA signed. All three files are required.
+// transport): each node presents its node certificate and accepts only peers
+// whose certificate the CA signed and that are node certificates (NodeName),
+// on both the accepting and the dialing side: a client certificate of the
+// same CA can neither send raft RPCs nor receive a group's log. certFile must
+// itself be a node certificate (an error naming the file and the fix
+// otherwise). All three files are required.
 func PeerConfigs(certFile, keyFile, caFile string) (server, client *tls.Config, err error) {
 	if certFile == "" || keyFile == "" || caFile == "" {
 		return nil, nil, errors.New("tls: mutual TLS between nodes needs a certificate, its key and a CA file")
+	}
+	pair, err := LoadKeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := CheckNodeCert(certFile, pair.Leaf); err != nil {
+		return nil, nil, err
 	}
 	if server, err = ServerConfig(certFile, keyFile, caFile, ClientAuthRequire); err != nil {
 		return nil, nil, err
@@ -176,5 +190,7 @@ func PeerConfigs(certFile, keyFile, caFile string) (server, client *tls.Config, 
 	if client, err = ClientConfig(certFile, keyFile, caFile, ""); err != nil {
 		return nil, nil, err
 	}
+	server.VerifyConnection = requireNodePeer
+	client.VerifyConnection = requireNodePeer
 	return server, client, nil
 }

@@ -82,9 +82,15 @@ func (s *serverSettings) buildTLS() []error {
 		if rca == "" {
 			bad("raft-tls-ca", errors.New("the raft transport uses mutual TLS when a certificate is set, and needs a CA to verify peers: set tls_ca or raft_tls_ca"))
 		} else {
+			// The raft port admits node certificates only; the error of a
+			// client certificate or one of earlier builds names the fix.
+			flag := "raft-tls-cert"
+			if t.raftCert == "" {
+				flag = "tls-cert"
+			}
 			var err error
 			if out.RaftServer, out.RaftClient, err = tlsutil.PeerConfigs(rc, rk, rca); err != nil {
-				bad("raft-tls-cert", err)
+				bad(flag, err)
 			}
 		}
 	}
@@ -163,16 +169,21 @@ func newTLSCmd() *cobra.Command {
   ca.pem, ca-key.pem             a CA (ECDSA P-256); keep ca-key.pem off the nodes
   <node>.pem, <node>-key.pem     one per --nodes name, for server and client use
                                  (nodes dial each other), with DNS names <node>,
-                                 localhost, every --hosts entry, and IPs
-                                 127.0.0.1, ::1 and every IP in --hosts
-  client.pem, client-key.pem     a client certificate for the CLI and clients
-  gossip.key                     a 32-byte serf encryption key (base64)
+                                 localhost, every --hosts entry, IPs 127.0.0.1,
+                                 ::1 and every IP in --hosts, and the URI
+                                 tollgate://node/<node> that marks a node
+  client.pem, client-key.pem     a client certificate for the CLI and clients;
+                                 the raft port refuses it (no node URI)
+  gossip.key                     a 32-byte serf encryption key (base64); give
+                                 it to nodes only
 
 Every node certificate carries every --hosts entry: list the addresses nodes
 advertise (the host of --grpc-advertise and --raft-advertise) and the names
 clients use. Existing files are kept unless --force: a new CA would strand
-every certificate the old one signed. This is for development and demos; a
-production cluster takes its certificates from the organisation's CA.`,
+every certificate the old one signed (add or reissue node certificates from
+the same CA with 'tollgate tls node-cert'). This is for development and
+demos; a production cluster takes its certificates from the organisation's
+CA, with the URI SAN tollgate://node/<node> in every node certificate.`,
 		Example: `  tollgate tls init --dir certs --nodes node-1,node-2,node-3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3
   tollgate server ... --tls-cert certs/node-1.pem --tls-key certs/node-1-key.pem --tls-ca certs/ca.pem \
       --tls-client-auth require --gossip-keyring-file certs/gossip.key`,
@@ -196,6 +207,41 @@ production cluster takes its certificates from the organisation's CA.`,
 	f.StringSliceVar(&hosts, "hosts", nil, "extra DNS names and IPs in every node certificate (comma-separated)")
 	f.BoolVar(&force, "force", false, "overwrite existing files")
 
+	var ncDir string
+	var ncNodes, ncHosts []string
+	nodeCmd := &cobra.Command{
+		Use:   "node-cert",
+		Short: "Issue or reissue node certificates from the CA of 'tls init'",
+		Long: `Issue a node certificate for every --nodes name, signed by the CA that
+'tollgate tls init' wrote in --dir (ca.pem, ca-key.pem), replacing that
+node's files if they exist. The CA, the client certificate and the gossip key
+are kept, so every other certificate stays valid.
+
+Use it to add a node to a development PKI, to add --hosts, or to replace node
+certificates written by builds before node certificates carried the URI SAN
+tollgate://node/<node>: nodes refuse to start with such a certificate, and
+the raft port admits node certificates only. Roll the new certificates out
+first (restart each node with its new files; any build accepts them, as the
+CA is the same), then upgrade the nodes one at a time.`,
+		Example: `  tollgate tls node-cert --dir certs --nodes node-1,node-2,node-3 --hosts 10.0.0.1,10.0.0.2,10.0.0.3`,
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			files, err := tlsutil.IssueNodeCerts(tlsutil.DevOptions{Dir: ncDir, Nodes: ncNodes, Hosts: ncHosts})
+			if err != nil {
+				return err
+			}
+			for _, n := range ncNodes {
+				fmt.Fprintf(cmd.OutOrStdout(), "%-12s %s (key %s)\n", n+":", files.Nodes[n][0], files.Nodes[n][1])
+			}
+			return nil
+		},
+	}
+	nf := nodeCmd.Flags()
+	nf.StringVar(&ncDir, "dir", "certs", "directory holding ca.pem and ca-key.pem; node files are written there")
+	nf.StringSliceVar(&ncNodes, "nodes", nil, "node names (comma-separated): one certificate each")
+	nf.StringSliceVar(&ncHosts, "hosts", nil, "extra DNS names and IPs in every node certificate (comma-separated)")
+	_ = nodeCmd.MarkFlagRequired("nodes")
+
 	keyCmd := &cobra.Command{
 		Use:   "gossip-key",
 		Short: "Print a new random gossip encryption key (base64, 32 bytes)",
@@ -209,7 +255,7 @@ production cluster takes its certificates from the organisation's CA.`,
 			return nil
 		},
 	}
-	cmd.AddCommand(initCmd, keyCmd)
+	cmd.AddCommand(initCmd, nodeCmd, keyCmd)
 	return cmd
 }
 

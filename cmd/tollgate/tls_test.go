@@ -54,6 +54,11 @@ func TestTLSSettings(t *testing.T) {
 		{[]string{"--tls-ca", f.CA}, []string{"need tls_cert"}},
 		{[]string{"--tls-cert", node[0], "--tls-key", node[1], "--tls-ca", f.CA, "--tls-client-auth", "maybe"}, []string{"tls_client_auth", "maybe"}},
 		{[]string{"--gossip-key", "c2hvcnQ="}, []string{"gossip_key", "5 bytes"}},
+		// The client certificate given to a node: refused as its listeners'
+		// and as its raft certificate, with what to do.
+		{[]string{"--tls-cert", f.Client, "--tls-key", f.ClientKey, "--tls-ca", f.CA}, []string{"tls_cert", f.Client, "client certificate", "tollgate tls node-cert"}},
+		{[]string{"--tls-cert", node[0], "--tls-key", node[1], "--tls-ca", f.CA, "--raft-tls-cert", f.Client, "--raft-tls-key", f.ClientKey},
+			[]string{"raft_tls_cert", f.Client, "not a node certificate", "tollgate tls node-cert"}},
 		{[]string{"--gossip-keyring-file", bad}, []string{"gossip_keyring_file", bad}},
 		{[]string{"--gossip-key", string(gk), "--gossip-keyring-file", f.GossipKey}, []string{"not both"}},
 	}
