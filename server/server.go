@@ -242,10 +242,11 @@ type Server struct {
 	meterMods []*fsmmeter.Module
 	meter     *meterserver.Service
 
-	grpcLis net.Listener
-	grpc    *grpc.Server
-	httpLis net.Listener
-	http    *http.Server
+	grpcLis    net.Listener
+	grpc       *grpc.Server
+	httpLis    net.Listener
+	httpRoutes []string // patterns on the HTTP mux (HTTPRoutes)
+	http       *http.Server
 
 	dir        *dataDir // locked for the server's lifetime
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
@@ -302,7 +303,8 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.metrics = newMetrics(s.groupStats)
-	s.metrics.reg.MustRegister(&clusterCollector{s: s})
+	s.metrics.reg.MustRegister(&clusterCollector{s: s}, diskCollector{dir: cfg.DataDir})
+	s.metrics.initGroups(cfg.Groups)
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
