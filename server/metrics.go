@@ -147,6 +147,7 @@ type groupStat struct {
 	leader       bool
 	appliedIndex uint64
 	halted       bool
+	nearLimit    int
 }
 
 // groupCollector reads group state at scrape time instead of keeping gauges in sync.
@@ -157,6 +158,7 @@ var (
 	descTenants = prometheus.NewDesc("tollgate_tenants", "Tenants with active series in the group.", []string{"group"}, nil)
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
+	descNear    = prometheus.NewDesc("tollgate_tenants_near_limit", "Tenants at or above near_limit_fraction of their share of the group, as this replica sees them.", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -166,6 +168,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLeader
 	ch <- descApplied
 	ch <- descHalted
+	ch <- descNear
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -186,6 +189,7 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 			halted = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, halted, g)
+		ch <- prometheus.MustNewConstMetric(descNear, prometheus.GaugeValue, float64(s.nearLimit), g)
 	}
 }
 

@@ -562,6 +562,9 @@ func (s *Server) groupStats() []groupStat {
 		st := f.Stats()
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
 		out[g].halted, _ = f.Halted()
+		if s.shares != nil {
+			out[g].nearLimit = len(s.closeToLimit(g))
+		}
 		if s.host != nil {
 			out[g].leader = s.host.Raft(g).State() == raft.Leader
 		}
