@@ -1,6 +1,8 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"strconv"
 	"time"
 
@@ -274,4 +276,33 @@ func (c diskCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- prometheus.MustNewConstMetric(descDiskAvail, prometheus.GaugeValue, float64(avail))
 	ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(size))
+}
+
+// certCollector exports when the node's certificates expire: an expired
+// certificate stops raft and client traffic at once, so it must be seen weeks
+// ahead. Nothing is exported for a listener without TLS.
+type certCollector struct{ cfg TLSConfig }
+
+var descCertExpiry = prometheus.NewDesc("tollgate_tls_certificate_expiry_timestamp_seconds",
+	"When the certificate this node presents expires (Unix time), by use: grpc, http, raft.", []string{"use"}, nil)
+
+func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCertExpiry }
+
+func (c certCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range []struct {
+		use string
+		cfg *tls.Config
+	}{{"grpc", c.cfg.GRPC}, {"http", c.cfg.HTTP}, {"raft", c.cfg.RaftServer}} {
+		if u.cfg == nil || len(u.cfg.Certificates) == 0 || len(u.cfg.Certificates[0].Certificate) == 0 {
+			continue
+		}
+		leaf := u.cfg.Certificates[0].Leaf
+		if leaf == nil {
+			var err error
+			if leaf, err = x509.ParseCertificate(u.cfg.Certificates[0].Certificate[0]); err != nil {
+				continue
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, float64(leaf.NotAfter.Unix()), u.use)
+	}
 }

@@ -303,7 +303,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.metrics = newMetrics(s.groupStats)
-	s.metrics.reg.MustRegister(&clusterCollector{s: s}, diskCollector{dir: cfg.DataDir})
+	s.metrics.reg.MustRegister(&clusterCollector{s: s}, diskCollector{dir: cfg.DataDir}, certCollector{cfg: cfg.TLS})
 	s.metrics.initGroups(cfg.Groups)
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"

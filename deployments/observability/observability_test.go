@@ -2,12 +2,14 @@ package observability
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -23,6 +25,7 @@ import (
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
 // runbookBase is where every alert's runbook_url points: a heading of
@@ -49,6 +52,7 @@ var requiredAlerts = map[string]string{
 	"sink dead letters":    "tollgate_metering_dead_letters_total",
 	"rejection spikes":     "tollgate_series_rejected_total",
 	"config reconcile lag": "tollgate_config_replica_version",
+	"certificate expiry":   "tollgate_tls_certificate_expiry_timestamp_seconds",
 }
 
 var promql = parser.NewParser(parser.Options{})
@@ -326,19 +330,37 @@ func scrapeNode(t *testing.T) map[string]*dto.MetricFamily {
 }
 
 // startAndScrape starts a real single-node cluster (raft on disk, gRPC and
-// HTTP on loopback), as `tollgate server --dev` does, waits until it is ready
-// and reads its /metrics.
+// HTTP on loopback) with TLS everywhere, as a production node runs, waits
+// until it is ready and reads its /metrics over HTTPS.
 func startAndScrape(t *testing.T) (map[string]*dto.MetricFamily, error) {
 	dir, err := os.MkdirTemp("", "tollgate-observability-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
+	pki, err := tlsutil.InitDev(tlsutil.DevOptions{Dir: filepath.Join(dir, "pki"), Nodes: []string{"dev"}})
+	if err != nil {
+		return nil, err
+	}
+	cert, key := pki.Nodes["dev"][0], pki.Nodes["dev"][1]
+	var tc server.TLSConfig
+	if tc.GRPC, err = tlsutil.ServerConfig(cert, key, pki.CA, "none"); err != nil {
+		return nil, err
+	}
+	if tc.HTTP, err = tlsutil.ServerConfig(cert, key, pki.CA, "none"); err != nil {
+		return nil, err
+	}
+	if tc.Peer, err = tlsutil.ClientConfig(cert, key, pki.CA, ""); err != nil {
+		return nil, err
+	}
+	if tc.RaftServer, tc.RaftClient, err = tlsutil.PeerConfigs(cert, key, pki.CA); err != nil {
+		return nil, err
+	}
 	s, err := server.New(server.Config{
-		NodeID: "dev", DataDir: dir, Bootstrap: true,
+		NodeID: "dev", DataDir: filepath.Join(dir, "data"), Bootstrap: true,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		DefaultMaxSeries: 150_000,
-		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		DefaultMaxSeries: 150_000, TLS: tc,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return nil, err
@@ -349,7 +371,12 @@ func startAndScrape(t *testing.T) (map[string]*dto.MetricFamily, error) {
 	if err := s.WaitReady(ctx); err != nil {
 		return nil, err
 	}
-	resp, err := http.Get("http://" + s.HTTPAddr() + "/metrics")
+	client, err := tlsutil.ClientConfig("", "", pki.CA, "")
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: client}}
+	resp, err := hc.Get(s.HTTPScheme() + "://" + s.HTTPAddr() + "/metrics")
 	if err != nil {
 		return nil, err
 	}
@@ -367,6 +394,24 @@ func startAndScrape(t *testing.T) (map[string]*dto.MetricFamily, error) {
 		if len(f.GetMetric()) == 0 {
 			delete(fams, name) // described but without a sample: not exported
 		}
+	}
+	// The certificate expiry is the node certificate's NotAfter, per use.
+	pair, err := tls.LoadX509KeyPair(cert, key)
+	if err != nil {
+		return nil, err
+	}
+	want := float64(pair.Leaf.NotAfter.Unix())
+	uses := map[string]bool{}
+	for _, m := range fams["tollgate_tls_certificate_expiry_timestamp_seconds"].GetMetric() {
+		if m.GetGauge().GetValue() != want {
+			return nil, fmt.Errorf("certificate expiry %v, want %v (NotAfter)", m.GetGauge().GetValue(), want)
+		}
+		for _, l := range m.GetLabel() {
+			uses[l.GetValue()] = true
+		}
+	}
+	if len(uses) != 3 || !uses["grpc"] || !uses["http"] || !uses["raft"] {
+		return nil, fmt.Errorf("certificate expiry exported for %v, want grpc, http and raft", uses)
 	}
 	return fams, nil
 }
