@@ -554,6 +554,8 @@ func loadPodSettings(t *testing.T, r rendered, c corev1.Container, podName, podI
 			env[e.Name] = podName
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			env[e.Name] = podIP
+		case e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = testSecret(t, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 		default:
 			t.Fatalf("env %s: a source this test does not resolve", e.Name)
 		}
@@ -607,8 +609,6 @@ func writeVolume(t *testing.T, r rendered, v corev1.Volume, dir string, rewrite 
 		for k, d := range cm.Data {
 			write(k, rewrite(d))
 		}
-	case v.Secret != nil && v.Secret.SecretName == "tollgate-admin-token":
-		write("token", "k8s-test-token\n")
 	case v.Projected != nil:
 		for _, src := range v.Projected.Sources {
 			if src.Secret == nil {
@@ -659,6 +659,9 @@ func testSecret(t *testing.T, secret, key string) string {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { clear(testPKI) })
+	}
+	if secret == "tollgate-admin-token" && key == "token" {
+		return "k8s-test-token"
 	}
 	v, ok := testPKI[secret+"/"+key]
 	if !ok {
