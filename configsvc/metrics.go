@@ -22,6 +22,14 @@ func newMetrics(reg prometheus.Registerer, s *Service) (*metrics, error) {
 			Help: "Runtime config changes committed through this node, by operation (set, apply).",
 		}, []string{"op"}),
 	}
+	// Every reason and operation at zero from the start, so alerts on them
+	// see a 0 rather than no series until the first change.
+	for _, r := range []string{"invalid", "conflict", "cluster_version", "unavailable"} {
+		m.errors.WithLabelValues(r)
+	}
+	for _, op := range []string{"set", "apply"} {
+		m.changes.WithLabelValues(op)
+	}
 	if reg == nil {
 		return m, nil
 	}

@@ -48,6 +48,12 @@ func newMetrics(s *Service) *metrics {
 }
 
 func (m *metrics) register(r prometheus.Registerer) error {
+	// At zero from the start, so dashboards and alerts see 0, not no series,
+	// before the first event or sink failure.
+	m.sinkResp.WithLabelValues("error")
+	for _, k := range []string{"start", "stop"} {
+		m.events.WithLabelValues(k, "201")
+	}
 	for _, c := range []prometheus.Collector{m.events, m.planned, m.executed, m.sinkDur, m.sinkResp, m.deadTotal, m} {
 		if err := r.Register(c); err != nil {
 			return errors.Join(errors.New("metering metrics"), err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -39,7 +40,10 @@ type Service struct {
 	tickNanos atomic.Int64
 	owned     atomic.Int64 // tenants owned, last tick
 	blocked   atomic.Int64 // tenants blocked, last tick
-	sessions  atomic.Int64
+	// limited tenants, their summed window rate and limit (float64 bits), last tick
+	limited                   atomic.Int64
+	limitedRate, limitedLimit atomic.Uint64
+	sessions                  atomic.Int64
 }
 
 // NewService returns a service for p partitions in g groups.
@@ -67,27 +71,49 @@ func (s *Service) Run(ctx context.Context) {
 			start := time.Now()
 			s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
 			s.tickNanos.Store(int64(time.Since(start)))
-			owned, blocked := s.o.counts(s.cfg.Now().UnixNano())
-			s.owned.Store(int64(owned))
-			s.blocked.Store(int64(blocked))
+			c := s.o.counts(s.cfg.Now().UnixNano())
+			s.owned.Store(int64(c.owned))
+			s.blocked.Store(int64(c.blocked))
+			s.limited.Store(int64(c.limited))
+			s.limitedRate.Store(math.Float64bits(c.limitedRate))
+			s.limitedLimit.Store(math.Float64bits(c.limitedLimit))
 		}
 	}
 }
 
-// counts returns the tenants owned and blocked (tick goroutine only, or
-// after it stopped).
-func (o *Owner) counts(ns int64) (owned, blocked int) {
+// ownerCounts is what the owner's metrics report after a tick.
+type ownerCounts struct {
+	owned, blocked int
+	// limited: owned tenants whose clients asked for more than the limit
+	// left in the last tick; their sliding-window rate (as reported by the
+	// clients) and their limits, summed, in requests per second.
+	limited                   int
+	limitedRate, limitedLimit float64
+}
+
+// counts returns the tenants owned, blocked and limited (tick goroutine
+// only, or after it stopped).
+func (o *Owner) counts(ns int64) ownerCounts {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	var c ownerCounts
 	for _, t := range o.tenants {
-		if t.owned {
-			owned++
-			if t.blockedTil > ns {
-				blocked++
-			}
+		if !t.owned {
+			continue
+		}
+		c.owned++
+		if t.blockedTil > ns {
+			c.blocked++
+		}
+		if t.scarce && t.rate > 0 && t.window > 0 && !math.IsInf(t.rate, 1) {
+			span := float64(t.window) / 1e9
+			curAge := min(max(float64(ns-t.curStart)/1e9, 0), span)
+			c.limited++
+			c.limitedRate += (t.prev*((span-curAge)/span) + t.cur) / span
+			c.limitedLimit += t.rate
 		}
 	}
-	return owned, blocked
+	return c
 }
 
 // Sync serves one client's stream: reports in, updates out.
@@ -164,12 +190,15 @@ var (
 	descReports  = prometheus.NewDesc("tollgate_ratelimit_owner_reports_total", "Rate reports absorbed.", nil, nil)
 	descRejected = prometheus.NewDesc("tollgate_ratelimit_owner_invalid_streams_total", "Streams ended because a report was invalid.", nil, nil)
 	descTick     = prometheus.NewDesc("tollgate_ratelimit_owner_tick_seconds", "Duration of the last tick (fold reports, build updates).", nil, nil)
+	descLimited  = prometheus.NewDesc("tollgate_ratelimit_owner_limited_tenants", "Owned tenants whose clients asked for more than their limit in the last tick.", nil, nil)
+	descLimRate  = prometheus.NewDesc("tollgate_ratelimit_owner_limited_admitted_per_second", "Sliding-window rate admitted for the limited tenants (as their clients report it), summed: compare with tollgate_ratelimit_owner_limited_limit_per_second.", nil, nil)
+	descLimLimit = prometheus.NewDesc("tollgate_ratelimit_owner_limited_limit_per_second", "Rate limits of the limited tenants, summed.", nil, nil)
 )
 
 type collector struct{ s *Service }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descBlocked, descSessions, descReports, descRejected, descTick} {
+	for _, d := range []*prometheus.Desc{descOwned, descBlocked, descSessions, descReports, descRejected, descTick, descLimited, descLimRate, descLimLimit} {
 		ch <- d
 	}
 }
@@ -182,4 +211,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descReports, prometheus.CounterValue, float64(s.reports.Load()))
 	ch <- prometheus.MustNewConstMetric(descRejected, prometheus.CounterValue, float64(s.rejected.Load()))
 	ch <- prometheus.MustNewConstMetric(descTick, prometheus.GaugeValue, float64(s.tickNanos.Load())/1e9)
+	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.GaugeValue, float64(s.limited.Load()))
+	ch <- prometheus.MustNewConstMetric(descLimRate, prometheus.GaugeValue, math.Float64frombits(s.limitedRate.Load()))
+	ch <- prometheus.MustNewConstMetric(descLimLimit, prometheus.GaugeValue, math.Float64frombits(s.limitedLimit.Load()))
 }

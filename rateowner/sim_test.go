@@ -31,6 +31,7 @@ type simCase struct {
 type simResult struct {
 	admitted, offered float64 // tokens during the measured span
 	rejectedFrac      float64
+	final             ownerCounts // the owner's metrics at the end
 }
 
 func (c simCase) ratio(r simResult) float64 {
@@ -138,6 +139,7 @@ func runSim(t testing.TB, c simCase) simResult {
 		}
 	}
 	res.offered = total
+	res.final = owner.counts(now.UnixNano())
 	if total > 0 {
 		res.rejectedFrac = rejected / total
 	}
@@ -179,6 +181,26 @@ func TestLeaseGoals(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestOwnerLimitedMetrics: the owner's "limited" gauges count a tenant
+// offered 5× its limit, with its window rate at the limit, and not a tenant
+// offered half of it.
+func TestOwnerLimitedMetrics(t *testing.T) {
+	over := simCase{strategy: crl.Lease, clients: 10, offered: 5, limit: 10000, tokens: 10,
+		warmup: time.Second, measure: 2 * time.Second, seed: 9}
+	f := runSim(t, over).final
+	if f.owned != 1 || f.limited != 1 || f.limitedLimit != 10000 {
+		t.Fatalf("at 5×: owned %d, limited %d, limit %.0f; want 1, 1, 10000", f.owned, f.limited, f.limitedLimit)
+	}
+	if r := f.limitedRate / f.limitedLimit; r < 0.9 || r > 1.1 {
+		t.Errorf("at 5×: window rate %.0f/s is %.3f× the limit, want within 0.9–1.1", f.limitedRate, r)
+	}
+	under := over
+	under.offered = 0.5
+	if f := runSim(t, under).final; f.owned != 1 || f.limited != 0 || f.limitedRate != 0 {
+		t.Errorf("at 0.5×: owned %d, limited %d, rate %.0f; want 1, 0, 0", f.owned, f.limited, f.limitedRate)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"slices"
@@ -219,6 +220,7 @@ func (s *Server) clusterLoop() {
 		changed = s.members.Changed()
 	}
 	joined := len(s.cfg.Join) == 0
+	everJoined := false
 	var nextJoin, nextBalance time.Time
 	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
 	bootstrapped := s.cfg.BootstrapExpect == 0
@@ -251,9 +253,23 @@ func (s *Server) clusterLoop() {
 					s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
 					nextJoin = now.Add(time.Second)
 				} else {
-					s.log.Info("joined cluster", "contacted", n)
-					joined = true
+					lvl := slog.LevelInfo
+					if everJoined {
+						lvl = slog.LevelDebug // a repeat while waiting to bootstrap (below)
+					}
+					s.log.Log(context.Background(), lvl, "joined cluster", "contacted", n)
+					joined, everJoined = true, true
+					nextJoin = now.Add(2 * time.Second)
 				}
+			}
+			// While still waiting for bootstrap_expect members, contact the
+			// seeds again: one seed list for every node (a StatefulSet's pods
+			// all list the same names) names this node too, and a join that
+			// reached only itself, because the others' names did not resolve
+			// yet, would otherwise leave the nodes apart for good.
+			if joined && !bootstrapped && len(s.cfg.Join) > 0 && now.After(nextJoin) &&
+				len(alive(s.members.Members())) < s.cfg.BootstrapExpect {
+				joined = false
 			}
 			if !bootstrapped {
 				bootstrapped = s.tryBootstrap()

@@ -19,3 +19,13 @@ func lockFile(f *os.File) error {
 	}
 	return err
 }
+
+// filesystemUsage returns the bytes available to an unprivileged writer and
+// the size of the filesystem holding dir.
+func filesystemUsage(dir string) (avail, size uint64, err error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), uint64(st.Blocks) * uint64(st.Bsize), nil
+}

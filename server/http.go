@@ -30,7 +30,7 @@ func (s *Server) startHTTP() error {
 		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.httpLis = lis
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -58,7 +58,8 @@ func (s *Server) startHTTP() error {
 		mux.Handle("/debug/pprof/symbol", s.requireAdmin(http.HandlerFunc(pprof.Symbol)))
 		mux.Handle("/debug/pprof/trace", s.requireAdmin(http.HandlerFunc(pprof.Trace)))
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	s.httpRoutes = slices.Clone(mux.patterns)
+	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.serveHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
@@ -66,6 +67,27 @@ func (s *Server) startHTTP() error {
 	}()
 	return nil
 }
+
+// routeMux records every pattern mounted on the HTTP mux, so HTTPRoutes can
+// list them (the API contract test fails on a route api/openapi.yaml lacks).
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
+func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// HTTPRoutes returns the patterns served on the HTTP address ("GET /readyz",
+// "/api/v1/backlog" for every method), in the order they were mounted; nil when
+// HTTP is off.
+func (s *Server) HTTPRoutes() []string { return slices.Clone(s.httpRoutes) }
 
 // GroupStatus is one group's row in /api/v1/status.
 type GroupStatus struct {

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/version"
 )
 
@@ -84,6 +89,35 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 	return m
 }
 
+// initGroups exports every per-group counter at zero from the start, so a
+// dashboard or alert sees "0 rejected" instead of no series at all until the
+// first event (absent() and rate() then behave as an operator expects).
+func (m *metrics) initGroups(groups int) {
+	for g := range groups {
+		l := strconv.Itoa(g)
+		m.seriesCreated.WithLabelValues(l)
+		m.seriesRefresh.WithLabelValues(l)
+		m.seriesReject.WithLabelValues(l)
+		m.entries.WithLabelValues(l)
+		m.entryBytes.WithLabelValues(l)
+		m.commitDur.WithLabelValues(l)
+	}
+	m.limitsReloads.WithLabelValues("success")
+	m.limitsReloads.WithLabelValues("failure")
+}
+
+// initMethods exports the request counter and histogram of every gRPC method
+// the node serves at zero (code OK), for the same reason as initGroups.
+func (m *metrics) initMethods(info map[string]grpc.ServiceInfo) {
+	for svc, si := range info {
+		for _, md := range si.Methods {
+			name := "/" + svc + "/" + md.Name
+			m.requests.WithLabelValues(name, codes.OK.String())
+			m.requestDur.WithLabelValues(name)
+		}
+	}
+}
+
 func (m *metrics) seriesDecided(group, created, refreshed, rejected int) {
 	g := strconv.Itoa(group)
 	if created > 0 {
@@ -115,6 +149,7 @@ type groupStat struct {
 	leader       bool
 	appliedIndex uint64
 	halted       bool
+	nearLimit    int
 }
 
 // groupCollector reads group state at scrape time instead of keeping gauges in sync.
@@ -125,6 +160,7 @@ var (
 	descTenants = prometheus.NewDesc("tollgate_tenants", "Tenants with active series in the group.", []string{"group"}, nil)
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
+	descNear    = prometheus.NewDesc("tollgate_tenants_near_limit", "Tenants at or above near_limit_fraction of their share of the group, as this replica sees them.", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -134,6 +170,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLeader
 	ch <- descApplied
 	ch <- descHalted
+	ch <- descNear
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -154,6 +191,7 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 			halted = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, halted, g)
+		ch <- prometheus.MustNewConstMetric(descNear, prometheus.GaugeValue, float64(s.nearLimit), g)
 	}
 }
 
@@ -165,22 +203,33 @@ var (
 	descMembers   = prometheus.NewDesc("tollgate_cluster_members", "Members known to this node by serf status (alive, leaving, left, failed).", []string{"status"}, nil)
 	descHasLeader = prometheus.NewDesc("tollgate_group_has_leader", "1 if this node knows a leader for the group.", []string{"group"}, nil)
 	descVoters    = prometheus.NewDesc("tollgate_group_voters", "Voters in the group's raft configuration as this node knows it (0 when it is not a member).", []string{"group"}, nil)
+	descVotersOut = prometheus.NewDesc("tollgate_group_voters_not_alive", "Voters in the group's raft configuration (as this node knows it) whose node serf does not list as alive: failed, leaving, left or unknown.", []string{"group"}, nil)
+	descReady     = prometheus.NewDesc("tollgate_ready", "1 if the node is ready to serve (what /readyz answers 200 for), else 0.", nil, nil)
 )
 
 func (c *clusterCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descMembers
 	ch <- descHasLeader
 	ch <- descVoters
+	ch <- descVotersOut
+	ch <- descReady
 }
 
 func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
+	ready := 0.0
+	if c.s.Ready() {
+		ready = 1
+	}
+	ch <- prometheus.MustNewConstMetric(descReady, prometheus.GaugeValue, ready)
 	v, _ := c.s.view.get()
 	if v == nil {
 		return
 	}
 	counts := map[string]int{"alive": 0, "leaving": 0, "left": 0, "failed": 0}
+	alive := map[string]bool{}
 	for _, m := range v.Members {
 		counts[m.Status]++
+		alive[m.Id] = m.Status == membership.StatusAlive
 	}
 	for st, n := range counts {
 		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), st)
@@ -193,5 +242,67 @@ func (c *clusterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descHasLeader, prometheus.GaugeValue, has, g)
 		ch <- prometheus.MustNewConstMetric(descVoters, prometheus.GaugeValue, float64(len(gi.Voters)), g)
+		out := 0
+		for _, id := range gi.Voters {
+			if !alive[id] {
+				out++
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descVotersOut, prometheus.GaugeValue, float64(out), g)
+	}
+}
+
+// filesystemCollector exports the free and total bytes of the filesystem holding the
+// data dir at scrape time: raft logs and snapshots stop being written when it
+// fills, and a full disk is the one outage an operator can see coming.
+type filesystemCollector struct{ dir string }
+
+var (
+	descDiskAvail = prometheus.NewDesc("tollgate_data_dir_filesystem_avail_bytes", "Bytes available to this process on the filesystem holding the data dir.", nil, nil)
+	descDiskSize  = prometheus.NewDesc("tollgate_data_dir_filesystem_size_bytes", "Size in bytes of the filesystem holding the data dir.", nil, nil)
+)
+
+func (c filesystemCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- descDiskAvail
+	ch <- descDiskSize
+}
+
+func (c filesystemCollector) Collect(ch chan<- prometheus.Metric) {
+	avail, size, err := filesystemUsage(c.dir)
+	if err != nil {
+		// Not measurable here (or the dir vanished): no sample, rather than a
+		// zero that would read as a full disk.
+		return
+	}
+	ch <- prometheus.MustNewConstMetric(descDiskAvail, prometheus.GaugeValue, float64(avail))
+	ch <- prometheus.MustNewConstMetric(descDiskSize, prometheus.GaugeValue, float64(size))
+}
+
+// certCollector exports when the node's certificates expire: an expired
+// certificate stops raft and client traffic at once, so it must be seen weeks
+// ahead. Nothing is exported for a listener without TLS.
+type certCollector struct{ cfg TLSConfig }
+
+var descCertExpiry = prometheus.NewDesc("tollgate_tls_certificate_expiry_timestamp_seconds",
+	"When the certificate this node presents expires (Unix time), by use: grpc, http, raft.", []string{"use"}, nil)
+
+func (c certCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descCertExpiry }
+
+func (c certCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range []struct {
+		use string
+		cfg *tls.Config
+	}{{"grpc", c.cfg.GRPC}, {"http", c.cfg.HTTP}, {"raft", c.cfg.RaftServer}} {
+		if u.cfg == nil || len(u.cfg.Certificates) == 0 || len(u.cfg.Certificates[0].Certificate) == 0 {
+			continue
+		}
+		leaf := u.cfg.Certificates[0].Leaf
+		if leaf == nil {
+			var err error
+			if leaf, err = x509.ParseCertificate(u.cfg.Certificates[0].Certificate[0]); err != nil {
+				continue
+			}
+		}
+		ch <- prometheus.MustNewConstMetric(descCertExpiry, prometheus.GaugeValue, float64(leaf.NotAfter.Unix()), u.use)
 	}
 }

@@ -242,10 +242,11 @@ type Server struct {
 	meterMods []*fsmmeter.Module
 	meter     *meterserver.Service
 
-	grpcLis net.Listener
-	grpc    *grpc.Server
-	httpLis net.Listener
-	http    *http.Server
+	grpcLis    net.Listener
+	grpc       *grpc.Server
+	httpLis    net.Listener
+	httpRoutes []string // patterns on the HTTP mux (HTTPRoutes)
+	http       *http.Server
 
 	dir        *dataDir // locked for the server's lifetime
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
@@ -302,8 +303,8 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.metrics = newMetrics(s.groupStats)
-	s.metrics.reg.MustRegister(&clusterCollector{s: s})
-	s.metrics.reg.MustRegister(&diskCollector{s: s})
+	s.metrics.reg.MustRegister(&clusterCollector{s: s}, &diskCollector{s: s}, filesystemCollector{dir: cfg.DataDir}, certCollector{cfg: cfg.TLS})
+	s.metrics.initGroups(cfg.Groups)
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
@@ -564,6 +565,9 @@ func (s *Server) groupStats() []groupStat {
 		st := f.Stats()
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
 		out[g].halted, _ = f.Halted()
+		if s.shares != nil {
+			out[g].nearLimit = len(s.closeToLimit(g))
+		}
 		if s.host != nil {
 			out[g].leader = s.host.Raft(g).State() == raft.Leader
 		}

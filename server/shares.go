@@ -77,6 +77,8 @@ func newShareState(s *Server) (*shareState, error) {
 			Help: "Duration of a synchronous headroom borrow.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
 	s.metrics.reg.MustRegister(st.metrics.moves, st.metrics.moved, st.metrics.recovered, st.metrics.rejections, st.metrics.borrow)
+	st.metrics.rejections.WithLabelValues("share") // at zero from the start (see initGroups)
+	st.metrics.rejections.WithLabelValues("limit")
 	if s.cfg.ShareMode == ShareMovable {
 		st.mover = sharemove.New(st, s.log, st.metrics)
 	}

@@ -16,7 +16,12 @@ import (
 	"github.com/tollgate-io/tollgate/server"
 )
 
-func newServerCmd() *cobra.Command {
+func newServerCmd() *cobra.Command { return newServerCmdWith(os.LookupEnv, runServer) }
+
+// newServerCmdWith builds `tollgate server` with the environment lookup and
+// what runs once the settings are loaded as parameters, so a test can parse a
+// command line exactly as the server does without starting a node.
+func newServerCmdWith(lookupEnv func(string) (string, bool), run func(*cobra.Command, *serverSettings) error) *cobra.Command {
 	s, err := newServerSettings()
 	cmd := &cobra.Command{
 		Use:   "server",
@@ -47,10 +52,10 @@ and limits ("... ready").`,
       --grpc-addr 10.0.0.1:7300 --raft-addr 10.0.0.1:7301 --gossip-addr 10.0.0.1:7302 --join 10.0.0.2:7302
   tollgate server --config /etc/tollgate.yaml --zone zone-b`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := s.load(cmd.Flags(), os.LookupEnv); err != nil {
+			if err := s.load(cmd.Flags(), lookupEnv); err != nil {
 				return err
 			}
-			return runServer(cmd, s)
+			return run(cmd, s)
 		},
 	}
 	if err != nil {

@@ -1,0 +1,72 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"testing"
+	"time"
+)
+
+// freeGossipPort returns a loopback port free for both TCP and UDP (serf
+// uses the same port for both).
+func freeGossipPort(t *testing.T) int {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		u, err := net.ListenPacket("udp", fmt.Sprintf("127.0.0.1:%d", p))
+		l.Close()
+		if err == nil {
+			u.Close()
+			return p
+		}
+	}
+	t.Fatal("no free port for TCP and UDP")
+	return 0
+}
+
+// TestSeedListNamingItselfStillFormsCluster: every node of a StatefulSet has
+// the same seed list, itself included. A node whose first join reaches only
+// itself (the other names do not resolve yet) must keep contacting the seeds
+// until bootstrap_expect members are alive; with one join and done, node a
+// (seeds a, b; b not up yet) and node b (seeds: itself only, as if a's name did
+// not resolve for it) would each stay alone and never bootstrap.
+func TestSeedListNamingItselfStillFormsCluster(t *testing.T) {
+	pa, pb := freeGossipPort(t), freeGossipPort(t)
+	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
+	start := func(id, zone string, gossip int, join ...string) *Server {
+		s, err := New(Config{
+			NodeID: id, Zone: zone, DataDir: t.TempDir(),
+			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: addr(gossip),
+			GossipProbeInterval: 200 * time.Millisecond, Join: join,
+			BootstrapExpect: 2, Replicas: 2, RaftNoSync: true, AdminToken: testToken,
+			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_ = s.Stop(ctx)
+		})
+		return s
+	}
+	a := start("a", "zone-a", pa, addr(pa), addr(pb))
+	// Let a's first join happen while b is down: it reaches only a itself.
+	time.Sleep(time.Second)
+	b := start("b", "zone-b", pb, addr(pb))
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // only catches a hang
+	defer cancel()
+	for _, s := range []*Server{a, b} {
+		if err := s.WaitReady(ctx); err != nil {
+			t.Fatalf("%s never became ready (%s): the nodes did not find each other", s.NodeID(), s.NotReadyReason())
+		}
+	}
+}
