@@ -46,7 +46,7 @@ type RecoverOptions struct {
 // GroupRecovery is the plan for one group.
 type GroupRecovery struct {
 	raftnode.OfflineGroup // the group as it is on disk (Group, Configuration, …)
-	New raft.Configuration
+	New                   raft.Configuration
 	// Skip says why the group is left alone ("" = it will be rewritten).
 	Skip string
 }
@@ -54,10 +54,10 @@ type GroupRecovery struct {
 // RecoverPlan is what Apply will do; it holds the data dir's lock (no node can
 // start on it) until Close.
 type RecoverPlan struct {
-	opts                      RecoverOptions
+	opts                       RecoverOptions
 	Partitions, Groups, Shards int
-	Plans                     []GroupRecovery
-	dir                       *dataDir
+	Plans                      []GroupRecovery
+	dir                        *dataDir
 }
 
 // RecoveredGroup is the outcome of one group's recovery.
