@@ -219,3 +219,31 @@ func (c *cluster) waitVotersExactly(t *testing.T, g int, want []string) {
 	}
 	t.Fatalf("group %d: voters %v, want %v (after %v)", g, last, want, healthyTimeout)
 }
+
+// waitMemberNot waits until via's view of the cluster no longer lists member id
+// as alive (gossip noticed that it is gone), as the runbook has the operator
+// check with `tollgate status` before replacing a node.
+func (c *cluster) waitMemberNot(t *testing.T, via *node, id, status string) {
+	t.Helper()
+	deadline := time.Now().Add(healthyTimeout)
+	last := "not listed"
+	for time.Now().Before(deadline) {
+		ctx, cancel := adminCtx(context.Background(), adminCallTO)
+		st, err := c.admin(via).Status(ctx, &api.StatusRequest{})
+		cancel()
+		if err == nil {
+			last = "not listed"
+			for _, m := range st.GetView().GetMembers() {
+				if m.Id == id {
+					last = m.Status
+				}
+			}
+			if last != status {
+				t.Logf("%s: member %s is %s", via.id, id, last)
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("%s still lists %s as %s after %v", via.id, id, last, healthyTimeout)
+}
