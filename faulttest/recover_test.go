@@ -3,6 +3,8 @@ package faulttest
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -58,7 +60,17 @@ func TestRaftRecoverAfterLosingTwoOfThree(t *testing.T) {
 	}
 	ck.Stop()
 	ck.Report() // no violation up to and through the loss
+	// `snapshot save` needs every group's leader: it fails, naming a group.
+	if out, err := c.tollgateCLI(time.Minute, "snapshot", "save", "-o", filepath.Join(c.dir, "leaderless.tgsnap"), "--addr", survivor.grpcAddr, "--timeout", "5s"); err == nil ||
+		!strings.Contains(out, "snapshot group") {
+		t.Errorf("snapshot save without leaders: err %v, want a failure naming the group", err)
+	}
 	survivor.term(t)
+	// The runbook's backup of a leaderless group: a copy of the stopped
+	// survivor's data dir.
+	if out, err := exec.Command("cp", "-a", survivor.dir, survivor.dir+".before-recover").CombinedOutput(); err != nil {
+		t.Fatalf("cp -a: %v\n%s", err, out)
+	}
 
 	// Without --force: the plan, no change.
 	out, err := c.tollgateCLI(time.Minute, "raft", "recover", "--data-dir", survivor.dir, "--node-id", survivor.id, "--all-groups")

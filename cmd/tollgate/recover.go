@@ -31,13 +31,18 @@ keeping this node's data: the newest snapshot plus every entry of its log,
 including entries it logged but never saw committed. Started again, the node
 elects itself leader; then add new nodes as usual (start them with --join).
 
+Recover only groups that have no leader (NO LEADER in ` + "`tollgate status`" + `): a group
+that still has a quorum elsewhere would split into two histories. --all-groups
+is for a node whose every group lost its quorum.
+
 Without --force it prints, per group, the configuration on disk and the one it
 would write, and changes nothing.
 
-Use it only when the lost voters cannot come back: a lost voter that returns
-with its old data is no longer a member and is refused, but writes it
-acknowledged and this node never received are lost. Series acknowledged after
-this node's last log entry are lost. With several survivors, stop all of them
+Use it only when the lost voters cannot come back. Series acknowledged after
+this node's last log entry are lost. Never start a removed voter again on its
+old data: two of them together still hold a quorum of the old configuration and
+would run a second, diverging copy of the group. Wipe them and join them as new
+nodes. With several survivors, stop all of them
 and run the same command with the same --voters on each before starting any.
 Copy the data dir first if you may want to undo it.`,
 		Example: `  tollgate raft recover --data-dir /var/lib/tollgate --node-id a1 --all-groups           # shows the plan
