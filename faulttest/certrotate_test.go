@@ -1,9 +1,11 @@
 package faulttest
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,7 +25,9 @@ import (
 // (2) the node certificate and key become ones the new CA signed, rolling
 // restart; (3) the CA file becomes the new CA alone, rolling restart. Every
 // step keeps a quorum and accepts writes; no acknowledged series is lost; at
-// the end the old CA no longer verifies any node and the new one does.
+// the end the old CA no longer verifies any node and the new one does. The
+// gossip key rotates along with the same restarts ([old, new], [new, old],
+// [new]) and every node sees every other alive after each step.
 func TestCertificateRotation(t *testing.T) {
 	bin := tollgateBinary(t)
 	root := t.TempDir()
@@ -59,6 +63,11 @@ func TestCertificateRotation(t *testing.T) {
 	install("ca.pem", oldCA)
 	install("node.pem", read(filepath.Join(oldDir, "node.pem")))
 	install("node-key.pem", read(filepath.Join(oldDir, "node-key.pem")))
+	oldKey, newKey := read(filepath.Join(oldDir, "gossip.key")), read(filepath.Join(newDir, "gossip.key"))
+	keyring := func(keys ...[]byte) []byte {
+		return []byte(strings.Join(strings.Fields(string(bytes.Join(keys, []byte("\n")))), "\n") + "\n")
+	}
+	install("gossip.keyring", keyring(oldKey))
 
 	// The harness and the checker trust both CAs, as clients are given the
 	// new CA before the nodes' certificates change.
@@ -67,7 +76,7 @@ func TestCertificateRotation(t *testing.T) {
 	pool.AppendCertsFromPEM(newCA)
 	opts := defaultClusterOptions()
 	opts.extraArgs = []string{"--tls-cert", filepath.Join(live, "node.pem"), "--tls-key", filepath.Join(live, "node-key.pem"),
-		"--tls-ca", filepath.Join(live, "ca.pem")}
+		"--tls-ca", filepath.Join(live, "ca.pem"), "--gossip-keyring-file", filepath.Join(live, "gossip.keyring")}
 	opts.clientTLS = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	c := newCluster(t, opts)
 	ck := startChecker(t, c, defaultCheckerConfig())
@@ -83,14 +92,19 @@ func TestCertificateRotation(t *testing.T) {
 			c.waitHealthy()
 			ck.waitProgress(step + ": " + n.id + " restarted")
 		}
+		c.waitGossipAlive(t)
 		loadFor(time.Second)
 	}
+	// The gossip key rotates along: [old, new], [new, old], [new].
 	install("ca.pem", append(append([]byte(nil), oldCA...), newCA...))
+	install("gossip.keyring", keyring(oldKey, newKey))
 	rolling("old+new CA")
 	install("node.pem", read(filepath.Join(newDir, "node.pem")))
 	install("node-key.pem", read(filepath.Join(newDir, "node-key.pem")))
+	install("gossip.keyring", keyring(newKey, oldKey))
 	rolling("new certificates")
 	install("ca.pem", newCA)
+	install("gossip.keyring", keyring(newKey))
 	rolling("new CA only")
 	ck.finish()
 
@@ -116,4 +130,38 @@ func TestCertificateRotation(t *testing.T) {
 	if _, err := c.tollgateCLI(time.Minute, "status", "--addr", c.nodes[0].grpcAddr, "--cacert", filepath.Join(oldDir, "ca.pem"), "--timeout", "5s"); err == nil {
 		t.Errorf("tollgate status with the old CA succeeded")
 	}
+}
+
+// waitGossipAlive waits until every node's view lists every node of the
+// cluster as alive (gossip works between all of them).
+func (c *cluster) waitGossipAlive(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(healthyTimeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		last = ""
+		for _, via := range c.nodes {
+			ctx, cancel := adminCtx(context.Background(), adminCallTO)
+			st, err := c.admin(via).Status(ctx, &api.StatusRequest{})
+			cancel()
+			if err != nil {
+				last = fmt.Sprintf("%s: %v", via.id, err)
+				break
+			}
+			status := map[string]string{}
+			for _, m := range st.GetView().GetMembers() {
+				status[m.Id] = m.Status
+			}
+			for _, n := range c.nodes {
+				if status[n.id] != "alive" {
+					last = fmt.Sprintf("%s sees %s as %q", via.id, n.id, status[n.id])
+				}
+			}
+		}
+		if last == "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("gossip: %s after %v", last, healthyTimeout)
 }
