@@ -247,3 +247,28 @@ func (c *cluster) waitMemberNot(t *testing.T, via *node, id, status string) {
 	}
 	t.Fatalf("%s still lists %s as %s after %v", via.id, id, last, healthyTimeout)
 }
+
+// transferLeadership runs `tollgate raft transfer-leadership --group g` (with
+// --to when to is set) through via. Under load raft may give up a transfer
+// whose target did not catch up in time ("leadership transfer timeout",
+// which the CLI reports and does not retry); an operator runs it again, and
+// so does this, a few times.
+func (c *cluster) transferLeadership(t *testing.T, g int, to, via *node) {
+	t.Helper()
+	args := []string{"raft", "transfer-leadership", "--group", fmt.Sprint(g), "--addr", via.grpcAddr}
+	if to != nil {
+		args = append(args, "--to", to.id)
+	}
+	var err error
+	var out string
+	for attempt := 1; attempt <= 5; attempt++ {
+		if out, err = c.tollgateCLI(time.Minute, args...); err == nil {
+			return
+		}
+		if !strings.Contains(out, "leadership transfer timeout") {
+			break
+		}
+		t.Logf("transfer-leadership of group %d: timed out (attempt %d); again", g, attempt)
+	}
+	t.Fatalf("tollgate %s: %v", strings.Join(args, " "), err)
+}

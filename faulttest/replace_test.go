@@ -1,7 +1,6 @@
 package faulttest
 
 import (
-	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -131,7 +130,7 @@ func decommission(t *testing.T, c *cluster, n *node, cli func(args ...string) st
 	t.Helper()
 	for g := range groups {
 		if l, _ := c.leaderOf(g); l == n {
-			cli("raft", "transfer-leadership", "--group", fmt.Sprint(g))
+			c.transferLeadership(t, g, nil, l)
 		}
 	}
 	cli("raft", "remove-server", "--id", n.id, "--all-groups")
