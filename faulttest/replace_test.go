@@ -57,9 +57,7 @@ func TestReplaceNodesAndZone(t *testing.T) {
 	n4 := c.newJoiningNode(n1, "node-4", "zone-c", n1)
 	c.nodes = append(c.nodes, n4)
 	n4.startAndWait(t)
-	for g := range groups {
-		c.waitVotersExactly(t, g, []string{n1.id, n2.id, n4.id})
-	}
+	c.waitPlaced(t, n4, []string{n1.id, n2.id, n4.id}, n1)
 	c.waitHealthy()
 	ck.waitProgress("node-4 replaced node-3")
 	loadFor(2 * time.Second)
@@ -69,9 +67,7 @@ func TestReplaceNodesAndZone(t *testing.T) {
 	n5 := c.newJoiningNode(n1, "node-5", "zone-d", n1)
 	n5.startAndWait(t)
 	c.nodes = append(c.nodes, n5)
-	for g := range groups {
-		c.waitVotersExactly(t, g, []string{n1.id, n2.id, n4.id, n5.id})
-	}
+	c.waitPlaced(t, n5, []string{n1.id, n2.id, n4.id, n5.id}, n1)
 	ck.waitProgress("node-5 joined zone-d")
 	decommission(t, c, n4, cli)
 	for g := range groups {
