@@ -13,6 +13,12 @@
 // the time from a leader SIGKILL to the next successful write
 // (TOLLGATE_FAILOVER_KILLS=20 for the figure in BENCHMARKS.md).
 //
+// The procedures of the operations runbook (docs/operations.md) run here too,
+// step by step with the tollgate CLI: replacing nodes and zones
+// (TestReplaceNodesAndZone), recovering groups that lost their quorum with
+// `tollgate raft recover` (TestRaftRecoverAfterLosingTwoOfThree), rotating the
+// CA, certificates and gossip key (TestCertificateRotation).
+//
 // The package is test-only: this file is its only non-test source. The tests
 // run in `go test ./...` (they take a few minutes) and with `make test-fault`.
 package faulttest

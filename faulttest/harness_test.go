@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
@@ -445,6 +447,9 @@ type clusterOptions struct {
 	// dataDirs overrides the data dir of a node by id (default: under the
 	// cluster's temp dir), e.g. to put one node on a small filesystem.
 	dataDirs map[string]string
+	// clientTLS, when set, is how the harness and the checker dial the nodes'
+	// gRPC (clusters started with --tls-cert in extraArgs).
+	clientTLS *tls.Config
 }
 
 type cluster struct {
@@ -628,7 +633,11 @@ func (c *cluster) conn(addr string) *grpc.ClientConn {
 	cc := c.conns[addr]
 	if cc == nil {
 		var err error
-		cc, err = grpc.NewClient(addr, dialOptions()...)
+		opts := dialOptions()
+		if c.opts.clientTLS != nil {
+			opts = append(opts, grpc.WithTransportCredentials(credentials.NewTLS(c.opts.clientTLS))) // the last one counts
+		}
+		cc, err = grpc.NewClient(addr, opts...)
 		if err != nil {
 			c.t.Fatalf("dial %s: %v", addr, err)
 		}

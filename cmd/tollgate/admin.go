@@ -613,5 +613,6 @@ removed with remove-server stays out until it joins again.`,
 	tr.Flags().StringVar(&to, "to", "", "target voter id (default: raft picks the most up-to-date voter)")
 
 	cmd.AddCommand(list, add, rm, tr)
+	cmd.AddCommand(newRaftRecoverCmd())
 	return cmd
 }

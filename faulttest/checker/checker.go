@@ -579,6 +579,22 @@ func (ck *Checker) Acked(tenant string) int64 {
 	return 0
 }
 
+// AckedHashes returns, per tenant name, every hash acknowledged so far: a
+// test that loses nodes for good checks which of them the survivors kept.
+func (ck *Checker) AckedHashes() map[string][]uint64 {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	out := make(map[string][]uint64, len(ck.cfg.Tenants))
+	for ti, ts := range ck.cfg.Tenants {
+		hs := make([]uint64, 0, len(ck.acked[ti]))
+		for h := range ck.acked[ti] {
+			hs = append(hs, h)
+		}
+		out[ts.Name] = hs
+	}
+	return out
+}
+
 // AddProbe registers a probe on group g (see Probe).
 func (ck *Checker) AddProbe(g int, after time.Time, exclude string) *Probe {
 	pr := &Probe{G: g, after: after, exclude: exclude, Done: make(chan struct{})}

@@ -1,0 +1,240 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/tollgate-io/tollgate/fsm"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/raftnode"
+)
+
+// Outage recovery: a group whose voters are gone for good (disks lost, more
+// than a quorum of them) can never elect a leader again, and nothing online
+// can change its configuration, because that needs the quorum it lost. The
+// survivors' data is still there. RecoverPlan/Apply rewrite, offline, the
+// group's raft state on a surviving node so that its configuration is the
+// survivors alone (hashicorp/raft's RecoverCluster); started again, the node
+// elects itself and new nodes are added as usual.
+
+// RecoverOptions selects what to recover on a stopped node's data dir.
+type RecoverOptions struct {
+	DataDir string // the node's --data-dir (holds cluster.json and raft/)
+	NodeID  string // the node's --node-id
+	// Groups to recover; empty: every group in which this node holds raft
+	// state.
+	Groups []int
+	// Voters are the ids of the servers the recovered configuration keeps,
+	// each with the address and suffrage-to-be (voter) it has in the old
+	// configuration; empty: NodeID alone. Every server listed must run the
+	// same recovery with the same list before any of them starts.
+	Voters []string
+	Logger *slog.Logger
+}
+
+// GroupRecovery is the plan for one group.
+type GroupRecovery struct {
+	raftnode.OfflineGroup // the group as it is on disk (Group, Configuration, …)
+	New                   raft.Configuration
+	// Skip says why the group is left alone ("" = it will be rewritten).
+	Skip string
+}
+
+// RecoverPlan is what Apply will do; it holds the data dir's lock (no node can
+// start on it) until Close.
+type RecoverPlan struct {
+	opts                       RecoverOptions
+	Partitions, Groups, Shards int
+	Plans                      []GroupRecovery
+	dir                        *dataDir
+}
+
+// RecoveredGroup is the outcome of one group's recovery.
+type RecoveredGroup struct {
+	Group        int
+	Series       int64
+	Tenants      int
+	AppliedIndex uint64 // the state machine's (what status shows)
+}
+
+// PlanRecovery reads a stopped node's data dir and works out, per group, the
+// configuration it has and the one recovery gives it. It changes nothing. It
+// refuses a data dir a node is running on, one that is not a Tollgate data dir,
+// a group in which this node holds no state or is not in the configuration
+// (its data may be stale), and voters that are not in the old configuration.
+// A group whose configuration already is the new one is skipped.
+func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
+	if opts.DataDir == "" || opts.NodeID == "" {
+		return nil, errors.New("recover: the node's data dir and node id are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if _, err := os.Stat(filepath.Join(opts.DataDir, "cluster.json")); err != nil {
+		return nil, fmt.Errorf("recover: %s is not the data dir of a tollgate node (%w)", opts.DataDir, err)
+	}
+	dir, err := openDataDir(opts.DataDir)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w (recovery runs on a stopped node)", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = dir.release(false)
+		}
+	}()
+	var layout clusterLayout
+	b, err := os.ReadFile(filepath.Join(opts.DataDir, "cluster.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &layout)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("recover: read %s: %w", filepath.Join(opts.DataDir, "cluster.json"), err)
+	}
+	p := &RecoverPlan{opts: opts, Partitions: layout.Partitions, Groups: layout.Groups, Shards: layout.Shards, dir: dir}
+	raftDir := filepath.Join(opts.DataDir, "raft")
+	explicit := len(opts.Groups) > 0
+	gs := opts.Groups
+	if !explicit {
+		for g := range layout.Groups {
+			gs = append(gs, g)
+		}
+	}
+	keep := opts.Voters
+	if len(keep) == 0 {
+		keep = []string{opts.NodeID}
+	} else if !slices.Contains(keep, opts.NodeID) {
+		return nil, fmt.Errorf("recover: --voters %s does not include this node (%s): run the recovery on the nodes that stay", strings.Join(keep, ","), opts.NodeID)
+	}
+	var errs []error
+	for _, g := range gs {
+		if g < 0 || g >= layout.Groups {
+			errs = append(errs, fmt.Errorf("group %d: the cluster has groups 0..%d", g, layout.Groups-1))
+			continue
+		}
+		og, err := raftnode.InspectGroup(raftDir, g)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		gr := GroupRecovery{OfflineGroup: og}
+		switch {
+		case !og.HasState && explicit:
+			errs = append(errs, fmt.Errorf("group %d: %s holds no raft state for it: nothing to recover from here", g, opts.DataDir))
+			continue
+		case !og.HasState:
+			gr.Skip = "no raft state on this node"
+			p.Plans = append(p.Plans, gr)
+			continue
+		}
+		byID := map[raft.ServerID]raft.Server{}
+		for _, s := range og.Configuration.Servers {
+			byID[s.ID] = s
+		}
+		if _, ok := byID[raft.ServerID(opts.NodeID)]; !ok {
+			errs = append(errs, fmt.Errorf("group %d: %s is not in the group's configuration (%s): its data for the group may be stale; recover the group on a node that is",
+				g, opts.NodeID, FormatConfiguration(og.Configuration)))
+			continue
+		}
+		for _, id := range keep {
+			s, ok := byID[raft.ServerID(id)]
+			if !ok {
+				errs = append(errs, fmt.Errorf("group %d: --voters names %s, which is not in the group's configuration (%s)", g, id, FormatConfiguration(og.Configuration)))
+				continue
+			}
+			s.Suffrage = raft.Voter
+			gr.New.Servers = append(gr.New.Servers, s)
+		}
+		if sameConfiguration(og.Configuration, gr.New) {
+			gr.Skip = "its configuration already is the new one"
+		}
+		p.Plans = append(p.Plans, gr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("recover: %w; nothing was changed", err)
+	}
+	return p, nil
+}
+
+// Apply rewrites every planned group, in order, and stops at the first error
+// (groups done before it stay recovered; running the same plan again skips
+// them).
+func (p *RecoverPlan) Apply() ([]RecoveredGroup, error) {
+	var out []RecoveredGroup
+	raftDir := filepath.Join(p.opts.DataDir, "raft")
+	for _, gr := range p.Plans {
+		if gr.Skip != "" {
+			continue
+		}
+		f, err := recoveryFSM(p.Partitions, p.Groups, p.Shards, gr.Group, p.opts.Logger)
+		if err != nil {
+			return out, fmt.Errorf("recover group %d: %w", gr.Group, err)
+		}
+		if err := raftnode.RecoverGroup(raftDir, gr.Group, p.opts.NodeID, f, gr.New, p.opts.Logger); err != nil {
+			if h, why := f.Halted(); h {
+				err = fmt.Errorf("%w (the state machine halted while replaying the log: %s)", err, why)
+			}
+			return out, fmt.Errorf("%w; group %d was not changed", err, gr.Group)
+		}
+		st := f.Stats()
+		out = append(out, RecoveredGroup{Group: gr.Group, Series: st.Series, Tenants: st.Tenants, AppliedIndex: st.AppliedIndex})
+	}
+	return out, nil
+}
+
+// NodeID is the node whose data dir the plan is for.
+func (p *RecoverPlan) NodeID() string { return p.opts.NodeID }
+
+// DataDir is the data dir the plan rewrites.
+func (p *RecoverPlan) DataDir() string { return p.opts.DataDir }
+
+// Close releases the data dir's lock.
+func (p *RecoverPlan) Close() error { return p.dir.release(false) }
+
+// recoveryFSM builds group g's state machine with the modules New gives it
+// (TestRecoveryFSMMatchesServer keeps the two in step): RecoverCluster writes
+// this FSM's snapshot as the group's whole state.
+func recoveryFSM(partitions, groups, shardCount, g int, log *slog.Logger) (*fsm.FSM, error) {
+	sh, err := shares.New(g, groups)
+	if err != nil {
+		return nil, err
+	}
+	return fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
+		MaxClusterVersion: fsm.CurrentClusterVersion,
+		Modules:           []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
+}
+
+// FormatConfiguration prints a raft configuration as "id address suffrage"
+// entries, comma-separated.
+func FormatConfiguration(c raft.Configuration) string {
+	if len(c.Servers) == 0 {
+		return "(empty)"
+	}
+	var parts []string
+	for _, s := range c.Servers {
+		parts = append(parts, fmt.Sprintf("%s %s %s", s.ID, s.Address, s.Suffrage))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func sameConfiguration(a, b raft.Configuration) bool {
+	if len(a.Servers) != len(b.Servers) {
+		return false
+	}
+	for i := range a.Servers {
+		if a.Servers[i] != b.Servers[i] {
+			return false
+		}
+	}
+	return true
+}
