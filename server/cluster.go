@@ -342,14 +342,11 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 	}
 }
 
-// addVoter executes one voterAdd; a failure is logged and retried at the next
-// reconcile (when a member becomes alive again).
+// addVoter executes one voterAdd through the learner path (learner.go), in
+// the background; a failure is logged and retried at the next reconcile (when
+// a member becomes alive again).
 func (s *Server) addVoter(add voterAdd) {
-	g, m := add.Group, add.Member
-	s.log.Info("adding voter", "group", g, "node", m.ID, "zone", m.Zone, "raft", m.RaftAddr, "reason", add.Reason)
-	if err := s.host.Raft(g).AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error(); err != nil {
-		s.log.Warn("add voter failed", "group", g, "node", m.ID, "err", err)
-	}
+	s.learners.start(s, add)
 }
 
 // balanceInput gathers planBalance's snapshot: alive members with their

@@ -115,6 +115,7 @@ type groupStat struct {
 	leader       bool
 	appliedIndex uint64
 	halted       bool
+	replicaDown  bool
 }
 
 // groupCollector reads group state at scrape time instead of keeping gauges in sync.
@@ -125,6 +126,7 @@ var (
 	descTenants = prometheus.NewDesc("tollgate_tenants", "Tenants with active series in the group.", []string{"group"}, nil)
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
+	descDown    = prometheus.NewDesc("tollgate_group_replica_down", "1 if this node's raft replica of the group is shut down while the node runs: it neither votes nor stores the log, though the group's configuration may count it as a voter (restart the node).", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -134,6 +136,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descLeader
 	ch <- descApplied
 	ch <- descHalted
+	ch <- descDown
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -154,6 +157,11 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 			halted = 1
 		}
 		ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, halted, g)
+		down := 0.0
+		if s.replicaDown {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDown, prometheus.GaugeValue, down, g)
 	}
 }
 
