@@ -1,0 +1,238 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// joinNode starts one more node, joined to tc's gossip but in no group (the
+// leaders run with auto-placement off, or its zone already has voters).
+func joinNode(t *testing.T, tc *testCluster, id, zone string) *Server {
+	t.Helper()
+	s, err := New(Config{NodeID: id, Zone: zone, DataDir: t.TempDir(),
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
+		GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
+		RaftNoSync: true, AdminToken: testToken, LeaderBalanceInterval: -1,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_ = s.Stop(ctx)
+	})
+	waitFor(t, id+" alive in every node's member list", func() bool {
+		for _, n := range tc.live() {
+			found := false
+			for _, m := range alive(n.memberList()) {
+				found = found || m.ID == id
+			}
+			if !found {
+				return false
+			}
+		}
+		return true
+	})
+	return s
+}
+
+// configOf is group g's configuration on its leader, as "id=suffrage@addr".
+func configOf(t *testing.T, tc *testCluster, g int) []string {
+	t.Helper()
+	fut := tc.leader(g).Raft(g).GetConfiguration()
+	if err := fut.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, srv := range fut.Configuration().Servers {
+		out = append(out, fmt.Sprintf("%s=%s@%s", srv.ID, srv.Suffrage, srv.Address))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// addVoterRetry calls AddVoter until it answers something other than
+// Unavailable (leadership moving).
+func addVoterRetry(ctx context.Context, t *testing.T, adm api.AdminClient, req *api.AddVoterRequest) (*api.MembershipResponse, error) {
+	t.Helper()
+	for {
+		resp, err := adm.AddVoter(ctx, req)
+		if status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			return resp, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A server enters a group as a non-voter and is promoted only once caught up:
+// a fourth node in a zone that has a voter is refused without --force; with
+// its replica of group 1 shut down (it answers raft on its port, but its log
+// never moves) it is added as a non-voter, never promoted, removed again and
+// the call says why, the voters unchanged throughout; that node reports its
+// shut-down replica in /readyz terms, the metric and NodeGroups. Added to
+// group 2, whose replica runs, it catches up and becomes a voter.
+func TestAddVoterLearnerFirst(t *testing.T) {
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	ctx := adminCtx(t)
+	n4 := joinNode(t, tc, "n4", "zone-a")
+	adm := api.NewAdminClient(dial(t, tc.nodes[1].GRPCAddr()))
+
+	before := configOf(t, tc, 1)
+	_, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 1, Id: "n4"})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "already has voter n1 in zone zone-a") ||
+		!strings.Contains(err.Error(), "--force") {
+		t.Fatalf("second voter in zone-a without force: %v", err)
+	}
+	if after := configOf(t, tc, 1); !slices.Equal(before, after) {
+		t.Fatalf("refused add changed the configuration: %v → %v", before, after)
+	}
+
+	// A replica that does not run: what ShutdownOnRemove used to leave.
+	if err := n4.Raft(1).Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	if why := n4.NotReadyReason(); !strings.Contains(why, "group 1: this node's raft replica is shut down") {
+		t.Fatalf("n4 with group 1's replica shut down: not-ready reason %q", why)
+	}
+	if v := gaugeValue(t, n4, "tollgate_group_replica_down", "group", "1"); v != 1 {
+		t.Fatalf("tollgate_group_replica_down{group=1} on n4 = %v, want 1", v)
+	}
+	if v := gaugeValue(t, n4, "tollgate_group_replica_down", "group", "2"); v != 0 {
+		t.Fatalf("tollgate_group_replica_down{group=2} on n4 = %v, want 0", v)
+	}
+	if gs := n4.nodeGroups().Groups[1]; gs.RaftState != "Shutdown" {
+		t.Fatalf("n4's NodeGroups reports group 1 as %q, want Shutdown", gs.RaftState)
+	}
+	st, err := adm.Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen bool
+	for _, n := range st.Nodes {
+		seen = seen || n.NodeId == "n4" && n.Groups[1].RaftState == "Shutdown"
+	}
+	if !seen {
+		t.Fatalf("Status does not show n4's group 1 replica shut down: %v", st.Nodes)
+	}
+
+	// Watch the leader's configuration while the call runs: n4 may show up
+	// as a non-voter, never as a voter.
+	stopWatch := make(chan struct{})
+	watched := make(chan []string, 1)
+	go func() {
+		var bad []string
+		for {
+			select {
+			case <-stopWatch:
+				watched <- bad
+				return
+			default:
+			}
+			for _, s := range tc.live() {
+				if s.Raft(1).State() != raft.Leader {
+					continue
+				}
+				for _, srv := range s.Raft(1).GetConfiguration().Configuration().Servers {
+					if srv.ID == "n4" && srv.Suffrage == raft.Voter {
+						bad = append(bad, fmt.Sprintf("%s's configuration has n4 as a voter", s.cfg.NodeID))
+					}
+				}
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	_, err = addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 1, Id: "n4", Force: true, CatchUpTimeoutMillis: 2000})
+	close(stopWatch)
+	if bad := <-watched; len(bad) > 0 {
+		t.Fatalf("a server that never caught up was made a voter: %v", bad[0])
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "did not catch up") ||
+		!strings.Contains(err.Error(), "shut down") || !strings.Contains(err.Error(), "removed again") {
+		t.Fatalf("add of a server whose replica does not run: %v", err)
+	}
+	if after := configOf(t, tc, 1); !slices.Equal(before, after) {
+		t.Fatalf("failed learner add left the configuration changed: %v → %v", before, after)
+	}
+
+	// Group 2's replica runs: n4 catches up and is promoted.
+	resp, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
+	if err != nil {
+		t.Fatalf("add n4 to group 2: %v", err)
+	}
+	if resp.LagEntries > learnerMaxLag || resp.AlreadyVoter {
+		t.Fatalf("add n4 to group 2: %+v", resp)
+	}
+	var isVoter bool
+	for _, p := range resp.Peers {
+		isVoter = isVoter || p.Id == "n4" && p.Suffrage == raft.Voter.String()
+	}
+	if !isVoter {
+		t.Fatalf("n4 not a voter of group 2 after the add: %v", resp.Peers)
+	}
+	if st := n4.Raft(2).State(); st != raft.Follower {
+		t.Fatalf("n4's replica of group 2 is %v", st)
+	}
+	again, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
+	if err != nil || !again.AlreadyVoter {
+		t.Fatalf("adding a voter again: %+v %v", again, err)
+	}
+}
+
+// remove-server of a group's leader hands leadership off first; the removed
+// node's replica keeps running (raft's ShutdownOnRemove would have shut it
+// down for good), and added back it follows the new leader and applies new
+// entries: no dead voter.
+func TestRemoveLeaderHandsOffAndReAdds(t *testing.T) {
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	ctx := adminCtx(t)
+	const g = 1
+	l := tc.leader(g)
+	id := l.cfg.NodeID
+	adm := api.NewAdminClient(dial(t, l.GRPCAddr()))
+	rm, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+	if err != nil {
+		t.Fatalf("remove the leader %s: %v", id, err)
+	}
+	if rm.HandedOffTo == "" || rm.HandedOffTo == id || len(rm.Peers) != 2 {
+		t.Fatalf("remove the leader %s: %+v", id, rm)
+	}
+	if slices.ContainsFunc(rm.Peers, func(p *api.Peer) bool { return p.Id == id }) {
+		t.Fatalf("%s still in the configuration: %v", id, rm.Peers)
+	}
+	if st := l.Raft(g).State(); st == raft.Shutdown || l.host.ReplicaDown(g) {
+		t.Fatalf("the removed leader's replica is %v", st)
+	}
+	if why := l.NotReadyReason(); why != "" {
+		t.Fatalf("the removed node is not ready: %s", why)
+	}
+
+	resp, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: g, Id: id})
+	if err != nil || len(resp.Peers) != 3 {
+		t.Fatalf("add %s back: %+v %v", id, resp, err)
+	}
+	nl := tc.leader(g)
+	hs := hashesIn(7, 16, 100) // partition 16 is in group 1 of 4 (64 partitions)
+	if rej := tc.trackLeader(g, "t", 16, hs); len(rej) != 0 {
+		t.Fatalf("%d rejected", len(rej))
+	}
+	want := nl.Raft(g).CommitIndex()
+	waitFor(t, id+" applying group 1 again", func() bool {
+		return l.Raft(g).State() == raft.Follower && l.Raft(g).AppliedIndex() >= want
+	})
+	if _, lid := l.Raft(g).LeaderWithID(); string(lid) != nl.cfg.NodeID {
+		t.Fatalf("%s follows %q, leader is %s", id, lid, nl.cfg.NodeID)
+	}
+}
