@@ -317,7 +317,7 @@ func (l *learnerAdds) start(s *Server, add voterAdd) {
 		}()
 		res, err := s.addLearner(ctx, learnerRequest{
 			Group: add.Group, ID: add.Member.ID, Addr: add.Member.RaftAddr,
-			Force: true, // placement chose the zone; a zone-less cluster places several voters in one
+			Force:   true, // placement chose the zone; a zone-less cluster places several voters in one
 			CatchUp: autoCatchUp, Reason: add.Reason,
 		})
 		if err != nil {
