@@ -236,3 +236,41 @@ func TestRemoveLeaderHandsOffAndReAdds(t *testing.T) {
 		t.Fatalf("%s follows %q, leader is %s", id, lid, nl.cfg.NodeID)
 	}
 }
+
+// Node replacement through automatic placement: zone-c's node stops for good
+// and a new node joins in zone-c; every group's leader adds it through the
+// learner path (non-voter, caught up, promoted) in the background, and it ends
+// a voter of every group with a running replica that follows the leader.
+func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
+	var logs syncBuffer
+	tc := startCluster(t, 3, func(_ int, c *Config) {
+		c.LeaderBalanceInterval = -1
+		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	})
+	old := tc.nodes[2]
+	stop(t, old)
+	tc.nodes[2] = nil
+	for g := range 4 {
+		tc.leader(g) // every group led by a survivor
+	}
+	n := joinNode(t, tc, "n3b", "zone-c")
+	for g := range 4 {
+		waitFor(t, fmt.Sprintf("n3b a voter of group %d following its leader", g), func() bool {
+			l := tc.leader(g)
+			var voter bool
+			for _, srv := range l.Raft(g).GetConfiguration().Configuration().Servers {
+				voter = voter || srv.ID == "n3b" && srv.Suffrage == raft.Voter
+			}
+			_, lid := n.Raft(g).LeaderWithID()
+			return voter && n.Raft(g).State() == raft.Follower && string(lid) == l.cfg.NodeID
+		})
+	}
+	// Each group went through the learner path: added as a non-voter, then
+	// promoted once caught up (the leaders' own account of it).
+	if a, p := logs.count(`msg="adding server as non-voter"`), logs.count(`msg="non-voter caught up; promoted to voter"`); a < 4 || p != 4 {
+		t.Fatalf("learner path: %d non-voter additions and %d promotions logged, want one promotion per group after its addition", a, p)
+	}
+	if why := n.NotReadyReason(); why != "" {
+		t.Fatalf("the new node is not ready: %s", why)
+	}
+}
