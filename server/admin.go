@@ -165,28 +165,27 @@ func (a *adminService) removeLeader(ctx context.Context, g int, req *api.RemoveS
 	if err := r.LeadershipTransfer().Error(); err != nil {
 		return nil, raftStatus(g, "hand leadership off before removing the leader", err)
 	}
+	// The new leader as raft knows it (the view may still name the previous
+	// one from gossip for a moment). Its first answers may be Unavailable
+	// while it settles; retry those until the deadline.
 	deadline := time.Now().Add(membershipTimeout)
+	var lastErr error
 	for {
-		if id, addr := s.leaderOf(g); id != "" && id != s.cfg.NodeID && addr != "" && r.State() != raft.Leader {
-			c, err := a.client(addr)
-			if err != nil {
-				return nil, err
-			}
-			fctx := outgoing(ctx)
-			if s.cfg.AdminToken != "" {
-				if md, _ := metadata.FromOutgoingContext(fctx); len(md.Get("authorization")) == 0 {
-					fctx = metadata.AppendToOutgoingContext(fctx, "authorization", "Bearer "+s.cfg.AdminToken)
+		if _, lid := r.LeaderWithID(); lid != "" && string(lid) != s.cfg.NodeID && r.State() != raft.Leader {
+			if addr := s.grpcAddrOf(string(lid)); addr != "" {
+				resp, err := a.forwardRemove(ctx, addr, req)
+				if err == nil {
+					resp.HandedOffTo = string(lid)
+					return resp, nil
 				}
+				if c := status.Code(err); c != codes.Unavailable && c != codes.Aborted {
+					return nil, err
+				}
+				lastErr = err
 			}
-			resp, err := c.RemoveServer(fctx, req)
-			if err != nil {
-				return nil, err
-			}
-			resp.HandedOffTo = id
-			return resp, nil
 		}
 		if time.Now().After(deadline) {
-			return nil, status.Errorf(codes.Unavailable, "group %d: handed leadership off to remove %s, but no new leader is known after %v; retry", g, req.Id, membershipTimeout)
+			return nil, status.Errorf(codes.Unavailable, "group %d: handed leadership off to remove %s, but the new leader did not take the removal within %v (last: %v); retry", g, req.Id, membershipTimeout, lastErr)
 		}
 		select {
 		case <-ctx.Done():
@@ -194,6 +193,32 @@ func (a *adminService) removeLeader(ctx context.Context, g int, req *api.RemoveS
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// forwardRemove sends a RemoveServer to the node at addr (the group's new
+// leader), with the caller's token or else this node's.
+func (a *adminService) forwardRemove(ctx context.Context, addr string, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
+	c, err := a.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	fctx := outgoing(ctx)
+	if md, _ := metadata.FromOutgoingContext(fctx); len(md.Get("authorization")) == 0 && a.s.cfg.AdminToken != "" {
+		fctx = metadata.AppendToOutgoingContext(fctx, "authorization", "Bearer "+a.s.cfg.AdminToken)
+	}
+	cctx, cancel := context.WithTimeout(fctx, membershipTimeout)
+	defer cancel()
+	return c.RemoveServer(cctx, req)
+}
+
+// grpcAddrOf is the gossiped gRPC address of member id ("" if unknown).
+func (s *Server) grpcAddrOf(id string) string {
+	for _, m := range s.memberList() {
+		if m.ID == id {
+			return m.GRPCAddr
+		}
+	}
+	return ""
 }
 
 func (a *adminService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
