@@ -219,7 +219,7 @@ func (s *Server) clusterLoop() {
 		changed = s.members.Changed()
 	}
 	joined := len(s.cfg.Join) == 0
-	var nextJoin, nextBalance time.Time
+	var nextJoin, nextBalance, nextLearners time.Time
 	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
 	bootstrapped := s.cfg.BootstrapExpect == 0
 	seenAlive := map[string]bool{}
@@ -268,6 +268,9 @@ func (s *Server) clusterLoop() {
 			seenAlive = aliveNow
 			if fresh && !s.cfg.DisableAutoPlace {
 				s.reconcileAll(ms)
+			} else if !s.cfg.DisableAutoPlace && now.After(nextLearners) {
+				nextLearners = now.Add(learnerResume)
+				s.resumeLearners(ms)
 			}
 		}
 		s.enforceHalts()
@@ -338,6 +341,38 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 		}
 		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
 			s.addVoter(add)
+		}
+	}
+}
+
+// resumeLearners finishes the learner additions a previous leader of a group
+// led here started but did not promote (it lost leadership while the server
+// caught up): placement's additions of servers that are non-voters now. Other
+// additions wait for a member to become alive, as in reconcileAll, so a
+// server an operator removed stays out.
+func (s *Server) resumeLearners(ms []membership.Member) {
+	for g := range s.cfg.Groups {
+		r := s.host.Raft(g)
+		if r.State() != raft.Leader {
+			continue
+		}
+		fut := r.GetConfiguration()
+		if fut.Error() != nil {
+			continue
+		}
+		learners := map[string]bool{}
+		for _, srv := range fut.Configuration().Servers {
+			if srv.Suffrage == raft.Nonvoter {
+				learners[string(srv.ID)] = true
+			}
+		}
+		if len(learners) == 0 {
+			continue
+		}
+		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
+			if learners[add.Member.ID] {
+				s.addVoter(add)
+			}
 		}
 	}
 }

@@ -39,6 +39,9 @@ const (
 	probeTimeout = 3 * time.Second
 	// learnerPoll is how often the leader asks the learner for its progress.
 	learnerPoll = 200 * time.Millisecond
+	// learnerResume is how often a leader looks for learners a previous
+	// leader left unpromoted (cluster.go, resumeLearners).
+	learnerResume = 2 * time.Second
 )
 
 // learnerRequest is one server to add to a group led here.
@@ -72,6 +75,10 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 	if req.ID == "" {
 		return learnerResult{}, status.Error(codes.InvalidArgument, "add-voter: server id is required")
 	}
+	if !s.learners.claim(g, req.ID) {
+		return learnerResult{}, status.Errorf(codes.Aborted, "add-voter: group %d: an addition of %q is already in progress on this leader; retry when it has ended", g, req.ID)
+	}
+	defer s.learners.release(g, req.ID)
 	if req.Addr != "" {
 		// The reason an operator most needs first: nothing answers there.
 		if err := s.host.Probe(g, raft.ServerAddress(req.Addr), probeTimeout); err != nil {
@@ -138,7 +145,6 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 	}
 
 	start := time.Now()
-	added := false
 	addIndex := fut.Index()
 	if existing == nil || string(existing.Address) != addr {
 		s.log.Info("adding server as non-voter", "group", g, "node", req.ID, "raft", addr, "reason", req.Reason)
@@ -146,7 +152,7 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 		if err := nf.Error(); err != nil {
 			return learnerResult{}, raftStatus(g, "add non-voter", err)
 		}
-		added, addIndex = true, nf.Index()
+		addIndex = nf.Index()
 	}
 	bound := req.CatchUp
 	if bound <= 0 {
@@ -162,12 +168,11 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 			return learnerResult{}, status.Errorf(codes.Unavailable,
 				"group %d: leadership moved while %q was catching up as a non-voter (%v); retry: the new leader continues from there", g, req.ID, err)
 		}
-		undo := "it stays a non-voter (it was one before)"
-		if added {
-			undo = "it was removed again"
-			if rerr := r.RemoveServer(raft.ServerID(req.ID), 0, membershipTimeout).Error(); rerr != nil {
-				undo = fmt.Sprintf("removing it again failed (%v): it is left a non-voter, which counts for no quorum", rerr)
-			}
+		// Removed even when an earlier, interrupted attempt added it: a
+		// non-voter that cannot keep up serves no purpose.
+		undo := "it was removed again"
+		if rerr := r.RemoveServer(raft.ServerID(req.ID), 0, membershipTimeout).Error(); rerr != nil {
+			undo = fmt.Sprintf("removing it again failed (%v): it is left a non-voter, which counts for no quorum", rerr)
 		}
 		s.log.Warn("non-voter did not catch up; not promoted", "group", g, "node", req.ID, "err", err, "undo", undo)
 		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
@@ -277,35 +282,57 @@ func (s *Server) learnerState(ctx context.Context, grpcAddr string, g int) (*api
 	return nil, fmt.Errorf("it reports no group %d", g)
 }
 
-// learnerAdds runs automatic placement's additions in the background (a
-// catch-up can take minutes and must not stall the cluster loop), at most
-// one per (group, node) at a time.
+// learnerAdds tracks the additions in progress on this leader, at most one
+// per (group, server): the operator's and automatic placement's, which runs
+// in the background (a catch-up can take minutes and must not stall the
+// cluster loop).
 type learnerAdds struct {
 	mu      sync.Mutex
-	running map[[2]string]bool
+	running map[learnerKey]bool
 }
 
-// start runs add unless the same (group, node) is already in progress.
-func (l *learnerAdds) start(s *Server, add voterAdd) {
-	key := [2]string{fmt.Sprint(add.Group), add.Member.ID}
+type learnerKey struct {
+	group int
+	id    string
+}
+
+// claim marks (g, id) in progress; false if it already is.
+func (l *learnerAdds) claim(g int, id string) bool {
 	l.mu.Lock()
-	if l.running == nil {
-		l.running = map[[2]string]bool{}
+	defer l.mu.Unlock()
+	k := learnerKey{g, id}
+	if l.running[k] {
+		return false
 	}
-	if l.running[key] {
-		l.mu.Unlock()
+	if l.running == nil {
+		l.running = map[learnerKey]bool{}
+	}
+	l.running[k] = true
+	return true
+}
+
+func (l *learnerAdds) release(g int, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.running, learnerKey{g, id})
+}
+
+// busy reports whether (g, id) is in progress.
+func (l *learnerAdds) busy(g int, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[learnerKey{g, id}]
+}
+
+// start runs placement's add in the background unless the same (group,
+// server) is already in progress.
+func (l *learnerAdds) start(s *Server, add voterAdd) {
+	if l.busy(add.Group, add.Member.ID) {
 		return
 	}
-	l.running[key] = true
-	l.mu.Unlock()
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		defer func() {
-			l.mu.Lock()
-			delete(l.running, key)
-			l.mu.Unlock()
-		}()
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		go func() {
@@ -320,11 +347,13 @@ func (l *learnerAdds) start(s *Server, add voterAdd) {
 			Force:   true, // placement chose the zone; a zone-less cluster places several voters in one
 			CatchUp: autoCatchUp, Reason: add.Reason,
 		})
-		if err != nil {
-			s.log.Warn("add voter failed; retried at the next reconcile", "group", add.Group, "node", add.Member.ID, "reason", add.Reason, "err", err)
-			return
-		}
-		if !res.AlreadyVoter {
+		switch {
+		case status.Code(err) == codes.Aborted:
+			// Already in progress (claimed after the busy check).
+		case err != nil:
+			s.log.Warn("add voter failed; retried when a member next becomes alive (or, for a learner left unpromoted, by the group's next leader)",
+				"group", add.Group, "node", add.Member.ID, "reason", add.Reason, "err", err)
+		case !res.AlreadyVoter:
 			s.log.Info("voter added", "group", add.Group, "node", add.Member.ID, "reason", add.Reason,
 				"catch_up", res.CatchUp.Round(time.Millisecond), "lag_entries", res.Lag)
 		}

@@ -223,18 +223,18 @@ func TestRemoveLeaderHandsOffAndReAdds(t *testing.T) {
 	if err != nil || len(resp.Peers) != 3 {
 		t.Fatalf("add %s back: %+v %v", id, resp, err)
 	}
-	nl := tc.leader(g)
 	hs := hashesIn(7, 16, 100) // partition 16 is in group 1 of 4 (64 partitions)
 	if rej := tc.trackLeader(g, "t", 16, hs); len(rej) != 0 {
 		t.Fatalf("%d rejected", len(rej))
 	}
-	want := nl.Raft(g).CommitIndex()
+	// Whoever leads now (an election may even pick the re-added node), its
+	// replica takes part again: it knows a leader and applies what the
+	// leader committed after the write above.
+	want := tc.leader(g).Raft(g).CommitIndex()
 	waitFor(t, id+" applying group 1 again", func() bool {
-		return l.Raft(g).State() == raft.Follower && l.Raft(g).AppliedIndex() >= want
+		_, lid := l.Raft(g).LeaderWithID()
+		return lid != "" && l.Raft(g).State() != raft.Shutdown && l.Raft(g).AppliedIndex() >= want
 	})
-	if _, lid := l.Raft(g).LeaderWithID(); string(lid) != nl.cfg.NodeID {
-		t.Fatalf("%s follows %q, leader is %s", id, lid, nl.cfg.NodeID)
-	}
 }
 
 // Node replacement through automatic placement: zone-c's node stops for good
@@ -255,7 +255,19 @@ func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
 	}
 	n := joinNode(t, tc, "n3b", "zone-c")
 	for g := range 4 {
-		waitFor(t, fmt.Sprintf("n3b a voter of group %d following its leader", g), func() bool {
+		// Each group's leader adds n3b in the background (a snapshot to
+		// install first); the guard is long for slow -race runs on a busy
+		// machine, it only catches hangs.
+		deadline := time.Now().Add(2 * time.Minute)
+		waitUntil := func(what string, cond func() bool) {
+			for !cond() {
+				if time.Now().After(deadline) {
+					t.Fatalf("timed out waiting for %s", what)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+		waitUntil(fmt.Sprintf("n3b a voter of group %d following its leader", g), func() bool {
 			l := tc.leader(g)
 			var voter bool
 			for _, srv := range l.Raft(g).GetConfiguration().Configuration().Servers {
