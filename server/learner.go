@@ -128,9 +128,11 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 			return learnerResult{}, err
 		}
 	}
-	if err := s.host.Probe(g, raft.ServerAddress(addr), probeTimeout); err != nil {
-		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
-			"add-voter: group %d: %q at %s does not answer raft: %v; nothing was changed", g, req.ID, addr, err)
+	if req.Addr == "" { // an explicit address was probed first thing
+		if err := s.host.Probe(g, raft.ServerAddress(addr), probeTimeout); err != nil {
+			return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+				"add-voter: group %d: %q at %s does not answer raft: %v; nothing was changed", g, req.ID, addr, err)
+		}
 	}
 	if existing != nil && existing.Suffrage == raft.Voter {
 		// A voter that moved: raft keeps its suffrage when the address

@@ -169,7 +169,7 @@ func newStatusCmd() *cobra.Command {
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show members by zone with their cluster version, groups, leaders, applied index and series per group, halted replicas and the backlog controller (--tenant: one tenant's shares)",
+		Short: "Show members by zone with their cluster version, groups, leaders, applied index and series per group, halted and down replicas and the backlog controller (--tenant: one tenant's shares)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" {
 				return tenantStatus(cmd, &o, tenant, asJSON)
