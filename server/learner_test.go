@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -22,7 +23,7 @@ import (
 func joinNode(t *testing.T, tc *testCluster, id, zone string) *Server {
 	t.Helper()
 	s, err := New(Config{NodeID: id, Zone: zone, DataDir: t.TempDir(),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 		GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
 		RaftNoSync: true, AdminToken: testToken, LeaderBalanceInterval: -1,
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
@@ -104,14 +105,12 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 	if err := n4.Raft(1).Shutdown().Error(); err != nil {
 		t.Fatal(err)
 	}
-	if why := n4.NotReadyReason(); !strings.Contains(why, "group 1: this node's raft replica is shut down") {
-		t.Fatalf("n4 with group 1's replica shut down: not-ready reason %q", why)
+	if code, body := get(t, n4, "/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "group 1: this node's raft replica is shut down") {
+		t.Fatalf("n4 with group 1's replica shut down: /readyz %d %q", code, body)
 	}
-	if v := gaugeValue(t, n4, "tollgate_group_replica_down", "group", "1"); v != 1 {
-		t.Fatalf("tollgate_group_replica_down{group=1} on n4 = %v, want 1", v)
-	}
-	if v := gaugeValue(t, n4, "tollgate_group_replica_down", "group", "2"); v != 0 {
-		t.Fatalf("tollgate_group_replica_down{group=2} on n4 = %v, want 0", v)
+	_, metrics := get(t, n4, "/metrics")
+	if !strings.Contains(metrics, "tollgate_group_replica_down{group=\"1\"} 1\n") || !strings.Contains(metrics, "tollgate_group_replica_down{group=\"2\"} 0\n") {
+		t.Fatalf("n4's /metrics lacks tollgate_group_replica_down 1 for group 1 and 0 for group 2")
 	}
 	if gs := n4.nodeGroups().Groups[1]; gs.RaftState != "Shutdown" {
 		t.Fatalf("n4's NodeGroups reports group 1 as %q, want Shutdown", gs.RaftState)
