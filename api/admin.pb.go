@@ -631,9 +631,12 @@ func (x *AddVoterRequest) GetCatchUpTimeoutMillis() uint64 {
 }
 
 type RemoveServerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Remove it even though the voters left would not have a quorum of
+	// running members.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -680,6 +683,13 @@ func (x *RemoveServerRequest) GetId() string {
 		return x.Id
 	}
 	return ""
+}
+
+func (x *RemoveServerRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
 }
 
 type MembershipResponse struct {
@@ -1407,10 +1417,11 @@ const file_admin_proto_rawDesc = "" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
 	"\x05force\x18\x04 \x01(\bR\x05force\x125\n" +
-	"\x17catch_up_timeout_millis\x18\x05 \x01(\x04R\x14catchUpTimeoutMillis\";\n" +
+	"\x17catch_up_timeout_millis\x18\x05 \x01(\x04R\x14catchUpTimeoutMillis\"Q\n" +
 	"\x13RemoveServerRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"\xfb\x01\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\xfb\x01\n" +
 	"\x12MembershipResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12'\n" +

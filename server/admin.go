@@ -143,6 +143,11 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	if voters <= 1 {
 		return nil, status.Errorf(codes.FailedPrecondition, "remove-server: %q is the last voter of group %d", req.Id, g)
 	}
+	if !req.Force {
+		if err := a.s.removalKeepsQuorum(g, peers, req.Id); err != nil {
+			return nil, err
+		}
+	}
 	if req.Id == a.s.cfg.NodeID {
 		return a.removeLeader(ctx, g, req)
 	}
@@ -153,6 +158,37 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	}
 	peers, _, _ = peersOf(r)
 	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
+}
+
+// removalKeepsQuorum refuses to remove a voter when the voters left would
+// not have a quorum of running members (this leader, and alive members by
+// serf): removing a healthy voter while another is down would stop the group.
+func (s *Server) removalKeepsQuorum(g int, peers []*api.Peer, id string) error {
+	alive := map[string]bool{s.cfg.NodeID: true}
+	for _, m := range s.memberList() {
+		if m.Status == membership.StatusAlive {
+			alive[m.ID] = true
+		}
+	}
+	var left, up int
+	var down []string
+	for _, p := range peers {
+		if p.Suffrage != raft.Voter.String() || p.Id == id {
+			continue
+		}
+		left++
+		if alive[p.Id] {
+			up++
+		} else {
+			down = append(down, p.Id)
+		}
+	}
+	if need := left/2 + 1; up < need {
+		return status.Errorf(codes.FailedPrecondition,
+			"remove-server: removing %q would leave group %d %d voters of which only %d run (down: %s); it needs %d to commit anything: bring the down voters back or remove them first (--force to remove anyway); nothing was changed",
+			id, g, left, up, strings.Join(down, ", "), need)
+	}
+	return nil
 }
 
 // removeLeader removes this node, the group's leader: it hands leadership to

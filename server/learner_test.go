@@ -285,3 +285,47 @@ func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
 		t.Fatalf("the new node is not ready: %s", why)
 	}
 }
+
+// remove-server refuses to take a running voter out of a group whose other
+// voters would then lack a quorum of running members (one is down): the
+// group would stop. Removing the down voter is fine.
+func TestRemoveServerKeepsQuorum(t *testing.T) {
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	ctx := adminCtx(t)
+	down := tc.nodes[2]
+	downID := down.cfg.NodeID
+	stop(t, down)
+	tc.nodes[2] = nil
+	const g = 1
+	l := tc.leader(g)
+	waitFor(t, downID+" no longer alive for the leader", func() bool {
+		for _, m := range alive(l.memberList()) {
+			if m.ID == downID {
+				return false
+			}
+		}
+		return true
+	})
+	var live string
+	for _, s := range tc.live() {
+		if s != l {
+			live = s.cfg.NodeID
+		}
+	}
+	adm := api.NewAdminClient(dial(t, l.GRPCAddr()))
+	before := configOf(t, tc, g)
+	for _, id := range []string{live, l.cfg.NodeID} {
+		_, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "only 1 run (down: "+downID+")") ||
+			!strings.Contains(err.Error(), "nothing was changed") {
+			t.Fatalf("remove running voter %s while %s is down: %v", id, downID, err)
+		}
+	}
+	if after := configOf(t, tc, g); !slices.Equal(before, after) {
+		t.Fatalf("refused removals changed the configuration: %v → %v", before, after)
+	}
+	rm, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: downID})
+	if err != nil || len(rm.Peers) != 2 {
+		t.Fatalf("remove the down voter %s: %+v %v", downID, rm, err)
+	}
+}

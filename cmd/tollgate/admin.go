@@ -635,7 +635,7 @@ A second voter in a zone that already has one is refused unless --force.`,
 		Short: "Remove a server from a group's configuration (--group G or --all-groups); a leader hands leadership off first",
 		RunE: perGroup("remove-server", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
 			resp, err := retryCall(ctx, func(ctx context.Context) (*api.MembershipResponse, error) {
-				return adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+				return adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id, Force: force})
 			})
 			if err != nil {
 				return err
@@ -647,6 +647,7 @@ A second voter in a zone that already has one is refused unless --force.`,
 			return nil
 		}),
 	}
+	rm.Flags().BoolVar(&force, "force", false, "remove the server even if the voters left would not have a quorum of running members")
 	for _, c := range []*cobra.Command{add, rm} {
 		c.Flags().IntVar(&group, "group", -1, "group id")
 		c.Flags().BoolVar(&all, "all-groups", false, "every group")
