@@ -229,7 +229,7 @@ type Server struct {
 	members  *membership.Membership // nil when gossip is disabled
 	view     clusterView
 	admin    *adminService
-	learners learnerAdds // automatic placement's learner additions (learner.go)
+	learners learnerAdds // learner additions in progress while leading (learner.go)
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 	vers     versionState
