@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -168,7 +169,7 @@ func TestRemoveReAddLeader(t *testing.T) {
 // through the learner path.
 func TestAddVoterDeadAddress(t *testing.T) {
 	c := newCluster(t, defaultClusterOptions())
-	closed := fmt.Sprintf("127.0.0.1:%d", freePort(t)) // reserved, never listened on
+	closed := closedPort(t)
 	type conf struct {
 		index  uint64
 		voters string
@@ -213,4 +214,25 @@ func TestAddVoterDeadAddress(t *testing.T) {
 	if out, err := c.cli("status"); err != nil {
 		t.Fatalf("status after the refused add-voters: %v\n%s", err, out)
 	}
+}
+
+// closedPort returns a 127.0.0.1 address where nothing listens and nothing
+// can start listening while the test runs: a TCP socket bound to the port but
+// never put in listen state, so connecting is refused (RST), and no other
+// process (tests run beside other builds) can take the port meanwhile.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }

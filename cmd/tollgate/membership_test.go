@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -21,7 +23,7 @@ func TestAddVoterDeadAddressOneNode(t *testing.T) {
 	p := startDev(t, bin, t.TempDir(), addrs)
 	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
 
-	closed := freePort(t) // listened on and closed again: nothing answers there
+	closed := closedPort(t)
 	before := mustCLI(t, bin, "raft", "list-peers", "--addr", p.grpc)
 	out, err := runCLI(t, bin, "raft", "add-voter", "--addr", p.grpc, "--group", "0", "--id", "ghost", "--address", closed)
 	if err == nil || !strings.Contains(out, "does not answer raft") || !strings.Contains(out, "connection refused") ||
@@ -77,4 +79,25 @@ func TestStatusReportsDownReplicas(t *testing.T) {
 	if ds := down(st); len(ds) != 0 || downError(ds) != nil {
 		t.Fatalf("healthy cluster: %+v", ds)
 	}
+}
+
+// closedPort returns a 127.0.0.1 address where nothing listens and nothing
+// can start listening while the test runs: a TCP socket bound to the port but
+// never put in listen state, so connecting is refused (RST), and no other
+// process (tests run beside other builds) can take the port meanwhile.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
 }
