@@ -576,9 +576,14 @@ type AddVoterRequest struct {
 	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
 	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
 	// Raft address; empty = take it from the member list (serf).
-	Address       string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Address string `protobuf:"bytes,3,opt,name=address,proto3" json:"address,omitempty"`
+	// Add it even though another voter of the group is in the same zone.
+	Force bool `protobuf:"varint,4,opt,name=force,proto3" json:"force,omitempty"`
+	// How long the server may take to catch up as a non-voter before it is
+	// promoted; 0 = the leader's default (20 s), capped by the call's deadline.
+	CatchUpTimeoutMillis uint64 `protobuf:"varint,5,opt,name=catch_up_timeout_millis,json=catchUpTimeoutMillis,proto3" json:"catch_up_timeout_millis,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *AddVoterRequest) Reset() {
@@ -632,10 +637,27 @@ func (x *AddVoterRequest) GetAddress() string {
 	return ""
 }
 
+func (x *AddVoterRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
+func (x *AddVoterRequest) GetCatchUpTimeoutMillis() uint64 {
+	if x != nil {
+		return x.CatchUpTimeoutMillis
+	}
+	return 0
+}
+
 type RemoveServerRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	Id            string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Id    string                 `protobuf:"bytes,2,opt,name=id,proto3" json:"id,omitempty"`
+	// Remove it even though the voters left would not have a quorum of
+	// running members.
+	Force         bool `protobuf:"varint,3,opt,name=force,proto3" json:"force,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -684,11 +706,27 @@ func (x *RemoveServerRequest) GetId() string {
 	return ""
 }
 
+func (x *RemoveServerRequest) GetForce() bool {
+	if x != nil {
+		return x.Force
+	}
+	return false
+}
+
 type MembershipResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
-	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
-	Peers         []*Peer                `protobuf:"bytes,3,rep,name=peers,proto3" json:"peers,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Index uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Peers []*Peer                `protobuf:"bytes,3,rep,name=peers,proto3" json:"peers,omitempty"`
+	// AddVoter: how long the server took to catch up as a non-voter, and how
+	// many entries its log was behind the leader's when it was promoted.
+	CatchUpMillis uint64 `protobuf:"varint,4,opt,name=catch_up_millis,json=catchUpMillis,proto3" json:"catch_up_millis,omitempty"`
+	LagEntries    uint64 `protobuf:"varint,5,opt,name=lag_entries,json=lagEntries,proto3" json:"lag_entries,omitempty"`
+	// AddVoter: the server already was a voter at that address; nothing changed.
+	AlreadyVoter bool `protobuf:"varint,6,opt,name=already_voter,json=alreadyVoter,proto3" json:"already_voter,omitempty"`
+	// RemoveServer of the group's leader: the voter it handed leadership to
+	// before the new leader removed it.
+	HandedOffTo   string `protobuf:"bytes,7,opt,name=handed_off_to,json=handedOffTo,proto3" json:"handed_off_to,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -742,6 +780,34 @@ func (x *MembershipResponse) GetPeers() []*Peer {
 		return x.Peers
 	}
 	return nil
+}
+
+func (x *MembershipResponse) GetCatchUpMillis() uint64 {
+	if x != nil {
+		return x.CatchUpMillis
+	}
+	return 0
+}
+
+func (x *MembershipResponse) GetLagEntries() uint64 {
+	if x != nil {
+		return x.LagEntries
+	}
+	return 0
+}
+
+func (x *MembershipResponse) GetAlreadyVoter() bool {
+	if x != nil {
+		return x.AlreadyVoter
+	}
+	return false
+}
+
+func (x *MembershipResponse) GetHandedOffTo() string {
+	if x != nil {
+		return x.HandedOffTo
+	}
+	return ""
 }
 
 type TransferLeadershipRequest struct {
@@ -1368,18 +1434,26 @@ const file_admin_proto_rawDesc = "" +
 	"\x11ListPeersResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12'\n" +
 	"\x05peers\x18\x02 \x03(\v2\x11.tollgate.v1.PeerR\x05peers\x12/\n" +
-	"\x13configuration_index\x18\x03 \x01(\x04R\x12configurationIndex\"Q\n" +
+	"\x13configuration_index\x18\x03 \x01(\x04R\x12configurationIndex\"\x9e\x01\n" +
 	"\x0fAddVoterRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12\x18\n" +
-	"\aaddress\x18\x03 \x01(\tR\aaddress\";\n" +
+	"\aaddress\x18\x03 \x01(\tR\aaddress\x12\x14\n" +
+	"\x05force\x18\x04 \x01(\bR\x05force\x125\n" +
+	"\x17catch_up_timeout_millis\x18\x05 \x01(\x04R\x14catchUpTimeoutMillis\"Q\n" +
 	"\x13RemoveServerRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x0e\n" +
-	"\x02id\x18\x02 \x01(\tR\x02id\"i\n" +
+	"\x02id\x18\x02 \x01(\tR\x02id\x12\x14\n" +
+	"\x05force\x18\x03 \x01(\bR\x05force\"\xfb\x01\n" +
 	"\x12MembershipResponse\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12'\n" +
-	"\x05peers\x18\x03 \x03(\v2\x11.tollgate.v1.PeerR\x05peers\"F\n" +
+	"\x05peers\x18\x03 \x03(\v2\x11.tollgate.v1.PeerR\x05peers\x12&\n" +
+	"\x0fcatch_up_millis\x18\x04 \x01(\x04R\rcatchUpMillis\x12\x1f\n" +
+	"\vlag_entries\x18\x05 \x01(\x04R\n" +
+	"lagEntries\x12#\n" +
+	"\ralready_voter\x18\x06 \x01(\bR\falreadyVoter\x12\"\n" +
+	"\rhanded_off_to\x18\a \x01(\tR\vhandedOffTo\"F\n" +
 	"\x19TransferLeadershipRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x13\n" +
 	"\x05to_id\x18\x02 \x01(\tR\x04toId\"V\n" +

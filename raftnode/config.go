@@ -326,5 +326,12 @@ func (c *Config) raftConfig() *raft.Config {
 	// Pre-vote stays enabled (raft's default): a node rejoining after a
 	// partition does not depose a healthy leader.
 	rc.NoLegacyTelemetry = true
+	// A leader that commits its own removal steps down and stays a follower
+	// instead of shutting its raft down (raft's default). Shut down, the
+	// replica closes its transport and can never serve again until the process
+	// restarts: re-adding the node would then count a dead voter towards
+	// quorum. As a follower outside the configuration it cannot start an
+	// election, and a leader that adds it back reaches it at once.
+	rc.ShutdownOnRemove = false
 	return rc
 }

@@ -294,6 +294,39 @@ func (h *Host) Raft(g int) *raft.Raft {
 	return h.groups[g].raft
 }
 
+// ReplicaDown reports whether group g's raft replica on this node is shut
+// down while the host itself is not: it takes no part in its group any more
+// (no votes, no log) although the group's configuration may still count it.
+// Only Shutdown does that on purpose; raft is configured not to shut a
+// replica down when it is removed (see Config), so true means a fault the
+// operator must see.
+func (h *Host) ReplicaDown(g int) bool {
+	select {
+	case <-h.closing:
+		return false
+	default:
+	}
+	return h.Raft(g).State() == raft.Shutdown
+}
+
+// Probe checks that address answers group g's raft transport: a TCP
+// connection, the TLS handshake when the raft port uses TLS, and the group
+// header, closed again before any raft message is sent (the peer's transport
+// sees a connection that ends before its first request, which it drops
+// silently). A node that is not listening, or speaks neither TLS with this
+// cluster's CA nor Tollgate's raft framing up to the handshake, fails here.
+func (h *Host) Probe(g int, address raft.ServerAddress, timeout time.Duration) error {
+	gr := h.groups[g]
+	if gr.layer == nil {
+		return fmt.Errorf("raftnode: group %d: no transport", g)
+	}
+	c, err := gr.layer.Dial(address, timeout)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}
+
 // Addr returns this node's advertised raft address (shared by all groups).
 func (h *Host) Addr() raft.ServerAddress { return h.addr }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -97,25 +98,16 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 	if c != nil {
 		return c.AddVoter(outgoing(ctx), req)
 	}
-	addr := req.Address
-	if addr == "" {
-		for _, m := range a.s.memberList() {
-			if m.ID == req.Id && m.Status == membership.StatusAlive {
-				addr = m.RaftAddr
-			}
-		}
-		if addr == "" {
-			return nil, status.Errorf(codes.InvalidArgument, "add-voter: %q is not an alive member; pass its raft address explicitly", req.Id)
-		}
+	res, err := a.s.addLearner(ctx, learnerRequest{
+		Group: g, ID: req.Id, Addr: req.Address, Force: req.Force,
+		CatchUp: time.Duration(req.CatchUpTimeoutMillis) * time.Millisecond, Reason: "admin add-voter",
+	})
+	if err != nil {
+		return nil, err
 	}
-	r := a.s.host.Raft(g)
-	a.s.log.Info("admin: add voter", "group", g, "id", req.Id, "address", addr)
-	fut := r.AddVoter(raft.ServerID(req.Id), raft.ServerAddress(addr), 0, membershipTimeout)
-	if err := fut.Error(); err != nil {
-		return nil, raftStatus(g, "add voter", err)
-	}
-	peers, _, _ := peersOf(r)
-	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
+	peers, _, _ := peersOf(a.s.host.Raft(g))
+	return &api.MembershipResponse{Group: uint32(g), Index: res.Index, Peers: peers,
+		CatchUpMillis: uint64(res.CatchUp.Milliseconds()), LagEntries: res.Lag, AlreadyVoter: res.AlreadyVoter}, nil
 }
 
 func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
@@ -151,6 +143,14 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	if voters <= 1 {
 		return nil, status.Errorf(codes.FailedPrecondition, "remove-server: %q is the last voter of group %d", req.Id, g)
 	}
+	if !req.Force {
+		if err := a.s.removalKeepsQuorum(g, peers, req.Id); err != nil {
+			return nil, err
+		}
+	}
+	if req.Id == a.s.cfg.NodeID {
+		return a.removeLeader(ctx, g, req)
+	}
 	a.s.log.Info("admin: remove server", "group", g, "id", req.Id)
 	fut := r.RemoveServer(raft.ServerID(req.Id), 0, membershipTimeout)
 	if err := fut.Error(); err != nil {
@@ -158,6 +158,103 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	}
 	peers, _, _ = peersOf(r)
 	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
+}
+
+// removalKeepsQuorum refuses to remove a voter when the voters left would
+// not have a quorum of running members (this leader, and alive members by
+// serf): removing a healthy voter while another is down would stop the group.
+func (s *Server) removalKeepsQuorum(g int, peers []*api.Peer, id string) error {
+	alive := map[string]bool{s.cfg.NodeID: true}
+	for _, m := range s.memberList() {
+		if m.Status == membership.StatusAlive {
+			alive[m.ID] = true
+		}
+	}
+	var left, up int
+	var down []string
+	for _, p := range peers {
+		if p.Suffrage != raft.Voter.String() || p.Id == id {
+			continue
+		}
+		left++
+		if alive[p.Id] {
+			up++
+		} else {
+			down = append(down, p.Id)
+		}
+	}
+	if need := left/2 + 1; up < need {
+		return status.Errorf(codes.FailedPrecondition,
+			"remove-server: removing %q would leave group %d %d voters of which only %d run (down: %s); it needs %d to commit anything: bring the down voters back or remove them first (--force to remove anyway); nothing was changed",
+			id, g, left, up, strings.Join(down, ", "), need)
+	}
+	return nil
+}
+
+// removeLeader removes this node, the group's leader: it hands leadership to
+// another voter first and lets the new leader remove it, so the group never
+// waits for an election and this replica leaves as an ordinary follower.
+func (a *adminService) removeLeader(ctx context.Context, g int, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
+	s := a.s
+	r := s.host.Raft(g)
+	s.log.Info("admin: remove server: this node leads the group; handing leadership off first", "group", g, "id", req.Id)
+	if err := r.LeadershipTransfer().Error(); err != nil {
+		return nil, raftStatus(g, "hand leadership off before removing the leader", err)
+	}
+	// The new leader as raft knows it (the view may still name the previous
+	// one from gossip for a moment). Its first answers may be Unavailable
+	// while it settles; retry those until the deadline.
+	deadline := time.Now().Add(membershipTimeout)
+	var lastErr error
+	for {
+		if _, lid := r.LeaderWithID(); lid != "" && string(lid) != s.cfg.NodeID && r.State() != raft.Leader {
+			if addr := s.grpcAddrOf(string(lid)); addr != "" {
+				resp, err := a.forwardRemove(ctx, addr, req)
+				if err == nil {
+					resp.HandedOffTo = string(lid)
+					return resp, nil
+				}
+				if c := status.Code(err); c != codes.Unavailable && c != codes.Aborted {
+					return nil, err
+				}
+				lastErr = err
+			}
+		}
+		if time.Now().After(deadline) {
+			return nil, status.Errorf(codes.Unavailable, "group %d: handed leadership off to remove %s, but the new leader did not take the removal within %v (last: %v); retry", g, req.Id, membershipTimeout, lastErr)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// forwardRemove sends a RemoveServer to the node at addr (the group's new
+// leader), with the caller's token or else this node's.
+func (a *adminService) forwardRemove(ctx context.Context, addr string, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
+	c, err := a.client(addr)
+	if err != nil {
+		return nil, err
+	}
+	fctx := outgoing(ctx)
+	if md, _ := metadata.FromOutgoingContext(fctx); len(md.Get("authorization")) == 0 && a.s.cfg.AdminToken != "" {
+		fctx = metadata.AppendToOutgoingContext(fctx, "authorization", "Bearer "+a.s.cfg.AdminToken)
+	}
+	cctx, cancel := context.WithTimeout(fctx, membershipTimeout)
+	defer cancel()
+	return c.RemoveServer(cctx, req)
+}
+
+// grpcAddrOf is the gossiped gRPC address of member id ("" if unknown).
+func (s *Server) grpcAddrOf(id string) string {
+	for _, m := range s.memberList() {
+		if m.ID == id {
+			return m.GRPCAddr
+		}
+	}
+	return ""
 }
 
 func (a *adminService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
@@ -226,8 +323,8 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 		commit, _ := strconv.ParseUint(stats["commit_index"], 10, 64)
 		term, _ := strconv.ParseUint(stats["term"], 10, 64)
 		state := r.State().String()
-		if !s.hostsGroup(g) {
-			state = "None"
+		if r.State() != raft.Shutdown && !s.hostsGroup(g) {
+			state = "None" // a shut-down replica stays "Shutdown": that is the fault to see
 		}
 		_, lid := r.LeaderWithID()
 		out.Groups = append(out.Groups, &api.GroupState{

@@ -221,7 +221,7 @@ func (s *Server) clusterLoop() {
 	}
 	joined := len(s.cfg.Join) == 0
 	everJoined := false
-	var nextJoin, nextBalance time.Time
+	var nextJoin, nextBalance, nextLearners time.Time
 	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
 	bootstrapped := s.cfg.BootstrapExpect == 0
 	seenAlive := map[string]bool{}
@@ -287,6 +287,9 @@ func (s *Server) clusterLoop() {
 			seenAlive = aliveNow
 			if fresh && !s.cfg.DisableAutoPlace {
 				s.reconcileAll(ms)
+			} else if !s.cfg.DisableAutoPlace && now.After(nextLearners) {
+				nextLearners = now.Add(learnerResume)
+				s.resumeLearners(ms)
 			}
 		}
 		s.enforceHalts()
@@ -361,14 +364,43 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 	}
 }
 
-// addVoter executes one voterAdd; a failure is logged and retried at the next
-// reconcile (when a member becomes alive again).
-func (s *Server) addVoter(add voterAdd) {
-	g, m := add.Group, add.Member
-	s.log.Info("adding voter", "group", g, "node", m.ID, "zone", m.Zone, "raft", m.RaftAddr, "reason", add.Reason)
-	if err := s.host.Raft(g).AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error(); err != nil {
-		s.log.Warn("add voter failed", "group", g, "node", m.ID, "err", err)
+// resumeLearners finishes the learner additions a previous leader of a group
+// led here started but did not promote (it lost leadership while the server
+// caught up): placement's additions of servers that are non-voters now. Other
+// additions wait for a member to become alive, as in reconcileAll, so a
+// server an operator removed stays out.
+func (s *Server) resumeLearners(ms []membership.Member) {
+	for g := range s.cfg.Groups {
+		r := s.host.Raft(g)
+		if r.State() != raft.Leader {
+			continue
+		}
+		fut := r.GetConfiguration()
+		if fut.Error() != nil {
+			continue
+		}
+		learners := map[string]bool{}
+		for _, srv := range fut.Configuration().Servers {
+			if srv.Suffrage == raft.Nonvoter {
+				learners[string(srv.ID)] = true
+			}
+		}
+		if len(learners) == 0 {
+			continue
+		}
+		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
+			if learners[add.Member.ID] {
+				s.addVoter(add)
+			}
+		}
 	}
+}
+
+// addVoter executes one voterAdd through the learner path (learner.go), in
+// the background; a failure is logged and retried at the next reconcile (when
+// a member becomes alive again).
+func (s *Server) addVoter(add voterAdd) {
+	s.learners.start(s, add)
 }
 
 // balanceInput gathers planBalance's snapshot: alive members with their

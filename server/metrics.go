@@ -150,6 +150,7 @@ type groupStat struct {
 	appliedIndex uint64
 	halted       bool
 	nearLimit    int
+	replicaDown  bool
 }
 
 // groupCollector reads group state at scrape time instead of keeping gauges in sync.
@@ -161,6 +162,7 @@ var (
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
 	descNear    = prometheus.NewDesc("tollgate_tenants_near_limit", "Tenants at or above near_limit_fraction of their share of the group, as this replica sees them.", []string{"group"}, nil)
+	descDown    = prometheus.NewDesc("tollgate_group_replica_down", "1 if this node's raft replica of the group is shut down while the node runs: it neither votes nor stores the log, though the group's configuration may count it as a voter (restart the node).", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -171,6 +173,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descApplied
 	ch <- descHalted
 	ch <- descNear
+	ch <- descDown
 }
 
 func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
@@ -192,6 +195,11 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(descHalted, prometheus.GaugeValue, halted, g)
 		ch <- prometheus.MustNewConstMetric(descNear, prometheus.GaugeValue, float64(s.nearLimit), g)
+		down := 0.0
+		if s.replicaDown {
+			down = 1
+		}
+		ch <- prometheus.MustNewConstMetric(descDown, prometheus.GaugeValue, down, g)
 	}
 }
 

@@ -96,7 +96,8 @@ type voterAdd struct {
 	Reason string
 }
 
-// planReconcile repairs the placement of one group this node leads: a voter
+// planReconcile repairs the placement of one group this node leads (each
+// addition runs the learner path: non-voter first, promoted once caught up): a voter
 // whose raft address changed is re-added at the new one; a zone with alive
 // members but no alive voter gets placement's choice for that zone; voters are
 // topped up to replicas with placement's next choices. It never removes a
@@ -116,10 +117,12 @@ func planReconcile(members []membership.Member, replicas int, gc groupConfig) []
 	zones := map[string]bool{} // zones with an alive voter
 	voters := 0
 	for _, srv := range gc.Servers {
-		inConf[string(srv.ID)] = true
 		if srv.Suffrage != raft.Voter {
+			// A non-voter is a learner whose promotion was cut short (its
+			// leader lost leadership or stopped): placement may finish it.
 			continue
 		}
+		inConf[string(srv.ID)] = true
 		voters++
 		if m, ok := byID[string(srv.ID)]; ok {
 			zones[m.Zone] = true

@@ -201,9 +201,12 @@ func TestPlanReconcile(t *testing.T) {
 			servers: []raft.Server{voterS("a"), voterS("b")}},
 		{name: "single zone: top up to replicas in placement order", members: oneZone, group: 5,
 			servers: []raft.Server{voterS("a")}, want: topUp},
-		{name: "a nonvoter is neither promoted nor counted for its zone",
+		// A non-voter is a learner whose promotion was cut short (its leader
+		// lost leadership): it does not hold its zone, and the learner path
+		// finishes it when placement picks it.
+		{name: "a nonvoter is not counted for its zone and is promoted when placed",
 			members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM("c", "z3")},
-			servers: []raft.Server{voterS("a"), nonvoter}, want: []add{{"c", reasonZoneEmpty}}},
+			servers: []raft.Server{voterS("a"), nonvoter}, want: []add{{"c", reasonZoneEmpty}, {"b", reasonZoneEmpty}}},
 		{name: "configuration unreadable", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2")}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -229,6 +229,7 @@ type Server struct {
 	members  *membership.Membership // nil when gossip is disabled
 	view     clusterView
 	admin    *adminService
+	learners learnerAdds // learner additions in progress while leading (learner.go)
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 	vers     versionState
@@ -509,6 +510,9 @@ func (s *Server) NotReadyReason() string {
 		return why
 	}
 	for g, tr := range s.trackers {
+		if s.host.ReplicaDown(g) {
+			return fmt.Sprintf("group %d: this node's raft replica is shut down: it neither votes nor stores the log, while the group's configuration may still count it (restart the node)", g)
+		}
 		if v.GroupInfo[g].LeaderId == "" {
 			return fmt.Sprintf("group %d: no known leader", g)
 		}
@@ -570,6 +574,7 @@ func (s *Server) groupStats() []groupStat {
 		}
 		if s.host != nil {
 			out[g].leader = s.host.Raft(g).State() == raft.Leader
+			out[g].replicaDown = s.host.ReplicaDown(g)
 		}
 	}
 	return out

@@ -261,9 +261,14 @@ func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 		}
 	}
 
+	// Both extra nodes join the gossip (the leader checks a new server's log
+	// through its member entry before promoting it), with the cluster's
+	// gossip key.
 	extra := func(node string, tlsc TLSConfig, logs io.Writer) *Server {
+		tlsc.GossipKeys = tc.nodes[0].cfg.TLS.GossipKeys
 		s, err := New(Config{NodeID: node, Zone: "zone-x", DataDir: t.TempDir(),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: testToken,
+			GossipAddr: "127.0.0.1:0", GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
 			TLS: tlsc, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		if err != nil {
 			t.Fatal(err)
@@ -303,7 +308,30 @@ func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 	// certificate is otherwise valid for the address) cannot join.
 	var rogueLogs syncBuffer
 	rogue := extra("n5", nodeTLS(t, other, "n5", tlsutil.ClientAuthRequire), &rogueLogs)
-	addVoter("n5", rogue.RaftAddr()) // 4 of 5 voters are healthy: the change commits
+	// add-voter refuses it before any change: its raft port fails the TLS
+	// handshake, so it does not answer raft.
+	var err error
+	for range 20 {
+		_, err = anyAdm.AddVoter(ctx, &api.AddVoterRequest{Group: 0, Id: "n5", Address: rogue.RaftAddr()})
+		if status.Code(err) != codes.Unavailable {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "does not answer raft") {
+		t.Fatalf("add-voter of the rogue node: %v, want FailedPrecondition: does not answer raft", err)
+	}
+	// The transport refuses it too: made a non-voter by raft directly (no
+	// quorum at stake), it never receives the log.
+	for range 20 {
+		if err = tc.leader(0).Raft(0).AddNonvoter("n5", raft.ServerAddress(rogue.RaftAddr()), 0, 10*time.Second).Error(); err == nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("add n5 as a non-voter: %v", err)
+	}
 	waitFor(t, "the leader's connections to the rogue node to fail the TLS handshake", func() bool {
 		return rogueLogs.count("tls handshake failed") >= 3
 	})

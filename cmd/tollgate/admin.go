@@ -169,7 +169,7 @@ func newStatusCmd() *cobra.Command {
 	var tenant string
 	cmd := &cobra.Command{
 		Use:   "status",
-		Short: "Show members by zone with their cluster version, groups, leaders, applied index and series per group, halted replicas and the backlog controller (--tenant: one tenant's shares)",
+		Short: "Show members by zone with their cluster version, groups, leaders, applied index and series per group, halted and down replicas and the backlog controller (--tenant: one tenant's shares)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if tenant != "" {
 				return tenantStatus(cmd, &o, tenant, asJSON)
@@ -189,7 +189,7 @@ func newStatusCmd() *cobra.Command {
 				} else {
 					printStatus(cmd.OutOrStdout(), st)
 				}
-				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)))
+				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)), downError(down(st)))
 			})
 		},
 	}
@@ -305,6 +305,53 @@ func haltedError(hs []haltedReplica) error {
 		where = append(where, fmt.Sprintf("group %d on %s", h.group, h.node))
 	}
 	return fmt.Errorf("halted replicas: %s: they apply nothing more until their node is restarted with a build that supports the entry they stopped at (see HALTED above)", strings.Join(where, ", "))
+}
+
+// downReplica is a replica that takes no part in its group although its node
+// answers: its raft is shut down, or it is a voter of the configuration the
+// answering node knows but its own node does not know it is a member.
+type downReplica struct {
+	node  string
+	group uint32
+	why   string
+}
+
+// down lists the replicas of st that are not running, by node then group.
+func down(st *api.StatusResponse) []downReplica {
+	voters := map[uint32][]string{}
+	for _, gi := range st.GetView().GetGroupInfo() {
+		voters[gi.Group] = gi.Voters
+	}
+	var out []downReplica
+	for _, n := range st.GetNodes() {
+		for _, g := range n.Groups {
+			switch {
+			case g.RaftState == "Shutdown":
+				why := "its raft replica is shut down"
+				if slices.Contains(voters[g.Group], n.NodeId) {
+					why += " while the group counts it as a voter"
+				}
+				out = append(out, downReplica{n.NodeId, g.Group, why})
+			case g.RaftState == "None" && slices.Contains(voters[g.Group], n.NodeId):
+				out = append(out, downReplica{n.NodeId, g.Group, "the group counts it as a voter, but its replica has no configuration naming it"})
+			}
+		}
+	}
+	return out
+}
+
+// downError makes the command exit non-zero when a replica is down: a voter
+// that does not run counts towards the quorum without voting, so one more
+// failure can leave its group without a leader.
+func downError(ds []downReplica) error {
+	if len(ds) == 0 {
+		return nil
+	}
+	var where []string
+	for _, d := range ds {
+		where = append(where, fmt.Sprintf("group %d on %s", d.group, d.node))
+	}
+	return fmt.Errorf("replicas down: %s: a voter that does not run still counts for quorum; restart its node, or remove it (raft remove-server) and add it again (see REPLICA DOWN above)", strings.Join(where, ", "))
 }
 
 // clusterVersionLine says which cluster version the whole cluster supports
@@ -456,6 +503,12 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 			fmt.Fprintf(out, "HALTED: group %d on %s: %s\n", h.group, h.node, h.reason)
 		}
 	}
+	if ds := down(st); len(ds) > 0 {
+		fmt.Fprintln(out)
+		for _, d := range ds {
+			fmt.Fprintf(out, "REPLICA DOWN: group %d on %s: %s\n", d.group, d.node, d.why)
+		}
+	}
 }
 
 func groupList(gs []uint32) string {
@@ -557,36 +610,69 @@ removed with remove-server stays out until it joins again.`,
 	}
 	list.Flags().IntVar(&group, "group", -1, "group id (default: every group)")
 
+	var (
+		force   bool
+		catchUp time.Duration
+	)
 	add := &cobra.Command{
 		Use:   "add-voter",
-		Short: "Add a server as a voter of a group (--group G or --all-groups)",
+		Short: "Add a server to a group: as a non-voter first, promoted to voter once its log has caught up (--group G or --all-groups)",
+		Long: `Add a server to a group's raft configuration. The group's leader checks that
+the server answers raft at its address, adds it as a non-voter (it receives the
+log but counts for no quorum), waits until its log is within a few hundred
+entries of the leader's, then promotes it to voter. A server that does not
+answer, or does not catch up within --catch-up-timeout, is never made a voter:
+the command fails with the reason and the voters are unchanged.
+
+The server must be a running member of the cluster (joined through gossip).
+A second voter in a zone that already has one is refused unless --force.`,
+		PreRun: func(cmd *cobra.Command, _ []string) {
+			// The whole command must outlast every group's catch-up.
+			if !cmd.Flags().Changed("timeout") {
+				o.timeout = max(o.timeout, 10*time.Minute)
+			}
+		},
 		RunE: perGroup("add-voter", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
-			resp, err := retryCall(ctx, func(ctx context.Context) (*api.MembershipResponse, error) {
-				return adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address})
+			gctx, cancel := context.WithTimeout(ctx, catchUp+30*time.Second)
+			defer cancel()
+			resp, err := retryCall(gctx, func(ctx context.Context) (*api.MembershipResponse, error) {
+				return adm.AddVoter(ctx, &api.AddVoterRequest{Group: g, Id: id, Address: address, Force: force,
+					CatchUpTimeoutMillis: uint64(catchUp.Milliseconds())})
 			})
 			if err != nil {
 				return err
 			}
-			fmt.Printf("group %d: %s is a voter (configuration index %d, %d servers)\n", g, id, resp.Index, len(resp.Peers))
+			if resp.AlreadyVoter {
+				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s already is a voter at that address; nothing changed\n", g, id)
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s is a voter (caught up as a non-voter in %v, %d entries behind the leader when promoted; configuration index %d, %d servers)\n",
+				g, id, (time.Duration(resp.CatchUpMillis) * time.Millisecond).Round(time.Millisecond), resp.LagEntries, resp.Index, len(resp.Peers))
 			return nil
 		}),
 	}
-	add.Flags().StringVar(&address, "address", "", "raft address (default: the member's gossiped raft address)")
+	add.Flags().StringVar(&address, "address", "", "raft address (default: the member's gossiped raft address; another one is refused)")
+	add.Flags().BoolVar(&force, "force", false, "add the voter even if another voter of the group is in the same zone")
+	add.Flags().DurationVar(&catchUp, "catch-up-timeout", 20*time.Second, "how long the server may take to catch up as a non-voter before the leader gives up (and removes it again)")
 
 	rm := &cobra.Command{
 		Use:   "remove-server",
-		Short: "Remove a server from a group's configuration (--group G or --all-groups)",
+		Short: "Remove a server from a group's configuration (--group G or --all-groups); a leader hands leadership off first",
 		RunE: perGroup("remove-server", false, func(ctx context.Context, adm api.AdminClient, g uint32) error {
 			resp, err := retryCall(ctx, func(ctx context.Context) (*api.MembershipResponse, error) {
-				return adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
+				return adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id, Force: force})
 			})
 			if err != nil {
 				return err
 			}
-			fmt.Printf("group %d: %s removed (configuration index %d, %d servers left)\n", g, id, resp.Index, len(resp.Peers))
+			if resp.HandedOffTo != "" {
+				fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s led the group: leadership handed off to %s first\n", g, id, resp.HandedOffTo)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "group %d: %s removed (configuration index %d, %d servers left)\n", g, id, resp.Index, len(resp.Peers))
 			return nil
 		}),
 	}
+	rm.Flags().BoolVar(&force, "force", false, "remove the server even if the voters left would not have a quorum of running members")
 	for _, c := range []*cobra.Command{add, rm} {
 		c.Flags().IntVar(&group, "group", -1, "group id")
 		c.Flags().BoolVar(&all, "all-groups", false, "every group")

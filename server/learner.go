@@ -1,0 +1,363 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/membership"
+)
+
+// Every server enters a group as a non-voter (a learner) and is promoted only
+// once its log is within learnerMaxLag entries of the leader's, read from the
+// server itself. So a server that does not answer, answers at another
+// address, or cannot keep up never counts towards the group's quorum: the
+// voters, and what a commit needs, stay as they were until the new server
+// can take part. The operator's add-voter, automatic placement and node
+// replacement all go through addLearner.
+const (
+	// learnerMaxLag: how far (raft entries) a learner's log may trail the
+	// leader's last index to be promoted. A caught-up follower under load
+	// trails by the few entries in flight; 256 is one MaxAppendEntries
+	// batch, i.e. a single AppendEntries away.
+	learnerMaxLag = 256
+	// defaultCatchUp bounds the wait for a learner to catch up when the
+	// caller does not say; a fresh server receives a snapshot first.
+	defaultCatchUp = 20 * time.Second
+	// autoCatchUp bounds it for automatic placement, which has no caller
+	// waiting and retries at the next reconcile anyway.
+	autoCatchUp = 2 * time.Minute
+	// probeTimeout bounds the check that the address answers raft at all.
+	probeTimeout = 3 * time.Second
+	// learnerPoll is how often the leader asks the learner for its progress.
+	learnerPoll = 200 * time.Millisecond
+	// learnerResume is how often a leader looks for learners a previous
+	// leader left unpromoted (cluster.go, resumeLearners).
+	learnerResume = 2 * time.Second
+)
+
+// learnerRequest is one server to add to a group led here.
+type learnerRequest struct {
+	Group   int
+	ID      string
+	Addr    string        // raft address; "" = the member's gossiped one
+	Force   bool          // allow a second voter in a zone
+	CatchUp time.Duration // bound of the catch-up wait; 0 = defaultCatchUp
+	Reason  string        // logged
+}
+
+// learnerResult says what addLearner did.
+type learnerResult struct {
+	Index        uint64        // configuration index after the promotion
+	CatchUp      time.Duration // time spent as a non-voter
+	Lag          uint64        // entries behind the leader when promoted
+	AlreadyVoter bool          // nothing to do
+}
+
+// addLearner adds req.ID to group req.Group (led here) as a non-voter, waits
+// until it has caught up and promotes it. Errors are gRPC statuses naming the
+// reason; a refusal before the first change leaves the configuration as it
+// was, and a learner that does not catch up in time is removed again.
+func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerResult, error) {
+	g := req.Group
+	r := s.host.Raft(g)
+	if r.State() != raft.Leader {
+		return learnerResult{}, status.Errorf(codes.Unavailable, "group %d: this node no longer leads the group; retry", g)
+	}
+	if req.ID == "" {
+		return learnerResult{}, status.Error(codes.InvalidArgument, "add-voter: server id is required")
+	}
+	if !s.learners.claim(g, req.ID) {
+		return learnerResult{}, status.Errorf(codes.Aborted, "add-voter: group %d: an addition of %q is already in progress on this leader; retry when it has ended", g, req.ID)
+	}
+	defer s.learners.release(g, req.ID)
+	if req.Addr != "" {
+		// The reason an operator most needs first: nothing answers there.
+		if err := s.host.Probe(g, raft.ServerAddress(req.Addr), probeTimeout); err != nil {
+			return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+				"add-voter: group %d: %q at %s does not answer raft: %v; nothing was changed", g, req.ID, req.Addr, err)
+		}
+	}
+	members := s.memberList()
+	var target *membership.Member
+	for i, m := range members {
+		if m.ID == req.ID {
+			target = &members[i]
+		}
+	}
+	if target == nil || target.Status != membership.StatusAlive {
+		st := "not a member"
+		if target != nil {
+			st = "a " + target.Status + " member"
+		}
+		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+			"add-voter: %q is %s of the cluster: a server must be running and joined (serf) so its log can be checked before it votes; nothing was changed", req.ID, st)
+	}
+	addr := req.Addr
+	if addr == "" {
+		addr = target.RaftAddr
+	}
+	if addr != target.RaftAddr {
+		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+			"add-voter: %q listens for raft at %s (gossiped), not %s; nothing was changed (omit --address to use the gossiped one)", req.ID, target.RaftAddr, addr)
+	}
+	fut := r.GetConfiguration()
+	if err := fut.Error(); err != nil {
+		return learnerResult{}, raftStatus(g, "read configuration", err)
+	}
+	conf := fut.Configuration()
+	var existing *raft.Server
+	for i, srv := range conf.Servers {
+		if string(srv.ID) == req.ID {
+			existing = &conf.Servers[i]
+		}
+	}
+	if existing != nil && existing.Suffrage == raft.Voter && string(existing.Address) == addr {
+		return learnerResult{Index: fut.Index(), AlreadyVoter: true}, nil
+	}
+	if !req.Force {
+		if err := zoneConflict(g, conf, members, target); err != nil {
+			return learnerResult{}, err
+		}
+	}
+	if req.Addr == "" { // an explicit address was probed first thing
+		if err := s.host.Probe(g, raft.ServerAddress(addr), probeTimeout); err != nil {
+			return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+				"add-voter: group %d: %q at %s does not answer raft: %v; nothing was changed", g, req.ID, addr, err)
+		}
+	}
+	if existing != nil && existing.Suffrage == raft.Voter {
+		// A voter that moved: raft keeps its suffrage when the address
+		// changes, so there is no learner step; the probe above and the
+		// gossiped address vouch for the new one.
+		s.log.Info("updating voter address", "group", g, "node", req.ID, "from", existing.Address, "to", addr, "reason", req.Reason)
+		af := r.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(addr), 0, membershipTimeout)
+		if err := af.Error(); err != nil {
+			return learnerResult{}, raftStatus(g, "update voter address", err)
+		}
+		return learnerResult{Index: af.Index()}, nil
+	}
+
+	start := time.Now()
+	addIndex := fut.Index()
+	if existing == nil || string(existing.Address) != addr {
+		s.log.Info("adding server as non-voter", "group", g, "node", req.ID, "raft", addr, "reason", req.Reason)
+		nf := r.AddNonvoter(raft.ServerID(req.ID), raft.ServerAddress(addr), 0, membershipTimeout)
+		if err := nf.Error(); err != nil {
+			return learnerResult{}, raftStatus(g, "add non-voter", err)
+		}
+		addIndex = nf.Index()
+	}
+	bound := req.CatchUp
+	if bound <= 0 {
+		bound = defaultCatchUp
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		// Leave the caller time to hear why, and the removal time to run.
+		bound = min(bound, time.Until(dl)-membershipTimeout/2)
+	}
+	lag, err := s.waitCaughtUp(ctx, g, target.GRPCAddr, req.ID, addIndex, bound)
+	if err != nil {
+		if r.State() != raft.Leader {
+			return learnerResult{}, status.Errorf(codes.Unavailable,
+				"group %d: leadership moved while %q was catching up as a non-voter (%v); retry: the new leader continues from there", g, req.ID, err)
+		}
+		// Removed even when an earlier, interrupted attempt added it: a
+		// non-voter that cannot keep up serves no purpose.
+		undo := "it was removed again"
+		if rerr := r.RemoveServer(raft.ServerID(req.ID), 0, membershipTimeout).Error(); rerr != nil {
+			undo = fmt.Sprintf("removing it again failed (%v): it is left a non-voter, which counts for no quorum", rerr)
+		}
+		s.log.Warn("non-voter did not catch up; not promoted", "group", g, "node", req.ID, "err", err, "undo", undo)
+		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+			"add-voter: group %d: %q was added as a non-voter but did not catch up within %v: %v; %s; the voters are unchanged",
+			g, req.ID, bound.Round(time.Millisecond), err, undo)
+	}
+	took := time.Since(start)
+	af := r.AddVoter(raft.ServerID(req.ID), raft.ServerAddress(addr), 0, membershipTimeout)
+	if err := af.Error(); err != nil {
+		return learnerResult{}, raftStatus(g, "promote non-voter", err)
+	}
+	s.log.Info("non-voter caught up; promoted to voter", "group", g, "node", req.ID, "catch_up", took.Round(time.Millisecond), "lag_entries", lag)
+	return learnerResult{Index: af.Index(), CatchUp: took, Lag: lag}, nil
+}
+
+// zoneConflict refuses a second voter in a zone that already has one: losing
+// that zone would then cost two votes.
+func zoneConflict(g int, conf raft.Configuration, members []membership.Member, target *membership.Member) error {
+	zoneOf := map[string]string{}
+	for _, m := range members {
+		zoneOf[m.ID] = m.Zone
+	}
+	for _, srv := range conf.Servers {
+		if srv.Suffrage != raft.Voter || string(srv.ID) == target.ID {
+			continue
+		}
+		if z, ok := zoneOf[string(srv.ID)]; ok && z == target.Zone {
+			return status.Errorf(codes.FailedPrecondition,
+				"add-voter: group %d already has voter %s in zone %s; a second voter there means losing that zone costs two votes (--force to add %s anyway); nothing was changed",
+				g, srv.ID, z, target.ID)
+		}
+	}
+	return nil
+}
+
+// errCatchUp describes the learner's progress when the wait ends.
+var errCatchUp = errors.New("not caught up")
+
+// waitCaughtUp polls the learner's own view of group g until its replica
+// follows this node in the current term, holds the configuration entry that
+// added it (addIndex: the proof that this leader reaches it at the address in
+// the configuration) and trails the leader's last index by at most
+// learnerMaxLag. It returns the lag, or an error with the last thing learned.
+func (s *Server) waitCaughtUp(ctx context.Context, g int, grpcAddr, id string, addIndex uint64, bound time.Duration) (uint64, error) {
+	r := s.host.Raft(g)
+	deadline := time.Now().Add(bound)
+	last := "no answer yet"
+	t := time.NewTicker(learnerPoll)
+	defer t.Stop()
+	for {
+		if r.State() != raft.Leader {
+			return 0, fmt.Errorf("%w: this node lost leadership (%s)", errCatchUp, last)
+		}
+		gs, err := s.learnerState(ctx, grpcAddr, g)
+		switch {
+		case err != nil:
+			last = fmt.Sprintf("its node at %s did not answer: %v", grpcAddr, status.Convert(err).Message())
+		case gs.RaftState == raft.Shutdown.String():
+			last = "its replica of the group is shut down"
+		case gs.LeaderId != s.cfg.NodeID:
+			last = fmt.Sprintf("its replica is %s and follows %q, not this leader", gs.RaftState, gs.LeaderId)
+		case gs.LastIndex < addIndex:
+			last = fmt.Sprintf("its log ends at %d, before the entry that added it (%d)", gs.LastIndex, addIndex)
+		default:
+			leaderLast := r.LastIndex()
+			lag := uint64(0)
+			if leaderLast > gs.LastIndex {
+				lag = leaderLast - gs.LastIndex
+			}
+			if lag <= learnerMaxLag {
+				return lag, nil
+			}
+			last = fmt.Sprintf("its log ends at %d, %d entries behind the leader's %d (at most %d to be promoted)", gs.LastIndex, lag, leaderLast, learnerMaxLag)
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("%w: %s", errCatchUp, last)
+		}
+		select {
+		case <-ctx.Done():
+			return 0, fmt.Errorf("%w: %v (%s)", errCatchUp, ctx.Err(), last)
+		case <-t.C:
+		}
+	}
+}
+
+// learnerState asks the node at grpcAddr (its Admin.NodeGroups, with this
+// node's admin token) for its replica of group g.
+func (s *Server) learnerState(ctx context.Context, grpcAddr string, g int) (*api.GroupState, error) {
+	c, err := s.admin.client(grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if s.cfg.AdminToken != "" {
+		cctx = metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+s.cfg.AdminToken)
+	}
+	ng, err := c.NodeGroups(cctx, &api.NodeGroupsRequest{})
+	if err != nil {
+		return nil, err
+	}
+	for _, gs := range ng.Groups {
+		if int(gs.Group) == g {
+			return gs, nil
+		}
+	}
+	return nil, fmt.Errorf("it reports no group %d", g)
+}
+
+// learnerAdds tracks the additions in progress on this leader, at most one
+// per (group, server): the operator's and automatic placement's, which runs
+// in the background (a catch-up can take minutes and must not stall the
+// cluster loop).
+type learnerAdds struct {
+	mu      sync.Mutex
+	running map[learnerKey]bool
+}
+
+type learnerKey struct {
+	group int
+	id    string
+}
+
+// claim marks (g, id) in progress; false if it already is.
+func (l *learnerAdds) claim(g int, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := learnerKey{g, id}
+	if l.running[k] {
+		return false
+	}
+	if l.running == nil {
+		l.running = map[learnerKey]bool{}
+	}
+	l.running[k] = true
+	return true
+}
+
+func (l *learnerAdds) release(g int, id string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.running, learnerKey{g, id})
+}
+
+// busy reports whether (g, id) is in progress.
+func (l *learnerAdds) busy(g int, id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[learnerKey{g, id}]
+}
+
+// start runs placement's add in the background unless the same (group,
+// server) is already in progress.
+func (l *learnerAdds) start(s *Server, add voterAdd) {
+	if l.busy(add.Group, add.Member.ID) {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.closing:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		res, err := s.addLearner(ctx, learnerRequest{
+			Group: add.Group, ID: add.Member.ID, Addr: add.Member.RaftAddr,
+			Force:   true, // placement chose the zone; a zone-less cluster places several voters in one
+			CatchUp: autoCatchUp, Reason: add.Reason,
+		})
+		switch {
+		case status.Code(err) == codes.Aborted:
+			// Already in progress (claimed after the busy check).
+		case err != nil:
+			s.log.Warn("add voter failed; retried when a member next becomes alive (or, for a learner left unpromoted, by the group's next leader)",
+				"group", add.Group, "node", add.Member.ID, "reason", add.Reason, "err", err)
+		case !res.AlreadyVoter:
+			s.log.Info("voter added", "group", add.Group, "node", add.Member.ID, "reason", add.Reason,
+				"catch_up", res.CatchUp.Round(time.Millisecond), "lag_entries", res.Lag)
+		}
+	}()
+}
