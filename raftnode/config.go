@@ -154,6 +154,12 @@ type Config struct {
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
 
+	// Identity binds the raft port to this data dir's incarnation and
+	// cluster (identity.go). With an Incarnation, Addr() names it and
+	// connections meant for another incarnation are refused. Zero value:
+	// no checks.
+	Identity Identity
+
 	// NoSync skips fsync in the log store. Tests only: with it a crash can
 	// lose acknowledged entries. Default false (durable).
 	NoSync bool
@@ -214,6 +220,17 @@ func (c *Config) Validate() error {
 			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 				bad("AdvertiseAddr %q must not be an unspecified address", c.AdvertiseAddr)
 			}
+		}
+	}
+
+	if c.Identity.Incarnation != "" {
+		if err := ValidID(c.Identity.Incarnation); err != nil {
+			bad("Identity.Incarnation: %v", err)
+		}
+	}
+	if c.Identity.ClusterID != "" {
+		if err := ValidID(c.Identity.ClusterID); err != nil {
+			bad("Identity.ClusterID: %v", err)
 		}
 	}
 

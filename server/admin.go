@@ -97,7 +97,7 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 	if c != nil {
 		return c.AddVoter(outgoing(ctx), req)
 	}
-	addr := req.Address
+	addr := a.s.incarnationAddr(req.Id, req.Address) // incarnation.go
 	if addr == "" {
 		for _, m := range a.s.memberList() {
 			if m.ID == req.Id && m.Status == membership.StatusAlive {

@@ -123,7 +123,9 @@ func planReconcile(members []membership.Member, replicas int, gc groupConfig) []
 		voters++
 		if m, ok := byID[string(srv.ID)]; ok {
 			zones[m.Zone] = true
-			if m.RaftAddr != "" && raft.ServerAddress(m.RaftAddr) != srv.Address {
+			// Only the same incarnation moves in place; a new one is
+			// replaced through the non-voter path (incarnation.go).
+			if m.RaftAddr != "" && raft.ServerAddress(m.RaftAddr) != srv.Address && sameIncarnation(srv, m) {
 				plan = append(plan, voterAdd{gc.Group, m, reasonAddrChanged})
 			}
 		}
