@@ -94,9 +94,9 @@ type Config struct {
 
 // Member is one node of the cluster.
 type Member struct {
-	ID        string
-	Zone      string
-	GRPCAddr  string
+	ID       string
+	Zone     string
+	GRPCAddr string
 	// RaftAddr is the member's raft address naming its incarnation
 	// ("host:port#<incarnation>", raftnode.WithIncarnation), or the plain
 	// address for a member that gossips no incarnation (an earlier build).
@@ -107,7 +107,7 @@ type Member struct {
 	IncarnationAdopted bool
 	ClusterID          string
 	Status             string // StatusAlive, StatusLeaving, StatusLeft, StatusFailed
-	GroupsLed []int  // ascending
+	GroupsLed          []int  // ascending
 	// ClusterVersion is the highest cluster version the member's build
 	// supports ("ver" tag); 1 for members that do not gossip one (builds from
 	// before the tag). For a member that is down it is what the member last
@@ -385,9 +385,9 @@ func (m *Membership) Members() []Member {
 			Incarnation:        sm.Tags[incTag],
 			IncarnationAdopted: sm.Tags[adoptedTag] == "1",
 			ClusterID:          sm.Tags[clusterTag],
-			Status:         statusString(sm.Status),
-			GroupsLed:      led,
-			ClusterVersion: ParseClusterVersion(sm.Tags[verTag]),
+			Status:             statusString(sm.Status),
+			GroupsLed:          led,
+			ClusterVersion:     ParseClusterVersion(sm.Tags[verTag]),
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })

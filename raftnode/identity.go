@@ -173,4 +173,3 @@ func (h *Host) SetClusterID(id string) {
 		h.mux.ident.setClusterID(id)
 	}
 }
-

@@ -28,7 +28,7 @@ const (
 	catchUpLag = 256
 	// catchUpTimeout bounds one wait for a new incarnation to catch up; the
 	// next check starts another (the non-voter keeps receiving the log).
-	catchUpTimeout = 2 * time.Minute
+	catchUpTimeout   = 2 * time.Minute
 	peerStateTimeout = 3 * time.Second
 )
 
