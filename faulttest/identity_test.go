@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,25 +39,87 @@ const wipedIncarnationMarker = "new incarnation"
 //
 // Without the variable it runs once.
 func TestWipedDiskRejoin(t *testing.T) {
-	runs := 1
-	if v := os.Getenv("TOLLGATE_WIPE_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("TOLLGATE_WIPE_RUNS=%q: want a positive integer", v)
-		}
-		runs = n
-	}
+	runs := wipeRuns(t)
 	passed := 0
 	for i := 1; i <= runs; i++ {
-		if t.Run(fmt.Sprintf("run-%d", i), wipedDiskRun) {
+		if t.Run(fmt.Sprintf("run-%d", i), func(t *testing.T) {
+			c, ck := wipedDiskScenario(t, defaultClusterOptions())
+			outcome := waitWipedOutcome(t, c, c.nodes[2])
+			t.Logf("wiped %s: %s", c.nodes[2].id, outcome)
+			finishWiped(t, c, ck)
+		}) {
 			passed++
 		}
 	}
 	t.Logf("wiped-disk reproduction: %d of %d runs lost no acknowledged series and ended with the wiped node a healthy voter or refused", passed, runs)
 }
 
-func wipedDiskRun(t *testing.T) {
-	c := newCluster(t, defaultClusterOptions())
+// TestWipedDiskManualReplace: the same reproduction on servers started with
+// --disable-auto-place, so no leader replaces the wiped node's earlier
+// incarnation: it must stay out with the documented error (/readyz) while the
+// others serve, and the commands that error names (tollgate raft
+// remove-server, then add-voter, for every group) make it a healthy voter.
+func TestWipedDiskManualReplace(t *testing.T) {
+	opts := defaultClusterOptions()
+	opts.extraArgs = append(opts.extraArgs, "--disable-auto-place")
+	c, ck := wipedDiskScenario(t, opts)
+	n3 := c.nodes[2]
+	start := time.Now()
+	why := ""
+	for time.Since(start) < healthyTimeout {
+		if why = readyz(n3); strings.Contains(why, wipedIncarnationMarker) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if !strings.Contains(why, wipedIncarnationMarker) {
+		t.Fatalf("%s: /readyz %q, want the documented error (%q)", n3.id, why, wipedIncarnationMarker)
+	}
+	for _, cmd := range []string{"remove-server", "add-voter"} {
+		if !strings.Contains(why, "tollgate raft "+cmd) {
+			t.Errorf("/readyz does not name the recovery command %q: %s", cmd, why)
+		}
+	}
+	t.Logf("%s refused as documented: %s", n3.id, why)
+	// Stays out: it is still refused a while later (nothing replaces it).
+	loadFor(3 * time.Second)
+	if why := readyz(n3); !strings.Contains(why, wipedIncarnationMarker) {
+		t.Fatalf("%s no longer refused without an operator: /readyz %q", n3.id, why)
+	}
+	ck.waitProgress("wiped node refused")
+
+	for _, cmd := range []string{"remove-server", "add-voter"} {
+		out, err := exec.Command(c.bin, "raft", cmd, "--all-groups", "--id", n3.id, "--addr", c.nodes[0].grpcAddr, "--token", adminToken).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tollgate raft %s --all-groups --id %s: %v\n%s", cmd, n3.id, err, out)
+		}
+		t.Logf("tollgate raft %s --all-groups --id %s:\n%s", cmd, n3.id, strings.TrimSpace(string(out)))
+	}
+	outcome := waitWipedOutcome(t, c, n3)
+	if !strings.HasPrefix(outcome, "healthy") {
+		t.Fatalf("after remove-server and add-voter: %s", outcome)
+	}
+	t.Logf("wiped %s after the documented commands: %s", n3.id, outcome)
+	finishWiped(t, c, ck)
+}
+
+func wipeRuns(t *testing.T) int {
+	if v := os.Getenv("TOLLGATE_WIPE_RUNS"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("TOLLGATE_WIPE_RUNS=%q: want a positive integer", v)
+		}
+		return n
+	}
+	return 1
+}
+
+// wipedDiskScenario runs the reproduction up to node-1's restart and the
+// return of progress, checking on the way that nothing was led while node-1,
+// the only full copy, was down: the stale node-2 can only win with the wiped
+// node-3's vote.
+func wipedDiskScenario(t *testing.T, opts clusterOptions) (*cluster, *ckr) {
+	c := newCluster(t, opts)
 	n1, n2, n3 := c.nodes[0], c.nodes[1], c.nodes[2]
 	cfg := defaultCheckerConfig()
 	cfg.ResendMax = 0
@@ -82,31 +145,33 @@ func wipedDiskRun(t *testing.T) {
 	}
 	n2.cont(t)
 	// Give node-2 and the wiped node-3 the time to elect leaders among
-	// themselves before node-1, the only full copy, is back.
+	// themselves before node-1 is back: none may be elected.
+	var led []string
 	deadline := time.Now().Add(10 * time.Second)
-	for time.Now().Before(deadline) {
-		led := 0
+	for time.Now().Before(deadline) && len(led) == 0 {
 		for g := range groups {
 			if l, _ := c.leaderOf(g); l != nil {
-				led++
+				led = append(led, fmt.Sprintf("group %d by %s", g, l.id))
 			}
 		}
-		if led == groups {
-			break
-		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	if len(led) > 0 {
+		t.Errorf("led while node-1 was down (%s): the wiped node voted as its former self", strings.Join(led, ", "))
 	}
 	t.Logf("before node-1 is back: leaders %s", c.describe())
 	n1.restart(t)
 	ck.waitProgress("restart of node-1")
+	return c, ck
+}
 
-	outcome := waitWipedOutcome(t, c, n3)
-	t.Logf("wiped %s: %s", n3.id, outcome)
+// finishWiped stops the load, checks every acknowledged series is still held,
+// then runs the checker's sweep and report.
+func finishWiped(t *testing.T, c *cluster, ck *ckr) {
+	t.Helper()
 	loadFor(2 * time.Second)
 	ck.Stop()
-
-	acked := ck.AckedHashes()
-	lost, total := lostSeries(t, c, n1, acked)
+	lost, total := lostSeries(t, c, c.nodes[0], ck.AckedHashes())
 	t.Logf("acknowledged series: %d; lost: %d", total, lost)
 	if lost > 0 {
 		t.Errorf("%d of %d acknowledged series lost (must be 0)", lost, total)

@@ -108,7 +108,9 @@ func (s *Server) incarnationLoop() {
 			return
 		case <-t.C:
 		}
-		if s.members == nil {
+		if s.members == nil || s.cfg.DisableAutoPlace {
+			// --disable-auto-place: operators replace incarnations by hand
+			// (remove-server, add-voter), as the node's /readyz says.
 			continue
 		}
 		byID := map[string]membership.Member{}
