@@ -106,8 +106,12 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 func TestPlanIncarnation(t *testing.T) {
 	const a, b, cid = "00000000000000a1", "00000000000000b1", "00000000000000c1"
 	m := membership.Member{ID: "n3", Zone: "z3", RaftAddr: "h:1#" + b, Incarnation: b, ClusterID: cid, Status: membership.StatusAlive}
-	voter := func(addr string) raft.Server { return raft.Server{Suffrage: raft.Voter, ID: "n3", Address: raft.ServerAddress(addr)} }
-	nonvoter := func(addr string) raft.Server { return raft.Server{Suffrage: raft.Nonvoter, ID: "n3", Address: raft.ServerAddress(addr)} }
+	voter := func(addr string) raft.Server {
+		return raft.Server{Suffrage: raft.Voter, ID: "n3", Address: raft.ServerAddress(addr)}
+	}
+	nonvoter := func(addr string) raft.Server {
+		return raft.Server{Suffrage: raft.Nonvoter, ID: "n3", Address: raft.ServerAddress(addr)}
+	}
 	adopted := m
 	adopted.IncarnationAdopted = true
 	old := m
