@@ -81,6 +81,11 @@ func TestWipedDiskManualReplace(t *testing.T) {
 		}
 	}
 	t.Logf("%s refused as documented: %s", n3.id, why)
+	if m := metricLine(n3, `tollgate_raft_refused_connections_total{reason="incarnation"}`); m == "" {
+		t.Errorf("%s: /metrics has no refused-connection count for the earlier incarnation", n3.id)
+	} else {
+		t.Logf("%s: %s", n3.id, m)
+	}
 	// Stays out: it is still refused a while later (nothing replaces it).
 	loadFor(3 * time.Second)
 	if why := readyz(n3); !strings.Contains(why, wipedIncarnationMarker) {
@@ -219,6 +224,22 @@ func readyz(n *node) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return strings.TrimSpace(string(b))
+}
+
+// metricLine returns the /metrics line of n starting with name, "" if none.
+func metricLine(n *node, name string) string {
+	resp, err := http.Get("http://" + n.httpAddr + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, name+" ") {
+			return l
+		}
+	}
+	return ""
 }
 
 // lostSeries reads every group's state from its leader (SnapshotGroup runs a

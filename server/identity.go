@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
@@ -247,11 +249,22 @@ type refusedIncarnations struct {
 	mu    sync.Mutex
 	last  map[int]refusal
 	other refusal // last connection from another cluster
+	// counter counts refusals by reason (tollgate_raft_refused_connections_total).
+	counter *prometheus.CounterVec
 }
 
 type refusal struct {
 	at            time.Time
 	named, remote string
+}
+
+// registerIdentityMetrics adds the identity metrics to the node's registry.
+func (s *Server) registerIdentityMetrics() {
+	s.refused.counter = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_raft_refused_connections_total",
+		Help: "Raft connections this node refused: meant for another incarnation of it (its data dir was replaced; reason incarnation) or from another cluster (reason cluster).",
+	}, []string{"reason"})
+	s.metrics.reg.MustRegister(s.refused.counter)
 }
 
 // identityRecent bounds how long a refusal keeps the node not ready: peers
@@ -261,6 +274,13 @@ const identityRecent = 10 * time.Second
 func (r *refusedIncarnations) note(group int, named, cluster string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.counter != nil {
+		reason := "incarnation"
+		if cluster != "" {
+			reason = "cluster"
+		}
+		r.counter.WithLabelValues(reason).Inc()
+	}
 	if cluster != "" {
 		r.other = refusal{at: time.Now(), remote: cluster}
 		return

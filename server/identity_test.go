@@ -181,3 +181,34 @@ func TestBootstrapClusterID(t *testing.T) {
 		t.Fatal("a member on an earlier build's data dir does not show an existing cluster")
 	}
 }
+
+// TestJoinAnotherClusterRefused: a node of one cluster started with --join
+// pointing at a node of another is refused at the join, and says so in its
+// readiness; the other cluster never lists it.
+func TestJoinAnotherClusterRefused(t *testing.T) {
+	gossip := func(c *Config) { c.GossipAddr = "127.0.0.1:0" }
+	a, _ := startServer(t, filepath.Join(t.TempDir(), "a"), func(c *Config) { gossip(c); c.NodeID = "a" })
+	defer stop(t, a)
+	b, _ := startServer(t, filepath.Join(t.TempDir(), "b"), func(c *Config) { gossip(c); c.NodeID = "b" })
+	stop(t, b) // b now belongs to its own cluster (--dev)
+
+	cfg := Config{NodeID: "b", DataDir: b.cfg.DataDir, Bootstrap: true, GossipAddr: "127.0.0.1:0", Join: []string{a.GossipAddr()},
+		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", Logger: b.cfg.Logger}
+	b2, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop(t, b2)
+	waitFor(t, "b's join to be refused", func() bool {
+		return strings.Contains(b2.NotReadyReason(), "belongs to another cluster")
+	})
+	why := b2.NotReadyReason()
+	if !strings.Contains(why, a.ident.clusterID()) || !strings.Contains(why, b2.ident.clusterID()) {
+		t.Fatalf("refusal does not name both clusters (%s, %s): %s", a.ident.clusterID(), b2.ident.clusterID(), why)
+	}
+	for _, m := range a.memberList() {
+		if m.ID == "b" {
+			t.Fatalf("a lists b after a refused join: %+v", m)
+		}
+	}
+}

@@ -323,6 +323,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.metrics = newMetrics(s.groupStats)
 	s.metrics.reg.MustRegister(&clusterCollector{s: s})
+	s.registerIdentityMetrics() // identity.go
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
