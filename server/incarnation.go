@@ -188,9 +188,23 @@ func (s *Server) replaceIncarnation(g int, srv raft.Server, m membership.Member,
 		s.log.Warn("remove earlier incarnation failed; retrying", "group", g, "node", m.ID, "err", err)
 		return
 	}
-	if err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error(); err != nil {
-		s.log.Warn("add new incarnation as non-voter failed; retrying", "group", g, "node", m.ID, "err", err)
-		return
+	// The earlier incarnation is out: nothing else would add the new one
+	// back (reconcile acts when a member becomes alive), so retry here while
+	// this node leads.
+	for attempt := 1; ; attempt++ {
+		err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error()
+		if err == nil {
+			break
+		}
+		s.log.Warn("add new incarnation as non-voter failed; retrying", "group", g, "node", m.ID, "attempt", attempt, "err", err)
+		if r.State() != raft.Leader {
+			return
+		}
+		select {
+		case <-s.closing:
+			return
+		case <-time.After(time.Second):
+		}
 	}
 	if srv.Suffrage == raft.Voter {
 		s.promoteCaughtUp(g, m)
