@@ -442,6 +442,10 @@ type clusterOptions struct {
 	shareMode string
 	// extraArgs are appended to every node's command line.
 	extraArgs []string
+	// bin, when set, is the binary the nodes start with (an earlier build, for
+	// upgrade tests; cluster.bin can be changed before restarts). Default: this
+	// module's build.
+	bin string
 }
 
 type cluster struct {
@@ -472,7 +476,10 @@ func dialOptions() []grpc.DialOption {
 // t.Cleanup, and on failure the tail of every node's logs is printed.
 func newCluster(t *testing.T, opts clusterOptions) *cluster {
 	t.Helper()
-	bin := tollgateBinary(t)
+	bin := opts.bin
+	if bin == "" {
+		bin = tollgateBinary(t)
+	}
 	c := &cluster{t: t, bin: bin, dir: t.TempDir(), opts: opts, conns: map[string]*grpc.ClientConn{}}
 	t.Cleanup(c.cleanup) // registered before anything starts: runs on failure and panic too
 

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -308,4 +309,90 @@ func lostSeries(t *testing.T, c *cluster, via *node, acked map[string][]uint64) 
 		t.Logf("lost acknowledged series per group: %v", perGroup)
 	}
 	return lost, total
+}
+
+// earlierBinEnv names a tollgate binary built before node identities (for
+// example from the commit before them: git archive REV | tar -x -C DIR; go
+// build ./cmd/tollgate).
+const earlierBinEnv = "TOLLGATE_EARLIER_BIN"
+
+// TestUpgradeAdoptsIdentity: a cluster of an earlier build (no identity.json,
+// plain raft addresses) is upgraded node by node under load. Each data dir
+// adopts an identity on its first start and keeps its state (no resync: the
+// configurations keep the plain addresses the earlier build wrote, which the
+// adopted identities serve); no acknowledged series is lost. Then a node's
+// disk is wiped: the new incarnation refuses the plain address its earlier
+// self had, and is replaced and promoted through the non-voter path.
+func TestUpgradeAdoptsIdentity(t *testing.T) {
+	earlier := os.Getenv(earlierBinEnv)
+	if earlier == "" {
+		t.Skipf("%s is not set: this test needs a tollgate binary of a build before node identities", earlierBinEnv)
+	}
+	current := tollgateBinary(t)
+	opts := defaultClusterOptions()
+	opts.bin = earlier
+	c := newCluster(t, opts)
+	cfg := defaultCheckerConfig()
+	cfg.ResendMax = 0
+	ck := startChecker(t, c, cfg)
+	ck.waitProgress("start")
+	loadFor(2 * time.Second)
+
+	c.bin = current
+	for _, n := range c.nodes {
+		if _, err := os.Stat(filepath.Join(n.dir, "identity.json")); err == nil {
+			t.Fatalf("%s: the earlier build wrote identity.json", n.id)
+		}
+		n.term(t)
+		ck.waitProgress("SIGTERM of " + n.id)
+		n.restart(t)
+		c.waitHealthy()
+		ck.waitProgress("upgrade of " + n.id)
+		b, err := os.ReadFile(filepath.Join(n.dir, "identity.json"))
+		if err != nil || !strings.Contains(string(b), `"adopted": true`) {
+			t.Fatalf("%s: identity after the upgrade start: %s, %v", n.id, b, err)
+		}
+		loadFor(time.Second)
+	}
+	for g := range groups {
+		l, _ := c.leaderOf(g)
+		if l == nil {
+			t.Fatalf("group %d has no leader", g)
+		}
+		peers, err := c.listPeers(l, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range peers {
+			if strings.Contains(p.Address, "#") {
+				t.Errorf("group %d: %s listed at %s: an upgraded node's plain address was rewritten", g, p.Id, p.Address)
+			}
+		}
+	}
+
+	n3 := c.nodes[2]
+	n3.kill(t)
+	if err := os.RemoveAll(n3.dir); err != nil {
+		t.Fatal(err)
+	}
+	n3.restart(t)
+	ck.waitProgress("restart of wiped " + n3.id)
+	outcome := waitWipedOutcome(t, c, n3)
+	if !strings.HasPrefix(outcome, "healthy") {
+		t.Fatalf("wiped %s: %s", n3.id, outcome)
+	}
+	for g := range groups {
+		l, _ := c.leaderOf(g)
+		peers, err := c.listPeers(l, g)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range peers {
+			if p.Id == n3.id && !strings.Contains(p.Address, "#") {
+				t.Errorf("group %d: wiped %s still listed at its plain address %s", g, p.Id, p.Address)
+			}
+		}
+	}
+	t.Logf("wiped %s after the upgrade: %s", n3.id, outcome)
+	finishWiped(t, c, ck)
 }

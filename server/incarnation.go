@@ -77,6 +77,18 @@ func sameIncarnation(srv raft.Server, m membership.Member) bool {
 	return inc == m.Incarnation
 }
 
+// listedAddr is the address member m should have in the configuration entry
+// srv of the same incarnation: its gossiped address, but without the
+// incarnation where srv has none (written by an earlier build, and still
+// dialed by nodes of that build during a rolling upgrade).
+func listedAddr(srv raft.Server, m membership.Member) string {
+	if _, inc := raftnode.SplitIncarnation(string(srv.Address)); inc == "" {
+		ep, _ := raftnode.SplitIncarnation(m.RaftAddr)
+		return ep
+	}
+	return m.RaftAddr
+}
+
 // incarnationAddr completes an address given for node id by hand: the plain
 // endpoint of an alive member that gossips an incarnation becomes that
 // incarnation's address (the transport refuses plain addresses for data dirs

@@ -125,7 +125,8 @@ func planReconcile(members []membership.Member, replicas int, gc groupConfig) []
 			zones[m.Zone] = true
 			// Only the same incarnation moves in place; a new one is
 			// replaced through the non-voter path (incarnation.go).
-			if m.RaftAddr != "" && raft.ServerAddress(m.RaftAddr) != srv.Address && sameIncarnation(srv, m) {
+			if want := listedAddr(srv, m); m.RaftAddr != "" && raft.ServerAddress(want) != srv.Address && sameIncarnation(srv, m) {
+				m.RaftAddr = want
 				plan = append(plan, voterAdd{gc.Group, m, reasonAddrChanged})
 			}
 		}
