@@ -450,6 +450,10 @@ type clusterOptions struct {
 	// clientTLS, when set, is how the harness and the checker dial the nodes'
 	// gRPC (clusters started with --tls-cert in extraArgs).
 	clientTLS *tls.Config
+	// bin, when set, is the binary the nodes start with (an earlier build, for
+	// upgrade tests; cluster.bin can be changed before restarts). Default: this
+	// module's build.
+	bin string
 }
 
 type cluster struct {
@@ -480,7 +484,10 @@ func dialOptions() []grpc.DialOption {
 // t.Cleanup, and on failure the tail of every node's logs is printed.
 func newCluster(t *testing.T, opts clusterOptions) *cluster {
 	t.Helper()
-	bin := tollgateBinary(t)
+	bin := opts.bin
+	if bin == "" {
+		bin = tollgateBinary(t)
+	}
 	c := &cluster{t: t, bin: bin, dir: t.TempDir(), opts: opts, conns: map[string]*grpc.ClientConn{}}
 	t.Cleanup(c.cleanup) // registered before anything starts: runs on failure and panic too
 

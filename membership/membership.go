@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -37,6 +38,13 @@ const verTag = "ver"
 // (absent otherwise): leaders do not balance leadership onto it.
 const diskTag = "disk"
 
+// Identity tags (see Config.Incarnation).
+const (
+	incTag     = "i"  // incarnation of the member's data dir
+	adoptedTag = "ia" // "1": that identity was adopted from an earlier build's data dir
+	clusterTag = "c"  // cluster id, absent while the member does not know it
+)
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -54,6 +62,18 @@ type Config struct {
 	// gossiped in the "ver" tag so leaders know when every voter can apply a
 	// new entry type. Default 1 (the version before the tag existed).
 	ClusterVersion int
+
+	// Incarnation identifies the node's data dir (server/identity.go); it is
+	// gossiped, and Member.RaftAddr names it so that leaders add this
+	// incarnation, not whichever data dir answers at the address later.
+	// IncarnationAdopted marks an identity adopted from an earlier build's
+	// data dir (whose plain raft address in configurations means this data).
+	Incarnation        string
+	IncarnationAdopted bool
+	// ClusterID is the cluster this node belongs to ("" while unknown; see
+	// SetClusterID). A member gossiping another cluster id is refused: a join
+	// between two clusters fails with an error saying so.
+	ClusterID string
 
 	// DataDir, when set, holds serf's snapshot of known members, so a restarted
 	// node rejoins the cluster without being told where it is.
@@ -78,12 +98,20 @@ type Config struct {
 
 // Member is one node of the cluster.
 type Member struct {
-	ID        string
-	Zone      string
-	GRPCAddr  string
-	RaftAddr  string
-	Status    string // StatusAlive, StatusLeaving, StatusLeft, StatusFailed
-	GroupsLed []int  // ascending
+	ID       string
+	Zone     string
+	GRPCAddr string
+	// RaftAddr is the member's raft address naming its incarnation
+	// ("host:port#<incarnation>", raftnode.WithIncarnation), or the plain
+	// address for a member that gossips no incarnation (an earlier build).
+	RaftAddr string
+	// Incarnation, IncarnationAdopted and ClusterID are as gossiped (see
+	// Config); "" / false for members of earlier builds.
+	Incarnation        string
+	IncarnationAdopted bool
+	ClusterID          string
+	Status             string // StatusAlive, StatusLeaving, StatusLeft, StatusFailed
+	GroupsLed          []int  // ascending
 	// ClusterVersion is the highest cluster version the member's build
 	// supports ("ver" tag); 1 for members that do not gossip one (builds from
 	// before the tag). For a member that is down it is what the member last
@@ -103,6 +131,9 @@ type Membership struct {
 
 	mu   sync.Mutex
 	tags map[string]string
+	// clusterID is this node's cluster id (a string), read by the merge
+	// delegate on serf's goroutines without taking mu.
+	clusterID atomic.Value
 
 	events  chan serf.Event
 	changed chan struct{} // closed and replaced on every change
@@ -189,6 +220,7 @@ func New(cfg Config) (*Membership, error) {
 		}
 	}
 
+	endpoint, _, _ := strings.Cut(cfg.RaftAddr, "#")
 	m := &Membership{
 		cfg:     cfg,
 		log:     cfg.Logger.With("component", "membership"),
@@ -198,10 +230,20 @@ func New(cfg Config) (*Membership, error) {
 		tags: map[string]string{
 			"z":    cfg.Zone,
 			"g":    cfg.GRPCAddr,
-			"r":    cfg.RaftAddr,
+			"r":    endpoint, // plain: earlier builds dial it as it is
 			"l":    "",
 			verTag: strconv.Itoa(cfg.ClusterVersion),
 		},
+	}
+	if cfg.Incarnation != "" {
+		m.tags[incTag] = cfg.Incarnation
+		if cfg.IncarnationAdopted {
+			m.tags[adoptedTag] = "1"
+		}
+	}
+	m.clusterID.Store(cfg.ClusterID)
+	if cfg.ClusterID != "" {
+		m.tags[clusterTag] = cfg.ClusterID
 	}
 	logger := log.New(&logWriter{log: m.log}, "", 0)
 
@@ -238,6 +280,7 @@ func New(cfg Config) (*Membership, error) {
 	sc.Logger = logger
 	sc.LogOutput = nil
 	sc.EnableNameConflictResolution = true
+	sc.Merge = clusterGuard{m}
 	// A leaving node's intent must reach the others before it goes quiet.
 	sc.LeavePropagateDelay = time.Second
 	// Failed members are kept (and retried) for a day, then reaped; members that
@@ -337,15 +380,22 @@ func (m *Membership) Members() []Member {
 	out := make([]Member, 0, len(ms))
 	for _, sm := range ms {
 		led, _ := ParseGroups(sm.Tags["l"])
+		raftAddr := sm.Tags["r"]
+		if inc := sm.Tags[incTag]; inc != "" && raftAddr != "" {
+			raftAddr += "#" + inc
+		}
 		out = append(out, Member{
-			ID:             sm.Name,
-			Zone:           sm.Tags["z"],
-			GRPCAddr:       sm.Tags["g"],
-			RaftAddr:       sm.Tags["r"],
-			Status:         statusString(sm.Status),
-			GroupsLed:      led,
-			ClusterVersion: ParseClusterVersion(sm.Tags[verTag]),
-			DiskFull:       sm.Tags[diskTag] == "full",
+			ID:                 sm.Name,
+			Zone:               sm.Tags["z"],
+			GRPCAddr:           sm.Tags["g"],
+			RaftAddr:           raftAddr,
+			Incarnation:        sm.Tags[incTag],
+			IncarnationAdopted: sm.Tags[adoptedTag] == "1",
+			ClusterID:          sm.Tags[clusterTag],
+			Status:             statusString(sm.Status),
+			GroupsLed:          led,
+			ClusterVersion:     ParseClusterVersion(sm.Tags[verTag]),
+			DiskFull:           sm.Tags[diskTag] == "full",
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
@@ -523,4 +573,49 @@ func (w *logWriter) Write(p []byte) (int, error) {
 		w.log.Log(context.Background(), lvl, line)
 	}
 	return len(p), nil
+}
+
+// ErrOtherCluster is wrapped by the error a join (or a member's gossip) gets
+// when the two sides belong to different clusters.
+var ErrOtherCluster = errors.New("belongs to another cluster")
+
+// clusterGuard refuses to merge with members of another cluster: serf calls
+// it for every member state received by a join's push/pull and for every
+// member announcing itself alive.
+type clusterGuard struct{ m *Membership }
+
+func (g clusterGuard) NotifyMerge(members []*serf.Member) error {
+	mine := g.m.ClusterID()
+	if mine == "" {
+		return nil
+	}
+	for _, sm := range members {
+		if c := sm.Tags[clusterTag]; c != "" && c != mine {
+			return fmt.Errorf("membership: node %s %w (cluster id %s; this node %s is in cluster %s): a node keeps the cluster of its data dir; to move it, remove it from its cluster and start it with an empty data dir",
+				sm.Name, ErrOtherCluster, c, g.m.cfg.NodeID, mine)
+		}
+	}
+	return nil
+}
+
+// ClusterID is this node's cluster id ("" while unknown).
+func (m *Membership) ClusterID() string {
+	id, _ := m.clusterID.Load().(string)
+	return id
+}
+
+// SetClusterID records and gossips the cluster id once the node learns it
+// (bootstrap, or adoption from the members it joined).
+func (m *Membership) SetClusterID(id string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tags[clusterTag] == id {
+		return nil
+	}
+	m.clusterID.Store(id)
+	m.tags[clusterTag] = id
+	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
+		return fmt.Errorf("membership: set tags: %w", err)
+	}
+	return nil
 }

@@ -157,6 +157,11 @@ type Config struct {
 	// DiskCheckInterval: how often the data dir is probed for writability
 	// (DiskError). Default DefaultDiskCheckInterval (1s).
 	DiskCheckInterval time.Duration
+	// Identity binds the raft port to this data dir's incarnation and
+	// cluster (identity.go). With an Incarnation, Addr() names it and
+	// connections meant for another incarnation are refused. Zero value:
+	// no checks.
+	Identity Identity
 
 	// NoSync skips fsync in the log store. Tests only: with it a crash can
 	// lose acknowledged entries. Default false (durable).
@@ -218,6 +223,17 @@ func (c *Config) Validate() error {
 			if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
 				bad("AdvertiseAddr %q must not be an unspecified address", c.AdvertiseAddr)
 			}
+		}
+	}
+
+	if c.Identity.Incarnation != "" {
+		if err := ValidID(c.Identity.Incarnation); err != nil {
+			bad("Identity.Incarnation: %v", err)
+		}
+	}
+	if c.Identity.ClusterID != "" {
+		if err := ValidID(c.Identity.ClusterID); err != nil {
+			bad("Identity.ClusterID: %v", err)
 		}
 	}
 

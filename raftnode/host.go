@@ -98,8 +98,10 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 				"bind", cfg.BindAddr, "advertise", adv)
 		}
 	}
+	adv = WithIncarnation(adv, cfg.Identity.Incarnation)
 	mux, err := NewMux(ln, MuxConfig{
 		AdvertiseAddr:    adv,
+		Identity:         cfg.Identity,
 		ServerTLS:        cfg.ServerTLS,
 		ClientTLS:        cfg.ClientTLS,
 		HandshakeTimeout: cfg.HandshakeTimeout,

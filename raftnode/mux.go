@@ -22,6 +22,12 @@ import (
 //	offset 4: 1 byte   header version (currently 1)
 //	offset 5: 2 bytes  group id, big-endian uint16
 //
+// Version 2 (sent when the dialed address names an incarnation, identity.go)
+// continues with:
+//
+//	offset 7:  8 bytes  the dialer's cluster id (zero: not known yet)
+//	offset 15: 8 bytes  the incarnation the dialed address names
+//
 // Everything after the header belongs to hashicorp/raft's NetworkTransport
 // of that group. The listener never answers the header: a rejected
 // connection is simply closed, which the dialer's raft transport sees as an
@@ -30,6 +36,9 @@ const (
 	headerMagic   = "TGRF"
 	headerVersion = 1
 	headerLen     = 7
+	// headerV2 adds the cluster id and incarnation (identity.go).
+	headerV2    = 2
+	headerV2Len = headerLen + IDLen
 
 	// MaxGroups is the number of group ids the header can address.
 	MaxGroups = 1 << 16
@@ -55,7 +64,7 @@ func decodeHeader(h [headerLen]byte) (int, error) {
 	if string(h[:4]) != headerMagic {
 		return 0, fmt.Errorf("bad magic %q", h[:4])
 	}
-	if h[4] != headerVersion {
+	if h[4] != headerVersion && h[4] != headerV2 {
 		return 0, fmt.Errorf("unsupported header version %d", h[4])
 	}
 	return int(binary.BigEndian.Uint16(h[5:])), nil
@@ -84,6 +93,11 @@ type MuxConfig struct {
 	// Default DefaultHandshakeTimeout.
 	HandshakeTimeout time.Duration
 
+	// Identity binds accepted connections to this node's incarnation and
+	// cluster (identity.go); the zero value accepts every connection.
+	// AdvertiseAddr should then name the incarnation (WithIncarnation).
+	Identity Identity
+
 	Logger *slog.Logger // default slog.Default()
 }
 
@@ -102,6 +116,7 @@ type Mux struct {
 	clientTLS *tls.Config
 	hsTimeout time.Duration
 	log       *slog.Logger
+	ident     identityState
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -129,7 +144,8 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 	}
 	var addr net.Addr = ln.Addr()
 	if cfg.AdvertiseAddr != "" {
-		if _, _, err := net.SplitHostPort(cfg.AdvertiseAddr); err != nil {
+		endpoint, _ := SplitIncarnation(cfg.AdvertiseAddr)
+		if _, _, err := net.SplitHostPort(endpoint); err != nil {
 			return nil, fmt.Errorf("raftnode: bad advertise address %q: %w", cfg.AdvertiseAddr, err)
 		}
 		addr = advertiseAddr(cfg.AdvertiseAddr)
@@ -146,6 +162,7 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		cancel:    cancel,
 		layers:    make(map[int]*GroupLayer),
 		pending:   make(map[net.Conn]struct{}),
+		ident:     identityState{id: cfg.Identity},
 	}, nil
 }
 
@@ -322,6 +339,23 @@ func (m *Mux) handshake(raw net.Conn) {
 		reject(slog.LevelWarn, "bad header", "error", err)
 		return
 	}
+	var named, cluster string
+	if h[4] == headerV2 {
+		var ext [IDLen]byte
+		if _, err := io.ReadFull(conn, ext[:]); err != nil {
+			reject(slog.LevelWarn, "short header", "error", err)
+			return
+		}
+		cluster, named = idString(ext[:IDLen/2]), idString(ext[IDLen/2:])
+	}
+	if why := m.ident.check(group, named, cluster); why != "" {
+		lvl := slog.LevelDebug
+		if m.ident.shouldLog(fmt.Sprint(group, named, cluster)) {
+			lvl = slog.LevelWarn
+		}
+		reject(lvl, why, "group", group)
+		return
+	}
 	_ = raw.SetDeadline(time.Time{})
 
 	m.mu.Lock()
@@ -412,8 +446,14 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
 	defer cancel()
 
+	endpoint, inc := SplitIncarnation(string(address))
+	if inc != "" {
+		if err := ValidID(inc); err != nil {
+			return nil, fmt.Errorf("raftnode: dial group %d at %s: bad incarnation: %w", l.group, address, err)
+		}
+	}
 	var d net.Dialer
-	raw, err := d.DialContext(ctx, "tcp", string(address))
+	raw, err := d.DialContext(ctx, "tcp", endpoint)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +468,7 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	if l.mux.clientTLS != nil {
 		cfg := l.mux.clientTLS
 		if cfg.ServerName == "" {
-			host, _, err := net.SplitHostPort(string(address))
+			host, _, err := net.SplitHostPort(endpoint)
 			if err != nil {
 				return fail(err)
 			}
@@ -441,7 +481,17 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 		}
 		conn = tc
 	}
-	if _, err := conn.Write(l.header[:]); err != nil {
+	hdr := l.header[:]
+	if inc != "" {
+		// The address names an incarnation: only a build that understands
+		// version 2 wrote it, so the peer reads the longer header.
+		ext := make([]byte, 0, headerV2Len)
+		ext = append(ext, l.header[:]...)
+		ext[4] = headerV2
+		cid, want := idBytes(l.mux.ident.get().ClusterID), idBytes(inc)
+		hdr = append(append(ext, cid[:]...), want[:]...)
+	}
+	if _, err := conn.Write(hdr); err != nil {
 		return fail(fmt.Errorf("write header: %w", err))
 	}
 	_ = raw.SetDeadline(time.Time{})

@@ -131,7 +131,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 		t.Fatal("bad magic accepted")
 	}
 	h = encodeHeader(3)
-	h[4] = 2
+	h[4] = 3
 	if _, err := decodeHeader(h); err == nil {
 		t.Fatal("bad version accepted")
 	}

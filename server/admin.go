@@ -98,8 +98,14 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 	if c != nil {
 		return c.AddVoter(outgoing(ctx), req)
 	}
+	// A plain address that matches the member's gossiped endpoint names its
+	// current incarnation (incarnation.go).
+	addr := req.Address
+	if addr != "" {
+		addr = a.s.incarnationAddr(req.Id, addr)
+	}
 	res, err := a.s.addLearner(ctx, learnerRequest{
-		Group: g, ID: req.Id, Addr: req.Address, Force: req.Force,
+		Group: g, ID: req.Id, Addr: addr, Force: req.Force,
 		CatchUp: time.Duration(req.CatchUpTimeoutMillis) * time.Millisecond, Reason: "admin add-voter",
 	})
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,10 @@ func (s *Server) startMembership() error {
 		ProbeInterval: s.cfg.GossipProbeInterval,
 		Keys:          s.cfg.TLS.GossipKeys,
 		Logger:        s.log,
+
+		Incarnation:        s.ident.Incarnation, // identity.go
+		IncarnationAdopted: s.ident.Adopted,
+		ClusterID:          s.ident.clusterID(),
 
 		ClusterVersion: s.cfg.MaxClusterVersion, // gossiped as "ver" (versions.go)
 	})
@@ -250,9 +255,16 @@ func (s *Server) clusterLoop() {
 			}
 			if !joined && now.After(nextJoin) {
 				if n, err := s.members.Join(s.cfg.Join); err != nil {
-					s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
+					if strings.Contains(err.Error(), membership.ErrOtherCluster.Error()) {
+						why := fmt.Sprintf("join refused: %v", err)
+						s.joinRefused.Store(why)
+						s.log.Error("join refused: the seeds belong to another cluster; retrying", "seeds", s.cfg.Join, "err", err)
+					} else {
+						s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
+					}
 					nextJoin = now.Add(time.Second)
 				} else {
+					s.joinRefused.Store("")
 					lvl := slog.LevelInfo
 					if everJoined {
 						lvl = slog.LevelDebug // a repeat while waiting to bootstrap (below)
@@ -271,6 +283,7 @@ func (s *Server) clusterLoop() {
 				len(alive(s.members.Members())) < s.cfg.BootstrapExpect {
 				joined = false
 			}
+			s.adoptClusterID() // identity.go
 			if !bootstrapped {
 				bootstrapped = s.tryBootstrap()
 			}
@@ -332,6 +345,20 @@ func (s *Server) tryBootstrap() bool {
 	plan := planBootstrap(bootstrapInput{Self: s.cfg.NodeID, Expect: s.cfg.BootstrapExpect, Replicas: s.cfg.Replicas, Members: ms, HasState: hasState})
 	if plan.Wait {
 		return false
+	}
+	// A cluster formed by other members (or by this data dir before it was
+	// replaced) is joined, never bootstrapped again (identity.go).
+	formed := bootstrapClusterID(aliveByID(ms)[:s.cfg.BootstrapExpect])
+	if mine := s.ident.clusterID(); mine != "" && mine != formed {
+		s.log.Info("not bootstrapping: this data dir belongs to an existing cluster", "cluster_id", mine)
+		return true
+	}
+	if exists, why := clusterExists(s.cfg.NodeID, ms, formed); exists {
+		s.log.Info("not bootstrapping: a cluster exists already; waiting for its leaders to add this node", "why", why)
+		return true
+	}
+	if len(plan.Groups) > 0 && s.ident.clusterID() == "" {
+		s.setClusterID(formed, "bootstrapped")
 	}
 	if len(plan.Ignored) > 0 {
 		s.log.Warn("more members alive than --bootstrap-expect; bootstrapping with the first ones by id", "expect", s.cfg.BootstrapExpect, "left_out", plan.Ignored)

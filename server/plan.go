@@ -126,7 +126,10 @@ func planReconcile(members []membership.Member, replicas int, gc groupConfig) []
 		voters++
 		if m, ok := byID[string(srv.ID)]; ok {
 			zones[m.Zone] = true
-			if m.RaftAddr != "" && raft.ServerAddress(m.RaftAddr) != srv.Address {
+			// Only the same incarnation moves in place; a new one is
+			// replaced through the non-voter path (incarnation.go).
+			if want := listedAddr(srv, m); m.RaftAddr != "" && raft.ServerAddress(want) != srv.Address && sameIncarnation(srv, m) {
+				m.RaftAddr = want
 				plan = append(plan, voterAdd{gc.Group, m, reasonAddrChanged})
 			}
 		}

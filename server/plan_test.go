@@ -24,6 +24,17 @@ func voterS(id string) raft.Server {
 	return raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(id), Address: raft.ServerAddress(id + ":7301")}
 }
 
+// withInc gives m an incarnation (gossiped, and named in its raft address).
+func withInc(m membership.Member, inc string, adopted bool) membership.Member {
+	m.Incarnation, m.IncarnationAdopted, m.RaftAddr = inc, adopted, m.RaftAddr+"#"+inc
+	return m
+}
+
+func withIncS(s raft.Server, inc string) raft.Server {
+	s.Address += raft.ServerAddress("#" + inc)
+	return s
+}
+
 func ids(ss []raft.Server) []string {
 	var out []string
 	for _, s := range ss {
@@ -196,6 +207,12 @@ func TestPlanReconcile(t *testing.T) {
 			servers: []raft.Server{voterS("a"), voterS("b")}},
 		{name: "voter's raft address changed", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2")},
 			servers: []raft.Server{moved, voterS("b")}, want: []add{{"a", reasonAddrChanged}}},
+		{name: "adopted member of an earlier build's data dir keeps its plain address",
+			members: []membership.Member{withInc(aliveM("a", "z1"), "00000000000000a1", true), aliveM("b", "z2")},
+			servers: []raft.Server{voterS("a"), voterS("b")}},
+		{name: "a new incarnation is not updated in place (incarnation.go replaces it)",
+			members: []membership.Member{withInc(aliveM("a", "z1"), "00000000000000b1", false), aliveM("b", "z2")},
+			servers: []raft.Server{withIncS(voterS("a"), "00000000000000a1"), voterS("b")}},
 		{name: "member without a known raft address is not re-added",
 			members: []membership.Member{{ID: "a", Zone: "z1", Status: membership.StatusAlive}, aliveM("b", "z2")},
 			servers: []raft.Server{voterS("a"), voterS("b")}},

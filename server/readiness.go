@@ -15,6 +15,9 @@ func (s *Server) WaitingFor() string {
 	if reason == "" {
 		return ""
 	}
+	if why := s.identityReason(); why != "" {
+		return why
+	}
 	if s.hasRaftState() {
 		return "waiting: " + reason
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -252,6 +253,12 @@ type Server struct {
 	dir        *dataDir // locked for the server's lifetime
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
 
+	// Node identity (identity.go, incarnation.go).
+	ident       *nodeIdentity
+	refused     refusedIncarnations
+	joinRefused atomic.Value         // string: why the cluster refused this node's join
+	incLogged   map[string]time.Time // under refused.mu
+
 	leaderEvents chan leaderEvent
 	closing      chan struct{} // closed when Stop begins (ends watch streams)
 	stop         chan struct{}
@@ -303,9 +310,23 @@ func New(cfg Config) (*Server, error) {
 	if err := checkLayout(cfg); err != nil {
 		return fail(err)
 	}
+	if s.ident, err = loadIdentity(cfg.DataDir, dir.fresh, cfg.NodeID); err != nil {
+		return fail(err)
+	}
+	if cfg.Bootstrap && s.ident.ClusterID == "" && !s.ident.Adopted {
+		// --dev forms its own cluster at once.
+		cid, err := newID()
+		if err == nil {
+			err = s.ident.setClusterID(cid)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	}
 	s.metrics = newMetrics(s.groupStats)
 	s.metrics.reg.MustRegister(&clusterCollector{s: s}, &diskCollector{s: s}, filesystemCollector{dir: cfg.DataDir}, certCollector{cfg: cfg.TLS})
 	s.metrics.initGroups(cfg.Groups)
+	s.registerIdentityMetrics() // identity.go
 	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
@@ -344,7 +365,9 @@ func New(cfg Config) (*Server, error) {
 		NoSync:        cfg.RaftNoSync,
 		ServerTLS:     cfg.TLS.RaftServer,
 		ClientTLS:     cfg.TLS.RaftClient,
-		Logger:        s.log,
+		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
+			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
+		Logger: s.log,
 		LeaderNotify: func(group int, leader bool) {
 			select {
 			case s.leaderEvents <- leaderEvent{group, leader}:
@@ -414,11 +437,13 @@ func New(cfg Config) (*Server, error) {
 				"join", cfg.Join)
 		}
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
+	go func() { defer s.wg.Done(); s.incarnationLoop() }()
 	s.startSketchLoops()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
+		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.clusterID(),
 		"partitions", cfg.Partitions, "groups", cfg.Groups, "shards", cfg.Shards)
 	return s, nil
 }
@@ -504,6 +529,9 @@ func (s *Server) NotReadyReason() string {
 		return "starting"
 	}
 	if why := s.haltedReason(); why != "" {
+		return why
+	}
+	if why := s.identityReason(); why != "" {
 		return why
 	}
 	if why := s.diskNotReady(); why != "" {
