@@ -19,7 +19,7 @@ import (
 //     off with `raft transfer-leadership`, `raft remove-server --id node-4
 //     --all-groups`, node-4 stopped with SIGTERM;
 //  3. add and remove a node by hand: node-6 joins zone-a, which has a voter,
-//     and stays a spare; `raft add-voter --id node-6 --all-groups`; node-1 is
+//     and stays a spare; `raft add-voter --id node-6 --all-groups --force`; node-1 is
 //     decommissioned as node-4 was.
 //
 // Every acknowledged series is still in the cluster at the end (a snapshot
@@ -86,7 +86,7 @@ func TestReplaceNodesAndZone(t *testing.T) {
 	for g := range groups {
 		c.waitVotersExactly(t, g, []string{n1.id, n2.id, n5.id})
 	}
-	cli("raft", "add-voter", "--id", n6.id, "--all-groups")
+	cli("raft", "add-voter", "--id", n6.id, "--all-groups", "--force") // zone-a has node-1 until it is decommissioned
 	c.nodes = append(c.nodes, n6)
 	for g := range groups {
 		c.waitVotersExactly(t, g, []string{n1.id, n2.id, n5.id, n6.id})
