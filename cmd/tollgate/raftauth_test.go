@@ -160,6 +160,33 @@ func clusterView(t *testing.T, nodes []*tlsNode, client *tls.Config, token strin
 	return out, nil
 }
 
+// incarnationAddrs replaces each node's raft address with the one its
+// members gossip (host:port#incarnation), read from a node's Status.
+func incarnationAddrs(t *testing.T, nodes []*tlsNode, client *tls.Config, token string) {
+	t.Helper()
+	cc, err := grpc.NewClient(nodes[0].grpc, grpc.WithTransportCredentials(credentials.NewTLS(client)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer "+token), 10*time.Second)
+	defer cancel()
+	st, err := api.NewAdminClient(cc).Status(ctx, &api.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes {
+		for _, m := range st.GetView().GetMembers() {
+			if m.Id == n.id {
+				if ep, inc := raftnode.SplitIncarnation(m.RaftAddress); ep != n.raft || inc == "" {
+					t.Fatalf("%s gossips raft address %q; want %s#<incarnation>", n.id, m.RaftAddress, n.raft)
+				}
+				n.raft = m.RaftAddress
+			}
+		}
+	}
+}
+
 // settled: every group has exactly one leader that every node follows, in one term.
 func settled(v map[string][]groupView, nodes []*tlsNode) string {
 	for g := range v[nodes[0].id] {
@@ -260,6 +287,11 @@ func TestRaftPortRefusesClientCertificate(t *testing.T) {
 	}
 	groups := len(before[nodes[0].id])
 	t.Logf("before: %v", before)
+	// Dial each node at the raft address its group configurations hold: the
+	// endpoint plus its data dir's incarnation (a connection naming no
+	// incarnation is refused by the identity check before any certificate
+	// question, which would prove nothing here).
+	incarnationAddrs(t, nodes, client, token)
 
 	// Control: the same forger holding a node certificate reaches raft (an
 	// AppendEntries of term 0 is answered and changes nothing), so the
