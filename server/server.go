@@ -537,10 +537,14 @@ func (s *Server) NotReadyReason() string {
 	if why := s.diskNotReady(); why != "" {
 		return why
 	}
-	for g, tr := range s.trackers {
+	// A replica shut down while the node runs needs the operator (a
+	// restart), unlike the transient states below: name it first.
+	for g := range s.trackers {
 		if s.host.ReplicaDown(g) {
 			return fmt.Sprintf("group %d: this node's raft replica is shut down: it neither votes nor stores the log, while the group's configuration may still count it (restart the node)", g)
 		}
+	}
+	for g, tr := range s.trackers {
 		if v.GroupInfo[g].LeaderId == "" {
 			return fmt.Sprintf("group %d: no known leader", g)
 		}
