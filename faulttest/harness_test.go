@@ -442,6 +442,9 @@ type clusterOptions struct {
 	shareMode string
 	// extraArgs are appended to every node's command line.
 	extraArgs []string
+	// nodeArgs are appended to one node's command line (index 0 = node-1),
+	// after extraArgs: e.g. a shifted clock (--test-clock-offset) on one node.
+	nodeArgs map[int][]string
 }
 
 type cluster struct {
@@ -526,6 +529,7 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 			n.args = append(n.args, "--share-mode", opts.shareMode)
 		}
 		n.args = append(n.args, opts.extraArgs...)
+		n.args = append(n.args, opts.nodeArgs[i]...)
 		c.nodes = append(c.nodes, n)
 	}
 	start := time.Now()

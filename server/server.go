@@ -86,6 +86,16 @@ type Config struct {
 	RaftNoSync bool // tests only: skip fsync
 
 	Clock  func() time.Time // injectable wall clock (tests); default time.Now
+	// TestClockOffset shifts this node's wall clock (Clock) by a fixed amount
+	// while its monotonic clock, timers and raft timeouts are untouched: the
+	// fault tests' way to run a node whose clock is wrong. Never set it in
+	// production.
+	TestClockOffset time.Duration
+	// MaxClockOffset is the largest difference between node clocks the
+	// cluster tolerates (default 1s): nodes measure their offset to every
+	// peer, and a node further than this from a majority does not lead
+	// (clock.go).
+	MaxClockOffset time.Duration
 	Logger *slog.Logger
 
 	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
@@ -199,6 +209,12 @@ func (c *Config) Validate() error {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = time.Second
+	}
+	if c.MaxClockOffset < 10*time.Millisecond || c.MaxClockOffset > time.Hour {
+		return fmt.Errorf("config: max clock offset %v: must be in [10ms, 1h]", c.MaxClockOffset)
+	}
 	if c.RatePeriod == 0 {
 		c.RatePeriod = defaultRatePeriod
 	}
@@ -280,6 +296,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := resolveClusterVersion(&cfg); err != nil {
 		return nil, err
+	}
+	if off := cfg.TestClockOffset; off != 0 {
+		// Shifted here, not in Validate, so validating twice shifts once.
+		base := cfg.Clock
+		cfg.Clock = func() time.Time { return base().Add(off) }
+		cfg.Logger.Warn("test clock offset: this node's wall clock is shifted; for fault tests only", "offset", off)
 	}
 	dir, err := openDataDir(cfg.DataDir)
 	if err != nil {
