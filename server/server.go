@@ -85,7 +85,7 @@ type Config struct {
 	// Raft tuning passed to raftnode (zero = raftnode defaults).
 	RaftNoSync bool // tests only: skip fsync
 
-	Clock  func() time.Time // injectable wall clock (tests); default time.Now
+	Clock func() time.Time // injectable wall clock (tests); default time.Now
 	// TestClockOffset shifts this node's wall clock (Clock) by a fixed amount
 	// while its monotonic clock, timers and raft timeouts are untouched: the
 	// fault tests' way to run a node whose clock is wrong. Never set it in
@@ -96,7 +96,7 @@ type Config struct {
 	// peer, and a node further than this from a majority does not lead
 	// (clock.go).
 	MaxClockOffset time.Duration
-	Logger *slog.Logger
+	Logger         *slog.Logger
 
 	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
 	// same rule as the admin API (Bearer AdminToken, or loopback peers only when
