@@ -143,7 +143,44 @@ func clockArgs(idle string, more ...string) []string {
 //
 //	go test -count=1 -run TestClockFastLeaderKeepsSeries -v ./faulttest/
 func TestClockFastLeaderKeepsSeries(t *testing.T) {
-	c := newCluster(t, clusterOptions{defaultMaxSeries: 1100, extraArgs: clockArgs("2m"),
+	for _, mode := range clockModes {
+		t.Run(mode.name, func(t *testing.T) { testFastLeaderKeepsSeries(t, mode) })
+	}
+}
+
+// clockMode: with the default bound (1s) a +5m node is refused leadership;
+// with a 10m bound it is allowed to lead, and the group's time must still not
+// jump (its wall clock is corrected by its measured offset to the others').
+type clockMode struct {
+	name  string
+	bound string
+	leads bool
+}
+
+var clockModes = []clockMode{{"refused", "1s", false}, {"leads", "10m", true}}
+
+// moveTo hands every group to n: it must succeed when n may lead; when n
+// may not, the refusal is logged and every group must keep a leader other
+// than n.
+func (c *cluster) moveTo(n *node, mayLead bool) {
+	c.t.Helper()
+	if mayLead {
+		c.mustMoveAll(n)
+		c.t.Logf("every group led by %s", n.id)
+		return
+	}
+	errs := c.moveAll(n)
+	c.t.Logf("leadership handed to %s: errors %v; leaders now %s", n.id, errs, c.describe())
+	time.Sleep(time.Second)
+	for g, l := range c.leaders() {
+		if l == n {
+			c.t.Errorf("group %d is led by %s, whose clock is out of bound", g, n.id)
+		}
+	}
+}
+
+func testFastLeaderKeepsSeries(t *testing.T, mode clockMode) {
+	c := newCluster(t, clusterOptions{defaultMaxSeries: 1100, extraArgs: clockArgs("2m", "--max-clock-offset", mode.bound),
 		nodeArgs: map[int][]string{1: {"--test-clock-offset", "5m"}}})
 	cl := clockClient(t, c)
 	c.mustMoveAll(c.nodes[0])
@@ -157,8 +194,7 @@ func TestClockFastLeaderKeepsSeries(t *testing.T) {
 	if len(acked) != 1100 {
 		t.Fatalf("%d series acknowledged, want the limit 1100", len(acked))
 	}
-	errs := c.moveAll(c.nodes[1])
-	t.Logf("leadership handed to node-2 (+5m): errors %v; leaders now %s", errs, c.describe())
+	c.moveTo(c.nodes[1], mode.leads)
 	time.Sleep(3 * time.Second)
 	if u := usageOn(c.nodes[0], tenant); u != 1100 {
 		t.Errorf("3 s after node-2 (+5m) was asked to lead: usage %d on node-1, want 1100 (acknowledged series expired)", u)
@@ -215,7 +251,13 @@ func meterEvent(t *testing.T, n *node, kind, id string, ts int64) string {
 //
 //	go test -count=1 -run TestClockMeteringRetryAcrossFastLeader -v ./faulttest/
 func TestClockMeteringRetryAcrossFastLeader(t *testing.T) {
-	c := newCluster(t, clusterOptions{extraArgs: clockArgs("2m", "--metering-slack", "3m", "--metering-granularity", "minute"),
+	for _, mode := range clockModes {
+		t.Run(mode.name, func(t *testing.T) { testMeteringRetryAcrossFastLeader(t, mode) })
+	}
+}
+
+func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
+	c := newCluster(t, clusterOptions{extraArgs: clockArgs("2m", "--metering-slack", "3m", "--metering-granularity", "minute", "--max-clock-offset", mode.bound),
 		nodeArgs: map[int][]string{1: {"--test-clock-offset", "5m"}}})
 	c.mustMoveAll(c.nodes[0])
 	ts := time.Now().UnixMilli() - 20_000
@@ -230,8 +272,7 @@ func TestClockMeteringRetryAcrossFastLeader(t *testing.T) {
 			t.Fatalf("immediate retry of %s: %s, want duplicate", kind, got)
 		}
 	}
-	errs := c.moveAll(c.nodes[1])
-	t.Logf("leadership handed to node-2 (+5m): errors %v; leaders now %s", errs, c.describe())
+	c.moveTo(c.nodes[1], mode.leads)
 	time.Sleep(5 * time.Second)
 	c.mustMoveAll(c.nodes[0])
 	for _, kind := range []string{"start", "stop"} {

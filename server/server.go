@@ -250,6 +250,7 @@ type Server struct {
 	vers     versionState
 	rates    *rateowner.Service // global rate limits (ratelimit.go)
 	sampling *samplingCtl       // backlog controller (sampling.go)
+	clock    *clockState        // peer clock offsets and group clocks (clock.go)
 
 	summaries *summaries.Hub // near-limit summary stream (summaries.go)
 	sketches  *sketchhub.Hub // sketches.go
@@ -277,6 +278,9 @@ type Server struct {
 type leaderEvent struct {
 	group  int
 	leader bool
+	// recheck: sent by this node, not raft (clock.go): acted on only if raft
+	// still names this node leader when it is handled.
+	recheck bool
 }
 
 // clusterLayout is persisted so a node never starts with a layout that differs
@@ -345,9 +349,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
 	s.meteringModules()
+	s.clock = newClockState(s)
 	for g := range s.fsms {
+		gc := s.clock.groups[g]
+		s.meterMods[g].SetTimeObserver(gc.Observe)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g])})
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g]),
+			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
 		}
@@ -366,7 +374,7 @@ func New(cfg Config) (*Server, error) {
 		Logger:        s.log,
 		LeaderNotify: func(group int, leader bool) {
 			select {
-			case s.leaderEvents <- leaderEvent{group, leader}:
+			case s.leaderEvents <- leaderEvent{group: group, leader: leader}:
 			case <-s.stop:
 			}
 		},
@@ -388,7 +396,7 @@ func New(cfg Config) (*Server, error) {
 			MaxBatchHashes:    cfg.MaxBatchHashes,
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
-			Clock:             cfg.Clock,
+			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
 			Share:             s.shares.share(g, hi-lo),
 			OnReset:           s.shares.mods[g].ResetReservations,
 			Track:             s.shares.track,
@@ -433,8 +441,9 @@ func New(cfg Config) (*Server, error) {
 				"join", cfg.Join)
 		}
 	}
-	s.wg.Add(1)
+	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
+	go func() { defer s.wg.Done(); s.clock.run() }()
 	s.startSketchLoops()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
@@ -486,9 +495,16 @@ func (s *Server) watchLeadership() {
 		case <-s.stop:
 			return
 		case ev := <-s.leaderEvents:
+			if ev.recheck && (s.host.Raft(ev.group).State() != raft.Leader || s.trackers[ev.group].leading()) {
+				continue
+			}
 			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
-			// A group halted here must not be led from here (versions.go).
-			s.trackers[ev.group].setLeader(ev.leader && s.mayLead(ev.group))
+			// A group halted here, or a node whose clock is out of bound, must
+			// not lead (versions.go, clock.go). The group clock learns of the
+			// change before the session stamps anything.
+			lead := ev.leader && s.mayLead(ev.group)
+			s.clock.groups[ev.group].SetLeader(lead)
+			s.trackers[ev.group].setLeader(lead)
 		}
 	}
 }
