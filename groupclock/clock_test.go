@@ -19,7 +19,7 @@ func newSim(skew time.Duration) *sim {
 }
 
 func (s *sim) advance(d time.Duration) { s.mono = s.mono.Add(d) }
-func (s *sim) truth() int64           { return s.t0.Add(s.mono.Sub(time.Unix(0, 0))).UnixMilli() }
+func (s *sim) truth() int64            { return s.t0.Add(s.mono.Sub(time.Unix(0, 0))).UnixMilli() }
 
 func (s *sim) clock(bound time.Duration, trusted bool) *Clock {
 	return New(Config{

@@ -354,12 +354,12 @@ func (c *clockState) enforce() {
 
 // ClockStatus is the clock part of /api/v1/status.
 type ClockStatus struct {
-	MaxOffset    string `json:"max_offset"`
-	MaxOffsetNs  int64  `json:"max_offset_ns"`
-	MedianOffset string `json:"median_offset"` // this node minus the median clock
-	MedianNs     int64  `json:"median_offset_ns"`
-	InBound      bool   `json:"in_bound"`
-	Reason       string `json:"reason,omitempty"`
+	MaxOffset    string            `json:"max_offset"`
+	MaxOffsetNs  int64             `json:"max_offset_ns"`
+	MedianOffset string            `json:"median_offset"` // this node minus the median clock
+	MedianNs     int64             `json:"median_offset_ns"`
+	InBound      bool              `json:"in_bound"`
+	Reason       string            `json:"reason,omitempty"`
 	Peers        []PeerClockStatus `json:"peers"`
 }
 

@@ -113,7 +113,7 @@ type Module struct {
 	lastNow  int64
 	planned  int64 // counters since start (metrics), not replicated state
 	executed int64
-	changes  atomic.Uint64 // bumped by every applied entry and restore
+	changes  atomic.Uint64  // bumped by every applied entry and restore
 	observe  func(ms int64) // SetTimeObserver; nil: none
 }
 
