@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -292,6 +293,224 @@ func statusText(n *node) (int, string) {
 	return code, body
 }
 
-var _ = fmt.Sprint
-var _ = os.Getenv
-var _ = strings.Contains
+// clockOffsets is node n's Clock.Offsets answer.
+func (c *cluster) clockOffsets(n *node) (*api.ClockOffsetsResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), adminCallTO)
+	defer cancel()
+	return api.NewClockClient(c.conn(n.grpcAddr)).Offsets(ctx, &api.ClockOffsetsRequest{})
+}
+
+// checkOffsets waits until node-1 measured both peers and checks each offset
+// (node-1 minus the peer) against the injected skews, within 50 ms.
+func (c *cluster) checkOffsets(skews [3]time.Duration) {
+	c.t.Helper()
+	var o *api.ClockOffsetsResponse
+	waitUntil(c.t, "node-1 to measure both peers' clocks", func() bool {
+		var err error
+		o, err = c.clockOffsets(c.nodes[0])
+		if err != nil || len(o.Peers) != 2 {
+			return false
+		}
+		for _, p := range o.Peers {
+			if p.AgeNanos == 0 && p.RttNanos == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, p := range o.Peers {
+		idx := map[string]int{"node-1": 0, "node-2": 1, "node-3": 2}[p.NodeId]
+		want := skews[0] - skews[idx]
+		got := time.Duration(p.OffsetNanos)
+		c.t.Logf("node-1 measures %s at %v (rtt %v), injected %v", p.NodeId, got, time.Duration(p.RttNanos), want)
+		if d := got - want; d > 50*time.Millisecond || d < -50*time.Millisecond {
+			c.t.Errorf("node-1's offset to %s is %v, injected %v: off by more than 50 ms", p.NodeId, got, want)
+		}
+	}
+}
+
+// statusCLI runs `tollgate status` against n.
+func (c *cluster) statusCLI(n *node) string {
+	out, err := exec.Command(c.bin, "status", "--addr", n.grpcAddr, "--token", adminToken, "--timeout", "10s").CombinedOutput()
+	if err != nil {
+		c.t.Logf("tollgate status: %v", err)
+	}
+	return string(out)
+}
+
+// TestClockExpiryWindow runs the writer of the clock bars on three real
+// nodes whose clocks are shifted, while leadership of every group is moved
+// to the next node every 15 s: every 15 s a tenant at its limit (1,100)
+// offers 50 new series and re-sends every series it had acknowledged, and
+// none may be rejected; a second tenant sends 100 series once and abandons
+// them: they must expire within [timeout, timeout + 1 min] of that send on
+// this test's (correct) clock. Within the bound (+500 ms, −500 ms) no node
+// refuses to lead; with +5 min and −5 min the skewed nodes never lead and
+// say why in /readyz and status. `tollgate status` shows each offset within
+// 50 ms of the injected skew.
+//
+// The idle timeout is 1m (TOLLGATE_CLOCK_IDLE=2m for the bars' figure).
+//
+//	go test -count=1 -run TestClockExpiryWindow -v ./faulttest/
+func TestClockExpiryWindow(t *testing.T) {
+	t.Run("within-bound", func(t *testing.T) {
+		testExpiryWindow(t, [3]time.Duration{0, 500 * time.Millisecond, -500 * time.Millisecond}, false)
+	})
+	t.Run("out-of-bound", func(t *testing.T) {
+		testExpiryWindow(t, [3]time.Duration{0, 5 * time.Minute, -5 * time.Minute}, true)
+	})
+}
+
+func testExpiryWindow(t *testing.T, skews [3]time.Duration, skewedRefused bool) {
+	idle := 1 * time.Minute
+	if v := os.Getenv("TOLLGATE_CLOCK_IDLE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d%time.Minute != 0 || d < time.Minute {
+			t.Fatalf("TOLLGATE_CLOCK_IDLE=%q: want whole minutes", v)
+		}
+		idle = d
+	}
+	nodeArgs := map[int][]string{}
+	for i, sk := range skews {
+		if sk != 0 {
+			nodeArgs[i] = []string{"--test-clock-offset", sk.String()}
+		}
+	}
+	c := newCluster(t, clusterOptions{defaultMaxSeries: 1100, extraArgs: clockArgs(idle.String()), nodeArgs: nodeArgs})
+	c.checkOffsets(skews)
+	cl := clockClient(t, c)
+
+	// The status surfaces: who is out of bound, and why. A skewed node may
+	// have won an election before it measured its peers: it hands the group
+	// away within seconds, so this waits for the picture to settle.
+	var mismatch string
+	deadline := time.Now().Add(progressTimeout)
+	for {
+		mismatch = ""
+		for i, n := range c.nodes {
+			code, body := statusText(n)
+			var st struct {
+				Clock struct {
+					InBound bool   `json:"in_bound"`
+					Reason  string `json:"reason"`
+				} `json:"clock"`
+			}
+			if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil {
+				t.Fatalf("%s /api/v1/status: %d %.200s", n.id, code, body)
+			}
+			_, ready, _ := meterHTTP("GET", "http://"+n.httpAddr+"/readyz", nil, nil)
+			out := skews[i] != 0 && skewedRefused
+			if st.Clock.InBound == out || !strings.HasPrefix(ready, "ready") || out != strings.Contains(ready, "clock out of bound") {
+				mismatch += fmt.Sprintf("%s (skew %v): status in_bound=%v reason %q, /readyz %q; want out of bound: %v; ",
+					n.id, skews[i], st.Clock.InBound, st.Clock.Reason, strings.TrimSpace(ready), out)
+			}
+		}
+		if mismatch == "" || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if mismatch != "" {
+		t.Errorf("status and /readyz: %s", mismatch)
+	}
+	text := c.statusCLI(c.nodes[0])
+	t.Logf("tollgate status (node-1):\n%s", text)
+	if skewedRefused != strings.Contains(text, "OUT OF BOUND") {
+		t.Errorf("tollgate status names out-of-bound nodes: %v, want %v", !skewedRefused, skewedRefused)
+	}
+
+	const live, gone = "clock-live", "clock-abandoned"
+	acked := without(seriesOf(1000, 1), trackAll(t, cl, live, seriesOf(1000, 1)))
+	if len(acked) != 1000 {
+		t.Fatalf("%d of the first 1000 series acknowledged", len(acked))
+	}
+	sentAt := time.Now()
+	if rej := trackAll(t, cl, gone, seriesOf(100, 9)); len(rej) != 0 {
+		t.Fatalf("abandoned series: %d rejected", len(rej))
+	}
+	sentDone := time.Now()
+
+	stop := make(chan struct{})
+	done := make(chan struct{}, 2)
+	var rejected, resends, leadsBySkewed int
+	go func() { // the writer
+		defer func() { done <- struct{}{} }()
+		for round := uint64(0); ; round++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Second):
+			}
+			offer := seriesOf(50, 100+round)
+			acked = append(acked, without(offer, trackAll(t, cl, live, offer))...)
+			rej := trackAll(t, cl, live, acked)
+			resends++
+			rejected += len(rej)
+			if len(rej) > 0 {
+				t.Errorf("round %d: %d of %d acknowledged series rejected on re-send (leaders %s)", round, len(rej), len(acked), c.describe())
+			}
+		}
+	}()
+	go func() { // leadership moves to the next node every 15 s
+		defer func() { done <- struct{}{} }()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-time.After(15 * time.Second):
+			}
+			to := c.nodes[i%3]
+			errs := c.moveAll(to)
+			for _, l := range c.leaders() {
+				if l != nil && skews[l.idx] != 0 && skewedRefused {
+					leadsBySkewed++
+				}
+			}
+			t.Logf("move every group to %s: errors %d; leaders %s", to.id, countErrs(errs), c.describe())
+		}
+	}()
+
+	var expiredAt time.Time
+	deadline = sentDone.Add(idle + time.Minute + 30*time.Second)
+	for time.Now().Before(deadline) {
+		if u := usageOn(c.nodes[0], gone); u == 0 {
+			expiredAt = time.Now()
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	close(stop)
+	<-done
+	<-done
+	if expiredAt.IsZero() {
+		t.Fatalf("abandoned series still held %v after their send (timeout %v)", time.Since(sentDone).Round(time.Second), idle)
+	}
+	early, late := expiredAt.Sub(sentAt), expiredAt.Sub(sentDone)
+	t.Logf("abandoned series expired %v after their send (timeout %v); %d re-send rounds, %d re-sends rejected", late.Round(100*time.Millisecond), idle, resends, rejected)
+	if early < idle {
+		t.Errorf("abandoned series expired %v after their send: before the %v timeout", early, idle)
+	}
+	// One minute of whole-minute rounding, plus the poll period and the
+	// expire entry's commit.
+	if late > idle+time.Minute+3*time.Second {
+		t.Errorf("abandoned series expired %v after their send: later than timeout + 1 min (%v)", late, idle+time.Minute)
+	}
+	if leadsBySkewed > 0 {
+		t.Errorf("an out-of-bound node led a group in %d observations", leadsBySkewed)
+	}
+	if resends == 0 {
+		t.Error("the writer never re-sent")
+	}
+	c.checkNoCrashes()
+}
+
+func countErrs(errs []error) int {
+	n := 0
+	for _, e := range errs {
+		if e != nil {
+			n++
+		}
+	}
+	return n
+}
+

@@ -5,12 +5,6 @@ import (
 	"time"
 )
 
-// DefaultSettle is how long a node must have watched a group (from its first
-// observation) before its estimate of the group's time is trusted. Entries
-// that a restarted node replays carry old times; within a minute a live
-// minute boundary reaches it and the estimate is exact again.
-const DefaultSettle = 70 * time.Second
-
 // Config configures a Clock.
 type Config struct {
 	// Wall is the node's wall clock, ideally corrected by its measured offset
@@ -20,14 +14,15 @@ type Config struct {
 	// (default time.Now, whose readings carry Go's monotonic clock).
 	Mono func() time.Time
 	// Bound is the largest offset between node clocks the cluster tolerates:
-	// how far ahead of its estimate a leader may move the group's time.
+	// how far ahead of its estimate an untrusted leader may move the group's
+	// time.
 	Bound time.Duration
-	// Settle overrides DefaultSettle (tests).
-	Settle time.Duration
-	// Trusted reports whether this node's wall clock is known to be within
-	// Bound of its peers' (nil: never). Only a node that has not settled uses
-	// it: a trusted one stamps its wall clock, an untrusted one is held to
-	// its estimate plus Bound.
+	// Trusted reports whether Wall is known to agree with the cluster's
+	// clocks (nil: never): the node measured its offset to a majority of its
+	// peers and is within Bound of their median, which Wall is corrected by.
+	// A trusted leader stamps Wall whenever it is ahead of its estimate (so
+	// a group whose time lags real time, e.g. after a full restart, catches
+	// up); an untrusted one moves the time at most Bound ahead of it.
 	Trusted func() bool
 }
 
@@ -35,16 +30,14 @@ type Config struct {
 type Clock struct {
 	cfg Config
 
-	mu       sync.Mutex
-	have     bool      // an observation was made
-	firstObs time.Time // mono reading of the first observation
-	est      int64     // group time (Unix ms) at estAt: a lower bound
-	estAt    time.Time
-	leading  bool
-	fresh    bool      // the leader's base came from a settled estimate
-	base     int64     // the estimate when leadership began (Unix ms)
-	baseAt   time.Time // its mono reading
-	last     int64     // highest time observed or returned
+	mu      sync.Mutex
+	have    bool  // an observation was made
+	est     int64 // group time (Unix ms) at estAt: a lower bound
+	estAt   time.Time
+	leading bool
+	base    int64     // the estimate when leadership began (Unix ms)
+	baseAt  time.Time // its mono reading; zero: no estimate then
+	last    int64     // highest time observed or returned
 }
 
 // New returns a clock with no observation yet.
@@ -54,9 +47,6 @@ func New(cfg Config) *Clock {
 	}
 	if cfg.Mono == nil {
 		cfg.Mono = time.Now
-	}
-	if cfg.Settle == 0 {
-		cfg.Settle = DefaultSettle
 	}
 	return &Clock{cfg: cfg}
 }
@@ -77,7 +67,7 @@ func (c *Clock) Observe(t int64) {
 	defer c.mu.Unlock()
 	switch {
 	case !c.have:
-		c.have, c.firstObs, c.est, c.estAt = true, now, t, now
+		c.have, c.est, c.estAt = true, t, now
 	case t > c.estimateLocked(now):
 		c.est, c.estAt = t, now
 	}
@@ -98,7 +88,6 @@ func (c *Clock) SetLeader(leading bool) {
 		return
 	}
 	c.leading = true
-	c.fresh = c.have && now.Sub(c.firstObs) >= c.cfg.Settle
 	c.baseAt = time.Time{}
 	if c.have {
 		c.base, c.baseAt = c.estimateLocked(now), now
@@ -125,14 +114,14 @@ func (c *Clock) Now() int64 {
 		b := c.base + ms(now.Sub(c.baseAt))
 		lo := max(b, c.estimateLocked(now))
 		hi := b + bound
-		if !c.fresh && trusted {
+		if trusted {
 			hi = max(hi, wall)
 		}
 		t = clamp(wall, lo, max(lo, hi))
 	default:
 		e := c.estimateLocked(now)
 		hi := e + bound
-		if now.Sub(c.firstObs) < c.cfg.Settle && trusted {
+		if trusted {
 			hi = max(hi, wall)
 		}
 		t = clamp(wall, e, hi)
@@ -153,15 +142,6 @@ func (c *Clock) Estimate() int64 {
 		return 0
 	}
 	return c.estimateLocked(now)
-}
-
-// Settled reports whether this node has watched the group long enough for
-// its estimate to be trusted.
-func (c *Clock) Settled() bool {
-	now := c.cfg.Mono()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.have && now.Sub(c.firstObs) >= c.cfg.Settle
 }
 
 func clamp(v, lo, hi int64) int64 {

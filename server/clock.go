@@ -100,7 +100,10 @@ func newClockState(s *Server) *clockState {
 	s.metrics.reg.MustRegister(c.mPeer, c.mMedian, c.mBound, c.mInBound)
 	c.groups = make([]*groupclock.Clock, s.cfg.Groups)
 	for g := range c.groups {
-		c.groups[g] = groupclock.New(groupclock.Config{Wall: c.wall, Bound: c.bound, Trusted: c.isTrusted})
+		// Mono is the node's own clock: time.Now's readings carry Go's
+		// monotonic clock, so only a clock injected by a test (which has
+		// none) makes elapsed time follow that clock's steps.
+		c.groups[g] = groupclock.New(groupclock.Config{Wall: c.wall, Mono: s.cfg.Clock, Bound: c.bound, Trusted: c.isTrusted})
 	}
 	return c
 }
