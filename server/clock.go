@@ -46,6 +46,14 @@ type peerClock struct {
 	samples  []clockSample // ring of the last clockSamples
 	next     int
 	lastErr  string
+	probed   bool // a probe finished (answered or failed)
+}
+
+func (p *peerClock) bestOrNil(now time.Time) (clockSample, bool) {
+	if p == nil {
+		return clockSample{}, false
+	}
+	return p.best(now)
 }
 
 // best is the freshest-window sample with the smallest round trip.
@@ -119,8 +127,9 @@ func (c *clockState) wall() time.Time {
 
 func (c *clockState) isTrusted() bool {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trusted
+	t := c.trusted
+	c.mu.Unlock()
+	return t && c.mayLeadReason() == ""
 }
 
 // groupMinute is group g's time as a Unix minute (what admission stamps).
@@ -131,6 +140,29 @@ func (c *clockState) outOfBound() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.reason
+}
+
+// mayLeadReason is "" when this node may run leader sessions: its clock is
+// within bound and every alive peer's clock was probed at least once (a node
+// that just started does not stamp a group's time with a clock nobody has
+// checked yet; a peer that is down counts once its probe failed).
+func (c *clockState) mayLeadReason() string {
+	if why := c.outOfBound(); why != "" {
+		return why
+	}
+	for _, m := range alive(c.s.memberList()) {
+		if m.ID == c.s.cfg.NodeID || m.GRPCAddr == "" {
+			continue
+		}
+		c.mu.Lock()
+		p := c.peers[m.ID]
+		probed := p != nil && p.probed
+		c.mu.Unlock()
+		if !probed {
+			return fmt.Sprintf("clock not measured yet: waiting for the first measurement of %s's clock", m.ID)
+		}
+	}
+	return ""
 }
 
 // peerReason is why node id may not lead as this node measures it ("" when
@@ -307,7 +339,7 @@ func (c *clockState) probe(id, addr string) {
 		p = &peerClock{id: id, addr: addr}
 		c.peers[id] = p
 	}
-	p.lastErr = errText
+	p.lastErr, p.probed = errText, true
 	if errText != "" {
 		return
 	}
@@ -324,11 +356,14 @@ func (c *clockState) probe(id, addr string) {
 // its session again.
 func (c *clockState) enforce() {
 	why := c.outOfBound()
+	measured := c.mayLeadReason() == ""
 	for g := range c.s.cfg.Groups {
 		r := c.s.host.Raft(g)
 		tr := c.s.trackers[g]
 		if why == "" {
-			if r.State() == raft.Leader && !tr.leading() && c.s.mayLead(g) {
+			// Not measured yet: wait for the probes (at most a probe
+			// timeout), neither leading nor handing the group away.
+			if measured && r.State() == raft.Leader && !tr.leading() && c.s.mayLead(g) {
 				select {
 				case c.s.leaderEvents <- leaderEvent{group: g, leader: true, recheck: true}:
 				default:
@@ -344,15 +379,49 @@ func (c *clockState) enforce() {
 			continue
 		}
 		c.lastTransfer[g] = time.Now()
-		c.s.log.Warn("clock out of bound: transferring leadership", "group", g, "reason", why)
+		to := c.inBoundVoter(r)
+		c.s.log.Warn("clock out of bound: transferring leadership", "group", g, "to", to.ID, "reason", why)
 		c.s.wg.Add(1)
 		go func() {
 			defer c.s.wg.Done()
-			if err := r.LeadershipTransfer().Error(); err != nil {
+			// To a voter measured within bound: raft's own pick (the most
+			// up-to-date voter) may be another node out of bound, and two
+			// such nodes would pass the group back and forth.
+			var fut raft.Future
+			if to.ID != "" {
+				fut = r.LeadershipTransferToServer(to.ID, to.Address)
+			} else {
+				fut = r.LeadershipTransfer()
+			}
+			if err := fut.Error(); err != nil {
 				c.s.log.Warn("leadership transfer away from an out-of-bound clock failed; retrying", "group", g, "err", err)
 			}
 		}()
 	}
+}
+
+// inBoundVoter is a voter of r other than this node whose clock this node
+// measured within bound (zero when there is none).
+func (c *clockState) inBoundVoter(r *raft.Raft) raft.Server {
+	fut := r.GetConfiguration()
+	if fut.Error() != nil {
+		return raft.Server{}
+	}
+	now := time.Now()
+	for _, srv := range fut.Configuration().Servers {
+		id := string(srv.ID)
+		if srv.Suffrage != raft.Voter || id == c.s.cfg.NodeID {
+			continue
+		}
+		c.mu.Lock()
+		p := c.peers[id]
+		_, measured := p.bestOrNil(now)
+		c.mu.Unlock()
+		if measured && c.peerReason(id) == "" {
+			return srv
+		}
+	}
+	return raft.Server{}
 }
 
 // ClockStatus is the clock part of /api/v1/status.
