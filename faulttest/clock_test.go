@@ -520,7 +520,6 @@ func countErrs(errs []error) int {
 	return n
 }
 
-
 // TestClockRestartedFastLeader: node-1 leads every group; a tenant holds
 // 1,000 acknowledged series and another sends 100 and abandons them. node-1
 // is stopped (SIGTERM) and restarted with its clock 30 minutes fast, then
