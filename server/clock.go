@@ -220,12 +220,16 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-// recompute derives the median, bound and trust from the samples; alive is
-// the number of other members alive.
-func (c *clockState) recomputeLocked(alive int) {
+// recomputeLocked derives the median, bound and trust from the samples of
+// the other members alive.
+func (c *clockState) recomputeLocked(aliveIDs map[string]bool) {
+	alive := len(aliveIDs)
 	now := time.Now()
 	offs := []time.Duration{0}
-	for _, p := range c.peers {
+	for id, p := range c.peers {
+		if !aliveIDs[id] {
+			continue
+		}
 		if b, ok := p.best(now); ok {
 			offs = append(offs, b.offset)
 		}
@@ -274,17 +278,14 @@ func (c *clockState) probeAll() {
 	wg.Wait()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	keep := map[string]bool{}
+	// A member that is not alive keeps its entry (a flapping member must not
+	// count as never measured) but its clock does not count.
+	aliveIDs := map[string]bool{}
 	for _, o := range others {
-		keep[o.id] = true
-	}
-	for id := range c.peers {
-		if !keep[id] {
-			delete(c.peers, id) // left or failed: its clock no longer counts
-		}
+		aliveIDs[o.id] = true
 	}
 	wasIn := c.inBound
-	c.recomputeLocked(len(others))
+	c.recomputeLocked(aliveIDs)
 	if wasIn != c.inBound {
 		if c.inBound {
 			c.s.log.Info("clock back within bound of the cluster's", "median_offset", c.median, "max_clock_offset", c.bound)
