@@ -31,6 +31,7 @@ const (
 	clockProbeEvery   = time.Second
 	clockProbeTimeout = 2 * time.Second
 	clockSamples      = 8                // samples kept per peer (smallest RTT wins)
+	clockBurst        = 3                // probes per peer per round (smallest RTT kept)
 	clockSampleMaxAge = 30 * time.Second // older samples do not count
 	clockTransferGap  = 2 * time.Second  // between leadership hand-offs of one group
 )
@@ -317,7 +318,13 @@ func (c *clockState) probe(id, addr string) {
 		return
 	}
 	cc, err := c.s.admin.conn(addr)
-	if err == nil {
+	// A short burst per round, keeping the smallest round trip: a sample's
+	// error is at most half its round trip, and a loaded machine stretches
+	// some of them.
+	for i := range clockBurst {
+		if err != nil {
+			break
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), clockProbeTimeout)
 		start := time.Now() // mono: the round trip
 		wall0 := c.s.cfg.Clock()
@@ -327,7 +334,9 @@ func (c *clockState) probe(id, addr string) {
 		if err == nil {
 			rtt := time.Since(start)
 			mid := wall0.Add(rtt / 2)
-			smp = clockSample{offset: mid.Sub(time.Unix(0, resp.UnixNano)), rtt: rtt, at: time.Now()}
+			if i == 0 || rtt < smp.rtt {
+				smp = clockSample{offset: mid.Sub(time.Unix(0, resp.UnixNano)), rtt: rtt, at: time.Now()}
+			}
 		}
 	}
 	if err != nil {
@@ -423,6 +432,22 @@ func (c *clockState) inBoundVoter(r *raft.Raft) raft.Server {
 		}
 	}
 	return raft.Server{}
+}
+
+// offsetFromMedian is node id's clock minus the median clock, as this node
+// measures it (false: not measured).
+func (c *clockState) offsetFromMedian(id string) (time.Duration, bool) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id == c.s.cfg.NodeID {
+		return c.median, true
+	}
+	b, ok := c.peers[id].bestOrNil(now)
+	if !ok {
+		return 0, false
+	}
+	return c.median - b.offset, true
 }
 
 // ClockStatus is the clock part of /api/v1/status.
