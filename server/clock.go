@@ -126,11 +126,12 @@ func (c *clockState) wall() time.Time {
 	return c.s.cfg.Clock().Add(-m)
 }
 
+// isTrusted is read on every stamp (the admission hot path): computed once a
+// round by probeAll, never from the member list here.
 func (c *clockState) isTrusted() bool {
 	c.mu.Lock()
-	t := c.trusted
-	c.mu.Unlock()
-	return t && c.mayLeadReason() == ""
+	defer c.mu.Unlock()
+	return c.trusted
 }
 
 // groupMinute is group g's time as a Unix minute (what admission stamps).
@@ -287,6 +288,11 @@ func (c *clockState) probeAll() {
 	}
 	wasIn := c.inBound
 	c.recomputeLocked(aliveIDs)
+	for id := range aliveIDs {
+		if p := c.peers[id]; p == nil || !p.probed {
+			c.trusted = false
+		}
+	}
 	if wasIn != c.inBound {
 		if c.inBound {
 			c.s.log.Info("clock back within bound of the cluster's", "median_offset", c.median, "max_clock_offset", c.bound)
