@@ -19,6 +19,11 @@
 // `tollgate raft recover` (TestRaftRecoverAfterLosingTwoOfThree), rotating the
 // CA, certificates and gossip key (TestCertificateRotation).
 //
+// The clock tests (clock_test.go) start nodes whose wall clock is shifted by
+// the hidden --test-clock-offset flag, monotonic time untouched, and check
+// idle expiry, re-sends and metering retries across skewed leaders, the
+// refusal of out-of-bound nodes and the offsets status reports.
+//
 // The package is test-only: this file is its only non-test source. The tests
 // run in `go test ./...` (they take a few minutes) and with `make test-fault`.
 package faulttest

@@ -454,6 +454,9 @@ type clusterOptions struct {
 	// upgrade tests; cluster.bin can be changed before restarts). Default: this
 	// module's build.
 	bin string
+	// nodeArgs are appended to one node's command line (index 0 = node-1),
+	// after extraArgs: e.g. a shifted clock (--test-clock-offset) on one node.
+	nodeArgs map[int][]string
 }
 
 type cluster struct {
@@ -544,6 +547,7 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 			n.args = append(n.args, "--share-mode", opts.shareMode)
 		}
 		n.args = append(n.args, opts.extraArgs...)
+		n.args = append(n.args, opts.nodeArgs[i]...)
 		c.nodes = append(c.nodes, n)
 	}
 	start := time.Now()

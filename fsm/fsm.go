@@ -34,6 +34,10 @@ type Config struct {
 	// Modules are the application state machines this group carries beside
 	// the series (see Module); each owns registry rows naming it.
 	Modules []Module
+	// OnMinute, when set, is called on the apply goroutine each time the
+	// group's minute (Now) advances, with the new minute: the node's group
+	// clock observes the group's time through it. It must be quick.
+	OnMinute func(minute int64)
 }
 
 func (c *Config) validate() error {
@@ -284,11 +288,18 @@ func (f *FSM) advance(e *Entry) (prev, now int64) {
 	return prev, now
 }
 
+// setNow stores the group's minute and tells OnMinute when it advanced.
+func (f *FSM) setNow(now int64) {
+	if old := f.now.Swap(now); now > old && f.cfg.OnMinute != nil {
+		f.cfg.OnMinute(now)
+	}
+}
+
 func (f *FSM) applyExpire(e *Entry) any {
 	prev, now := f.advance(e)
 	f.idle = e.Idle
 	f.expire(prev, now, e.Idle)
-	f.now.Store(now)
+	f.setNow(now)
 	return nil
 }
 
@@ -299,7 +310,7 @@ func (f *FSM) applyTrack(e *Entry) any {
 	if now-f.lastExpire >= selfExpireAfter {
 		f.expire(prev, now, f.idle)
 	}
-	f.now.Store(now)
+	f.setNow(now)
 	m := MinuteOf(now)
 	for _, th := range e.Tenants {
 		f.track(f.register(th.Tenant), th.Hashes, th.New, m)
@@ -313,7 +324,7 @@ func (f *FSM) applyTrack(e *Entry) any {
 // release them when they apply.
 func (f *FSM) applyDropTenant(e *Entry) any {
 	_, now := f.advance(e)
-	f.now.Store(now)
+	f.setNow(now)
 	res := DropResult{Tenant: e.Tenant}
 	t := f.Tenant(e.Tenant)
 	if t == nil {

@@ -264,7 +264,7 @@ func (f *FSM) restore(r io.Reader) error {
 		}
 		sh.mu.Unlock()
 	}
-	f.now.Store(now)
+	f.setNow(now)
 	f.lastExpire, f.idle = lastExpire, idle
 	f.appliedIndex.Store(h.Index)
 	f.appliedTerm.Store(h.Term)

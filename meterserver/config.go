@@ -128,6 +128,7 @@ type Clock struct {
 	fixed    bool
 	at       int64
 	changed  chan struct{}
+	group    func(g int) int64 // SetGroupTime; nil: the wall clock
 }
 
 // NewClock returns a clock reading wall (default time.Now).
@@ -144,6 +145,31 @@ func (c *Clock) Now() int64 {
 	defer c.mu.Unlock()
 	if c.fixed {
 		return c.at
+	}
+	return c.wall().UnixMilli()
+}
+
+// SetGroupTime makes fn the source of each group's time (Unix ms) for
+// NowIn: the node's group clocks, which no leader's wall clock moves by more
+// than the cluster's clock bound. Call it before the service starts.
+func (c *Clock) SetGroupTime(fn func(g int) int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.group = fn
+}
+
+// NowIn is group g's time in Unix ms: what entries of g are stamped with, so
+// the slack check, dedup windows and sampler boundaries of a group all read
+// one clock whichever node leads it. A test clock that was set wins.
+func (c *Clock) NowIn(g int) int64 {
+	c.mu.Lock()
+	fixed, at, group := c.fixed, c.at, c.group
+	c.mu.Unlock()
+	switch {
+	case fixed:
+		return at
+	case group != nil:
+		return group(g)
 	}
 	return c.wall().UnixMilli()
 }

@@ -389,7 +389,7 @@ func (b *batcher) propose(batch []*pendingEvent) {
 	for i, p := range batch {
 		evs[i] = p.ev
 	}
-	payload := fsmmeter.EncodeEvents(b.s.clock.Now(), b.s.cfg.Slack.Milliseconds(), evs)
+	payload := fsmmeter.EncodeEvents(b.s.clock.NowIn(b.g), b.s.cfg.Slack.Milliseconds(), evs)
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
 	resp, err := b.s.host.Propose(ctx, b.g, fsm.EntryMeterEvents, payload)

@@ -119,7 +119,7 @@ func (s *Service) lead(g int) {
 // whether it proposed anything.
 func (w *worker) pass() (did bool, err error) {
 	s := w.s
-	now := s.clock.Now()
+	now := s.clock.NowIn(w.g)
 	if minute := now / 60_000; minute != w.lastHK {
 		if err := w.housekeeping(now); err != nil {
 			return false, err

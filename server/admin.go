@@ -296,6 +296,9 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		if addr == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "transfer-leadership: %q is not a voter of group %d", req.ToId, g)
 		}
+		if why := a.s.clock.peerReason(req.ToId); why != "" {
+			return nil, status.Errorf(codes.FailedPrecondition, "transfer-leadership: group %d: %s, so it may not lead", g, why)
+		}
 		fut = r.LeadershipTransferToServer(raft.ServerID(req.ToId), raft.ServerAddress(addr))
 	}
 	a.s.log.Info("admin: transfer leadership", "group", g, "to", req.ToId)

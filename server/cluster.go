@@ -433,7 +433,13 @@ func (s *Server) addVoter(add voterAdd) {
 // balanceInput gathers planBalance's snapshot: alive members with their
 // gossiped leader counts, and the configuration of every group led here.
 func (s *Server) balanceInput() balanceInput {
-	in := balanceInput{Self: s.cfg.NodeID, Members: s.memberList()}
+	in := balanceInput{Self: s.cfg.NodeID}
+	for _, m := range s.memberList() {
+		// A member whose clock is out of bound may not lead (clock.go).
+		if m.ID == s.cfg.NodeID || s.clock.peerReason(m.ID) == "" {
+			in.Members = append(in.Members, m)
+		}
+	}
 	for _, g := range s.ledGroups() {
 		gc := groupConfig{Group: g}
 		if fut := s.host.Raft(g).GetConfiguration(); fut.Error() == nil {

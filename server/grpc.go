@@ -43,6 +43,7 @@ func (s *Server) startGRPC() error {
 	s.registerSketches(s.grpc)
 	api.RegisterConfigServer(s.grpc, s.configServer()) // runtimeconfig.go; ReportBacklog: sampling.go
 	s.registerMetering(s.grpc)
+	api.RegisterClockServer(s.grpc, &clockService{s: s}) // clock.go
 	s.metrics.initMethods(s.grpc.GetServiceInfo())
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {

@@ -40,6 +40,11 @@ func (s *Server) startHTTP() error {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
+		if why := s.clock.outOfBound(); why != "" {
+			// Still ready: it serves as a follower and forwards writes.
+			fmt.Fprintln(w, "ready (follower only): "+why)
+			return
+		}
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /api/v1/status", s.handleStatus)
@@ -121,6 +126,9 @@ type NodeStatus struct {
 	// `tollgate usage bill` computes it), at most 100 tenants; groups whose
 	// leader does not answer within 2s are listed in its errors.
 	Billing *meterserver.BillingSummary `json:"billing,omitempty"`
+	// Clock: the maximum clock offset, this node's offset to the cluster's
+	// median clock and to each peer, and whether it may lead (clock.go).
+	Clock *ClockStatus `json:"clock,omitempty"`
 }
 
 // statusTopPartitions bounds the per-partition estimates in /api/v1/status.
@@ -128,7 +136,7 @@ const statusTopPartitions = 10
 
 // Status returns this node's view of its groups.
 func (s *Server) Status() NodeStatus {
-	st := NodeStatus{Node: s.cfg.NodeID, Zone: s.cfg.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready()}
+	st := NodeStatus{Node: s.cfg.NodeID, Zone: s.cfg.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.status()}
 	for g, f := range s.fsms {
 		r := s.host.Raft(g)
 		_, leader := r.LeaderWithID()

@@ -54,7 +54,7 @@ func (h meteringHost) PeerConn(addr string) (*grpc.ClientConn, error) {
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }
 
 func (h meteringHost) Propose(ctx context.Context, g int, typ byte, payload []byte) (any, error) {
-	data, err := fsm.AppendModuleEntry(nil, typ, h.s.cfg.Clock().Unix()/60, payload)
+	data, err := fsm.AppendModuleEntry(nil, typ, h.s.clock.groupMinute(g), payload)
 	if err != nil {
 		return nil, fmt.Errorf("group %d: encode metering entry: %w", g, err)
 	}
@@ -84,7 +84,11 @@ func (s *Server) startMetering() error {
 	mc := s.cfg.Metering
 	mc.Logger = s.log
 	mc.Registerer = s.metrics.reg
-	svc, err := meterserver.New(mc, meteringHost{s}, meterserver.NewClock(s.cfg.Clock, mc.TestClock))
+	clk := meterserver.NewClock(s.cfg.Clock, mc.TestClock)
+	// Each group's entries carry its group time (clock.go), so the slack
+	// check, dedup expiry and sampler boundaries read one clock.
+	clk.SetGroupTime(func(g int) int64 { return s.clock.groups[g].Now() })
+	svc, err := meterserver.New(mc, meteringHost{s}, clk)
 	if err != nil {
 		return err
 	}

@@ -169,7 +169,7 @@ func (rc *runtimeConfig) Base() runtimecfg.Effective {
 
 func (rc *runtimeConfig) Propose(ctx context.Context, g int, typ byte, payload []byte) (runtimecfg.Result, error) {
 	s := rc.s
-	now := max(s.cfg.Clock().Unix()/60, s.fsms[g].Now())
+	now := max(s.clock.groupMinute(g), s.fsms[g].Now())
 	data, err := fsm.AppendModuleEntry(nil, typ, now, payload)
 	if err != nil {
 		return runtimecfg.Result{}, status.Errorf(codes.Internal, "group %d: %v", g, err)

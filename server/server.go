@@ -86,8 +86,18 @@ type Config struct {
 	// Raft tuning passed to raftnode (zero = raftnode defaults).
 	RaftNoSync bool // tests only: skip fsync
 
-	Clock  func() time.Time // injectable wall clock (tests); default time.Now
-	Logger *slog.Logger
+	Clock func() time.Time // injectable wall clock (tests); default time.Now
+	// TestClockOffset shifts this node's wall clock (Clock) by a fixed amount
+	// while its monotonic clock, timers and raft timeouts are untouched: the
+	// fault tests' way to run a node whose clock is wrong. Never set it in
+	// production.
+	TestClockOffset time.Duration
+	// MaxClockOffset is the largest difference between node clocks the
+	// cluster tolerates (default 1s): nodes measure their offset to every
+	// peer, and a node further than this from a majority does not lead
+	// (clock.go).
+	MaxClockOffset time.Duration
+	Logger         *slog.Logger
 
 	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
 	// same rule as the admin API (Bearer AdminToken, or loopback peers only when
@@ -200,6 +210,12 @@ func (c *Config) Validate() error {
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
+	if c.MaxClockOffset == 0 {
+		c.MaxClockOffset = time.Second
+	}
+	if c.MaxClockOffset < 10*time.Millisecond || c.MaxClockOffset > time.Hour {
+		return fmt.Errorf("config: max clock offset %v: must be in [10ms, 1h]", c.MaxClockOffset)
+	}
 	if c.RatePeriod == 0 {
 		c.RatePeriod = defaultRatePeriod
 	}
@@ -236,6 +252,7 @@ type Server struct {
 	vers     versionState
 	rates    *rateowner.Service // global rate limits (ratelimit.go)
 	sampling *samplingCtl       // backlog controller (sampling.go)
+	clock    *clockState        // peer clock offsets and group clocks (clock.go)
 
 	summaries *summaries.Hub // near-limit summary stream (summaries.go)
 	sketches  *sketchhub.Hub // sketches.go
@@ -270,6 +287,9 @@ type Server struct {
 type leaderEvent struct {
 	group  int
 	leader bool
+	// recheck: sent by this node, not raft (clock.go): acted on only if raft
+	// still names this node leader when it is handled.
+	recheck bool
 }
 
 // clusterLayout is persisted so a node never starts with a layout that differs
@@ -289,6 +309,12 @@ func New(cfg Config) (*Server, error) {
 	}
 	if err := resolveClusterVersion(&cfg); err != nil {
 		return nil, err
+	}
+	if off := cfg.TestClockOffset; off != 0 {
+		// Shifted here, not in Validate, so validating twice shifts once.
+		base := cfg.Clock
+		cfg.Clock = func() time.Time { return base().Add(off) }
+		cfg.Logger.Warn("test clock offset: this node's wall clock is shifted; for fault tests only", "offset", off)
 	}
 	dir, err := openDataDir(cfg.DataDir)
 	if err != nil {
@@ -347,9 +373,13 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
 	s.meteringModules()
+	s.clock = newClockState(s)
 	for g := range s.fsms {
+		gc := s.clock.groups[g]
+		s.meterMods[g].SetTimeObserver(gc.Observe)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g])})
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g]),
+			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
 		}
@@ -370,7 +400,7 @@ func New(cfg Config) (*Server, error) {
 		Logger: s.log,
 		LeaderNotify: func(group int, leader bool) {
 			select {
-			case s.leaderEvents <- leaderEvent{group, leader}:
+			case s.leaderEvents <- leaderEvent{group: group, leader: leader}:
 			case <-s.stop:
 			}
 		},
@@ -392,7 +422,7 @@ func New(cfg Config) (*Server, error) {
 			MaxBatchHashes:    cfg.MaxBatchHashes,
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
-			Clock:             cfg.Clock,
+			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
 			Share:             s.shares.share(g, hi-lo),
 			OnReset:           s.shares.mods[g].ResetReservations,
 			Track:             s.shares.track,
@@ -437,9 +467,10 @@ func New(cfg Config) (*Server, error) {
 				"join", cfg.Join)
 		}
 	}
-	s.wg.Add(2)
+	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
 	go func() { defer s.wg.Done(); s.incarnationLoop() }()
+	go func() { defer s.wg.Done(); s.clock.run() }()
 	s.startSketchLoops()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
@@ -492,9 +523,16 @@ func (s *Server) watchLeadership() {
 		case <-s.stop:
 			return
 		case ev := <-s.leaderEvents:
+			if ev.recheck && (s.host.Raft(ev.group).State() != raft.Leader || s.trackers[ev.group].leading()) {
+				continue
+			}
 			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
-			// A group halted here must not be led from here (versions.go).
-			s.trackers[ev.group].setLeader(ev.leader && s.mayLead(ev.group))
+			// A group halted here, or a node whose clock is out of bound, must
+			// not lead (versions.go, clock.go). The group clock learns of the
+			// change before the session stamps anything.
+			lead := ev.leader && s.mayLead(ev.group)
+			s.clock.groups[ev.group].SetLeader(lead)
+			s.trackers[ev.group].setLeader(lead)
 		}
 	}
 }

@@ -128,8 +128,8 @@ func (a *adminService) dropTenantGroup(ctx context.Context, g int, tenant string
 		return nil, status.Errorf(codes.Internal, "group %d: the leader's answer has no entry for the group", g)
 	}
 	f := s.fsms[g]
-	// The leader's clock stamps the entry, never behind the group's time.
-	now := max(s.cfg.Clock().Unix()/60, f.Now())
+	// The group's clock stamps the entry, never behind the group's time.
+	now := max(s.clock.groupMinute(g), f.Now())
 	out, index, err := s.proposeVersioned(ctx, g, fsm.EntryDropTenant, fsm.AppendDropTenant(nil, now, tenant))
 	if err != nil {
 		return nil, err

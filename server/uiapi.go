@@ -50,6 +50,11 @@ type MemberOverview struct {
 	Health    string `json:"health"` // alive, unreachable, leaving, left, failed
 	Self      bool   `json:"self"`
 	GroupsLed []int  `json:"groups_led"`
+	// ClockOffsetNs is the member's clock minus the cluster's median clock
+	// as this node measures it (absent: not measured); ClockOutOfBound: it
+	// is beyond the maximum clock offset and may not lead (clock.go).
+	ClockOffsetNs   *int64 `json:"clock_offset_ns,omitempty"`
+	ClockOutOfBound bool   `json:"clock_out_of_bound,omitempty"`
 }
 
 // GroupOverview is one raft group: its leader and each voter's raft progress.
@@ -190,6 +195,10 @@ func (h *overviewHandler) build(ctx context.Context) Overview {
 			}
 			for _, g := range m.GroupsLed {
 				mo.GroupsLed = append(mo.GroupsLed, int(g))
+			}
+			if off, ok := s.clock.offsetFromMedian(m.Id); ok {
+				ns := int64(off)
+				mo.ClockOffsetNs, mo.ClockOutOfBound = &ns, off > s.cfg.MaxClockOffset || off < -s.cfg.MaxClockOffset
 			}
 			health[m.Id] = mo.Health
 			z := zones[m.Zone]

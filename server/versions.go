@@ -203,7 +203,7 @@ func (s *Server) haltedLeaderStatus(g int) error {
 // mayLead reports whether this node may run a leader session for group g.
 func (s *Server) mayLead(g int) bool {
 	halted, _ := s.fsms[g].Halted()
-	return !halted
+	return !halted && s.clock.mayLeadReason() == ""
 }
 
 // enforceHalts runs on every cluster loop tick: a group halted here loses its

@@ -31,6 +31,7 @@ type adminOpts struct {
 	token   string
 	timeout time.Duration
 	tls     clientTLSOpts
+	clock   api.ClockClient // set by conn: the answering node's Clock service
 }
 
 func (o *adminOpts) register(cmd *cobra.Command) {
@@ -47,6 +48,7 @@ func (o *adminOpts) conn(ctx context.Context) (api.AdminClient, api.TrackerClien
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	o.clock = api.NewClockClient(cc)
 	return api.NewAdminClient(cc), api.NewTrackerClient(cc), func() { cc.Close() }, nil
 }
 
@@ -188,6 +190,9 @@ func newStatusCmd() *cobra.Command {
 					}
 				} else {
 					printStatus(cmd.OutOrStdout(), st)
+					if off := clockOffsets(ctx, o.clock); off != nil {
+						printClock(cmd.OutOrStdout(), off) // clockstatus.go
+					}
 				}
 				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)), downError(down(st)))
 			})

@@ -103,6 +103,7 @@ func (s *serverSettings) options() []option {
 		{"metering-sink-url", &c.Metering.SinkURL, "HTTP collector that receives every usage record (POST JSON); empty: ledger only"},
 		{"metering-ledger-retention", &c.Metering.LedgerRetention, "usage records and active-series samples older than this are dropped"},
 		{"metering-test-clock", &c.Metering.TestClock, "development/test only: the admin API may set and advance the metering clock"},
+		{"max-clock-offset", &c.MaxClockOffset, "largest clock difference between nodes the cluster tolerates; a node further than this from a majority of its peers does not lead any group"},
 		{"log-level", &s.logLevel, "debug, info, warn or error"},
 		{"log-format", &s.logFormat, "text or json"},
 		{"tls-cert", &s.tls.cert, "node certificate (PEM): gRPC and HTTP serve TLS, calls to other nodes and raft use it too"},
@@ -169,6 +170,10 @@ func (s *serverSettings) bind(f *pflag.FlagSet) {
 			f.String(o.flag, "", "UNSUPPORTED OPTION TYPE")
 		}
 	}
+	// Fault tests only, so a hidden flag and neither a YAML key nor an
+	// environment variable: a production node never runs with a shifted clock.
+	f.DurationVar(&s.cfg.TestClockOffset, "test-clock-offset", 0, "test only: shift this node's wall clock by this much (monotonic time unchanged)")
+	_ = f.MarkHidden("test-clock-offset")
 }
 
 // load completes the settings after the command line was parsed: values from

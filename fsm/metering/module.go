@@ -113,8 +113,15 @@ type Module struct {
 	lastNow  int64
 	planned  int64 // counters since start (metrics), not replicated state
 	executed int64
-	changes  atomic.Uint64 // bumped by every applied entry and restore
+	changes  atomic.Uint64  // bumped by every applied entry and restore
+	observe  func(ms int64) // SetTimeObserver; nil: none
 }
+
+// SetTimeObserver installs fn, called on the apply goroutine with the time
+// (Unix ms) each applied entry carries when it advances the module's now:
+// the node's group clock learns the group's time from it. Set it before the
+// module applies anything; fn must be quick.
+func (m *Module) SetTimeObserver(fn func(ms int64)) { m.observe = fn }
 
 // Changes counts applied entries and restores: a reader that saw the same
 // count saw the same state (the sampler skips rescans on it).
@@ -230,6 +237,9 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 func (m *Module) tick(now int64) {
 	if now > m.lastNow {
 		m.lastNow = now
+		if m.observe != nil {
+			m.observe(now)
+		}
 	}
 }
 

@@ -188,7 +188,16 @@
         <span class="pill ${pill} health">${esc(m.health)}</span></div>
       <div class="mdetail">gRPC ${esc(m.grpc) || "—"}</div>
       <div class="mdetail">${led.length ? `leads group${led.length > 1 ? "s" : ""} ${led.join(", ")}` : "leads no group"}</div>
+      ${m.clock_offset_ns === undefined ? "" : `<div class="mdetail${m.clock_out_of_bound ? " bad" : ""}">clock ${fmtOffset(m.clock_offset_ns)} from the cluster's${m.clock_out_of_bound ? ": out of bound, may not lead" : ""}</div>`}
     </div>`;
+  }
+
+  // fmtOffset prints a signed clock offset in ns with a readable unit.
+  function fmtOffset(ns) {
+    const a = Math.abs(ns), sign = ns < 0 ? "−" : "+";
+    if (a >= 60e9) return `${sign}${(a / 60e9).toFixed(1)} min`;
+    if (a >= 1e9) return `${sign}${(a / 1e9).toFixed(2)} s`;
+    return `${sign}${(a / 1e6).toFixed(1)} ms`;
   }
 
   function renderTenants(ov) {
