@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -21,6 +18,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // EventDoc is the JSON document of POST /v1/events/start|stop (seed §3).
@@ -100,6 +98,9 @@ func validateEvent(kind fsmmeter.Kind, ev *fsmmeter.Event, hasTimestamp bool) er
 			if math.IsNaN(m.Quantity) || math.IsInf(m.Quantity, 0) {
 				return &schemaError{fmt.Sprintf("measured_usage[%d].quantity", i), "must be a finite number"}
 			}
+			if m.Quantity < 0 {
+				return &schemaError{fmt.Sprintf("measured_usage[%d].quantity", i), fmt.Sprintf("%v is negative; a measured quantity is 0 or more", m.Quantity)}
+			}
 		}
 	case fsmmeter.Stop:
 		if len(ev.Measures) > 0 {
@@ -110,48 +111,38 @@ func validateEvent(kind fsmmeter.Kind, ev *fsmmeter.Event, hasTimestamp bool) er
 }
 
 // decodeDoc reads the request body: 415 unless JSON, 413 when too large, 400
-// naming the field for schema errors.
+// naming the field for schema errors (and for bytes that are not UTF-8).
 func (s *Service) decodeDoc(w http.ResponseWriter, r *http.Request, kind fsmmeter.Kind) (fsmmeter.Event, int, error) {
-	var ev fsmmeter.Event
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return ev, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type %q: the body must be JSON (application/json)", r.Header.Get("Content-Type"))
+	if e := httpjson.RequireJSON(r); e != nil {
+		return fsmmeter.Event{}, e.Status, e
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return ev, http.StatusRequestEntityTooLarge, fmt.Errorf("body exceeds %d bytes", mbe.Limit)
-		}
-		return ev, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
+	body, e := httpjson.ReadBody(w, r, s.cfg.MaxBody)
+	if e != nil {
+		return fsmmeter.Event{}, e.Status, e
 	}
 	return decodeEventJSON(body, kind, false)
 }
 
 // decodeEventJSON decodes and checks one event document; inBatch allows the
-// batch item's "kind" field.
+// batch item's "kind" field. Invalid UTF-8 is refused before decoding:
+// encoding/json would turn every bad byte into U+FFFD, so "inst-\xff" and
+// "inst-\xfe" would become one resource.
 func decodeEventJSON(body []byte, kind fsmmeter.Kind, inBatch bool) (fsmmeter.Event, int, error) {
 	var ev fsmmeter.Event
+	if e := httpjson.CheckUTF8(body); e != nil {
+		return ev, e.Status, e
+	}
 	if !json.Valid(body) {
 		return ev, http.StatusUnsupportedMediaType, errors.New("the body is not JSON")
 	}
 	var item BatchItemDoc
 	doc := &item.EventDoc
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
 	var target any = doc
 	if inBatch {
 		target = &item
 	}
-	if err := dec.Decode(target); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te):
-			return ev, http.StatusBadRequest, &schemaError{te.Field, fmt.Sprintf("expected %s, got JSON %s", te.Type, te.Value)}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return ev, http.StatusBadRequest, &schemaError{strings.TrimPrefix(err.Error(), "json: unknown field "), "unknown field"}
-		}
-		return ev, http.StatusBadRequest, fmt.Errorf("schema: %v", err)
+	if e := httpjson.DecodeObject(body, target); e != nil {
+		return ev, e.Status, e
 	}
 	ev = fsmmeter.Event{Kind: kind, ID: doc.ID, Target: fsmmeter.Target{Org: doc.OrganizationID, Space: doc.SpaceID, Consumer: doc.ConsumerID,
 		Resource: doc.ResourceID, Plan: doc.PlanID, Instance: doc.ResourceInstanceID}}
@@ -189,7 +180,7 @@ func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 		if resp.Duplicate {
 			out["status"] = "duplicate"
 		}
-		writeJSON(w, http.StatusCreated, out)
+		s.writeJSON(w, http.StatusCreated, out)
 	}
 }
 
@@ -218,17 +209,13 @@ func httpCode(err error) int {
 	return http.StatusServiceUnavailable
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// writeJSON encodes v before answering: an answer that cannot be encoded
+// is a logged 500, never a 200 with an empty body.
+func (s *Service) writeJSON(w http.ResponseWriter, code int, v any) {
+	httpjson.Write(w, s.cfg.Logger, code, v)
 }
 
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
-}
+func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteError(w, code, msg) }
 
 // forwardedKey marks an event one node forwarded to the group leader, so it
 // is forwarded at most once.

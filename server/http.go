@@ -1,7 +1,7 @@
 package server
 
 import (
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
@@ -9,12 +9,15 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/samplectl"
 	"github.com/tollgate-io/tollgate/ui"
@@ -135,7 +138,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		b := s.meter.BillingSummary(r.Context())
 		st.Billing = &b
 	}
-	writeJSON(w, st)
+	s.writeJSON(w, st)
 }
 
 // TenantUsage is /api/v1/tenants/{tenant}: the tenant's active series per group as
@@ -190,7 +193,7 @@ func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
 			tenant, s.cfg.NodeID))
 		return
 	}
-	writeJSON(w, s.Usage(tenant))
+	s.writeJSON(w, s.Usage(tenant))
 }
 
 // TenantSummary is one row of /api/v1/tenants.
@@ -202,10 +205,24 @@ type TenantSummary struct {
 	FractionOfLimit *float64 `json:"fraction_of_limit"`
 }
 
-// TenantList is /api/v1/tenants.
+// TenantList is one page of /api/v1/tenants.
 type TenantList struct {
 	Tenants []TenantSummary `json:"tenants"`
+	// Total is the number of tenants over every page.
+	Total int `json:"total"`
+	// NextPageToken, passed as page_token, returns the next page; empty on
+	// the last one.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
+
+// Page sizes of the paginated lists (/api/v1/tenants, the tenants of
+// /api/v1/overview): a default that keeps an answer well under a megabyte,
+// and a bound a client may ask for.
+const (
+	defaultTenantPage  = 1000
+	defaultOverviewTop = 500
+	maxPage            = 10_000
+)
 
 // Tenants lists every tenant this node knows (see KnownTenant), sorted by name.
 func (s *Server) Tenants() TenantList {
@@ -221,7 +238,7 @@ func (s *Server) Tenants() TenantList {
 			series[name] = 0
 		}
 	}
-	out := TenantList{Tenants: make([]TenantSummary, 0, len(series))}
+	out := TenantList{Tenants: make([]TenantSummary, 0, len(series)), Total: len(series)}
 	for name, n := range series {
 		ts := TenantSummary{Tenant: name, Series: n, MaxSeries: limits.For(name).MaxSeries}
 		if ts.MaxSeries > 0 {
@@ -234,8 +251,53 @@ func (s *Server) Tenants() TenantList {
 	return out
 }
 
+// pageParams reads limit (1..maxPage, default def) and page_token.
+func pageParams(r *http.Request, def int) (limit int, token string, e *httpjson.Error) {
+	q := r.URL.Query()
+	if e := httpjson.CheckQuery(q); e != nil {
+		return 0, "", e
+	}
+	limit = def
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPage {
+			return 0, "", httpjson.Bad("limit", "%q: want an integer in [1, %d] (default %d)", v, maxPage, def)
+		}
+		limit = n
+	}
+	return limit, q.Get("page_token"), nil
+}
+
+// Page tokens of /api/v1/tenants are the last name of the previous page,
+// base64url-encoded: the list is sorted by name, so a page continues right
+// after it even when tenants come and go between calls.
+func tenantPageToken(after string) string { return base64.RawURLEncoding.EncodeToString([]byte(after)) }
+
 func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, s.Tenants())
+	limit, token, e := pageParams(r, defaultTenantPage)
+	if e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	all := s.Tenants()
+	start := 0
+	if token != "" {
+		after, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil || !utf8.Valid(after) {
+			httpjson.WriteErr(w, httpjson.Bad("page_token", "not a token this endpoint returned (next_page_token)"))
+			return
+		}
+		start, _ = slices.BinarySearchFunc(all.Tenants, string(after), func(t TenantSummary, name string) int { return strings.Compare(t.Tenant, name) })
+		if start < len(all.Tenants) && all.Tenants[start].Tenant == string(after) {
+			start++
+		}
+	}
+	end := min(start+limit, len(all.Tenants))
+	page := TenantList{Tenants: all.Tenants[start:end], Total: all.Total}
+	if end < len(all.Tenants) {
+		page.NextPageToken = tenantPageToken(all.Tenants[end-1].Tenant)
+	}
+	s.writeJSON(w, page)
 }
 
 // indexPage is the landing page: the dashboard first, then every endpoint; a new operator who
@@ -298,17 +360,14 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	return 0, ""
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// writeJSON answers 200 with v, encoded completely first: a value that
+// cannot be encoded is logged and answered 500, never 200 with an empty body.
+func (s *Server) writeJSON(w http.ResponseWriter, v any) {
+	httpjson.Write(w, s.log, http.StatusOK, v)
 }
 
 // writeJSONError answers {"error": msg} so scripts reading JSON get a reason,
 // not an HTML or plain-text body.
 func writeJSONError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	httpjson.WriteError(w, code, msg)
 }
