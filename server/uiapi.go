@@ -21,16 +21,16 @@ import (
 // on its overview and tenants pages, in one response so a page renders one
 // consistent moment instead of stitching several polls together.
 type Overview struct {
-	Node              string           `json:"node"`
-	Zone              string           `json:"zone"`
-	Ready             bool             `json:"ready"`
-	NotReadyReason    string           `json:"not_ready_reason,omitempty"`
-	Time              time.Time        `json:"time"`
-	Partitions        int              `json:"partitions"`
-	NearLimitFraction float64          `json:"near_limit_fraction"`
-	Zones             []ZoneOverview   `json:"zones"`
-	Groups            []GroupOverview  `json:"groups"`
-	Rates             RateOverview     `json:"rates"`
+	Node              string          `json:"node"`
+	Zone              string          `json:"zone"`
+	Ready             bool            `json:"ready"`
+	NotReadyReason    string          `json:"not_ready_reason,omitempty"`
+	Time              time.Time       `json:"time"`
+	Partitions        int             `json:"partitions"`
+	NearLimitFraction float64         `json:"near_limit_fraction"`
+	Zones             []ZoneOverview  `json:"zones"`
+	Groups            []GroupOverview `json:"groups"`
+	Rates             RateOverview    `json:"rates"`
 	// Tenants is one page of the tenants, most used first (limit, default
 	// 500, and page_token); TenantsTotal counts them all and NextPageToken
 	// (empty on the last page) asks for the next page of the same ranking.
