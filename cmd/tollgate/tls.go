@@ -260,6 +260,46 @@ func tlsHint(err error, tlsOn bool) error {
 	return err
 }
 
+// certProblem asks addr, with the client's TLS settings, whether the node
+// refuses this client's certificate, and says so in words; nil when the
+// handshake and the first read pass, or fail for another reason. Under TLS
+// 1.3 the client finishes its side of the handshake before the server
+// checks the client's certificate, so gRPC sees only a closed connection
+// and a missing or foreign certificate used to look like a timeout: this
+// probe waits for the server's alert instead.
+func certProblem(ctx context.Context, addr string, tc *tls.Config) error {
+	if tc == nil {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cfg := tc.Clone()
+	cfg.NextProtos = []string{"h2"}
+	c, err := (&tls.Dialer{Config: cfg}).DialContext(dctx, "tcp", addr)
+	if err == nil {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		// A healthy gRPC server sends its HTTP/2 settings; a refusing one
+		// its alert.
+		_, err = c.Read(make([]byte, 1))
+	}
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	noCert := len(tc.Certificates) == 0 && tc.GetClientCertificate == nil
+	switch {
+	case strings.Contains(msg, "certificate required") || (noCert && strings.Contains(msg, "bad certificate")):
+		return fmt.Errorf("%s requires a client certificate and this client sent none: set --cert and --key (or TOLLGATE_CERT/TOLLGATE_KEY)", addr)
+	case strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
+		strings.Contains(msg, "certificate unknown") || strings.Contains(msg, "expired certificate"):
+		return fmt.Errorf("%s refused this client's certificate (%v): it is not signed by a CA the node trusts (--tls-ca), has expired, or is not a client certificate", addr, err)
+	case strings.Contains(msg, "x509:"):
+		return fmt.Errorf("this client does not trust %s's certificate (%v): check --cacert (TOLLGATE_CACERT)", addr, err)
+	}
+	return nil
+}
+
 // speaksTLS reports whether addr answers a TLS handshake: the clientlib's
 // "layout not known" after a timeout does not say that a plaintext client
 // talked to a TLS node. The probe sends no request, so not verifying the

@@ -64,6 +64,9 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration, tls
 		if tc == nil && speaksTLS(context.WithoutCancel(ctx), list[0]) {
 			err = tlsHint(fmt.Errorf("%w: server preface", err), false)
 		}
+		if why := certProblem(context.WithoutCancel(ctx), list[0], tc); why != nil {
+			return nil, fmt.Errorf("%w\n(%w)", err, why)
+		}
 		return nil, tlsHint(err, tc != nil)
 	}
 	return c, nil
