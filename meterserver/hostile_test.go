@@ -2,12 +2,14 @@ package meterserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -122,4 +124,62 @@ func TestHostileInputGRPC(t *testing.T) {
 	if _, err := m.QueryUsage(ctx, &api.QueryUsageRequest{Group: -1, From: 2000, To: 1000}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("QueryUsage to < from: %v, want InvalidArgument", err)
 	}
+}
+
+// FuzzMeteringREST sends any body to every metering endpoint that reads
+// JSON (POST /v1/events/start, /stop, /v1/events, /v1/metering/clock) and
+// any query to the ones that read parameters (GET /v1/usage,
+// /v1/usage/bill) of one real node: the answer is never a 5xx other than
+// 503/504 (no leader, deadline), always JSON, and a body that is not valid
+// UTF-8 is always refused with 400.
+func FuzzMeteringREST(f *testing.F) {
+	c := startCluster(f, 1, "", true)
+	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC).UnixMilli()
+	c.setClock(now)
+	base := "http://" + c.nodes[0].HTTPAddr()
+	f.Add(uint8(0), []byte(doc("f1", now, "i1", true)), "")
+	f.Add(uint8(1), []byte(doc("f2", now+1000, "i1", false)), "")
+	f.Add(uint8(2), []byte(`{"events":[{"kind":"start","id":"b"}]}`), "")
+	f.Add(uint8(3), []byte(`{"advance_ms":1}`), "")
+	f.Add(uint8(0), []byte("{\"id\":\"\xff\"}"), "")
+	f.Add(uint8(4), []byte(nil), "from=1&to=0&limit=-1")
+	f.Add(uint8(5), []byte(nil), "tenant=a%20b&from=1&to=2")
+	posts := []string{"/v1/events/start", "/v1/events/stop", "/v1/events", "/v1/metering/clock"}
+	gets := []string{"/v1/usage", "/v1/usage/bill"}
+	client := &http.Client{Timeout: 30 * time.Second}
+	f.Fuzz(func(t *testing.T, which uint8, body []byte, query string) {
+		var resp *http.Response
+		var err error
+		if i := int(which) % (len(posts) + len(gets)); i < len(posts) {
+			resp, err = client.Post(base+posts[i], "application/json", strings.NewReader(string(body)))
+		} else {
+			u, perr := url.Parse(base + gets[i-len(posts)])
+			if perr != nil {
+				t.Fatal(perr)
+			}
+			// Re-encoded, so every parameter (with any bytes) reaches the
+			// handler instead of net/http refusing the request line.
+			vals, perr := url.ParseQuery(query)
+			if perr != nil {
+				t.Skip("not a query string:", perr)
+			}
+			u.RawQuery = vals.Encode()
+			resp, err = client.Get(u.String())
+		}
+		if err != nil {
+			t.Skip("request not sendable:", err) // e.g. a query net/http refuses to send
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code := resp.StatusCode
+		if code >= 500 && code != http.StatusServiceUnavailable && code != http.StatusGatewayTimeout {
+			t.Fatalf("%d %s", code, out)
+		}
+		if !json.Valid(out) {
+			t.Fatalf("%d: answer is not JSON: %q", code, out)
+		}
+		if int(which)%(len(posts)+len(gets)) < len(posts) && !utf8.Valid(body) && code != http.StatusBadRequest && code != http.StatusUnsupportedMediaType {
+			t.Fatalf("invalid UTF-8 body answered %d %s", code, out)
+		}
+	})
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"log/slog"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -130,4 +133,68 @@ func TestTenantListPages(t *testing.T) {
 	if code, body := get(t, s, "/api/v1/overview?limit=-3"); code != http.StatusBadRequest || !strings.Contains(body, "limit") {
 		t.Fatalf("overview limit=-3: %d %s", code, body)
 	}
+}
+
+// FuzzNodeREST sends any path suffix, query and body to the JSON
+// endpoints of one real node (/api/v1/status, /api/v1/tenants and
+// /api/v1/tenants/{t}, /api/v1/overview, /api/v1/sketches, and POST
+// /api/v1/backlog): never a 5xx other than 503, always JSON.
+func FuzzNodeREST(f *testing.F) {
+	cfg := Config{NodeID: "n1", DataDir: f.TempDir(), Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
+		DefaultMaxSeries: 64, Logger: slog.New(slog.DiscardHandler)}
+	s, err := New(cfg)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { _ = s.Stop(context.Background()) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(uint8(0), "", "", []byte(nil))
+	f.Add(uint8(1), "", "limit=2&page_token=YQ", []byte(nil))
+	f.Add(uint8(2), "t1", "", []byte(nil))
+	f.Add(uint8(3), "", "limit=-1", []byte(nil))
+	f.Add(uint8(4), "", "top=0", []byte(nil))
+	f.Add(uint8(5), "", "", []byte(`{"kind":"locate","backlog":1}`))
+	f.Add(uint8(5), "", "", []byte("[\xff]"))
+	client := &http.Client{Timeout: 30 * time.Second}
+	base := "http://" + s.HTTPAddr()
+	f.Fuzz(func(t *testing.T, which uint8, tenant, query string, body []byte) {
+		vals, err := url.ParseQuery(query)
+		if err != nil {
+			t.Skip("not a query string")
+		}
+		q := "?" + vals.Encode()
+		var resp *http.Response
+		switch which % 6 {
+		case 0:
+			resp, err = client.Get(base + "/api/v1/status" + q)
+		case 1:
+			resp, err = client.Get(base + "/api/v1/tenants" + q)
+		case 2:
+			if tenant == "" {
+				t.Skip("empty tenant is the list")
+			}
+			resp, err = client.Get(base + "/api/v1/tenants/" + url.PathEscape(tenant) + q)
+		case 3:
+			resp, err = client.Get(base + "/api/v1/overview" + q)
+		case 4:
+			resp, err = client.Get(base + "/api/v1/sketches" + q)
+		case 5:
+			resp, err = client.Post(base+"/api/v1/backlog", "application/json", strings.NewReader(string(body)))
+		}
+		if err != nil {
+			t.Skip("not sendable:", err)
+		}
+		out, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 500 && resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%d %s", resp.StatusCode, out)
+		}
+		if resp.StatusCode != http.StatusMovedPermanently && !json.Valid(out) {
+			t.Fatalf("%d: not JSON: %q", resp.StatusCode, out)
+		}
+	})
 }
