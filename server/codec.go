@@ -51,7 +51,19 @@ func (c *strictUTF8Codec) serverOptions() []grpc.ServerOption {
 
 func (c *strictUTF8Codec) Name() string { return c.base.Name() }
 
-func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*sharedMsg); ok {
+		// A read-only slice buffer: its Ref and Free do nothing, and the
+		// transport only reads it, so every stream can queue the same bytes.
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	}
+	return c.base.Marshal(v)
+}
+
+// sharedMsg is a message marshalled once and sent as is on many streams
+// (the cluster view): a stream whose client does not read queues a
+// reference to the bytes, not a copy of them.
+type sharedMsg struct{ b []byte }
 
 func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -14,6 +15,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -61,9 +63,19 @@ func (s *Server) startHTTP() error {
 		mux.Handle("/debug/pprof/symbol", s.requireAdmin(http.HandlerFunc(pprof.Symbol)))
 		mux.Handle("/debug/pprof/trace", s.requireAdmin(http.HandlerFunc(pprof.Trace)))
 	}
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	b := s.cfg.Bounds
+	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
+	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
+		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
+		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
+		Help: "Open HTTP connections (at most the connection cap)."}, func() float64 { return float64(s.httpCap.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_refused_total",
+			Help: "HTTP connections closed on accept because the cap was reached and none was idle."}, func() float64 { return float64(s.httpCap.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_evicted_total",
+			Help: "Idle HTTP connections closed to admit a new one at the cap."}, func() float64 { return float64(s.httpCap.evicted.Load()) }))
 	go func() {
-		if err := s.serveHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.serveHTTP(s.httpCap); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()

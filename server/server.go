@@ -93,6 +93,8 @@ type Config struct {
 	// no token is set). Off by default: profiles and the command line reveal
 	// internals, and a CPU profile or trace is a cheap way to load a node.
 	EnableDebugEndpoints bool
+	// Bounds are per-connection and per-client resource limits (bounds.go).
+	Bounds Bounds
 	// MaxClusterVersion is the highest cluster version this node applies and
 	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
@@ -190,6 +192,9 @@ func (c *Config) Validate() error {
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 5 * time.Second
 	}
+	if err := c.Bounds.setDefaults(); err != nil {
+		return err
+	}
 	if err := c.TLS.validate(); err != nil {
 		return err
 	}
@@ -228,6 +233,8 @@ type Server struct {
 	host     *raftnode.Host
 	members  *membership.Membership // nil when gossip is disabled
 	view     clusterView
+	streams  *streamLimiter // watch-stream bounds (bounds.go)
+	httpCap  *connCap       // HTTP connection cap (bounds.go)
 	admin    *adminService
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
