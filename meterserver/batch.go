@@ -134,7 +134,7 @@ func (s *Service) forwardBatch(ctx context.Context, g int, forwarded bool, evs [
 	for k, i := range idx {
 		req.Events[k] = &api.MeterEventItem{Stop: evs[i].Kind == fsmmeter.Stop, Event: eventToProto(&evs[i])}
 	}
-	resp, err := api.NewMeteringClient(cc).Events(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req)
+	resp, err := api.NewMeteringClient(cc).Events(forwardContext(ctx), req)
 	if err == nil && len(resp.Results) != len(idx) {
 		err = status.Errorf(codes.Internal, "group %d: leader %s answered %d results for %d events", g, id, len(resp.Results), len(idx))
 	}
@@ -257,7 +257,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		evs = append(evs, ev)
 		pos = append(pos, i)
 	}
-	for k, o := range s.SubmitBatch(r.Context(), evs) {
+	for k, o := range s.SubmitBatch(callerContext(r), evs) {
 		code := httpCode(o.err)
 		s.metrics.events.WithLabelValues(kindLabel(evs[k].Kind), itoa(code)).Inc()
 		if o.err != nil {

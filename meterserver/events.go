@@ -169,7 +169,7 @@ func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 			writeError(w, code, err.Error())
 			return
 		}
-		resp, err := s.Submit(r.Context(), ev)
+		resp, err := s.Submit(callerContext(r), ev)
 		code = httpCode(err)
 		s.metrics.events.WithLabelValues(kindLabel(kind), fmt.Sprint(code)).Inc()
 		if err != nil {
@@ -221,6 +221,35 @@ func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteErr
 // is forwarded at most once.
 const forwardedKey = "x-tollgate-forwarded"
 
+// httpCallerKey carries a REST caller's Authorization header values in its
+// request context (callerContext), so a call forwarded to another node
+// carries them as a gRPC caller's metadata would be.
+type httpCallerKey struct{}
+
+// callerContext is r's context with the caller's credentials attached.
+func callerContext(r *http.Request) context.Context {
+	if auth := r.Header.Values("Authorization"); len(auth) > 0 {
+		return context.WithValue(r.Context(), httpCallerKey{}, auth)
+	}
+	return r.Context()
+}
+
+// forwardContext is the outgoing context of a call this node makes on its
+// caller's behalf to another node: marked as forwarded (so it is forwarded
+// at most once) and carrying the caller's credentials (gRPC
+// "authorization" metadata, or a REST caller's Authorization header), so
+// the node that answers applies the caller's rights, not this node's.
+func forwardContext(ctx context.Context) context.Context {
+	out := metadata.Pairs(forwardedKey, "1")
+	md, _ := metadata.FromIncomingContext(ctx)
+	if auth := md.Get("authorization"); len(auth) > 0 {
+		out.Set("authorization", auth...)
+	} else if auth, ok := ctx.Value(httpCallerKey{}).([]string); ok {
+		out.Set("authorization", auth...)
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
+
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
 func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEventResponse, error) {
@@ -243,7 +272,7 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 	}
 	c := api.NewMeteringClient(cc)
 	req := eventToProto(&ev)
-	octx := metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	octx := forwardContext(ctx)
 	if ev.Kind == fsmmeter.Start {
 		return c.Start(octx, req)
 	}

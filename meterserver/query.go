@@ -87,7 +87,7 @@ func (s *Service) remote(ctx context.Context, g int) (api.MeteringClient, contex
 	if err != nil {
 		return nil, nil, err
 	}
-	return api.NewMeteringClient(cc), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), nil
+	return api.NewMeteringClient(cc), forwardContext(ctx), nil
 }
 
 // readLocal says whether a read of group g is answered from this node's
@@ -241,7 +241,7 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	f := fsmmeter.Filter{Target: fsmmeter.Target{Org: q.Get("organization_id"), Space: q.Get("space_id"), Consumer: q.Get("consumer_id"),
 		Resource: q.Get("resource_id"), Plan: q.Get("plan_id"), Instance: q.Get("resource_instance_id")}, From: from, To: to, Limit: limit}
-	recs, err := s.queryUsage(r.Context(), -1, f)
+	recs, err := s.queryUsage(callerContext(r), -1, f)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
 		return
