@@ -73,9 +73,16 @@ func (s *Service) Stop() {
 	})
 }
 
+// Mux is where Mount registers routes (an *http.ServeMux, or a wrapper
+// that records them).
+type Mux interface {
+	Handle(pattern string, h http.Handler)
+	HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request))
+}
+
 // Mount adds the REST endpoints to mux; admin wraps endpoints that change
 // the clock (the node's admin rule).
-func (s *Service) Mount(mux *http.ServeMux, admin func(http.Handler) http.Handler) {
+func (s *Service) Mount(mux Mux, admin func(http.Handler) http.Handler) {
 	mux.HandleFunc("POST /v1/events/start", s.handleEvent(fsmmeter.Start))
 	mux.HandleFunc("POST /v1/events/stop", s.handleEvent(fsmmeter.Stop))
 	mux.HandleFunc("POST /v1/events", s.handleBatch)

@@ -38,6 +38,9 @@ func (s *Server) startGRPC() error {
 	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
 	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
 	s.admin = newAdminService(s)
+	if s.creds != nil {
+		s.admin.token = s.cfg.AdminToken // peer calls authenticate as the node (peers.go)
+	}
 	api.RegisterAdminServer(s.grpc, s.admin)
 	api.RegisterSharesServer(s.grpc, &sharesService{st: s.shares})
 	s.startRateLimit() // registers before Serve

@@ -35,7 +35,7 @@ func (s *Server) startHTTP() error {
 		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.httpLis = lis
-	mux := http.NewServeMux()
+	mux := &routeMux{ServeMux: http.NewServeMux()}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -65,7 +65,8 @@ func (s *Server) startHTTP() error {
 	}
 	b := s.cfg.Bounds
 	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
-	s.http = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
+	s.httpRoutes = mux.patterns
+	s.http = &http.Server{Handler: s.guardHTTP(mux.ServeMux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
 		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
 		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
@@ -340,6 +341,59 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// routeMux records the patterns it serves: the access-rule test checks
+// that each has a rule.
+type routeMux struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routeMux) Handle(p string, h http.Handler) {
+	m.patterns = append(m.patterns, p)
+	m.ServeMux.Handle(p, h)
+}
+
+func (m *routeMux) HandleFunc(p string, h func(http.ResponseWriter, *http.Request)) {
+	m.patterns = append(m.patterns, p)
+	m.ServeMux.HandleFunc(p, h)
+}
+
+// guardHTTP applies the rule table (rules.go) to every request when
+// credentials are configured: 401 without a known credential, 403 without
+// the route's scope or tenant. A route without a rule is refused; requests
+// no route matches get the mux's 404/405.
+func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
+	if s.creds == nil {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rule, ok := httpRules[pattern]
+		if !ok {
+			writeJSONError(w, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
+			return
+		}
+		var tenants []string
+		if rule.scope != "" && rule.httpTenants != nil {
+			tenants = rule.httpTenants(r)
+		}
+		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), tenants); v {
+		case unauthorized:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+			writeJSONError(w, http.StatusUnauthorized, why)
+			return
+		case forbidden:
+			writeJSONError(w, http.StatusForbidden, why)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
 // token, the request must carry "Authorization: Bearer <token>"; without one,
 // only loopback peers are served.
@@ -363,7 +417,7 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		remote = net.ParseIP(host)
 	}
-	switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
+	switch s.adminVerdictFor(remote, r.Header.Values("Authorization")) {
 	case adminNotLoopback:
 		return http.StatusForbidden, "admin endpoint (debug, metering clock): no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token-file"
 	case adminBadToken:

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"fmt"
-	"net/http"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
@@ -99,7 +98,7 @@ func (s *Server) registerMetering(gs *grpc.Server) {
 	}
 }
 
-func (s *Server) mountMetering(mux *http.ServeMux) {
+func (s *Server) mountMetering(mux meterserver.Mux) {
 	if s.meter != nil {
 		s.meter.Mount(mux, s.requireAdmin)
 	}

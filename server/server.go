@@ -95,6 +95,13 @@ type Config struct {
 	EnableDebugEndpoints bool
 	// Bounds are per-connection and per-client resource limits (bounds.go).
 	Bounds Bounds
+	// CredentialsFile holds scoped credentials (hashed tokens, credentials.go),
+	// reloaded when it changes. When set, every endpoint follows the rule
+	// table of rules.go: no endpoint that writes or reveals tenant data
+	// answers without a credential of its scope. The admin token stays an
+	// admin credential. Empty: only the admin API is protected (the admin
+	// token, or loopback without one).
+	CredentialsFile string
 	// MaxClusterVersion is the highest cluster version this node applies and
 	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
@@ -195,6 +202,9 @@ func (c *Config) Validate() error {
 	if err := c.Bounds.setDefaults(); err != nil {
 		return err
 	}
+	if c.CredentialsFile != "" && c.AdminToken == "" {
+		return errors.New("config: a credentials file needs an admin token too: nodes authenticate their own calls to each other with it (--admin-token-file)")
+	}
 	if err := c.TLS.validate(); err != nil {
 		return err
 	}
@@ -230,17 +240,19 @@ type Server struct {
 	limits  *limitsSource
 	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
 
-	host     *raftnode.Host
-	members  *membership.Membership // nil when gossip is disabled
-	view     clusterView
-	streams  *streamLimiter // watch-stream bounds (bounds.go)
-	httpCap  *connCap       // HTTP connection cap (bounds.go)
-	admin    *adminService
-	fsms     []*fsm.FSM
-	trackers []*groupTracker
-	vers     versionState
-	rates    *rateowner.Service // global rate limits (ratelimit.go)
-	sampling *samplingCtl       // backlog controller (sampling.go)
+	host       *raftnode.Host
+	members    *membership.Membership // nil when gossip is disabled
+	view       clusterView
+	streams    *streamLimiter // watch-stream bounds (bounds.go)
+	httpCap    *connCap       // HTTP connection cap (bounds.go)
+	creds      *credStore     // nil without a credentials file (credentials.go)
+	httpRoutes []string       // patterns served on HTTP (http.go)
+	admin      *adminService
+	fsms       []*fsm.FSM
+	trackers   []*groupTracker
+	vers       versionState
+	rates      *rateowner.Service // global rate limits (ratelimit.go)
+	sampling   *samplingCtl       // backlog controller (sampling.go)
 
 	summaries *summaries.Hub // near-limit summary stream (summaries.go)
 	sketches  *sketchhub.Hub // sketches.go
@@ -321,6 +333,14 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.limits = ls
+	if cfg.CredentialsFile != "" {
+		if s.creds, err = newCredStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
+			return fail(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-s.closing; cancel() }()
+		go s.creds.watch(ctx, 2*time.Second)
+	}
 	if err := s.setupRuntimeConfig(); err != nil {
 		return fail(err)
 	}
