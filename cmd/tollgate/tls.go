@@ -120,6 +120,9 @@ func or(a, b string) string {
 type clientTLSOpts struct {
 	ca, cert, key, serverName string
 	on                        bool
+	// token is the bearer token of tracking commands (track, bench) on
+	// clusters with scoped credentials: it needs the track scope.
+	token string
 }
 
 func (o *clientTLSOpts) register(f *pflag.FlagSet) {
@@ -128,6 +131,7 @@ func (o *clientTLSOpts) register(f *pflag.FlagSet) {
 	f.StringVar(&o.key, "key", os.Getenv("TOLLGATE_KEY"), "private key of --cert (env TOLLGATE_KEY)")
 	f.StringVar(&o.serverName, "tls-server-name", os.Getenv("TOLLGATE_TLS_SERVER_NAME"), "name to verify in the nodes' certificates (default: the host dialled) (env TOLLGATE_TLS_SERVER_NAME)")
 	f.BoolVar(&o.on, "tls", envBool("TOLLGATE_TLS"), "use TLS with the system's CA roots (implied by --cacert/--cert) (env TOLLGATE_TLS)")
+	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with scoped credentials; tracking needs the track scope (env TOLLGATE_TOKEN)")
 }
 
 func envBool(name string) bool {

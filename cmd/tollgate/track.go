@@ -52,7 +52,7 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration, tls
 	if err := anyReachable(ctx, list); err != nil {
 		return nil, err
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc})
+	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.token})
 	if err != nil {
 		return nil, err
 	}
