@@ -205,6 +205,10 @@ func httpCode(err error) int {
 		return http.StatusBadRequest
 	case codes.DeadlineExceeded, codes.Canceled:
 		return http.StatusGatewayTimeout
+	case codes.Unauthenticated: // the group leader refused the forwarded caller
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
 	}
 	return http.StatusServiceUnavailable
 }

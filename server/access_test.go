@@ -290,3 +290,97 @@ func callGRPC(t *testing.T, cc *grpc.ClientConn, method string, req proto.Messag
 	}
 	return code
 }
+
+// TestAccessOnFollowerAndReload: on a three-node cluster with credentials,
+// metering events posted to every node (followers forward to the group
+// leader, which applies the rule again) succeed with a credential limited
+// to the event's tenant and are refused for another tenant's; then the
+// credentials file is rewritten without that credential and, without a
+// restart, every node refuses it.
+func TestAccessOnFollowerAndReload(t *testing.T) {
+	creds := writeCredentials(t)
+	tc := startCluster(t, 3, func(_ int, c *Config) {
+		c.AdminToken, c.CredentialsFile, c.HTTPAddr = accessAdminToken, creds, "127.0.0.1:0"
+	})
+	now := time.Now().UnixMilli()
+	post := func(s *Server, tok, org, id string) (int, string) {
+		body := fmt.Sprintf(`{"id":%q,"timestamp":%d,"organization_id":%q,"space_id":"s","consumer_id":"c","resource_id":"r","plan_id":"p","resource_instance_id":%q,"measured_usage":[{"measure":"m","quantity":1}]}`,
+			id, now, org, id)
+		for {
+			req, _ := http.NewRequest("POST", "http://"+s.HTTPAddr()+"/v1/events/start", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return resp.StatusCode, string(b)
+			}
+			time.Sleep(50 * time.Millisecond) // no leader yet
+		}
+	}
+	for i, s := range tc.nodes {
+		// Enough ids that some land in groups this node does not lead.
+		for j := range 8 {
+			id := fmt.Sprintf("ev-%d-%d", i, j)
+			if code, body := post(s, "tok-meter-a", "a", id); code != http.StatusCreated {
+				t.Fatalf("%s: event for tenant a with meter-a: %d %s", s.NodeID(), code, body)
+			}
+			if code, body := post(s, "tok-meter-a", "b", id+"-b"); code != http.StatusForbidden {
+				t.Fatalf("%s: event for tenant b with meter-a: %d %s", s.NodeID(), code, body)
+			}
+		}
+	}
+	// Without meter-a the file reloads on every node.
+	data, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(l, "meter-a ") {
+			keep = append(keep, l)
+		}
+	}
+	if err := os.WriteFile(creds, []byte(strings.Join(keep, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tc.nodes {
+		waitFor(t, s.NodeID()+" refuses the removed credential", func() bool {
+			code, _ := post(s, "tok-meter-a", "a", "after-reload")
+			return code == http.StatusUnauthorized
+		})
+	}
+	// A broken file keeps the credentials in force.
+	if err := os.WriteFile(creds, []byte("broken line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // two reload periods
+	if code, body := post(tc.nodes[0], "tok-meter-all", "z", "kept"); code != http.StatusCreated {
+		t.Fatalf("after a broken reload, meter-all: %d %s", code, body)
+	}
+}
+
+func TestParseCredentials(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	for _, c := range []struct{ file, err string }{
+		{"a sha256:" + h + " track\n", ""},
+		{"# comment\n\na sha256:" + h + " track,read t1,t2\n", ""},
+		{"a " + h + " track\n", "sha256:"},
+		{"a sha256:abc track\n", "sha256:"},
+		{"a sha256:" + h + " write\n", `scope "write"`},
+		{"a sha256:" + h + " admin t1\n", "admin credential"},
+		{"a sha256:" + h + " track\nb sha256:" + h + " read\n", "same token"},
+		{"a sha256:" + h + " track\na sha256:" + strings.Repeat("cd", 32) + " read\n", "given twice"},
+		{"a sha256:" + h + " track bad/tenant\n", "tenant"},
+		{"a sha256:" + h + "\n", "line 1"},
+	} {
+		_, err := parseCredentials([]byte(c.file))
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.err)
+		}
+	}
+}
