@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/types/dynamicpb"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
 // Tokens of the access test: name → token. Limited credentials act on
@@ -169,9 +170,28 @@ func expectRefused(state string, r rule, names bool) string {
 // right one, gets the answer its rule documents. A method or route the node
 // serves without a row here (or without a rule) fails the test.
 func TestAccessRules(t *testing.T) {
+	t.Run("plaintext", func(t *testing.T) { testAccessRules(t, false) })
+	// TLS with client certificates on gRPC and none on HTTP (browsers and
+	// scrapers): a certificate says which machine connects, the credential
+	// what it may do, so the answers are the same.
+	t.Run("TLS", func(t *testing.T) { testAccessRules(t, true) })
+}
+
+func testAccessRules(t *testing.T, withTLS bool) {
 	creds := writeCredentials(t)
+	var pki tlsutil.DevFiles
+	if withTLS {
+		pki = testPKI(t)
+	}
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
 		c.AdminToken, c.CredentialsFile, c.EnableDebugEndpoints = accessAdminToken, creds, true
+		if withTLS {
+			c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
+			var err error
+			if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 	defer stop(t, s)
 
@@ -196,6 +216,13 @@ func TestAccessRules(t *testing.T) {
 	}
 
 	cc := dial(t, s.GRPCAddr())
+	client := &http.Client{Timeout: 30 * time.Second}
+	scheme := "http://"
+	if withTLS {
+		cc = tlsDial(t, s.GRPCAddr(), clientTLS(t, pki.Client, pki.ClientKey, pki.CA))
+		client.Transport = &http.Transport{TLSClientConfig: clientTLS(t, "", "", pki.CA)}
+		scheme = "https://"
+	}
 	states := []string{"none", "wrong", "wrong scope", "other tenant", "right"}
 	for method, req := range grpcAccessRows {
 		r := grpcRules[method]
@@ -219,7 +246,6 @@ func TestAccessRules(t *testing.T) {
 			}
 		}
 	}
-	client := &http.Client{Timeout: 30 * time.Second}
 	for pattern, row := range httpAccessRows {
 		r := httpRules[pattern]
 		names := strings.Contains(row[1], "a&") || strings.HasSuffix(row[1], "=a") || strings.HasSuffix(row[1], "/a") || strings.Contains(row[2], `"a"`)
@@ -228,7 +254,7 @@ func TestAccessRules(t *testing.T) {
 			if !ok {
 				continue
 			}
-			req, _ := http.NewRequest(row[0], "http://"+s.HTTPAddr()+row[1], strings.NewReader(row[2]))
+			req, _ := http.NewRequest(row[0], scheme+s.HTTPAddr()+row[1], strings.NewReader(row[2]))
 			if row[2] != "" {
 				req.Header.Set("Content-Type", "application/json")
 			}
