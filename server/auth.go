@@ -120,7 +120,7 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 // credentials file, any admin credential; otherwise checkAdmin.
 func (s *Server) adminVerdictFor(remote net.IP, authorization []string) adminVerdict {
 	if s.creds != nil {
-		if c, _ := s.creds.lookup(authorization); c != nil && c.has(ScopeAdmin) {
+		if c := s.creds.lookup(authorization); c != nil && c.has(ScopeAdmin) {
 			return adminAllowed
 		}
 		if s.cfg.AdminToken == "" {

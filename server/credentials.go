@@ -163,25 +163,24 @@ func (cs *credStore) watch(ctx context.Context, period time.Duration) {
 var adminCredential = &credential{name: "admin-token", scopes: map[Scope]bool{ScopeAdmin: true}}
 
 // lookup returns the credential of the bearer tokens in authorization
-// values, nil when none is known, and whether any token was presented.
-func (cs *credStore) lookup(authorization []string) (c *credential, presented bool) {
+// values; nil when none is known.
+func (cs *credStore) lookup(authorization []string) *credential {
 	set := cs.set.Load()
 	for _, v := range authorization {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
 		if !ok {
 			continue
 		}
-		presented = true
 		if cs.adminToken != "" && checkAdmin(nil, []string{v}, cs.adminToken) == adminAllowed {
-			return adminCredential, true
+			return adminCredential
 		}
 		// A lookup by the token's hash: timing reveals nothing about a
 		// token's bytes, only (at best) about its hash.
 		if c := (*set)[sha256.Sum256([]byte(tok))]; c != nil {
-			return c, true
+			return c
 		}
 	}
-	return nil, presented || len(authorization) > 0
+	return nil
 }
 
 // verdict is the outcome of the credential rule for one call.
@@ -200,7 +199,7 @@ func (cs *credStore) check(r rule, authorization []string, tenants []string) (ve
 	if r.scope == "" {
 		return allowed, ""
 	}
-	c, _ := cs.lookup(authorization)
+	c := cs.lookup(authorization)
 	if c == nil {
 		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token)", r.name, r.scope)
 	}
