@@ -115,7 +115,7 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 	return ctx, nil
 }
 
-// adminAllowedFor is the admin rule for checks inside handlers (HTTP debug
+// adminVerdictFor is the admin rule for checks inside handlers (HTTP debug
 // and clock endpoints, backlog reports, the Shares service): with a
 // credentials file, any admin credential; otherwise checkAdmin.
 func (s *Server) adminVerdictFor(remote net.IP, authorization []string) adminVerdict {
