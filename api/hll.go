@@ -92,8 +92,19 @@ func HLLEstimate(h *HLLHistogram, p uint8) float64 {
 		z = 0.5 * (z + float64(h[k]))
 	}
 	z += m * hllSigma(float64(h[0])/m)
-	return m * m / (2 * math.Ln2 * z)
+	if z == 0 {
+		// Every register at its maximum: no finite estimate exists (the
+		// formula divides by zero). Validated pushes never hold such a
+		// register, but merges of several may; say "the whole hash space".
+		return HLLMaxEstimate
+	}
+	return min(m*m/(2*math.Ln2*z), HLLMaxEstimate)
 }
+
+// HLLMaxEstimate bounds every estimate: no more than 2^64 distinct 64-bit
+// hashes exist, and an estimate must stay a finite number (it is served as
+// JSON, which has no infinity).
+const HLLMaxEstimate = 1 << 64
 
 // hllSigma is σ(x) = x + Σ_{k≥1} x^(2^k)·2^(k−1), summed until it stops changing.
 func hllSigma(x float64) float64 {
@@ -154,6 +165,9 @@ func ValidateSketchRegisters(s *Sketch, p uint8) error {
 			if v > maxV {
 				return fmt.Errorf("%w: register %d = %d, at most %d at precision %d", ErrInvalidSketch, i, v, maxV, p)
 			}
+			if v == maxV {
+				return saturated(i, v, p)
+			}
 		}
 	default:
 		next := uint32(0)
@@ -166,11 +180,22 @@ func ValidateSketchRegisters(s *Sketch, p uint8) error {
 				return fmt.Errorf("%w: sparse entry %d: register %d not after the previous entry (indexes must increase strictly)", ErrInvalidSketch, i, idx)
 			case v == 0 || v > maxV:
 				return fmt.Errorf("%w: sparse entry %d: register %d = %d, must be in [1, %d] at precision %d", ErrInvalidSketch, i, idx, v, maxV, p)
+			case v == maxV:
+				return saturated(int(idx), v, p)
 			}
 			next = idx + 1
 		}
 	}
 	return nil
+}
+
+// saturated refuses a register at its maximum 65−p. A hashed series sets it
+// only when the 64−p low bits of its hash are all zero (odds 2^−(64−p) per
+// series: never, in practice), while a sketch with every register there
+// has no finite estimate; such registers come from a broken or hostile
+// client, not from hashing.
+func saturated(idx int, v, p uint8) error {
+	return fmt.Errorf("%w: register %d = %d is saturated (the maximum at precision %d); registers built by hashing series never reach it", ErrInvalidSketch, idx, v, p)
 }
 
 // ForEachSketchRegister calls fn for every non-zero register of a sketch that

@@ -92,7 +92,10 @@ func TestValidateSketchRegisters(t *testing.T) {
 	}{
 		{"empty", &Sketch{}, true},
 		{"dense", &Sketch{Dense: dense}, true},
-		{"sparse", &Sketch{Sparse: []uint32{HLLSparseEntry(0, 1), HLLSparseEntry(2047, 54)}}, true},
+		{"sparse", &Sketch{Sparse: []uint32{HLLSparseEntry(0, 1), HLLSparseEntry(2047, 53)}}, true},
+		// 54 = 65−p: a register hashing never sets (see saturated).
+		{"sparse saturated", &Sketch{Sparse: []uint32{HLLSparseEntry(0, 1), HLLSparseEntry(2047, 54)}}, false},
+		{"dense saturated", &Sketch{Dense: append(append([]byte{}, dense[:2047]...), 54)}, false},
 		{"truncated dense", &Sketch{Dense: dense[:2047]}, false},
 		{"long dense", &Sketch{Dense: append(dense, 0)}, false},
 		{"dense value too large", &Sketch{Dense: append(append([]byte{}, dense[:2047]...), 55)}, false},
@@ -153,4 +156,22 @@ func FuzzSketchDecoder(f *testing.F) {
 			t.Fatalf("sparse round trip: %d entries in, %d out", len(s.Sparse), len(back))
 		}
 	})
+}
+
+// TestHLLEstimateFinite: a histogram with every register at its maximum (a
+// merge of pushes can build one) has no finite estimate; HLLEstimate
+// answers HLLMaxEstimate instead of +Inf, which JSON cannot carry.
+func TestHLLEstimateFinite(t *testing.T) {
+	for _, p := range []uint8{4, 11, 14, 18} {
+		m := uint32(1) << p
+		var h HLLHistogram
+		h[HLLMaxValue(p)] = m
+		if est := HLLEstimate(&h, p); math.IsInf(est, 0) || math.IsNaN(est) || est != HLLMaxEstimate {
+			t.Errorf("p=%d, all registers saturated: estimate %v, want %v", p, est, float64(HLLMaxEstimate))
+		}
+		h[HLLMaxValue(p)], h[HLLMaxValue(p)-1] = m-1, 1
+		if est := HLLEstimate(&h, p); math.IsInf(est, 0) || est > HLLMaxEstimate {
+			t.Errorf("p=%d, all but one saturated: estimate %v", p, est)
+		}
+	}
 }

@@ -84,6 +84,12 @@ type Config struct {
 	// set. Nil: plaintext, unless DialOptions carry transport credentials.
 	TLS *tls.Config
 
+	// Token is the bearer token sent with every call, for clusters with
+	// scoped credentials: it needs the track scope (tracking, the cluster
+	// and summary streams), limited to the tenants this client tracks if
+	// the operator chose so. Empty: no token.
+	Token string
+
 	// DialOptions are added to every connection (interceptors, keepalive…);
 	// transport credentials given here win over TLS.
 	DialOptions []grpc.DialOption

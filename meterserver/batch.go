@@ -3,12 +3,8 @@ package meterserver
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"mime"
 	"net/http"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc/codes"
@@ -17,6 +13,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // MaxBatchEvents bounds the events of one batch call (REST or gRPC).
@@ -137,7 +134,7 @@ func (s *Service) forwardBatch(ctx context.Context, g int, forwarded bool, evs [
 	for k, i := range idx {
 		req.Events[k] = &api.MeterEventItem{Stop: evs[i].Kind == fsmmeter.Stop, Event: eventToProto(&evs[i])}
 	}
-	resp, err := api.NewMeteringClient(cc).Events(metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), req)
+	resp, err := api.NewMeteringClient(cc).Events(forwardContext(ctx), req)
 	if err == nil && len(resp.Results) != len(idx) {
 		err = status.Errorf(codes.Internal, "group %d: leader %s answered %d results for %d events", g, id, len(resp.Results), len(idx))
 	}
@@ -213,28 +210,21 @@ type BatchResultDoc struct {
 // The answer is 200 with one result per event, in order, unless the body as
 // a whole is unusable (415, 413, 400).
 func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		writeError(w, http.StatusUnsupportedMediaType, fmt.Sprintf("Content-Type %q: the body must be JSON (application/json)", r.Header.Get("Content-Type")))
+	if e := httpjson.RequireJSON(r); e != nil {
+		httpjson.WriteErr(w, e)
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBatchBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body exceeds %d bytes", mbe.Limit))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "read body: "+err.Error())
+	body, e := httpjson.ReadBody(w, r, maxBatchBody) // refuses invalid UTF-8 before decoding
+	if e != nil {
+		httpjson.WriteErr(w, e)
 		return
 	}
 	var req struct {
 		Events []json.RawMessage `json:"events"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, `body: expected {"events": [...]}: `+err.Error())
+	if e := httpjson.DecodeObject(body, &req); e != nil {
+		e.Msg += ` (want {"events": [...]})`
+		httpjson.WriteErr(w, e)
 		return
 	}
 	if len(req.Events) > MaxBatchEvents {
@@ -267,7 +257,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		evs = append(evs, ev)
 		pos = append(pos, i)
 	}
-	for k, o := range s.SubmitBatch(r.Context(), evs) {
+	for k, o := range s.SubmitBatch(callerContext(r), evs) {
 		code := httpCode(o.err)
 		s.metrics.events.WithLabelValues(kindLabel(evs[k].Kind), itoa(code)).Inc()
 		if o.err != nil {
@@ -280,5 +270,5 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		results[pos[k]] = d
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"results": results})
+	s.writeJSON(w, http.StatusOK, map[string]any{"results": results})
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // Bill is GET /v1/usage/bill: the 95th percentile of a tenant's per-minute
@@ -138,9 +139,15 @@ func samplesFromProto(ss []*api.SeriesSample) []fsmmeter.Sample {
 
 func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
+	if e := httpjson.CheckQuery(q); e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
 	tenant := q.Get("tenant")
-	if tenant == "" || len(tenant) > fsmmeter.MaxIDLen {
-		writeError(w, http.StatusBadRequest, "query: tenant is required (at most 256 bytes)")
+	// The tenant rule of every other endpoint (api.ValidateTenantID): a bill
+	// for a name no tenant can have is a typo, not an empty bill.
+	if err := api.ValidateTenantID(tenant); err != nil {
+		httpjson.WriteErr(w, httpjson.Bad("tenant", "%v", err))
 		return
 	}
 	from, err1 := parseTime(q.Get("from"))
@@ -149,12 +156,12 @@ func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("query: from and to (Unix ms or RFC 3339) are required with from < to (%v %v)", err1, err2))
 		return
 	}
-	b, err := s.Bill(r.Context(), tenant, from, to)
+	b, err := s.Bill(callerContext(r), tenant, from, to)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
 		return
 	}
-	writeJSON(w, http.StatusOK, b)
+	s.writeJSON(w, http.StatusOK, b)
 }
 
 const (

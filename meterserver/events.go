@@ -5,11 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"mime"
 	"net/http"
-	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -21,6 +18,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // EventDoc is the JSON document of POST /v1/events/start|stop (seed §3).
@@ -100,6 +98,9 @@ func validateEvent(kind fsmmeter.Kind, ev *fsmmeter.Event, hasTimestamp bool) er
 			if math.IsNaN(m.Quantity) || math.IsInf(m.Quantity, 0) {
 				return &schemaError{fmt.Sprintf("measured_usage[%d].quantity", i), "must be a finite number"}
 			}
+			if m.Quantity < 0 {
+				return &schemaError{fmt.Sprintf("measured_usage[%d].quantity", i), fmt.Sprintf("%v is negative; a measured quantity is 0 or more", m.Quantity)}
+			}
 		}
 	case fsmmeter.Stop:
 		if len(ev.Measures) > 0 {
@@ -110,48 +111,38 @@ func validateEvent(kind fsmmeter.Kind, ev *fsmmeter.Event, hasTimestamp bool) er
 }
 
 // decodeDoc reads the request body: 415 unless JSON, 413 when too large, 400
-// naming the field for schema errors.
+// naming the field for schema errors (and for bytes that are not UTF-8).
 func (s *Service) decodeDoc(w http.ResponseWriter, r *http.Request, kind fsmmeter.Kind) (fsmmeter.Event, int, error) {
-	var ev fsmmeter.Event
-	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
-	if err != nil || (mt != "application/json" && !strings.HasSuffix(mt, "+json")) {
-		return ev, http.StatusUnsupportedMediaType, fmt.Errorf("Content-Type %q: the body must be JSON (application/json)", r.Header.Get("Content-Type"))
+	if e := httpjson.RequireJSON(r); e != nil {
+		return fsmmeter.Event{}, e.Status, e
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBody))
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return ev, http.StatusRequestEntityTooLarge, fmt.Errorf("body exceeds %d bytes", mbe.Limit)
-		}
-		return ev, http.StatusBadRequest, fmt.Errorf("read body: %w", err)
+	body, e := httpjson.ReadBody(w, r, s.cfg.MaxBody)
+	if e != nil {
+		return fsmmeter.Event{}, e.Status, e
 	}
 	return decodeEventJSON(body, kind, false)
 }
 
 // decodeEventJSON decodes and checks one event document; inBatch allows the
-// batch item's "kind" field.
+// batch item's "kind" field. Invalid UTF-8 is refused before decoding:
+// encoding/json would turn every bad byte into U+FFFD, so "inst-\xff" and
+// "inst-\xfe" would become one resource.
 func decodeEventJSON(body []byte, kind fsmmeter.Kind, inBatch bool) (fsmmeter.Event, int, error) {
 	var ev fsmmeter.Event
+	if e := httpjson.CheckUTF8(body); e != nil {
+		return ev, e.Status, e
+	}
 	if !json.Valid(body) {
 		return ev, http.StatusUnsupportedMediaType, errors.New("the body is not JSON")
 	}
 	var item BatchItemDoc
 	doc := &item.EventDoc
-	dec := json.NewDecoder(strings.NewReader(string(body)))
-	dec.DisallowUnknownFields()
 	var target any = doc
 	if inBatch {
 		target = &item
 	}
-	if err := dec.Decode(target); err != nil {
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &te):
-			return ev, http.StatusBadRequest, &schemaError{te.Field, fmt.Sprintf("expected %s, got JSON %s", te.Type, te.Value)}
-		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return ev, http.StatusBadRequest, &schemaError{strings.TrimPrefix(err.Error(), "json: unknown field "), "unknown field"}
-		}
-		return ev, http.StatusBadRequest, fmt.Errorf("schema: %v", err)
+	if e := httpjson.DecodeObject(body, target); e != nil {
+		return ev, e.Status, e
 	}
 	ev = fsmmeter.Event{Kind: kind, ID: doc.ID, Target: fsmmeter.Target{Org: doc.OrganizationID, Space: doc.SpaceID, Consumer: doc.ConsumerID,
 		Resource: doc.ResourceID, Plan: doc.PlanID, Instance: doc.ResourceInstanceID}}
@@ -178,7 +169,7 @@ func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 			writeError(w, code, err.Error())
 			return
 		}
-		resp, err := s.Submit(r.Context(), ev)
+		resp, err := s.Submit(callerContext(r), ev)
 		code = httpCode(err)
 		s.metrics.events.WithLabelValues(kindLabel(kind), fmt.Sprint(code)).Inc()
 		if err != nil {
@@ -189,7 +180,7 @@ func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 		if resp.Duplicate {
 			out["status"] = "duplicate"
 		}
-		writeJSON(w, http.StatusCreated, out)
+		s.writeJSON(w, http.StatusCreated, out)
 	}
 }
 
@@ -214,25 +205,54 @@ func httpCode(err error) int {
 		return http.StatusBadRequest
 	case codes.DeadlineExceeded, codes.Canceled:
 		return http.StatusGatewayTimeout
+	case codes.Unauthenticated: // the group leader refused the forwarded caller
+		return http.StatusUnauthorized
+	case codes.PermissionDenied:
+		return http.StatusForbidden
 	}
 	return http.StatusServiceUnavailable
 }
 
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// writeJSON encodes v before answering: an answer that cannot be encoded
+// is a logged 500, never a 200 with an empty body.
+func (s *Service) writeJSON(w http.ResponseWriter, code int, v any) {
+	httpjson.Write(w, s.cfg.Logger, code, v)
 }
 
-func writeError(w http.ResponseWriter, code int, msg string) {
-	writeJSON(w, code, map[string]string{"error": msg})
-}
+func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteError(w, code, msg) }
 
 // forwardedKey marks an event one node forwarded to the group leader, so it
 // is forwarded at most once.
 const forwardedKey = "x-tollgate-forwarded"
+
+// httpCallerKey carries a REST caller's Authorization header values in its
+// request context (callerContext), so a call forwarded to another node
+// carries them as a gRPC caller's metadata would be.
+type httpCallerKey struct{}
+
+// callerContext is r's context with the caller's credentials attached.
+func callerContext(r *http.Request) context.Context {
+	if auth := r.Header.Values("Authorization"); len(auth) > 0 {
+		return context.WithValue(r.Context(), httpCallerKey{}, auth)
+	}
+	return r.Context()
+}
+
+// forwardContext is the outgoing context of a call this node makes on its
+// caller's behalf to another node: marked as forwarded (so it is forwarded
+// at most once) and carrying the caller's credentials (gRPC
+// "authorization" metadata, or a REST caller's Authorization header), so
+// the node that answers applies the caller's rights, not this node's.
+func forwardContext(ctx context.Context) context.Context {
+	out := metadata.Pairs(forwardedKey, "1")
+	md, _ := metadata.FromIncomingContext(ctx)
+	if auth := md.Get("authorization"); len(auth) > 0 {
+		out.Set("authorization", auth...)
+	} else if auth, ok := ctx.Value(httpCallerKey{}).([]string); ok {
+		out.Set("authorization", auth...)
+	}
+	return metadata.NewOutgoingContext(ctx, out)
+}
 
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
@@ -256,7 +276,7 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 	}
 	c := api.NewMeteringClient(cc)
 	req := eventToProto(&ev)
-	octx := metadata.AppendToOutgoingContext(ctx, forwardedKey, "1")
+	octx := forwardContext(ctx)
 	if ev.Kind == fsmmeter.Start {
 		return c.Start(octx, req)
 	}

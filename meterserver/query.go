@@ -2,7 +2,6 @@ package meterserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // defaultQueryLimit bounds a ledger query's answer.
@@ -68,7 +68,7 @@ func (s *Service) Status() Status {
 }
 
 func (s *Service) handleStatus(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.Status())
+	s.writeJSON(w, http.StatusOK, s.Status())
 }
 
 func forwarded(ctx context.Context) bool {
@@ -87,7 +87,7 @@ func (s *Service) remote(ctx context.Context, g int) (api.MeteringClient, contex
 	if err != nil {
 		return nil, nil, err
 	}
-	return api.NewMeteringClient(cc), metadata.AppendToOutgoingContext(ctx, forwardedKey, "1"), nil
+	return api.NewMeteringClient(cc), forwardContext(ctx), nil
 }
 
 // readLocal says whether a read of group g is answered from this node's
@@ -204,21 +204,44 @@ func parseTime(v string) (int64, error) {
 
 func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	from, err1 := parseTime(q.Get("from"))
-	to, err2 := parseTime(q.Get("to"))
-	limit, err3 := 0, error(nil)
-	if v := q.Get("limit"); v != "" {
-		limit, err3 = strconv.Atoi(v)
+	if e := httpjson.CheckQuery(q); e != nil {
+		httpjson.WriteErr(w, e)
+		return
 	}
-	for _, err := range []error{err1, err2, err3} {
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "query: "+err.Error())
+	from, err := parseTime(q.Get("from"))
+	if err != nil {
+		httpjson.WriteErr(w, httpjson.Bad("from", "%v", err))
+		return
+	}
+	to, err := parseTime(q.Get("to"))
+	if err != nil {
+		httpjson.WriteErr(w, httpjson.Bad("to", "%v", err))
+		return
+	}
+	if from < 0 || to < 0 {
+		httpjson.WriteErr(w, httpjson.Bad("from", "times before 1970 (from %d, to %d) hold no usage", from, to))
+		return
+	}
+	if q.Get("to") != "" && to < from {
+		httpjson.WriteErr(w, httpjson.Bad("to", "%d is before from (%d)", to, from))
+		return
+	}
+	limit := 0
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			httpjson.WriteErr(w, httpjson.Bad("limit", "%q is not an integer", v))
+			return
+		case n < 0:
+			httpjson.WriteErr(w, httpjson.Bad("limit", "%d is negative; give 1 to %d, or leave it out for %d", n, defaultQueryLimit, defaultQueryLimit))
 			return
 		}
+		limit = n
 	}
 	f := fsmmeter.Filter{Target: fsmmeter.Target{Org: q.Get("organization_id"), Space: q.Get("space_id"), Consumer: q.Get("consumer_id"),
 		Resource: q.Get("resource_id"), Plan: q.Get("plan_id"), Instance: q.Get("resource_instance_id")}, From: from, To: to, Limit: limit}
-	recs, err := s.queryUsage(r.Context(), -1, f)
+	recs, err := s.queryUsage(callerContext(r), -1, f)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
 		return
@@ -229,7 +252,7 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 	for _, p := range recs {
 		out.Records = append(out.Records, recordFromProto(p))
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // seriesSamples reads a tenant's samples of group g with minute in [from,
@@ -287,7 +310,7 @@ func (s *Service) handleDeadLetters(w http.ResponseWriter, r *http.Request) {
 			out.DeadLetters = append(out.DeadLetters, dl{recordDoc(g, d.Record), d.Code, d.Reason, d.At})
 		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	s.writeJSON(w, http.StatusOK, out)
 }
 
 // ClockRequest is POST /v1/metering/clock (test clock only).
@@ -336,8 +359,13 @@ func (s *Service) SetClock(set *int64, advanceMs int64) (ClockResponse, error) {
 // mean the latter), a negative advance 400.
 func (s *Service) handleClock(w http.ResponseWriter, r *http.Request) {
 	var req ClockRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "clock: "+err.Error())
+	body, e := httpjson.ReadBody(w, r, 4096)
+	if e == nil {
+		e = httpjson.DecodeObject(body, &req)
+	}
+	if e != nil {
+		e.Msg = "clock: " + e.Msg
+		httpjson.WriteErr(w, e)
 		return
 	}
 	resp, err := s.SetClock(req.SetMs, req.AdvanceMs)
@@ -347,6 +375,6 @@ func (s *Service) handleClock(w http.ResponseWriter, r *http.Request) {
 	case err != nil:
 		writeError(w, http.StatusBadRequest, err.Error())
 	default:
-		writeJSON(w, http.StatusOK, resp)
+		s.writeJSON(w, http.StatusOK, resp)
 	}
 }

@@ -124,6 +124,9 @@ func (g *grpcService) event(ctx context.Context, kind fsmmeter.Kind, req *api.Me
 }
 
 func (g *grpcService) QueryUsage(ctx context.Context, req *api.QueryUsageRequest) (*api.QueryUsageResponse, error) {
+	if req.From < 0 || req.To < 0 || (req.To != 0 && req.To < req.From) {
+		return nil, status.Errorf(codes.InvalidArgument, "from %d, to %d: want 0 ≤ from ≤ to (to 0: no upper bound)", req.From, req.To)
+	}
 	recs, err := g.s.queryUsage(ctx, int(req.Group), fsmmeter.Filter{Target: targetFromProto(req.Target), From: req.From, To: req.To, Limit: int(req.Limit)})
 	if err != nil {
 		return nil, err

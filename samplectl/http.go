@@ -1,13 +1,13 @@
 package samplectl
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"time"
+
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // BacklogPath is where the server mounts Handler.
@@ -66,19 +66,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 	}
 	var body BacklogRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, req.Body, maxBodyBytes))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&body); err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("backlog: body over %d bytes", maxBodyBytes))
-			return
-		}
-		writeError(w, http.StatusBadRequest, "backlog: malformed JSON: "+err.Error())
-		return
+	raw, e := httpjson.ReadBody(w, req, maxBodyBytes) // invalid UTF-8 is refused before decoding
+	if e == nil {
+		e = httpjson.DecodeObject(raw, &body)
 	}
-	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
-		writeError(w, http.StatusBadRequest, "backlog: one JSON object per request")
+	if e != nil {
+		if e.Status == http.StatusRequestEntityTooLarge {
+			e.Msg = fmt.Sprintf("body over %d bytes", maxBodyBytes)
+		}
+		writeError(w, e.Status, "backlog: "+e.Error())
 		return
 	}
 	switch {
@@ -106,12 +102,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		writeError(w, http.StatusBadRequest, "backlog: "+err.Error())
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(st)
+	httpjson.Write(w, nil, http.StatusOK, st)
 }
 
-func writeError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
-}
+func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteError(w, code, msg) }

@@ -85,21 +85,74 @@ func authorizeAdmin(ctx context.Context, method, token string) error {
 	return nil
 }
 
-// authorize checks the admin token (or, without one, that the peer is on loopback).
-func (s *Server) authorize(ctx context.Context, method string) error {
-	return authorizeAdmin(ctx, method, s.cfg.AdminToken)
+// authorize applies the node's rule to one gRPC call: with a credentials
+// file, the rule table (rules.go) for the method and the request's tenants
+// (req nil for streams); without one, the admin rule (the admin token, or
+// loopback peers without one) to admin methods only.
+func (s *Server) authorize(ctx context.Context, method string, req any) (context.Context, error) {
+	if s.creds == nil {
+		return ctx, authorizeAdmin(ctx, method, s.cfg.AdminToken)
+	}
+	r, ok := grpcRules[method]
+	if !ok {
+		return ctx, status.Errorf(codes.PermissionDenied, "%s: no access rule; refused while credentials are configured", method)
+	}
+	var tenants []string
+	if req != nil && r.grpcTenants != nil {
+		tenants = r.grpcTenants(req)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	v, why := s.creds.check(r, md.Get("authorization"), tenants)
+	switch v {
+	case unauthorized:
+		return ctx, status.Error(codes.Unauthenticated, why)
+	case forbidden:
+		return ctx, status.Error(codes.PermissionDenied, why)
+	}
+	if why != "" {
+		ctx = context.WithValue(ctx, identityKey{}, "credential "+why) // the per-client stream bound counts by credential
+	}
+	return ctx, nil
+}
+
+// adminVerdictFor is the admin rule for checks inside handlers (HTTP debug
+// and clock endpoints, backlog reports, the Shares service): with a
+// credentials file, any admin credential; otherwise checkAdmin.
+func (s *Server) adminVerdictFor(remote net.IP, authorization []string) adminVerdict {
+	if s.creds != nil {
+		if c := s.creds.lookup(authorization); c != nil && c.has(ScopeAdmin) {
+			return adminAllowed
+		}
+		if s.cfg.AdminToken == "" {
+			return adminBadToken
+		}
+	}
+	return checkAdmin(remote, authorization, s.cfg.AdminToken)
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if err := s.authorize(ctx, info.FullMethod); err != nil {
+	ctx, err := s.authorize(ctx, info.FullMethod, req)
+	if err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
 func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if err := s.authorize(ss.Context(), info.FullMethod); err != nil {
+	ctx, err := s.authorize(ss.Context(), info.FullMethod, nil)
+	if err != nil {
 		return err
+	}
+	if ctx != ss.Context() {
+		ss = &ctxStream{ServerStream: ss, ctx: ctx}
 	}
 	return h(srv, ss)
 }
+
+// ctxStream is a server stream with a derived context.
+type ctxStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (c *ctxStream) Context() context.Context { return c.ctx }

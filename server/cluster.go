@@ -28,8 +28,17 @@ const viewPoll = 100 * time.Millisecond
 // clusterView is the node's current picture of the cluster, published to
 // WatchCluster streams.
 type clusterView struct {
-	mu      sync.Mutex
-	view    *api.ClusterView
+	mu   sync.Mutex
+	view *api.ClusterView
+	// encoded is view marshalled once: every stream sends these bytes
+	// (sharedMsg), so a stream that never reads pins a reference, not a
+	// copy of a view that carries the whole runtime config.
+	encoded []byte
+	// bare is the last view given to set without its runtime config and
+	// version: what the next one is compared with. The config is compared
+	// by its version, never by content, so an idle node's poll does not
+	// grow with the number of tenants.
+	bare    *api.ClusterView
 	changed chan struct{} // closed and replaced when view changes
 }
 
@@ -39,18 +48,35 @@ func (c *clusterView) get() (*api.ClusterView, <-chan struct{}) {
 	return c.view, c.changed
 }
 
-// set stores v if it differs from the current view (ignoring the version).
-func (c *clusterView) set(v *api.ClusterView) bool {
+// getEncoded is get with the view's shared encoding.
+func (c *clusterView) getEncoded() (*api.ClusterView, []byte, <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.view != nil {
-		v.Version = c.view.Version
-		if proto.Equal(v, c.view) {
-			return false
-		}
+	return c.view, c.encoded, c.changed
+}
+
+// set stores v if it differs from the current view (ignoring the version;
+// the runtime config counts by its version). v is not used afterwards.
+func (c *clusterView) set(v *api.ClusterView) bool {
+	cfg := v.RuntimeConfig
+	v.RuntimeConfig, v.Version = nil, 0
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.bare != nil && proto.Equal(v, c.bare) {
+		return false
 	}
-	v.Version++
-	c.view = v
+	c.bare = v
+	pub := proto.Clone(v).(*api.ClusterView) // small without the config
+	pub.RuntimeConfig = cfg
+	if c.view != nil {
+		pub.Version = c.view.Version
+	}
+	pub.Version++
+	b, err := proto.Marshal(pub)
+	if err != nil {
+		b = nil // streams marshal it themselves
+	}
+	c.view, c.encoded = pub, b
 	close(c.changed)
 	c.changed = make(chan struct{})
 	return true

@@ -24,7 +24,8 @@ import (
 // so the codec cannot return the status itself: instead it accepts the message
 // (left empty), remembers the error for it, and the interceptors installed with
 // it answer InvalidArgument naming the field before the handler sees the
-// request. Every other decode error stays as grpc-go reports it.
+// request. Any other decode error (bytes that are not a message of the
+// method's type) is answered InvalidArgument the same way.
 type strictUTF8Codec struct {
 	base encoding.CodecV2
 
@@ -50,7 +51,19 @@ func (c *strictUTF8Codec) serverOptions() []grpc.ServerOption {
 
 func (c *strictUTF8Codec) Name() string { return c.base.Name() }
 
-func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) { return c.base.Marshal(v) }
+func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*sharedMsg); ok {
+		// A read-only slice buffer: its Ref and Free do nothing, and the
+		// transport only reads it, so every stream can queue the same bytes.
+		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+	}
+	return c.base.Marshal(v)
+}
+
+// sharedMsg is a message marshalled once and sent as is on many streams
+// (the cluster view): a stream whose client does not read queues a
+// reference to the bytes, not a copy of them.
+type sharedMsg struct{ b []byte }
 
 func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)
@@ -62,15 +75,17 @@ func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 		return err
 	}
 	desc := m.ProtoReflect().Descriptor()
-	field := invalidUTF8Field(desc, data.Materialize(), 0)
-	if field == "" {
-		return err
+	// Bytes that are not a message of the method's type are the client's
+	// fault too: InvalidArgument, naming the field when one is at fault.
+	bad := status.Errorf(codes.InvalidArgument, "request is not a valid %s message: %v", desc.FullName(), err)
+	if field := invalidUTF8Field(desc, data.Materialize(), 0); field != "" {
+		bad = status.Errorf(codes.InvalidArgument,
+			"%s: field %q is not valid UTF-8; string fields must be UTF-8 (tenant ids: 1–150 bytes of letters, digits and !-_.*'())",
+			desc.Name(), field)
 	}
 	proto.Reset(m) // the handler never sees it; leave nothing half-decoded
 	c.mu.Lock()
-	c.bad[v] = status.Errorf(codes.InvalidArgument,
-		"%s: field %q is not valid UTF-8; string fields must be UTF-8 (tenant ids: 1–150 bytes of letters, digits and !-_.*'())",
-		desc.Name(), field)
+	c.bad[v] = bad
 	c.pending.Store(int32(len(c.bad)))
 	c.mu.Unlock()
 	return nil

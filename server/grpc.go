@@ -28,14 +28,19 @@ func (s *Server) startGRPC() error {
 		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
 	}
 	s.grpcLis = lis
-	s.grpc = grpc.NewServer(append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
+	s.streams = newStreamLimiter(s.cfg.Bounds)
+	opts := append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream, s.limitStreams),
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 		s.grpcCreds(), // TLS when configured (tls.go)
-	)...)
+	)
+	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
 	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
 	s.admin = newAdminService(s)
+	if s.creds != nil {
+		s.admin.token = s.cfg.AdminToken // peer calls authenticate as the node (peers.go)
+	}
 	api.RegisterAdminServer(s.grpc, s.admin)
 	api.RegisterSharesServer(s.grpc, &sharesService{st: s.shares})
 	s.startRateLimit() // registers before Serve
@@ -185,9 +190,15 @@ func (t *trackerService) WatchCluster(_ *api.WatchClusterRequest, stream grpc.Se
 	s := t.s
 	var sent uint64
 	for {
-		v, changed := s.view.get()
+		v, encoded, changed := s.view.getEncoded()
 		if v != nil && v.Version != sent {
-			if err := stream.Send(v); err != nil {
+			var err error
+			if encoded != nil {
+				err = stream.SendMsg(&sharedMsg{encoded})
+			} else {
+				err = stream.Send(v)
+			}
+			if err != nil {
 				return err
 			}
 			sent = v.Version

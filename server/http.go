@@ -1,20 +1,25 @@
 package server
 
 import (
-	"encoding/json"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"html/template"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/samplectl"
 	"github.com/tollgate-io/tollgate/ui"
@@ -63,10 +68,20 @@ func (s *Server) startHTTP() error {
 		mux.Handle("/debug/pprof/symbol", s.requireAdmin(http.HandlerFunc(pprof.Symbol)))
 		mux.Handle("/debug/pprof/trace", s.requireAdmin(http.HandlerFunc(pprof.Trace)))
 	}
+	b := s.cfg.Bounds
+	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
 	s.httpRoutes = slices.Clone(mux.patterns)
-	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second}
+	s.http = &http.Server{Handler: s.guardHTTP(mux.ServeMux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
+		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
+		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
+		Help: "Open HTTP connections (at most the connection cap)."}, func() float64 { return float64(s.httpCap.open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_refused_total",
+			Help: "HTTP connections closed on accept because the cap was reached and none was idle."}, func() float64 { return float64(s.httpCap.refused.Load()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_evicted_total",
+			Help: "Idle HTTP connections closed to admit a new one at the cap."}, func() float64 { return float64(s.httpCap.evicted.Load()) }))
 	go func() {
-		if err := s.serveHTTP(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.serveHTTP(s.httpCap); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
 		}
 	}()
@@ -74,7 +89,8 @@ func (s *Server) startHTTP() error {
 }
 
 // routeMux records every pattern mounted on the HTTP mux, so HTTPRoutes can
-// list them (the API contract test fails on a route api/openapi.yaml lacks).
+// list them: the API contract test fails on a route api/openapi.yaml lacks,
+// and the access-rule test on one without a rule.
 type routeMux struct {
 	*http.ServeMux
 	patterns []string
@@ -165,7 +181,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		b := s.meter.BillingSummary(r.Context())
 		st.Billing = &b
 	}
-	writeJSON(w, st)
+	s.writeJSON(w, st)
 }
 
 // TenantUsage is /api/v1/tenants/{tenant}: the tenant's active series per group as
@@ -220,7 +236,7 @@ func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
 			tenant, s.cfg.NodeID))
 		return
 	}
-	writeJSON(w, s.Usage(tenant))
+	s.writeJSON(w, s.Usage(tenant))
 }
 
 // TenantSummary is one row of /api/v1/tenants.
@@ -232,10 +248,24 @@ type TenantSummary struct {
 	FractionOfLimit *float64 `json:"fraction_of_limit"`
 }
 
-// TenantList is /api/v1/tenants.
+// TenantList is one page of /api/v1/tenants.
 type TenantList struct {
 	Tenants []TenantSummary `json:"tenants"`
+	// Total is the number of tenants over every page.
+	Total int `json:"total"`
+	// NextPageToken, passed as page_token, returns the next page; empty on
+	// the last one.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
+
+// Page sizes of the paginated lists (/api/v1/tenants, the tenants of
+// /api/v1/overview): a default that keeps an answer well under a megabyte,
+// and a bound a client may ask for.
+const (
+	defaultTenantPage  = 1000
+	defaultOverviewTop = 500
+	maxPage            = 10_000
+)
 
 // Tenants lists every tenant this node knows (see KnownTenant), sorted by name.
 func (s *Server) Tenants() TenantList {
@@ -251,7 +281,7 @@ func (s *Server) Tenants() TenantList {
 			series[name] = 0
 		}
 	}
-	out := TenantList{Tenants: make([]TenantSummary, 0, len(series))}
+	out := TenantList{Tenants: make([]TenantSummary, 0, len(series)), Total: len(series)}
 	for name, n := range series {
 		ts := TenantSummary{Tenant: name, Series: n, MaxSeries: limits.For(name).MaxSeries}
 		if ts.MaxSeries > 0 {
@@ -264,8 +294,53 @@ func (s *Server) Tenants() TenantList {
 	return out
 }
 
+// pageParams reads limit (1..maxPage, default def) and page_token.
+func pageParams(r *http.Request, def int) (limit int, token string, e *httpjson.Error) {
+	q := r.URL.Query()
+	if e := httpjson.CheckQuery(q); e != nil {
+		return 0, "", e
+	}
+	limit = def
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxPage {
+			return 0, "", httpjson.Bad("limit", "%q: want an integer in [1, %d] (default %d)", v, maxPage, def)
+		}
+		limit = n
+	}
+	return limit, q.Get("page_token"), nil
+}
+
+// Page tokens of /api/v1/tenants are the last name of the previous page,
+// base64url-encoded: the list is sorted by name, so a page continues right
+// after it even when tenants come and go between calls.
+func tenantPageToken(after string) string { return base64.RawURLEncoding.EncodeToString([]byte(after)) }
+
 func (s *Server) handleTenants(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, s.Tenants())
+	limit, token, e := pageParams(r, defaultTenantPage)
+	if e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	all := s.Tenants()
+	start := 0
+	if token != "" {
+		after, err := base64.RawURLEncoding.DecodeString(token)
+		if err != nil || !utf8.Valid(after) {
+			httpjson.WriteErr(w, httpjson.Bad("page_token", "not a token this endpoint returned (next_page_token)"))
+			return
+		}
+		start, _ = slices.BinarySearchFunc(all.Tenants, string(after), func(t TenantSummary, name string) int { return strings.Compare(t.Tenant, name) })
+		if start < len(all.Tenants) && all.Tenants[start].Tenant == string(after) {
+			start++
+		}
+	}
+	end := min(start+limit, len(all.Tenants))
+	page := TenantList{Tenants: all.Tenants[start:end], Total: all.Total}
+	if end < len(all.Tenants) {
+		page.NextPageToken = tenantPageToken(all.Tenants[end-1].Tenant)
+	}
+	s.writeJSON(w, page)
 }
 
 // indexPage is the landing page: the dashboard first, then every endpoint; a new operator who
@@ -296,6 +371,42 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// guardHTTP applies the rule table (rules.go) to every request when
+// credentials are configured: 401 without a known credential, 403 without
+// the route's scope or tenant. A route without a rule is refused; requests
+// no route matches get the mux's 404/405.
+func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
+	if s.creds == nil {
+		return mux
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, pattern := mux.Handler(r)
+		if pattern == "" {
+			mux.ServeHTTP(w, r)
+			return
+		}
+		rule, ok := httpRules[pattern]
+		if !ok {
+			writeJSONError(w, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
+			return
+		}
+		var tenants []string
+		if rule.scope != "" && rule.httpTenants != nil {
+			tenants = rule.httpTenants(r)
+		}
+		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), tenants); v {
+		case unauthorized:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
+			writeJSONError(w, http.StatusUnauthorized, why)
+			return
+		case forbidden:
+			writeJSONError(w, http.StatusForbidden, why)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
 // token, the request must carry "Authorization: Bearer <token>"; without one,
 // only loopback peers are served.
@@ -319,7 +430,7 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 		remote = net.ParseIP(host)
 	}
-	switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
+	switch s.adminVerdictFor(remote, r.Header.Values("Authorization")) {
 	case adminNotLoopback:
 		return http.StatusForbidden, "admin endpoint (debug, metering clock): no admin token is configured on this node, so only loopback clients may use it; start the server with --admin-token-file"
 	case adminBadToken:
@@ -328,17 +439,14 @@ func (s *Server) authorizeHTTP(r *http.Request) (int, string) {
 	return 0, ""
 }
 
-func writeJSON(w http.ResponseWriter, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(v)
+// writeJSON answers 200 with v, encoded completely first: a value that
+// cannot be encoded is logged and answered 500, never 200 with an empty body.
+func (s *Server) writeJSON(w http.ResponseWriter, v any) {
+	httpjson.Write(w, s.log, http.StatusOK, v)
 }
 
 // writeJSONError answers {"error": msg} so scripts reading JSON get a reason,
 // not an HTML or plain-text body.
 func writeJSONError(w http.ResponseWriter, code int, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(map[string]string{"error": msg})
+	httpjson.WriteError(w, code, msg)
 }

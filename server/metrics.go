@@ -30,6 +30,8 @@ type metrics struct {
 	batchHashes   prometheus.Histogram
 	commitDur     *prometheus.HistogramVec
 	limitsReloads *prometheus.CounterVec
+	// streamsRefused counts watch streams refused by the stream bounds (bounds.go).
+	streamsRefused prometheus.Counter
 }
 
 func newMetrics(groupStats func() []groupStat) *metrics {
@@ -71,6 +73,10 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 			Name: "tollgate_limits_reloads_total", Help: "Runtime limits file reloads by result.",
 		}, []string{"result"}),
 	}
+	m.streamsRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_watch_streams_refused_total", Help: "Watch streams refused because the node's or the client's stream bound was reached.",
+	})
+	reg.MustRegister(m.streamsRefused)
 	reg.MustRegister(m.requests, m.requestDur, m.seriesCreated, m.seriesRefresh, m.seriesReject,
 		m.entries, m.entryBytes, m.batchHashes, m.commitDur, m.limitsReloads)
 	reg.MustRegister(&groupCollector{stats: groupStats})

@@ -27,6 +27,9 @@ const forwardedKey = "x-tollgate-forwarded"
 // the pool lives as long as the node.
 type peerPool struct {
 	creds grpc.DialOption // TLS to peers when the node serves TLS (tls.go)
+	// token, when set, authenticates the node's own calls to peers (those
+	// not made on a caller's behalf) while credentials are configured.
+	token string
 	mu    sync.Mutex
 	conns map[string]*grpc.ClientConn
 }
@@ -43,7 +46,11 @@ func (p *peerPool) conn(addr string) (*grpc.ClientConn, error) {
 	if creds == nil {
 		creds = grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	cc, err := grpc.NewClient(addr, creds)
+	opts := []grpc.DialOption{creds}
+	if p.token != "" {
+		opts = append(opts, grpc.WithChainUnaryInterceptor(p.ownUnary), grpc.WithChainStreamInterceptor(p.ownStream))
+	}
+	cc, err := grpc.NewClient(addr, opts...)
 	if err != nil {
 		return nil, status.Errorf(codes.Unavailable, "dial %s: %v", addr, err)
 	}
@@ -52,6 +59,25 @@ func (p *peerPool) conn(addr string) (*grpc.ClientConn, error) {
 	}
 	p.conns[addr] = cc
 	return cc, nil
+}
+
+// own adds the node's token to a call the node makes on its own behalf. A
+// forwarded call keeps exactly its caller's credentials (none for an
+// anonymous caller): the node never lends its own to a caller.
+func (p *peerPool) own(ctx context.Context) context.Context {
+	md, _ := metadata.FromOutgoingContext(ctx)
+	if len(md.Get("authorization")) > 0 || len(md.Get(forwardedKey)) > 0 {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+p.token)
+}
+
+func (p *peerPool) ownUnary(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, co ...grpc.CallOption) error {
+	return inv(p.own(ctx), m, req, reply, cc, co...)
+}
+
+func (p *peerPool) ownStream(ctx context.Context, d *grpc.StreamDesc, cc *grpc.ClientConn, m string, st grpc.Streamer, co ...grpc.CallOption) (grpc.ClientStream, error) {
+	return st(p.own(ctx), d, cc, m, co...)
 }
 
 // client returns an Admin client over the pooled connection to addr.

@@ -394,7 +394,7 @@ func (s *Server) backlogHandler() http.Handler {
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
 			remote = net.ParseIP(host)
 		}
-		switch checkAdmin(remote, r.Header.Values("Authorization"), s.cfg.AdminToken) {
+		switch s.adminVerdictFor(remote, r.Header.Values("Authorization")) {
 		case adminNotLoopback:
 			writeJSONError(w, http.StatusForbidden, "backlog: no admin token is configured on this node, so only loopback clients may report; start the server with --admin-token-file")
 			return

@@ -225,7 +225,7 @@ func TestBacklogControllerRejects(t *testing.T) {
 		}{
 			{testToken, `{"kind":"locate","backlog":-5}`, 400, "finite number ≥ 0"},
 			{testToken, `{"kind":"locate"}`, 400, `"backlog" is required`},
-			{testToken, `{"kind":"locate","backlog":"many"}`, 400, "malformed JSON"},
+			{testToken, `{"kind":"locate","backlog":"many"}`, 400, "field backlog: expected a number"},
 			{testToken, `{"kind":"submit","backlog":5}`, 422, `"submit"`},
 			{testToken, `{"kind":"locate","backlog":5,"source":"` + strings.Repeat("s", 200) + `"}`, 400, "source"},
 			{"wrong", `{"kind":"locate","backlog":5}`, 401, "admin token"},

@@ -104,6 +104,15 @@ type Config struct {
 	// no token is set). Off by default: profiles and the command line reveal
 	// internals, and a CPU profile or trace is a cheap way to load a node.
 	EnableDebugEndpoints bool
+	// Bounds are per-connection and per-client resource limits (bounds.go).
+	Bounds Bounds
+	// CredentialsFile holds scoped credentials (hashed tokens, credentials.go),
+	// reloaded when it changes. When set, every endpoint follows the rule
+	// table of rules.go: no endpoint that writes or reveals tenant data
+	// answers without a credential of its scope. The admin token stays an
+	// admin credential. Empty: only the admin API is protected (the admin
+	// token, or loopback without one).
+	CredentialsFile string
 	// MaxClusterVersion is the highest cluster version this node applies and
 	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
@@ -201,6 +210,12 @@ func (c *Config) Validate() error {
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 5 * time.Second
 	}
+	if err := c.Bounds.setDefaults(); err != nil {
+		return err
+	}
+	if c.CredentialsFile != "" && c.AdminToken == "" {
+		return errors.New("config: a credentials file needs an admin token too: nodes authenticate their own calls to each other with it (--admin-token-file)")
+	}
 	if err := c.TLS.validate(); err != nil {
 		return err
 	}
@@ -245,6 +260,9 @@ type Server struct {
 	host     *raftnode.Host
 	members  *membership.Membership // nil when gossip is disabled
 	view     clusterView
+	streams  *streamLimiter // watch-stream bounds (bounds.go)
+	httpCap  *connCap       // HTTP connection cap (bounds.go)
+	creds    *credStore     // nil without a credentials file (credentials.go)
 	admin    *adminService
 	learners learnerAdds // learner additions in progress while leading (learner.go)
 	fsms     []*fsm.FSM
@@ -364,6 +382,14 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.limits = ls
+	if cfg.CredentialsFile != "" {
+		if s.creds, err = newCredStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
+			return fail(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { <-s.closing; cancel() }()
+		go s.creds.watch(ctx, 2*time.Second)
+	}
 	if err := s.setupRuntimeConfig(); err != nil {
 		return fail(err)
 	}

@@ -371,7 +371,7 @@ func (sv *sharesService) authorize(ctx context.Context) error {
 		}
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	switch checkAdmin(remote, md.Get("authorization"), sv.st.s.cfg.AdminToken) {
+	switch sv.st.s.adminVerdictFor(remote, md.Get("authorization")) {
 	case adminNotLoopback:
 		return status.Error(codes.PermissionDenied, "shares API: no admin token is configured on this node, so only loopback peers may call it")
 	case adminBadToken:

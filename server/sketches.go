@@ -142,7 +142,7 @@ func (s *Server) handleSketches(w http.ResponseWriter, r *http.Request) {
 		}
 		n = x
 	}
-	writeJSON(w, SketchStatus{Node: s.cfg.NodeID, Stats: s.sketches.Stats(), Top: s.sketches.Top(n)})
+	s.writeJSON(w, SketchStatus{Node: s.cfg.NodeID, Stats: s.sketches.Stats(), Top: s.sketches.Top(n)})
 }
 
 // Sketches exposes the node's sketch hub (tests, status).

@@ -2,9 +2,9 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/membership"
 )
 
@@ -20,17 +21,22 @@ import (
 // on its overview and tenants pages, in one response so a page renders one
 // consistent moment instead of stitching several polls together.
 type Overview struct {
-	Node              string           `json:"node"`
-	Zone              string           `json:"zone"`
-	Ready             bool             `json:"ready"`
-	NotReadyReason    string           `json:"not_ready_reason,omitempty"`
-	Time              time.Time        `json:"time"`
-	Partitions        int              `json:"partitions"`
-	NearLimitFraction float64          `json:"near_limit_fraction"`
-	Zones             []ZoneOverview   `json:"zones"`
-	Groups            []GroupOverview  `json:"groups"`
-	Rates             RateOverview     `json:"rates"`
-	Tenants           []TenantOverview `json:"tenants"`
+	Node              string          `json:"node"`
+	Zone              string          `json:"zone"`
+	Ready             bool            `json:"ready"`
+	NotReadyReason    string          `json:"not_ready_reason,omitempty"`
+	Time              time.Time       `json:"time"`
+	Partitions        int             `json:"partitions"`
+	NearLimitFraction float64         `json:"near_limit_fraction"`
+	Zones             []ZoneOverview  `json:"zones"`
+	Groups            []GroupOverview `json:"groups"`
+	Rates             RateOverview    `json:"rates"`
+	// Tenants is one page of the tenants, most used first (limit, default
+	// 500, and page_token); TenantsTotal counts them all and NextPageToken
+	// (empty on the last page) asks for the next page of the same ranking.
+	Tenants       []TenantOverview `json:"tenants"`
+	TenantsTotal  int              `json:"tenants_total"`
+	NextPageToken string           `json:"next_page_token,omitempty"`
 }
 
 // ZoneOverview lists the members of one zone.
@@ -132,29 +138,45 @@ type overviewHandler struct {
 
 	mu      sync.Mutex
 	samples []rateSample
-	cached  []byte
+	cached  *Overview
 	builtAt time.Time
 }
 
 func (s *Server) overviewHandler() http.Handler { return &overviewHandler{s: s} }
 
 func (h *overviewHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	limit, token, e := pageParams(r, defaultOverviewTop)
+	if e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	start := 0
+	if token != "" {
+		n, err := strconv.Atoi(token)
+		if err != nil || n < 0 {
+			httpjson.WriteErr(w, httpjson.Bad("page_token", "not a token this endpoint returned (next_page_token)"))
+			return
+		}
+		start = n
+	}
 	h.mu.Lock()
 	if h.cached == nil || time.Since(h.builtAt) >= overviewCacheTTL {
 		ov := h.build(r.Context())
-		b, err := json.MarshalIndent(ov, "", "  ")
-		if err != nil {
-			h.mu.Unlock()
-			http.Error(w, "overview: encode: "+err.Error(), http.StatusInternalServerError)
-			return
-		}
-		h.cached, h.builtAt = b, time.Now()
+		h.cached, h.builtAt = &ov, time.Now()
 	}
-	b := h.cached
+	ov := *h.cached // the cached value is never changed, only replaced
 	h.mu.Unlock()
-	w.Header().Set("Content-Type", "application/json")
+	// Only the page is encoded: with many tenants the whole list is
+	// megabytes, and a dashboard shows the top of it.
+	all := ov.Tenants
+	start = min(start, len(all))
+	end := min(start+limit, len(all))
+	ov.Tenants, ov.TenantsTotal = all[start:end], len(all)
+	if end < len(all) {
+		ov.NextPageToken = strconv.Itoa(end)
+	}
 	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write(b)
+	httpjson.Write(w, h.s.log, http.StatusOK, ov)
 }
 
 func (h *overviewHandler) build(ctx context.Context) Overview {

@@ -96,7 +96,15 @@ func (o *adminOpts) dialFirst(ctx context.Context) (*grpc.ClientConn, error) {
 		}
 		return cc, nil
 	}
-	return nil, tlsHint(fmt.Errorf("no node answered: %w", errors.Join(errs...)), creds.Info().SecurityProtocol == "tls")
+	err := fmt.Errorf("no node answered: %w", errors.Join(errs...))
+	if tc, _ := o.tls.config(); tc != nil {
+		for _, addr := range strings.Split(o.addrs, ",") {
+			if why := certProblem(context.WithoutCancel(ctx), strings.TrimSpace(addr), tc); why != nil {
+				return nil, fmt.Errorf("%w\n(%w)", err, why)
+			}
+		}
+	}
+	return nil, tlsHint(err, creds.Info().SecurityProtocol == "tls")
 }
 
 // retryCall calls fn until it succeeds, fails in a way retrying cannot fix, or

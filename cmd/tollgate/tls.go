@@ -126,6 +126,9 @@ func or(a, b string) string {
 type clientTLSOpts struct {
 	ca, cert, key, serverName string
 	on                        bool
+	// token is the bearer token of tracking commands (track, bench) on
+	// clusters with scoped credentials: it needs the track scope.
+	token string
 }
 
 func (o *clientTLSOpts) register(f *pflag.FlagSet) {
@@ -134,6 +137,7 @@ func (o *clientTLSOpts) register(f *pflag.FlagSet) {
 	f.StringVar(&o.key, "key", os.Getenv("TOLLGATE_KEY"), "private key of --cert (env TOLLGATE_KEY)")
 	f.StringVar(&o.serverName, "tls-server-name", os.Getenv("TOLLGATE_TLS_SERVER_NAME"), "name to verify in the nodes' certificates (default: the host dialled) (env TOLLGATE_TLS_SERVER_NAME)")
 	f.BoolVar(&o.on, "tls", envBool("TOLLGATE_TLS"), "use TLS with the system's CA roots (implied by --cacert/--cert) (env TOLLGATE_TLS)")
+	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with scoped credentials; tracking needs the track scope (env TOLLGATE_TOKEN)")
 }
 
 func envBool(name string) bool {
@@ -304,6 +308,46 @@ func tlsHint(err error, tlsOn bool) error {
 		return fmt.Errorf("%w\n(the node refused this client's certificate, or this client does not trust the node's: check --cert/--key and --cacert)", err)
 	}
 	return err
+}
+
+// certProblem asks addr, with the client's TLS settings, whether the node
+// refuses this client's certificate, and says so in words; nil when the
+// handshake and the first read pass, or fail for another reason. Under TLS
+// 1.3 the client finishes its side of the handshake before the server
+// checks the client's certificate, so gRPC sees only a closed connection
+// and a missing or foreign certificate used to look like a timeout: this
+// probe waits for the server's alert instead.
+func certProblem(ctx context.Context, addr string, tc *tls.Config) error {
+	if tc == nil {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	cfg := tc.Clone()
+	cfg.NextProtos = []string{"h2"}
+	c, err := (&tls.Dialer{Config: cfg}).DialContext(dctx, "tcp", addr)
+	if err == nil {
+		defer c.Close()
+		_ = c.SetReadDeadline(time.Now().Add(time.Second))
+		// A healthy gRPC server sends its HTTP/2 settings; a refusing one
+		// its alert.
+		_, err = c.Read(make([]byte, 1))
+	}
+	if err == nil {
+		return nil
+	}
+	msg := err.Error()
+	noCert := len(tc.Certificates) == 0 && tc.GetClientCertificate == nil
+	switch {
+	case strings.Contains(msg, "certificate required") || (noCert && strings.Contains(msg, "bad certificate")):
+		return fmt.Errorf("%s requires a client certificate and this client sent none: set --cert and --key (or TOLLGATE_CERT/TOLLGATE_KEY)", addr)
+	case strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
+		strings.Contains(msg, "certificate unknown") || strings.Contains(msg, "expired certificate"):
+		return fmt.Errorf("%s refused this client's certificate (%v): it is not signed by a CA the node trusts (--tls-ca), has expired, or is not a client certificate", addr, err)
+	case strings.Contains(msg, "x509:"):
+		return fmt.Errorf("this client does not trust %s's certificate (%v): check --cacert (TOLLGATE_CACERT)", addr, err)
+	}
+	return nil
 }
 
 // speaksTLS reports whether addr answers a TLS handshake: the clientlib's

@@ -116,8 +116,23 @@ func TestCLIOverTLS(t *testing.T) {
 	if out, err := run(nil, "status", "--addr", addrs[0], "--timeout", "5s"); err == nil || !strings.Contains(out, "may serve TLS") {
 		t.Fatalf("plaintext status against a TLS node: %v, want a hint about TLS:\n%s", err, out)
 	}
-	if out, err := run(tlsEnv[:1], track...); err == nil {
-		t.Fatalf("track without a client certificate succeeded:\n%s", out)
+	// A missing or foreign client certificate is named as such, not left to
+	// look like a timeout.
+	if out, err := run(tlsEnv[:1], track...); err == nil || !strings.Contains(out, "requires a client certificate") {
+		t.Fatalf("track without a client certificate: %v, want the missing certificate named:\n%s", err, out)
+	}
+	if out, err := run(tlsEnv[:1], "status", "--addr", addrs[0], "--timeout", "5s"); err == nil || !strings.Contains(out, "requires a client certificate") {
+		t.Fatalf("status without a client certificate: %v, want the missing certificate named:\n%s", err, out)
+	}
+	other := t.TempDir()
+	if out, err := exec.Command(bin, "tls", "init", "--dir", other, "--nodes", "dev").CombinedOutput(); err != nil {
+		t.Fatalf("tls init (foreign CA): %v\n%s", err, out)
+	}
+	foreign := []string{tlsEnv[0], "TOLLGATE_CERT=" + p(other, "client.pem"), "TOLLGATE_KEY=" + p(other, "client-key.pem")}
+	for _, args := range [][]string{track, {"status", "--addr", addrs[0], "--timeout", "5s"}} {
+		if out, err := run(foreign, args...); err == nil || !strings.Contains(out, "refused this client's certificate") {
+			t.Fatalf("%s with a foreign client certificate: %v, want the refusal named:\n%s", args[0], err, out)
+		}
 	}
 	if out, err := run(tlsEnv, "health", "--http-addr", addrs[1]); err != nil || !strings.Contains(out, "ready") {
 		t.Fatalf("health over TLS: %v\n%s", err, out)

@@ -52,7 +52,7 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration, tls
 	if err := anyReachable(ctx, list); err != nil {
 		return nil, err
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc})
+	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.token})
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +63,9 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration, tls
 		err = fmt.Errorf("learn the cluster layout from %s: %w", addrs, err)
 		if tc == nil && speaksTLS(context.WithoutCancel(ctx), list[0]) {
 			err = tlsHint(fmt.Errorf("%w: server preface", err), false)
+		}
+		if why := certProblem(context.WithoutCancel(ctx), list[0], tc); why != nil {
+			return nil, fmt.Errorf("%w\n(%w)", err, why)
 		}
 		return nil, tlsHint(err, tc != nil)
 	}

@@ -245,3 +245,23 @@ func TestFlattenOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestParseYAMLQuotedNumber: a quoted limit is a string, refused naming the
+// field (and the line), not read as the number.
+func TestParseYAMLQuotedNumber(t *testing.T) {
+	for _, c := range []struct{ doc, field string }{
+		{"defaults:\n  max_series: \"10\"\n", "defaults.max_series"},
+		{"tenants:\n  a:\n    max_series: '10'\n", "tenants.a.max_series"},
+		{"tenants:\n  a:\n    ingestion_rate: \"1.5\"\n", "tenants.a.ingestion_rate"},
+		{"tenants:\n  a:\n    unlimited: \"true\"\n", "tenants.a.unlimited"},
+		{"global:\n  sample_rates:\n    locate: \"50\"\n", "global.sample_rates.locate"},
+	} {
+		_, _, err := ParseYAML([]byte(c.doc))
+		if err == nil || !strings.Contains(err.Error(), c.field) || !strings.Contains(err.Error(), "quoted") {
+			t.Errorf("%q: %v, want an error naming %s as quoted", c.doc, err, c.field)
+		}
+	}
+	if d, _, err := ParseYAML([]byte("defaults:\n  max_series: 10\n")); err != nil || *d.Defaults.MaxSeries != 10 {
+		t.Fatalf("plain number: %v", err)
+	}
+}

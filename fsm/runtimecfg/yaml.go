@@ -150,19 +150,31 @@ func scalar(v *yaml.Node, field string) (string, error) {
 	return v.Value, nil
 }
 
+// plainScalar is scalar for keys whose value is a number or a boolean: a
+// quoted value ("10") is a string in YAML and JSON, and a file that quotes
+// a limit most likely means something else than the number (a templating
+// slip, a unit left out); it is refused naming the field.
+func plainScalar(v *yaml.Node, field string) (string, error) {
+	val, err := scalar(v, field)
+	if err == nil && v.Style&(yaml.DoubleQuotedStyle|yaml.SingleQuotedStyle) != 0 {
+		return "", lineErr(fieldErr(field, "%q is a quoted string; write the value without quotes", val), v)
+	}
+	return val, err
+}
+
 func parseScope(n *yaml.Node, where string, s *Scope) error {
 	unlimited := false
 	err := eachKey(n, where, func(key string, v *yaml.Node) error {
 		if key == "sample_rates" {
 			return eachKey(v, where+".sample_rates", func(kind string, pv *yaml.Node) error {
-				val, err := scalar(pv, where+".sample_rates."+kind)
+				val, err := plainScalar(pv, where+".sample_rates."+kind)
 				if err != nil {
 					return err
 				}
 				return lineErr(applyChecked(s, where, Op{Kind: OpSet, Key: "sample_rates." + kind, Value: val}), pv)
 			})
 		}
-		val, err := scalar(v, join(where, key))
+		val, err := plainScalar(v, join(where, key))
 		if err != nil {
 			return err
 		}
@@ -202,7 +214,7 @@ func parseGlobal(n *yaml.Node, g *Global) error {
 		switch key {
 		case "sample_rates":
 			return eachKey(v, "global.sample_rates", func(kind string, pv *yaml.Node) error {
-				val, err := scalar(pv, "global.sample_rates."+kind)
+				val, err := plainScalar(pv, "global.sample_rates."+kind)
 				if err != nil {
 					return err
 				}
@@ -213,7 +225,11 @@ func parseGlobal(n *yaml.Node, g *Global) error {
 			})
 		case "backlog_controller":
 			return eachKey(v, "global.backlog_controller", func(f string, fv *yaml.Node) error {
-				val, err := scalar(fv, "global.backlog_controller."+f)
+				get := plainScalar
+				if f == "kind" || f == "period" {
+					get = scalar // a name and a duration ("1s")
+				}
+				val, err := get(fv, "global.backlog_controller."+f)
 				if err != nil {
 					return err
 				}

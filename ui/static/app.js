@@ -50,8 +50,20 @@
     return { page: "overview" };
   }
 
+  // A node with scoped credentials answers 401 without a token: ask once
+  // for one with the read scope and keep it for this browser tab only.
+  let askedToken = false;
   async function getJSON(path) {
-    const r = await fetch(path, { cache: "no-store" });
+    const tok = sessionStorage.getItem("tollgate-token");
+    const r = await fetch(path, { cache: "no-store", headers: tok ? { Authorization: "Bearer " + tok } : {} });
+    if (r.status === 401 && !askedToken) {
+      askedToken = true;
+      const t = window.prompt("This node requires a credential with the read scope. Token:");
+      if (t && t.trim()) {
+        sessionStorage.setItem("tollgate-token", t.trim());
+        return getJSON(path);
+      }
+    }
     const text = await r.text();
     if (!r.ok) {
       const e = new Error(text.trim() || r.statusText);

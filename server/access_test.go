@@ -1,0 +1,412 @@
+package server
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+	"google.golang.org/protobuf/types/dynamicpb"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/tlsutil"
+)
+
+// Tokens of the access test: name → token. Limited credentials act on
+// tenant "a" or "b" only.
+var accessTokens = map[string]struct{ scopes, tenants string }{
+	"track-a": {"track", "a"}, "track-b": {"track", "b"}, "track-all": {"track", ""},
+	"meter-a": {"meter", "a"}, "meter-b": {"meter", "b"}, "meter-all": {"meter", ""},
+	"read-a": {"read", "a"}, "read-b": {"read", "b"}, "read-all": {"read", ""},
+}
+
+const accessAdminToken = "the-admin-token"
+
+func writeCredentials(t *testing.T) string {
+	var b strings.Builder
+	b.WriteString("# test credentials\n")
+	for tok, c := range accessTokens {
+		h := sha256.Sum256([]byte("tok-" + tok))
+		fmt.Fprintf(&b, "%s sha256:%s %s %s\n", tok, hex.EncodeToString(h[:]), c.scopes, c.tenants)
+	}
+	p := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(p, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// grpcAccessRows: one request per gRPC method; those naming a tenant name
+// "a". Every method the node serves must have a row (see the test).
+var grpcAccessRows = map[string]proto.Message{
+	api.Tracker_TrackSeries_FullMethodName:          &api.TrackSeriesRequest{Tenant: "a"},
+	api.Tracker_GetUsersCloseToLimit_FullMethodName: &api.GetUsersCloseToLimitRequest{},
+	api.Tracker_WatchCluster_FullMethodName:         &api.WatchClusterRequest{},
+	api.Summaries_WatchSummaries_FullMethodName:     &api.WatchSummariesRequest{},
+	api.Sketches_WatchSketches_FullMethodName:       &api.WatchSketchesRequest{Precision: 11},
+	api.Sketches_PushSketches_FullMethodName:        &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{{Tenant: "a"}}},
+	api.RateLimit_Sync_FullMethodName:               &api.RateReport{},
+	api.Metering_Start_FullMethodName:               &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_Stop_FullMethodName:                &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_Events_FullMethodName:              &api.MeterEventsRequest{Events: []*api.MeterEventItem{{Event: &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}}}}},
+	api.Metering_QueryUsage_FullMethodName:          &api.QueryUsageRequest{Group: -1, Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_SeriesSamples_FullMethodName:       &api.SeriesSamplesRequest{Tenant: "a"},
+	api.Metering_GroupSeriesSamples_FullMethodName:  &api.GroupSeriesSamplesRequest{},
+	api.Metering_SetClock_FullMethodName:            &api.SetClockRequest{},
+	api.Admin_Status_FullMethodName:                 &api.StatusRequest{},
+	api.Admin_ListPeers_FullMethodName:              &api.ListPeersRequest{},
+	api.Admin_AddVoter_FullMethodName:               &api.AddVoterRequest{},
+	api.Admin_RemoveServer_FullMethodName:           &api.RemoveServerRequest{},
+	api.Admin_TransferLeadership_FullMethodName:     &api.TransferLeadershipRequest{Group: 999},
+	api.Admin_NodeGroups_FullMethodName:             &api.NodeGroupsRequest{},
+	api.Admin_SnapshotGroup_FullMethodName:          &api.SnapshotGroupRequest{Group: 999},
+	api.Admin_RestoreGroup_FullMethodName:           &api.RestoreChunk{},
+	api.Admin_DropTenant_FullMethodName:             &api.DropTenantRequest{},
+	api.Config_GetLimits_FullMethodName:             &api.GetLimitsRequest{},
+	api.Config_SetLimits_FullMethodName:             &api.SetLimitsRequest{},
+	api.Config_ApplyLimits_FullMethodName:           &api.ApplyLimitsRequest{},
+	api.Config_ReplicateLimits_FullMethodName:       &api.ReplicateLimitsRequest{},
+	api.Config_ReportBacklog_FullMethodName:         &api.ReportBacklogRequest{},
+	api.Shares_Give_FullMethodName:                  &api.GiveRequest{},
+	api.Shares_Receive_FullMethodName:               &api.ReceiveRequest{},
+	api.Shares_Complete_FullMethodName:              &api.CompleteRequest{},
+	api.Shares_TenantShares_FullMethodName:          &api.TenantSharesRequest{},
+}
+
+// httpAccessRows: one request per HTTP route (method, path, body); those
+// naming a tenant name "a".
+var httpAccessRows = map[string][3]string{
+	"GET /metrics":                  {"GET", "/metrics", ""},
+	"GET /healthz":                  {"GET", "/healthz", ""},
+	"GET /readyz":                   {"GET", "/readyz", ""},
+	"GET /{$}":                      {"GET", "/", ""},
+	"GET /ui/":                      {"GET", "/ui/", ""},
+	"GET /api/v1/status":            {"GET", "/api/v1/status", ""},
+	"GET /api/v1/sketches":          {"GET", "/api/v1/sketches", ""},
+	"GET /api/v1/tenants":           {"GET", "/api/v1/tenants", ""},
+	"GET /api/v1/tenants/{tenant}":  {"GET", "/api/v1/tenants/a", ""},
+	"GET /api/v1/overview":          {"GET", "/api/v1/overview", ""},
+	"/api/v1/backlog":               {"POST", "/api/v1/backlog", `{"kind":"locate","backlog":1}`},
+	"POST /v1/events/start":         {"POST", "/v1/events/start", `{"organization_id":"a"}`},
+	"POST /v1/events/stop":          {"POST", "/v1/events/stop", `{"organization_id":"a"}`},
+	"POST /v1/events":               {"POST", "/v1/events", `{"events":[{"kind":"start","organization_id":"a"}]}`},
+	"GET /v1/usage":                 {"GET", "/v1/usage?organization_id=a", ""},
+	"GET /v1/usage/bill":            {"GET", "/v1/usage/bill?tenant=a&from=1&to=2", ""},
+	"GET /v1/metering/status":       {"GET", "/v1/metering/status", ""},
+	"GET /v1/metering/dead-letters": {"GET", "/v1/metering/dead-letters", ""},
+	"POST /v1/metering/clock":       {"POST", "/v1/metering/clock", `{}`},
+	"/debug/pprof/":                 {"GET", "/debug/pprof/", ""},
+	"/debug/pprof/cmdline":          {"GET", "/debug/pprof/cmdline", ""},
+	"/debug/pprof/profile":          {"GET", "/debug/pprof/profile?seconds=1", ""},
+	"/debug/pprof/symbol":           {"GET", "/debug/pprof/symbol", ""},
+	"/debug/pprof/trace":            {"GET", "/debug/pprof/trace?seconds=1", ""},
+}
+
+// credential states of the access test, and the token each uses for a rule.
+func tokenFor(state string, r rule, names bool) (string, bool) {
+	switch state {
+	case "none":
+		return "", true
+	case "wrong":
+		return "Bearer not-a-token", true
+	case "wrong scope":
+		other := map[Scope]string{ScopeTrack: "read-all", ScopeMeter: "track-all", ScopeRead: "meter-all", ScopeAdmin: "read-all"}[r.scope]
+		return "Bearer tok-" + other, true
+	case "other tenant":
+		if r.scope == ScopeAdmin {
+			return "", false // admin credentials are never limited to tenants
+		}
+		return "Bearer tok-" + string(r.scope) + "-b", true
+	case "right":
+		if r.scope == ScopeAdmin {
+			return "Bearer " + accessAdminToken, true
+		}
+		if names {
+			return "Bearer tok-" + string(r.scope) + "-a", true
+		}
+		return "Bearer tok-" + string(r.scope) + "-all", true
+	}
+	panic(state)
+}
+
+// expectRefused says which answer a rule documents for a state: "" when
+// the call must get past the access check, "unauthenticated" or
+// "forbidden".
+func expectRefused(state string, r rule, names bool) string {
+	if r.scope == "" {
+		return ""
+	}
+	switch state {
+	case "none", "wrong":
+		return "unauthenticated"
+	case "wrong scope":
+		return "forbidden"
+	case "other tenant":
+		if r.shared && !names {
+			return ""
+		}
+		return "forbidden"
+	}
+	return ""
+}
+
+// TestAccessRules: every gRPC method and HTTP route of a node with a
+// credentials file, called with no credential, an unknown token, a
+// credential without the scope, one limited to another tenant, and the
+// right one, gets the answer its rule documents. A method or route the node
+// serves without a row here (or without a rule) fails the test.
+func TestAccessRules(t *testing.T) {
+	t.Run("plaintext", func(t *testing.T) { testAccessRules(t, false) })
+	// TLS with client certificates on gRPC and none on HTTP (browsers and
+	// scrapers): a certificate says which machine connects, the credential
+	// what it may do, so the answers are the same.
+	t.Run("TLS", func(t *testing.T) { testAccessRules(t, true) })
+}
+
+func testAccessRules(t *testing.T, withTLS bool) {
+	creds := writeCredentials(t)
+	var pki tlsutil.DevFiles
+	if withTLS {
+		pki = testPKI(t)
+	}
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.AdminToken, c.CredentialsFile, c.EnableDebugEndpoints = accessAdminToken, creds, true
+		if withTLS {
+			c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
+			var err error
+			if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	defer stop(t, s)
+
+	for svc, info := range s.grpc.GetServiceInfo() {
+		for _, m := range info.Methods {
+			full := "/" + svc + "/" + m.Name
+			if _, ok := grpcRules[full]; !ok {
+				t.Errorf("gRPC %s has no access rule (rules.go)", full)
+			}
+			if _, ok := grpcAccessRows[full]; !ok {
+				t.Errorf("gRPC %s has no row in this test", full)
+			}
+		}
+	}
+	for _, p := range s.httpRoutes {
+		if _, ok := httpRules[p]; !ok {
+			t.Errorf("HTTP %s has no access rule (rules.go)", p)
+		}
+		if _, ok := httpAccessRows[p]; !ok {
+			t.Errorf("HTTP %s has no row in this test", p)
+		}
+	}
+
+	cc := dial(t, s.GRPCAddr())
+	client := &http.Client{Timeout: 30 * time.Second}
+	scheme := "http://"
+	if withTLS {
+		cc = tlsDial(t, s.GRPCAddr(), clientTLS(t, pki.Client, pki.ClientKey, pki.CA))
+		client.Transport = &http.Transport{TLSClientConfig: clientTLS(t, "", "", pki.CA)}
+		scheme = "https://"
+	}
+	states := []string{"none", "wrong", "wrong scope", "other tenant", "right"}
+	for method, req := range grpcAccessRows {
+		r := grpcRules[method]
+		names := r.grpcTenants != nil && r.grpcTenants(req) != nil
+		for _, st := range states {
+			tok, ok := tokenFor(st, r, names)
+			if !ok {
+				continue
+			}
+			code := callGRPC(t, cc, method, req, tok)
+			want := expectRefused(st, r, names)
+			got := ""
+			switch code {
+			case codes.Unauthenticated:
+				got = "unauthenticated"
+			case codes.PermissionDenied:
+				got = "forbidden"
+			}
+			if got != want {
+				t.Errorf("gRPC %s, credential %s: %s, want %q", method, st, code, want)
+			}
+		}
+	}
+	for pattern, row := range httpAccessRows {
+		r := httpRules[pattern]
+		names := strings.Contains(row[1], "a&") || strings.HasSuffix(row[1], "=a") || strings.HasSuffix(row[1], "/a") || strings.Contains(row[2], `"a"`)
+		for _, st := range states {
+			tok, ok := tokenFor(st, r, names)
+			if !ok {
+				continue
+			}
+			req, _ := http.NewRequest(row[0], scheme+s.HTTPAddr()+row[1], strings.NewReader(row[2]))
+			if row[2] != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			if tok != "" {
+				req.Header.Set("Authorization", tok)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			got := ""
+			switch resp.StatusCode {
+			case http.StatusUnauthorized:
+				got = "unauthenticated"
+			case http.StatusForbidden:
+				got = "forbidden"
+			}
+			if want := expectRefused(st, r, names); got != want {
+				t.Errorf("HTTP %s, credential %s: %d %.200s, want %q", pattern, st, resp.StatusCode, body, want)
+			}
+		}
+	}
+}
+
+// callGRPC calls method with req and the authorization value tok ("" for
+// none), and returns the status code of the call's first answer.
+func callGRPC(t *testing.T, cc *grpc.ClientConn, method string, req proto.Message, tok string) codes.Code {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if tok != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", tok)
+	}
+	svc, name, _ := strings.Cut(strings.TrimPrefix(method, "/"), "/")
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(svc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := d.(protoreflect.ServiceDescriptor).Methods().ByName(protoreflect.Name(name))
+	resp := dynamicpb.NewMessage(md.Output())
+	if !md.IsStreamingClient() && !md.IsStreamingServer() {
+		return status.Code(cc.Invoke(ctx, method, req, resp))
+	}
+	st, err := cc.NewStream(ctx, &grpc.StreamDesc{ServerStreams: md.IsStreamingServer(), ClientStreams: md.IsStreamingClient()}, method)
+	if err != nil {
+		return status.Code(err)
+	}
+	if err := st.SendMsg(req); err != nil && err != io.EOF {
+		return status.Code(err)
+	}
+	if !md.IsStreamingServer() || !md.IsStreamingClient() {
+		_ = st.CloseSend()
+	}
+	code := status.Code(st.RecvMsg(resp))
+	if code == codes.DeadlineExceeded {
+		return codes.OK // the stream is open and waiting: past the access check
+	}
+	return code
+}
+
+// TestAccessOnFollowerAndReload: on a three-node cluster with credentials,
+// metering events posted to every node (followers forward to the group
+// leader, which applies the rule again) succeed with a credential limited
+// to the event's tenant and are refused for another tenant's; then the
+// credentials file is rewritten without that credential and, without a
+// restart, every node refuses it.
+func TestAccessOnFollowerAndReload(t *testing.T) {
+	creds := writeCredentials(t)
+	tc := startCluster(t, 3, func(_ int, c *Config) {
+		c.AdminToken, c.CredentialsFile, c.HTTPAddr = accessAdminToken, creds, "127.0.0.1:0"
+	})
+	now := time.Now().UnixMilli()
+	post := func(s *Server, tok, org, id string) (int, string) {
+		body := fmt.Sprintf(`{"id":%q,"timestamp":%d,"organization_id":%q,"space_id":"s","consumer_id":"c","resource_id":"r","plan_id":"p","resource_instance_id":%q,"measured_usage":[{"measure":"m","quantity":1}]}`,
+			id, now, org, id)
+		for {
+			req, _ := http.NewRequest("POST", "http://"+s.HTTPAddr()+"/v1/events/start", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+tok)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable {
+				return resp.StatusCode, string(b)
+			}
+			time.Sleep(50 * time.Millisecond) // no leader yet
+		}
+	}
+	for i, s := range tc.nodes {
+		// Enough ids that some land in groups this node does not lead.
+		for j := range 8 {
+			id := fmt.Sprintf("ev-%d-%d", i, j)
+			if code, body := post(s, "tok-meter-a", "a", id); code != http.StatusCreated {
+				t.Fatalf("%s: event for tenant a with meter-a: %d %s", s.NodeID(), code, body)
+			}
+			if code, body := post(s, "tok-meter-a", "b", id+"-b"); code != http.StatusForbidden {
+				t.Fatalf("%s: event for tenant b with meter-a: %d %s", s.NodeID(), code, body)
+			}
+		}
+	}
+	// Without meter-a the file reloads on every node.
+	data, err := os.ReadFile(creds)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keep []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(l, "meter-a ") {
+			keep = append(keep, l)
+		}
+	}
+	if err := os.WriteFile(creds, []byte(strings.Join(keep, "\n")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range tc.nodes {
+		waitFor(t, s.NodeID()+" refuses the removed credential", func() bool {
+			code, _ := post(s, "tok-meter-a", "a", "after-reload")
+			return code == http.StatusUnauthorized
+		})
+	}
+	// A broken file keeps the credentials in force.
+	if err := os.WriteFile(creds, []byte("broken line\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // two reload periods
+	if code, body := post(tc.nodes[0], "tok-meter-all", "z", "kept"); code != http.StatusCreated {
+		t.Fatalf("after a broken reload, meter-all: %d %s", code, body)
+	}
+}
+
+func TestParseCredentials(t *testing.T) {
+	h := strings.Repeat("ab", 32)
+	for _, c := range []struct{ file, err string }{
+		{"a sha256:" + h + " track\n", ""},
+		{"# comment\n\na sha256:" + h + " track,read t1,t2\n", ""},
+		{"a " + h + " track\n", "sha256:"},
+		{"a sha256:abc track\n", "sha256:"},
+		{"a sha256:" + h + " write\n", `scope "write"`},
+		{"a sha256:" + h + " admin t1\n", "admin credential"},
+		{"a sha256:" + h + " track\nb sha256:" + h + " read\n", "same token"},
+		{"a sha256:" + h + " track\na sha256:" + strings.Repeat("cd", 32) + " read\n", "given twice"},
+		{"a sha256:" + h + " track bad/tenant\n", "tenant"},
+		{"a sha256:" + h + "\n", "line 1"},
+	} {
+		_, err := parseCredentials([]byte(c.file))
+		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
+			t.Errorf("%q: %v, want %q", c.file, err, c.err)
+		}
+	}
+}

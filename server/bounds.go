@@ -1,0 +1,246 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// Bounds are the resources one client may hold on a node: what a node
+// grants before it refuses, so that idle connections, unread streams or
+// slow bodies from one client cannot take the node down for everyone. Zero
+// fields take the defaults below.
+type Bounds struct {
+	// HTTPMaxConns caps open HTTP connections (default 4096). At the cap a
+	// new connection evicts the longest-idle one (idle keep-alive, or never
+	// sent a request); with none idle it is closed at once.
+	HTTPMaxConns int
+	// HTTPReadTimeout bounds reading a request, body included (default
+	// 30s); HTTPWriteTimeout writing the answer (default 2m: a CPU profile
+	// takes 30s); HTTPIdleTimeout a keep-alive connection between requests
+	// (default 60s). Headers must arrive within 10s and hold at most
+	// HTTPMaxHeaderBytes (default 64 KiB); bodies are bounded per endpoint.
+	HTTPReadTimeout    time.Duration
+	HTTPWriteTimeout   time.Duration
+	HTTPIdleTimeout    time.Duration
+	HTTPMaxHeaderBytes int
+	// GRPCMaxStreamsPerConn is the HTTP/2 concurrent-stream limit a gRPC
+	// connection is given (default 1000).
+	GRPCMaxStreamsPerConn uint32
+	// MaxWatchStreams bounds the long-lived streams (WatchCluster,
+	// WatchSummaries, WatchSketches) open on the node (default 10,000);
+	// MaxWatchStreamsPerClient those of one client (its credential, or its
+	// IP address without one; default 1,000). Beyond, ResourceExhausted.
+	MaxWatchStreams          int
+	MaxWatchStreamsPerClient int
+}
+
+func (b *Bounds) setDefaults() error {
+	def := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	defD := func(p *time.Duration, v time.Duration) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	def(&b.HTTPMaxConns, 4096)
+	defD(&b.HTTPReadTimeout, 30*time.Second)
+	defD(&b.HTTPWriteTimeout, 2*time.Minute)
+	defD(&b.HTTPIdleTimeout, 60*time.Second)
+	def(&b.HTTPMaxHeaderBytes, 64<<10)
+	if b.GRPCMaxStreamsPerConn == 0 {
+		b.GRPCMaxStreamsPerConn = 1000
+	}
+	def(&b.MaxWatchStreams, 10_000)
+	def(&b.MaxWatchStreamsPerClient, 1000)
+	if b.HTTPMaxConns < 1 || b.HTTPReadTimeout < 0 || b.HTTPWriteTimeout < 0 || b.HTTPIdleTimeout < 0 || b.HTTPMaxHeaderBytes < 1 ||
+		b.MaxWatchStreams < 1 || b.MaxWatchStreamsPerClient < 1 {
+		return fmt.Errorf("config: bounds %+v: connection and stream limits must be ≥ 1 and timeouts ≥ 0", *b)
+	}
+	return nil
+}
+
+// grpcOptions are the server's connection bounds: the stream limit per
+// connection, and a keepalive policy that closes connections whose client
+// pings more often than every 10s (a ping flood costs the node, not the
+// client) and pings idle clients to find dead connections.
+func (b *Bounds) grpcOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxConcurrentStreams(b.GRPCMaxStreamsPerConn),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+	}
+}
+
+// watchMethods are the long-lived streams the stream bounds count.
+var watchMethods = map[string]bool{
+	"/tollgate.v1.Tracker/WatchCluster":     true,
+	"/tollgate.v1.Summaries/WatchSummaries": true,
+	"/tollgate.v1.Sketches/WatchSketches":   true,
+}
+
+// streamLimiter counts the open watch streams, in total and per client.
+type streamLimiter struct {
+	total, perClient int
+	open             atomic.Int64
+	mu               sync.Mutex
+	byClient         map[string]int
+}
+
+func newStreamLimiter(b Bounds) *streamLimiter {
+	return &streamLimiter{total: b.MaxWatchStreams, perClient: b.MaxWatchStreamsPerClient, byClient: map[string]int{}}
+}
+
+// acquire takes a slot for client or says which bound refused it.
+func (l *streamLimiter) acquire(client string) (release func(), err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if int(l.open.Load()) >= l.total {
+		return nil, status.Errorf(codes.ResourceExhausted, "this node serves at most %d watch streams and all are open; retry on another node or later", l.total)
+	}
+	if l.byClient[client] >= l.perClient {
+		return nil, status.Errorf(codes.ResourceExhausted, "client %s holds %d watch streams, the most one client may hold on a node; close some (one WatchCluster stream per process is enough)", client, l.perClient)
+	}
+	l.byClient[client]++
+	l.open.Add(1)
+	return func() {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.open.Add(-1)
+		if l.byClient[client]--; l.byClient[client] <= 0 {
+			delete(l.byClient, client)
+		}
+	}, nil
+}
+
+// clientOf names the caller for the per-client bound: its credential's
+// identity when it presented one (set by the auth interceptor), else its
+// IP address.
+func clientOf(ss grpc.ServerStream) string {
+	if id, ok := ss.Context().Value(identityKey{}).(string); ok && id != "" {
+		return id
+	}
+	if p, ok := peer.FromContext(ss.Context()); ok {
+		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
+			return tcp.IP.String()
+		}
+		return p.Addr.String()
+	}
+	return "unknown"
+}
+
+// identityKey carries the caller's credential identity in a call's context.
+type identityKey struct{}
+
+func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if !watchMethods[info.FullMethod] {
+		return h(srv, ss)
+	}
+	release, err := s.streams.acquire(clientOf(ss))
+	if err != nil {
+		s.metrics.streamsRefused.Inc()
+		return err
+	}
+	defer release()
+	return h(srv, ss)
+}
+
+// connCap is a listener that holds at most max connections. At the cap
+// the connection idle longest (no request in progress) is closed to admit
+// the new one, so an attacker's idle connections cannot lock out
+// /healthz or a dashboard; with every connection busy the new one is
+// closed at once (refused fast, not queued).
+type connCap struct {
+	net.Listener
+	max     int
+	mu      sync.Mutex
+	conns   map[net.Conn]*capState
+	refused atomic.Uint64
+	evicted atomic.Uint64
+}
+
+type capState struct {
+	idleSince time.Time // zero while a request is in progress
+}
+
+func newConnCap(l net.Listener, max int) *connCap {
+	return &connCap{Listener: l, max: max, conns: map[net.Conn]*capState{}}
+}
+
+func (c *connCap) Accept() (net.Conn, error) {
+	for {
+		conn, err := c.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		c.mu.Lock()
+		if len(c.conns) >= c.max {
+			var victim net.Conn
+			var oldest time.Time
+			for k, st := range c.conns {
+				if !st.idleSince.IsZero() && (victim == nil || st.idleSince.Before(oldest)) {
+					victim, oldest = k, st.idleSince
+				}
+			}
+			if victim == nil {
+				c.mu.Unlock()
+				c.refused.Add(1)
+				_ = conn.Close()
+				continue
+			}
+			delete(c.conns, victim)
+			c.evicted.Add(1)
+			_ = victim.Close()
+		}
+		c.conns[conn] = &capState{idleSince: time.Now()}
+		c.mu.Unlock()
+		return conn, nil
+	}
+}
+
+// connState is the http.Server hook keeping the idle marks (the
+// connection the server sees may be a *tls.Conn over ours).
+func (c *connCap) connState(conn net.Conn, st http.ConnState) {
+	raw := underlying(conn)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cs, ok := c.conns[raw]
+	switch st {
+	case http.StateActive:
+		if ok {
+			cs.idleSince = time.Time{}
+		}
+	case http.StateIdle:
+		if ok {
+			cs.idleSince = time.Now()
+		}
+	case http.StateClosed, http.StateHijacked:
+		delete(c.conns, raw)
+	}
+}
+
+func (c *connCap) open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.conns)
+}
+
+// underlying returns the accepted connection under a TLS one.
+func underlying(c net.Conn) net.Conn {
+	if u, ok := c.(interface{ NetConn() net.Conn }); ok {
+		return u.NetConn()
+	}
+	return c
+}

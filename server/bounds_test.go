@@ -1,0 +1,223 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// startFlood runs the attacker of TestMain in a child process and waits
+// until its connections are open.
+func startFlood(t *testing.T, mode, addr string, n int) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TOLLGATE_FLOOD=%s,%s,%d", mode, addr, n))
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = io.Discard
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		_ = cmd.Wait()
+	})
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "ready") {
+		t.Fatalf("flood %s: %q %v", mode, line, err)
+	}
+	t.Logf("flood %s: %s", mode, strings.TrimSpace(line))
+}
+
+// TestHTTPConnectionFlood: 20,000 idle HTTP connections and 1,000 requests
+// whose bodies never finish, from other processes, against one node of a
+// three-node cluster: the node's /healthz still answers a new client,
+// tracking through it and raft (every group commits, the flooded node a
+// voter of each) still work, and the node holds at most its connection cap.
+func TestHTTPConnectionFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 21,000 connections; skipped with -short")
+	}
+	const capConns = 2048
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		c.HTTPAddr = "127.0.0.1:0"
+		c.Bounds.HTTPMaxConns = capConns
+	})
+	target := tc.leader(0)
+	addr := target.HTTPAddr()
+	startFlood(t, "slow", addr, 1000)
+	startFlood(t, "idle", addr, 10_000)
+	startFlood(t, "idle", addr, 10_000)
+
+	if n := target.httpCap.open(); n > capConns {
+		t.Fatalf("node holds %d HTTP connections, cap %d", n, capConns)
+	}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 20 {
+		resp, err := client.Get("http://" + addr + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz #%d under the flood: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(b)) != "ok" {
+			t.Fatalf("/healthz #%d: %d %q", i, resp.StatusCode, b)
+		}
+	}
+	// Tracking through the flooded node (it leads group 0), and through
+	// every group's leader: each commit needs the flooded node's raft or
+	// another voter's, so raft accepts and answers.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := api.NewTrackerClient(dial(t, target.GRPCAddr())).TrackSeries(ctx,
+		&api.TrackSeriesRequest{Tenant: "flooded", Partition: 0, Hashes: hashesIn(7, 0, 10)}); err != nil {
+		t.Fatalf("track through the flooded node: %v", err)
+	}
+	for g := range 4 {
+		tc.trackLeader(g, "flooded", g*16, hashesIn(uint64(g), g*16, 5))
+	}
+	waitApplied(t, tc, 0)
+	if n := target.httpCap.open(); n > capConns {
+		t.Fatalf("node holds %d HTTP connections, cap %d", n, capConns)
+	}
+	t.Logf("evicted %d idle connections, refused %d", target.httpCap.evicted.Load(), target.httpCap.refused.Load())
+	if target.httpCap.evicted.Load() == 0 {
+		t.Fatal("no idle connection was evicted: the flood did not reach the cap")
+	}
+}
+
+// TestHTTPConnectionCapRefusesWhenBusy: with every connection inside a
+// request, one more is closed on accept instead of queued.
+func TestHTTPConnectionCapRefusesWhenBusy(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Bounds.HTTPMaxConns = 8 })
+	defer stop(t, s)
+	for range 8 {
+		c, err := net.Dial("tcp", s.HTTPAddr())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, "POST /api/v1/backlog HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	}
+	waitFor(t, "8 requests in progress", func() bool {
+		s.httpCap.mu.Lock()
+		defer s.httpCap.mu.Unlock()
+		busy := 0
+		for _, st := range s.httpCap.conns {
+			if st.idleSince.IsZero() {
+				busy++
+			}
+		}
+		return busy == 8
+	})
+	c, err := net.Dial("tcp", s.HTTPAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("connection beyond the cap: %v, want it closed by the node", err)
+	}
+	if s.httpCap.refused.Load() == 0 {
+		t.Fatal("refusal not counted")
+	}
+}
+
+// TestWatchClusterUnreadStreams: 1,000 WatchCluster streams that never
+// read, against a node whose runtime config holds 100,000 tenants: the
+// node's heap grows by at most 100 MB (every stream queues the view's
+// shared encoding, not its own copy). A client's 1,001st... stream beyond
+// its bound is refused with ResourceExhausted.
+func TestWatchClusterUnreadStreams(t *testing.T) {
+	if testing.Short() {
+		t.Skip("100,000-tenant config; skipped with -short")
+	}
+	const tenants, streams = 100_000, 1000
+	var b strings.Builder
+	b.WriteString("tenants:\n")
+	for i := range tenants {
+		fmt.Fprintf(&b, "  tenant-%06d:\n    max_series: %d\n", i, 1000+i)
+	}
+	lf := filepath.Join(t.TempDir(), "limits.yaml")
+	if err := os.WriteFile(lf, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tc := startCluster(t, 1, func(_ int, c *Config) { c.LimitsFile = lf })
+	s := tc.nodes[0]
+	waitFor(t, "the 100,000-tenant config in the cluster view", func() bool {
+		v, enc, _ := s.view.getEncoded()
+		return v != nil && len(v.GetRuntimeConfig().GetTenants()) == tenants && enc != nil
+	})
+	_, enc, _ := s.view.getEncoded()
+	t.Logf("encoded view: %d bytes (%d MB if every stream held a copy)", len(enc), int64(len(enc))*streams>>20)
+
+	runtime.GC()
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for c := range streams / 100 {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)) // a reader that never reads: no window growth
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		tr := api.NewTrackerClient(cc)
+		for i := range 100 {
+			if _, err := tr.WatchCluster(ctx, &api.WatchClusterRequest{}); err != nil {
+				t.Fatalf("stream %d/%d: %v", c, i, err)
+			}
+		}
+	}
+	waitFor(t, "1,000 watch streams open", func() bool { return s.streams.open.Load() == streams })
+	time.Sleep(2 * time.Second) // every handler sent its view
+	runtime.GC()
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap: %d MB before, %d MB with %d unread streams (growth %d MB)", before.HeapAlloc>>20, after.HeapAlloc>>20, streams, growth>>20)
+	if growth > 100<<20 {
+		t.Fatalf("heap grew by %d MB with %d unread streams, bound 100 MB", growth>>20, streams)
+	}
+
+	// The per-client bound: this client already holds 1,000 (the default).
+	cc := dial(t, s.GRPCAddr())
+	st, err := api.NewTrackerClient(cc).WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err == nil {
+		_, err = st.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "watch streams") {
+		t.Fatalf("stream beyond the per-client bound: %v, want ResourceExhausted", err)
+	}
+}

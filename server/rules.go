@@ -1,0 +1,174 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// rule is what one endpoint needs when credentials are configured
+// (--credentials-file): a scope ("" = public) and the tenants a request
+// acts on. tenants nil means the endpoint reads or writes every tenant's
+// data, which a credential limited to tenants may not, unless shared: data
+// every client of the cluster needs (layout, near-limit sets), open to any
+// credential with the scope.
+type rule struct {
+	name   string
+	scope  Scope
+	shared bool
+	// grpcTenants extracts the tenants of a unary gRPC request; nil: all.
+	grpcTenants func(req any) []string
+	// httpTenants extracts the tenants of an HTTP request; nil: all. It
+	// may read (and must restore) the body.
+	httpTenants func(r *http.Request) []string
+}
+
+func one(t string) []string {
+	if t == "" {
+		return nil // no tenant named: every tenant
+	}
+	return []string{t}
+}
+
+// grpcRules: every gRPC method of the node, one line each. A method with no
+// line is refused when credentials are configured (fail closed), and the
+// endpoint test fails until it gets one.
+var grpcRules = map[string]rule{
+	api.Tracker_TrackSeries_FullMethodName:          {scope: ScopeTrack, grpcTenants: func(r any) []string { return []string{r.(*api.TrackSeriesRequest).GetTenant()} }},
+	api.Tracker_GetUsersCloseToLimit_FullMethodName: {scope: ScopeTrack, shared: true},
+	api.Tracker_WatchCluster_FullMethodName:         {scope: ScopeTrack, shared: true},
+	api.Summaries_WatchSummaries_FullMethodName:     {scope: ScopeTrack, shared: true},
+	api.Sketches_WatchSketches_FullMethodName:       {scope: ScopeTrack, shared: true},
+	api.RateLimit_Sync_FullMethodName:               {scope: ScopeTrack, shared: true},
+	api.Sketches_PushSketches_FullMethodName: {scope: ScopeTrack, grpcTenants: func(r any) []string {
+		var out []string
+		for _, s := range r.(*api.PushSketchesRequest).GetSketches() {
+			out = append(out, s.GetTenant())
+		}
+		return out
+	}},
+
+	api.Metering_Start_FullMethodName: {scope: ScopeMeter, grpcTenants: func(r any) []string {
+		return []string{r.(*api.MeterEvent).GetTarget().GetOrganizationId()}
+	}},
+	api.Metering_Stop_FullMethodName: {scope: ScopeMeter, grpcTenants: func(r any) []string {
+		return []string{r.(*api.MeterEvent).GetTarget().GetOrganizationId()}
+	}},
+	api.Metering_Events_FullMethodName: {scope: ScopeMeter, grpcTenants: func(r any) []string {
+		out := []string{}
+		for _, e := range r.(*api.MeterEventsRequest).GetEvents() {
+			out = append(out, e.GetEvent().GetTarget().GetOrganizationId())
+		}
+		return out
+	}},
+	api.Metering_QueryUsage_FullMethodName: {scope: ScopeRead, grpcTenants: func(r any) []string {
+		return one(r.(*api.QueryUsageRequest).GetTarget().GetOrganizationId())
+	}},
+	api.Metering_SeriesSamples_FullMethodName:      {scope: ScopeRead, grpcTenants: func(r any) []string { return one(r.(*api.SeriesSamplesRequest).GetTenant()) }},
+	api.Metering_GroupSeriesSamples_FullMethodName: {scope: ScopeRead},
+	api.Metering_SetClock_FullMethodName:           {scope: ScopeAdmin},
+
+	api.Admin_Status_FullMethodName:             {scope: ScopeAdmin},
+	api.Admin_ListPeers_FullMethodName:          {scope: ScopeAdmin},
+	api.Admin_AddVoter_FullMethodName:           {scope: ScopeAdmin},
+	api.Admin_RemoveServer_FullMethodName:       {scope: ScopeAdmin},
+	api.Admin_TransferLeadership_FullMethodName: {scope: ScopeAdmin},
+	api.Admin_NodeGroups_FullMethodName:         {scope: ScopeAdmin},
+	api.Admin_SnapshotGroup_FullMethodName:      {scope: ScopeAdmin},
+	api.Admin_RestoreGroup_FullMethodName:       {scope: ScopeAdmin},
+	api.Admin_DropTenant_FullMethodName:         {scope: ScopeAdmin},
+	api.Config_GetLimits_FullMethodName:         {scope: ScopeAdmin},
+	api.Config_SetLimits_FullMethodName:         {scope: ScopeAdmin},
+	api.Config_ApplyLimits_FullMethodName:       {scope: ScopeAdmin},
+	api.Config_ReplicateLimits_FullMethodName:   {scope: ScopeAdmin},
+	api.Config_ReportBacklog_FullMethodName:     {scope: ScopeAdmin},
+	api.Shares_Give_FullMethodName:              {scope: ScopeAdmin},
+	api.Shares_Receive_FullMethodName:           {scope: ScopeAdmin},
+	api.Shares_Complete_FullMethodName:          {scope: ScopeAdmin},
+	api.Shares_TenantShares_FullMethodName:      {scope: ScopeAdmin},
+}
+
+// httpRules: every HTTP route of the node (the mux pattern), one line each;
+// like grpcRules, a route without a line is refused when credentials are
+// configured.
+var httpRules = map[string]rule{
+	"GET /healthz":         {},
+	"GET /readyz":          {},
+	"GET /metrics":         {}, // no tenant names: per-group and per-node figures
+	"GET /{$}":             {},
+	"GET /ui/":             {}, // static files; the data they show needs read
+	"GET /api/v1/status":   {scope: ScopeRead},
+	"GET /api/v1/sketches": {scope: ScopeRead},
+	"GET /api/v1/tenants":  {scope: ScopeRead},
+	"GET /api/v1/tenants/{tenant}": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
+		// The guard runs before the mux sets path values.
+		return []string{strings.TrimPrefix(r.URL.Path, "/api/v1/tenants/")}
+	}},
+	"GET /api/v1/overview":  {scope: ScopeRead},
+	"/api/v1/backlog":       {scope: ScopeAdmin},
+	"POST /v1/events/start": {scope: ScopeMeter, httpTenants: meterBodyTenants},
+	"POST /v1/events/stop":  {scope: ScopeMeter, httpTenants: meterBodyTenants},
+	"POST /v1/events":       {scope: ScopeMeter, httpTenants: meterBodyTenants},
+	"GET /v1/usage": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
+		return one(r.URL.Query().Get("organization_id"))
+	}},
+	"GET /v1/usage/bill": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
+		return []string{r.URL.Query().Get("tenant")}
+	}},
+	"GET /v1/metering/status":       {scope: ScopeRead},
+	"GET /v1/metering/dead-letters": {scope: ScopeRead},
+	"POST /v1/metering/clock":       {scope: ScopeAdmin},
+	"/debug/pprof/":                 {scope: ScopeAdmin},
+	"/debug/pprof/cmdline":          {scope: ScopeAdmin},
+	"/debug/pprof/profile":          {scope: ScopeAdmin},
+	"/debug/pprof/symbol":           {scope: ScopeAdmin},
+	"/debug/pprof/trace":            {scope: ScopeAdmin},
+}
+
+func init() {
+	for m, r := range grpcRules {
+		r.name = m
+		grpcRules[m] = r
+	}
+	for p, r := range httpRules {
+		r.name = p
+		httpRules[p] = r
+	}
+}
+
+// maxAuthBody bounds the body the HTTP guard reads to find a metering
+// request's tenants (the batch endpoint's own bound).
+const maxAuthBody = 16 << 20
+
+// meterBodyTenants returns the organization ids (the metering tenant) of
+// a metering write: one event or a batch. An unreadable or undecodable body
+// names no tenant; the handler refuses it (400) after the guard.
+func meterBodyTenants(r *http.Request) []string {
+	body, err := io.ReadAll(io.LimitReader(r.Body, maxAuthBody+1))
+	r.Body.Close()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	if err != nil || len(body) > maxAuthBody {
+		return []string{}
+	}
+	var doc struct {
+		OrganizationID string `json:"organization_id"`
+		Events         []struct {
+			OrganizationID string `json:"organization_id"`
+		} `json:"events"`
+	}
+	if json.Unmarshal(body, &doc) != nil {
+		return []string{}
+	}
+	out := []string{}
+	if doc.OrganizationID != "" || doc.Events == nil {
+		out = append(out, doc.OrganizationID)
+	}
+	for _, e := range doc.Events {
+		out = append(out, e.OrganizationID)
+	}
+	return out
+}
