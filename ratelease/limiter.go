@@ -188,6 +188,9 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	return l, nil
 }
 
+// Keys is how many keys (tenants) the limiter has seen.
+func (l *Limiter) Keys() int { return len(*l.byID.Load()) }
+
 // Strategy is the strategy this limiter decides with.
 func (l *Limiter) Strategy() Strategy { return l.cfg.Strategy }
 
