@@ -308,11 +308,17 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	defer cancel()
 	var wg sync.WaitGroup
 	interval := time.Duration(float64(time.Second) * envoys / offered) // each Envoy's share of the offered rate
+	// Like a real Envoy, each one has many requests in flight on its one
+	// connection: a call starts on schedule, not when the previous ended.
+	const inflight = 32
 	for i := range envoys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			req := rlsReq("edge", "api", "ingest")
+			sem := make(chan struct{}, inflight)
+			var calls sync.WaitGroup
+			defer calls.Wait()
 			// Spread the Envoys' phases over one interval.
 			next := start.Add(interval * time.Duration(i) / envoys)
 			for next.Before(stopAt) {
@@ -320,18 +326,24 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 					time.Sleep(d)
 				}
 				next = next.Add(interval)
-				r, err := clients[i].ShouldRateLimit(ctx, req)
-				if err != nil {
-					if errs.Add(1) == 1 {
-						t.Logf("envoy %d → %s: %v", i, nodes[i%len(nodes)].cfg.NodeID, err)
+				sem <- struct{}{}
+				calls.Add(1)
+				go func() {
+					defer calls.Done()
+					defer func() { <-sem }()
+					r, err := clients[i].ShouldRateLimit(ctx, req)
+					if err != nil {
+						if errs.Add(1) == 1 {
+							t.Logf("envoy %d → %s: %v", i, nodes[i%len(nodes)].cfg.NodeID, err)
+						}
+						return
 					}
-					continue
-				}
-				st := r.Statuses[0]
-				if r.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && (st.Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
-					st.CurrentLimit.GetRequestsPerUnit() != 1000 || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != time.Second) {
-					badStatus.Add(1)
-				}
+					st := r.Statuses[0]
+					if r.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT && (st.Code != rlsv3.RateLimitResponse_OVER_LIMIT ||
+						st.CurrentLimit.GetRequestsPerUnit() != 1000 || st.LimitRemaining != 0 || st.DurationUntilReset.AsDuration() != time.Second) {
+						badStatus.Add(1)
+					}
+				}()
 			}
 		}()
 	}
