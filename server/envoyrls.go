@@ -180,7 +180,6 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 	envoyrl.Resolve(rules)
 
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
-	now := e.s.cfg.Clock()
 	tightest := -1
 	var tightRemaining uint32
 	for i, r := range rules {
@@ -215,7 +214,7 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 			}
 		}
 		st.LimitRemaining = uint32(remaining)
-		st.DurationUntilReset = durationpb.New(untilFull(r, remaining, now))
+		st.DurationUntilReset = durationpb.New(untilFull(r, remaining))
 		switch {
 		case over && r.ShadowMode:
 			c.shadow.Inc()
@@ -247,7 +246,7 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 // while anything is used). Tollgate enforces a rule as a token bucket
 // refilling continuously at requests_per_unit per unit, not as fixed windows,
 // so there is no window edge to count down to.
-func untilFull(r *envoyrl.Rule, remaining uint64, _ time.Time) time.Duration {
+func untilFull(r *envoyrl.Rule, remaining uint64) time.Duration {
 	rpu := uint64(r.Limit.RequestsPerUnit)
 	if rpu == 0 || remaining >= rpu {
 		return 0
