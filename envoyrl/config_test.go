@@ -96,7 +96,7 @@ func TestMatchSemantics(t *testing.T) {
 		{"unknown key", "shop", entries("nope", "x"), "", 0, 0, false, false, ""},
 		{"unknown value of a value-only key", "shop", entries("tier", "paid", "user", "joe"), "", 0, 0, false, false, ""},
 		{"unknown domain", "other", entries("user", "joe"), "", 0, 0, false, false, ""},
-		{"prefix value", "shop", entries("path", "/api/orders"), "path_/api/*", 7, Second, false, false, "path_/api/orders"},
+		{"prefix value", "shop", entries("path", "/api/orders"), "path_/api/*", 7, Second, false, false, "path_/api/*"},
 		{"exact value beats prefix", "shop", entries("path", "/api/health"), "path_/api/health", 0, 0, true, false, "path_/api/health"},
 		{"prefix does not match", "shop", entries("path", "/web"), "", 0, 0, false, false, ""},
 		{"allow-listed key (no rate_limit)", "shop", entries("internal", "x"), "", 0, 0, false, false, ""},

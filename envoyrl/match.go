@@ -115,8 +115,8 @@ func (x *Index) HasDomain(domain string) bool { return x.domains[domain] != nil 
 // level, key and value first, then a value prefix ("v*"), then the key alone.
 // It returns nil when no rule applies (no such path, or a placeholder without
 // a rate_limit at that depth). statsKey is the rule's name in statistics:
-// its Path, with the request's values in place of value-less levels when the
-// descriptor asks for detailed_metric.
+// its Path, with the request's values in place of value-less and prefix levels
+// where the descriptor asks for detailed_metric.
 func (x *Index) Match(domain string, entries []Entry) (r *Rule, statsKey string) {
 	n := x.domains[domain]
 	if n == nil || len(entries) == 0 {
@@ -133,7 +133,9 @@ func (x *Index) Match(domain string, entries []Entry) (r *Rule, statsKey string)
 		if b == nil {
 			for _, p := range n.prefix[e.Key] {
 				if strings.HasPrefix(e.Value, p.prefix) {
-					b = p.b
+					if b = p.b; !b.detailed {
+						seg = e.Key + "_" + p.prefix + "*" // the rule's spelling: bounded cardinality
+					}
 					break
 				}
 			}
