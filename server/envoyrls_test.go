@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/envoyrl"
 )
 
 func rlsClient(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
@@ -253,6 +254,18 @@ func TestEnvoyRLSDecisions(t *testing.T) {
 	if r := call(rlsReq("shop", "user", "banned")); r.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Fatal("a refused config changed the rules")
 	}
+
+	// A changed limit is a new rule: joe, over 2/minute above, gets the new
+	// 3/minute afresh, decided and owned under the new rule.
+	applyEnvoy(t, []*Server{s}, map[string]string{"shop": strings.Replace(rlsDecisionsConfig, "{unit: minute, requests_per_unit: 2}", "{unit: minute, requests_per_unit: 3}", 1)})
+	warm("tier", "free", "user", "joe")
+	waitFor(t, "lease for joe under the new rule", func() bool { return s.rls.hasLease("shop", "tier", "free", "user", "joe") })
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		r := call(rlsReq("shop", "tier", "free", "user", "joe"))
+		if r.OverallCode != want || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
+			t.Fatalf("joe under 3/minute, request %d: %v limit %v, want %v", i+1, r.OverallCode, r.Statuses[0].CurrentLimit, want)
+		}
+	}
 }
 
 const rlsClusterConfig = `
@@ -407,6 +420,26 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 		t.Fatal("shadow mode counted no request over the limit")
 	}
 	t.Logf("shadow mode: %v requests over the limit answered OK", shadowed)
+}
+
+// hasLease says whether the node holds a limit for the key of a descriptor
+// under the rule it matches now.
+func (e *envoyRLS) hasLease(domain string, kv ...string) bool {
+	var es []envoyrl.Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		es = append(es, envoyrl.Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	r, _ := e.index().Match(domain, es)
+	if r == nil {
+		return false
+	}
+	key := envoyrl.CounterKey(r, es)
+	for _, ts := range e.client.TenantStats() {
+		if ts.Tenant == key {
+			return ts.HasUpdate && ts.Limit > 0 && !ts.Stale
+		}
+	}
+	return false
 }
 
 // leased counts the keys the node's lease client holds a limit for.
