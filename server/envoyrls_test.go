@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"math"
 	"path/filepath"
 	"strings"
@@ -16,11 +17,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
 func rlsClient(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
@@ -451,4 +454,46 @@ func (e *envoyRLS) leased() int {
 		}
 	}
 	return n
+}
+
+// Under mutual TLS the service follows the Tracker's rule: a client with a
+// valid certificate is served without an admin token, others are refused by
+// TLS; the node's own lease client reaches the owner over TLS and gets a lease.
+func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
+	f := testPKI(t)
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
+		c.AdminToken = testToken
+	})
+	defer stop(t, s)
+	good := clientTLS(t, f.Client, f.ClientKey, f.CA)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	yaml := "domain: edge\ndescriptors:\n  - key: ip\n    rate_limit: {unit: minute, requests_per_unit: 1}\n"
+	if _, err := api.NewConfigClient(tlsDial(t, s.GRPCAddr(), good)).ApplyLimits(
+		metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken),
+		&api.ApplyLimitsRequest{Config: &api.RuntimeConfig{Envoy: map[string]string{"edge": yaml}}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the Envoy config", func() bool { return len(s.RuntimeConfig().Envoy) == 1 })
+	c := rlsv3.NewRateLimitServiceClient(tlsDial(t, s.GRPCAddr(), good))
+	req := rlsReq("edge", "ip", "10.1.2.3")
+	warm := rlsReq("edge", "ip", "10.1.2.3")
+	warm.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	if _, err := c.ShouldRateLimit(ctx, warm); err != nil {
+		t.Fatalf("with a client certificate and no token: %v", err)
+	}
+	waitFor(t, "a lease over TLS", func() bool { return s.rls.hasLease("edge", "ip", "10.1.2.3") })
+	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+		r, err := c.ShouldRateLimit(ctx, req)
+		if err != nil || r.OverallCode != want {
+			t.Fatalf("call %d: %v %v, want %v", i+1, r.GetOverallCode(), err, want)
+		}
+	}
+	for name, cfg := range map[string]*tls.Config{"no client certificate": clientTLS(t, "", "", f.CA), "plaintext": nil} {
+		_, err := rlsv3.NewRateLimitServiceClient(tlsDial(t, s.GRPCAddr(), cfg)).ShouldRateLimit(ctx, req)
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("%s: %v, want Unavailable (refused by TLS)", name, err)
+		}
+	}
 }
