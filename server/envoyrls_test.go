@@ -374,6 +374,13 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	ratio := admitted / (limit * span)
 	offRatio := sent / (limit * span)
 	t.Logf("offered %.2f× the limit, admitted %.0f in %.2fs = %.3f× the limit; %d errors", offRatio, admitted, span, ratio, errs.Load())
+	for _, s := range nodes {
+		for _, ts := range s.rls.client.TenantStats() {
+			t.Logf("%s lease client since start: allowed %v, blocked %v", s.cfg.NodeID, ts.AllowedBy, ts.BlockedBy)
+		}
+		st := s.rls.client.Stats()
+		t.Logf("%s: reroutes %d, stream errors %d, stale keys %d", s.cfg.NodeID, st.Reroutes, st.StreamErrors, st.StaleTenant)
+	}
 	if errs.Load() > 0 || badStatus.Load() > 0 {
 		t.Fatalf("%d calls failed, %d OVER_LIMIT statuses without the limit, 0 remaining and 1 s to reset", errs.Load(), badStatus.Load())
 	}
