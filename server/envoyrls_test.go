@@ -309,13 +309,37 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	}
 	// Admitted and offered are read from the nodes' decision counters at
 	// the window's edges, so they count decisions by when the node made
-	// them, whatever the calls' latency.
-	decisions := func(decision string) float64 {
-		sum := 0.0
+	// them, whatever the calls' latency. One gather per node, timed at its
+	// middle: a slow gather on a busy machine does not stretch the span.
+	sample := func() (ok, over float64, at time.Time) {
+		begin := time.Now()
 		for _, s := range nodes {
-			sum += counterValue(t, s, "tollgate_envoy_ratelimit_descriptor_decisions_total", map[string]string{"rule": "api_ingest", "decision": decision})
+			mfs, err := s.metrics.reg.Gather()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mf := range mfs {
+				if mf.GetName() != "tollgate_envoy_ratelimit_descriptor_decisions_total" {
+					continue
+				}
+				for _, m := range mf.GetMetric() {
+					l := map[string]string{}
+					for _, lp := range m.GetLabel() {
+						l[lp.GetName()] = lp.GetValue()
+					}
+					if l["rule"] != "api_ingest" {
+						continue
+					}
+					switch l["decision"] {
+					case "ok":
+						ok += metricValue(m)
+					case "over_limit":
+						over += metricValue(m)
+					}
+				}
+			}
 		}
-		return sum
+		return ok, over, begin.Add(time.Since(begin) / 2)
 	}
 	var errs, badStatus atomic.Int64
 	start := time.Now()
@@ -364,11 +388,10 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 		}()
 	}
 	time.Sleep(time.Until(start.Add(warmup)))
-	ok0, over0 := decisions("ok"), decisions("over_limit")
-	t0 := time.Now()
+	ok0, over0, t0 := sample()
 	time.Sleep(window)
-	ok1, over1 := decisions("ok"), decisions("over_limit")
-	span := time.Since(t0).Seconds()
+	ok1, over1, t1 := sample()
+	span := t1.Sub(t0).Seconds()
 	wg.Wait()
 	admitted, sent := ok1-ok0, ok1-ok0+over1-over0
 	ratio := admitted / (limit * span)
