@@ -40,10 +40,13 @@ const (
 type RuntimeConfig struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increases with every change; 0: no replicated configuration exists.
-	Version       uint64                   `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
-	Defaults      *TenantLimits            `protobuf:"bytes,2,opt,name=defaults,proto3" json:"defaults,omitempty"`
-	Tenants       map[string]*TenantLimits `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Global        *GlobalConfig            `protobuf:"bytes,4,opt,name=global,proto3" json:"global,omitempty"`
+	Version  uint64                   `protobuf:"varint,1,opt,name=version,proto3" json:"version,omitempty"`
+	Defaults *TenantLimits            `protobuf:"bytes,2,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	Tenants  map[string]*TenantLimits `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Global   *GlobalConfig            `protobuf:"bytes,4,opt,name=global,proto3" json:"global,omitempty"`
+	// Envoy rate limit service configurations by domain, each the YAML text
+	// of one envoyproxy/ratelimit configuration file (domain + descriptors).
+	Envoy         map[string]string `protobuf:"bytes,5,rep,name=envoy,proto3" json:"envoy,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -102,6 +105,13 @@ func (x *RuntimeConfig) GetTenants() map[string]*TenantLimits {
 func (x *RuntimeConfig) GetGlobal() *GlobalConfig {
 	if x != nil {
 		return x.Global
+	}
+	return nil
+}
+
+func (x *RuntimeConfig) GetEnvoy() map[string]string {
+	if x != nil {
+		return x.Envoy
 	}
 	return nil
 }
@@ -1072,15 +1082,20 @@ var File_config_proto protoreflect.FileDescriptor
 
 const file_config_proto_rawDesc = "" +
 	"\n" +
-	"\fconfig.proto\x12\vtollgate.v1\"\xad\x02\n" +
+	"\fconfig.proto\x12\vtollgate.v1\"\xa4\x03\n" +
 	"\rRuntimeConfig\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x125\n" +
 	"\bdefaults\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\bdefaults\x12A\n" +
 	"\atenants\x18\x03 \x03(\v2'.tollgate.v1.RuntimeConfig.TenantsEntryR\atenants\x121\n" +
-	"\x06global\x18\x04 \x01(\v2\x19.tollgate.v1.GlobalConfigR\x06global\x1aU\n" +
+	"\x06global\x18\x04 \x01(\v2\x19.tollgate.v1.GlobalConfigR\x06global\x12;\n" +
+	"\x05envoy\x18\x05 \x03(\v2%.tollgate.v1.RuntimeConfig.EnvoyEntryR\x05envoy\x1aU\n" +
 	"\fTenantsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\x05value:\x028\x01\"\xac\x03\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\x05value:\x028\x01\x1a8\n" +
+	"\n" +
+	"EnvoyEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xac\x03\n" +
 	"\fTenantLimits\x12\"\n" +
 	"\n" +
 	"max_series\x18\x01 \x01(\x03H\x00R\tmaxSeries\x88\x01\x01\x12<\n" +
@@ -1190,7 +1205,7 @@ func file_config_proto_rawDescGZIP() []byte {
 	return file_config_proto_rawDescData
 }
 
-var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_config_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_config_proto_goTypes = []any{
 	(*RuntimeConfig)(nil),            // 0: tollgate.v1.RuntimeConfig
 	(*TenantLimits)(nil),             // 1: tollgate.v1.TenantLimits
@@ -1207,39 +1222,41 @@ var file_config_proto_goTypes = []any{
 	(*ReportBacklogResponse)(nil),    // 12: tollgate.v1.ReportBacklogResponse
 	(*SamplingControllerStatus)(nil), // 13: tollgate.v1.SamplingControllerStatus
 	nil,                              // 14: tollgate.v1.RuntimeConfig.TenantsEntry
-	nil,                              // 15: tollgate.v1.TenantLimits.SampleRatesEntry
-	nil,                              // 16: tollgate.v1.GlobalConfig.SampleRatesEntry
-	nil,                              // 17: tollgate.v1.SetLimitsRequest.SetEntry
+	nil,                              // 15: tollgate.v1.RuntimeConfig.EnvoyEntry
+	nil,                              // 16: tollgate.v1.TenantLimits.SampleRatesEntry
+	nil,                              // 17: tollgate.v1.GlobalConfig.SampleRatesEntry
+	nil,                              // 18: tollgate.v1.SetLimitsRequest.SetEntry
 }
 var file_config_proto_depIdxs = []int32{
 	1,  // 0: tollgate.v1.RuntimeConfig.defaults:type_name -> tollgate.v1.TenantLimits
 	14, // 1: tollgate.v1.RuntimeConfig.tenants:type_name -> tollgate.v1.RuntimeConfig.TenantsEntry
 	2,  // 2: tollgate.v1.RuntimeConfig.global:type_name -> tollgate.v1.GlobalConfig
-	15, // 3: tollgate.v1.TenantLimits.sample_rates:type_name -> tollgate.v1.TenantLimits.SampleRatesEntry
-	16, // 4: tollgate.v1.GlobalConfig.sample_rates:type_name -> tollgate.v1.GlobalConfig.SampleRatesEntry
-	3,  // 5: tollgate.v1.GlobalConfig.backlog_controller:type_name -> tollgate.v1.BacklogController
-	0,  // 6: tollgate.v1.GetLimitsResponse.config:type_name -> tollgate.v1.RuntimeConfig
-	1,  // 7: tollgate.v1.GetLimitsResponse.effective:type_name -> tollgate.v1.TenantLimits
-	13, // 8: tollgate.v1.GetLimitsResponse.controller:type_name -> tollgate.v1.SamplingControllerStatus
-	17, // 9: tollgate.v1.SetLimitsRequest.set:type_name -> tollgate.v1.SetLimitsRequest.SetEntry
-	0,  // 10: tollgate.v1.ApplyLimitsRequest.config:type_name -> tollgate.v1.RuntimeConfig
-	13, // 11: tollgate.v1.ReportBacklogResponse.status:type_name -> tollgate.v1.SamplingControllerStatus
-	1,  // 12: tollgate.v1.RuntimeConfig.TenantsEntry.value:type_name -> tollgate.v1.TenantLimits
-	4,  // 13: tollgate.v1.Config.GetLimits:input_type -> tollgate.v1.GetLimitsRequest
-	6,  // 14: tollgate.v1.Config.SetLimits:input_type -> tollgate.v1.SetLimitsRequest
-	7,  // 15: tollgate.v1.Config.ApplyLimits:input_type -> tollgate.v1.ApplyLimitsRequest
-	9,  // 16: tollgate.v1.Config.ReplicateLimits:input_type -> tollgate.v1.ReplicateLimitsRequest
-	11, // 17: tollgate.v1.Config.ReportBacklog:input_type -> tollgate.v1.ReportBacklogRequest
-	5,  // 18: tollgate.v1.Config.GetLimits:output_type -> tollgate.v1.GetLimitsResponse
-	8,  // 19: tollgate.v1.Config.SetLimits:output_type -> tollgate.v1.LimitsChangeResponse
-	8,  // 20: tollgate.v1.Config.ApplyLimits:output_type -> tollgate.v1.LimitsChangeResponse
-	10, // 21: tollgate.v1.Config.ReplicateLimits:output_type -> tollgate.v1.ReplicateLimitsResponse
-	12, // 22: tollgate.v1.Config.ReportBacklog:output_type -> tollgate.v1.ReportBacklogResponse
-	18, // [18:23] is the sub-list for method output_type
-	13, // [13:18] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	15, // 3: tollgate.v1.RuntimeConfig.envoy:type_name -> tollgate.v1.RuntimeConfig.EnvoyEntry
+	16, // 4: tollgate.v1.TenantLimits.sample_rates:type_name -> tollgate.v1.TenantLimits.SampleRatesEntry
+	17, // 5: tollgate.v1.GlobalConfig.sample_rates:type_name -> tollgate.v1.GlobalConfig.SampleRatesEntry
+	3,  // 6: tollgate.v1.GlobalConfig.backlog_controller:type_name -> tollgate.v1.BacklogController
+	0,  // 7: tollgate.v1.GetLimitsResponse.config:type_name -> tollgate.v1.RuntimeConfig
+	1,  // 8: tollgate.v1.GetLimitsResponse.effective:type_name -> tollgate.v1.TenantLimits
+	13, // 9: tollgate.v1.GetLimitsResponse.controller:type_name -> tollgate.v1.SamplingControllerStatus
+	18, // 10: tollgate.v1.SetLimitsRequest.set:type_name -> tollgate.v1.SetLimitsRequest.SetEntry
+	0,  // 11: tollgate.v1.ApplyLimitsRequest.config:type_name -> tollgate.v1.RuntimeConfig
+	13, // 12: tollgate.v1.ReportBacklogResponse.status:type_name -> tollgate.v1.SamplingControllerStatus
+	1,  // 13: tollgate.v1.RuntimeConfig.TenantsEntry.value:type_name -> tollgate.v1.TenantLimits
+	4,  // 14: tollgate.v1.Config.GetLimits:input_type -> tollgate.v1.GetLimitsRequest
+	6,  // 15: tollgate.v1.Config.SetLimits:input_type -> tollgate.v1.SetLimitsRequest
+	7,  // 16: tollgate.v1.Config.ApplyLimits:input_type -> tollgate.v1.ApplyLimitsRequest
+	9,  // 17: tollgate.v1.Config.ReplicateLimits:input_type -> tollgate.v1.ReplicateLimitsRequest
+	11, // 18: tollgate.v1.Config.ReportBacklog:input_type -> tollgate.v1.ReportBacklogRequest
+	5,  // 19: tollgate.v1.Config.GetLimits:output_type -> tollgate.v1.GetLimitsResponse
+	8,  // 20: tollgate.v1.Config.SetLimits:output_type -> tollgate.v1.LimitsChangeResponse
+	8,  // 21: tollgate.v1.Config.ApplyLimits:output_type -> tollgate.v1.LimitsChangeResponse
+	10, // 22: tollgate.v1.Config.ReplicateLimits:output_type -> tollgate.v1.ReplicateLimitsResponse
+	12, // 23: tollgate.v1.Config.ReportBacklog:output_type -> tollgate.v1.ReportBacklogResponse
+	19, // [19:24] is the sub-list for method output_type
+	14, // [14:19] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_config_proto_init() }
@@ -1256,7 +1273,7 @@ func file_config_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_config_proto_rawDesc), len(file_config_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

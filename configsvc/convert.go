@@ -1,9 +1,11 @@
 package configsvc
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
 
@@ -19,6 +21,12 @@ func ToProto(d *runtimecfg.Document) *api.RuntimeConfig {
 	if bc := d.Global.BacklogController; bc != nil {
 		out.Global.BacklogController = &api.BacklogController{Kind: bc.Kind, Target: bc.Target, PeriodMs: uint64(bc.Period / time.Millisecond),
 			Kp: bc.Kp, Ki: bc.Ki, MinPercent: bc.MinPercent}
+	}
+	if len(d.Envoy) > 0 {
+		out.Envoy = make(map[string]string, len(d.Envoy))
+		for dom, c := range d.Envoy {
+			out.Envoy[dom] = string(envoyrl.Render(c, ""))
+		}
 	}
 	return out
 }
@@ -50,6 +58,19 @@ func FromProto(c *api.RuntimeConfig) (*runtimecfg.Document, error) {
 		d.Global.BacklogController = &runtimecfg.BacklogController{Kind: bc.Kind, Target: bc.Target,
 			Period: time.Duration(min(bc.PeriodMs, uint64(runtimecfg.MaxPeriod/time.Millisecond)+1)) * time.Millisecond,
 			Kp:     bc.Kp, Ki: bc.Ki, MinPercent: bc.MinPercent}
+	}
+	for dom, text := range c.GetEnvoy() {
+		ec, err := envoyrl.Parse([]byte(text))
+		if err != nil {
+			return nil, &runtimecfg.FieldError{Field: fmt.Sprintf("envoy[%q]", dom), Msg: err.Error()}
+		}
+		if ec.Domain != dom {
+			return nil, &runtimecfg.FieldError{Field: fmt.Sprintf("envoy[%q].domain", dom), Msg: fmt.Sprintf("%q does not match the domain it is filed under", ec.Domain)}
+		}
+		if d.Envoy == nil {
+			d.Envoy = map[string]*envoyrl.Config{}
+		}
+		d.Envoy[dom] = ec
 	}
 	if err := d.Validate(); err != nil {
 		return nil, err

@@ -278,7 +278,7 @@ func (s *Service) ApplyLimits(ctx context.Context, req *api.ApplyLimitsRequest) 
 			expected = *req.ExpectedVersion
 		}
 		a := runtimecfg.Apply{Expected: expected, NewVersion: max(cur.Version, s.floor()) + 1, Doc: doc}
-		res, err := s.b.Propose(ctx, OrderGroup, runtimecfg.TypeApply, runtimecfg.AppendApply(nil, a))
+		res, err := s.b.Propose(ctx, OrderGroup, runtimecfg.ApplyType(a.Doc), runtimecfg.AppendApply(nil, a))
 		if err != nil {
 			return nil, s.proposeErr(err)
 		}
@@ -356,7 +356,7 @@ func (s *Service) ReplicateLimits(ctx context.Context, req *api.ReplicateLimitsR
 	if cur := s.b.Module(g).Current(); cur.Version >= doc.Version {
 		return &api.ReplicateLimitsResponse{Version: cur.Version}, nil
 	}
-	res, err := s.b.Propose(ctx, g, runtimecfg.TypeInstall, runtimecfg.AppendInstall(nil, doc))
+	res, err := s.b.Propose(ctx, g, runtimecfg.InstallType(doc), runtimecfg.AppendInstall(nil, doc))
 	if err != nil {
 		return nil, err
 	}
@@ -483,7 +483,7 @@ func (s *Service) Run(ctx context.Context) {
 
 func (s *Service) reassert(ctx context.Context, d *runtimecfg.Document, floor uint64) {
 	a := runtimecfg.Apply{Expected: d.Version, NewVersion: floor + 1, Force: true, Doc: d}
-	res, err := s.b.Propose(ctx, OrderGroup, runtimecfg.TypeApply, runtimecfg.AppendApply(nil, a))
+	res, err := s.b.Propose(ctx, OrderGroup, runtimecfg.ApplyType(a.Doc), runtimecfg.AppendApply(nil, a))
 	if err == nil && res.Err == nil {
 		s.log.Warn("runtime config: a group held a version above group 0's (restored from an older backup?); group 0's document re-asserted above it",
 			"group0_version", d.Version, "seen", floor, "new_version", res.Version)

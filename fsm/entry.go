@@ -69,7 +69,7 @@ const EntryVersion = 1
 // CurrentClusterVersion is the highest cluster version this build can apply:
 // the largest Since of the registered entry types. Bump it together with the
 // registry when adding a type.
-const CurrentClusterVersion = 3
+const CurrentClusterVersion = 4
 
 // Entry types.
 const (
@@ -160,6 +160,9 @@ var registry = []entryType{
 	{typ: 4, name: "config-apply", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
 	{typ: 5, name: "config-patch", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
 	{typ: 6, name: "config-install", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
+	// The same with an Envoy rate limit section in the document.
+	{typ: 7, name: "config-apply-envoy", since: 4, module: "runtime-config", encode: encodeModule, decode: decodeModule},
+	{typ: 20, name: "config-install-envoy", since: 4, module: "runtime-config", encode: encodeModule, decode: decodeModule},
 	// Tenant shares (fsm/shares): types 8–11 reserved, 11 unused.
 	{typ: 8, name: "shares-give", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
 	{typ: 9, name: "shares-receive", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},

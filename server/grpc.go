@@ -43,7 +43,10 @@ func (s *Server) startGRPC() error {
 	}
 	api.RegisterAdminServer(s.grpc, s.admin)
 	api.RegisterSharesServer(s.grpc, &sharesService{st: s.shares})
-	s.startRateLimit() // registers before Serve
+	s.startRateLimit()                        // registers before Serve
+	if err := s.startEnvoyRLS(); err != nil { // envoyrls.go
+		return err
+	}
 	s.registerSummaries()
 	s.registerSketches(s.grpc)
 	api.RegisterConfigServer(s.grpc, s.configServer()) // runtimeconfig.go; ReportBacklog: sampling.go

@@ -2,11 +2,13 @@ package server
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/rateowner"
 )
 
@@ -36,7 +38,11 @@ func (s *Server) startRateLimit() {
 // the owning group's replica of the runtime config (the file and flags while
 // none is replicated), the same copy that group's leader decides series with.
 func (s *Server) rateLimits(tenant string) (float64, int64) {
-	l := s.groupLimits(api.RateGroup(tenant, s.cfg.Partitions, s.cfg.Groups)).For(tenant)
+	g := api.RateGroup(tenant, s.cfg.Partitions, s.cfg.Groups)
+	if strings.HasPrefix(tenant, envoyrl.KeyPrefix) {
+		return s.envoyRate(g, tenant)
+	}
+	l := s.groupLimits(g).For(tenant)
 	return l.IngestionRate, l.IngestionBurst
 }
 

@@ -150,7 +150,11 @@ func (s *Server) setViewConfig(v *api.ClusterView) {
 	}
 	vc := rc.view.Load()
 	if vc == nil || vc.doc != d {
-		vc = &viewConfig{doc: d, pb: configsvc.ToProto(d)}
+		pb := configsvc.ToProto(d)
+		// Distributors have no use for the Envoy rate limit rules, which
+		// can be large: every view would carry them to every client.
+		pb.Envoy = nil
+		vc = &viewConfig{doc: d, pb: pb}
 		rc.view.Store(vc)
 	}
 	v.ConfigVersion, v.RuntimeConfig = d.Version, vc.pb

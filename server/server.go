@@ -269,8 +269,12 @@ type Server struct {
 	trackers []*groupTracker
 	vers     versionState
 	rates    *rateowner.Service // global rate limits (ratelimit.go)
-	sampling *samplingCtl       // backlog controller (sampling.go)
-	clock    *clockState        // peer clock offsets and group clocks (clock.go)
+	// ownerIndexes: Envoy rule matchers of the replicas' documents, for
+	// the limits of Envoy counter keys this node owns (envoyrls.go).
+	ownerIndexes indexCache
+	rls          *envoyRLS    // Envoy rate limit service (envoyrls.go)
+	sampling     *samplingCtl // backlog controller (sampling.go)
+	clock        *clockState  // peer clock offsets and group clocks (clock.go)
 
 	summaries *summaries.Hub // near-limit summary stream (summaries.go)
 	sketches  *sketchhub.Hub // sketches.go

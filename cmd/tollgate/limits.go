@@ -23,13 +23,13 @@ import (
 func newLimitsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "limits",
-		Short: "Read and change the replicated runtime limits (get, set, apply -f, diff -f)",
+		Short: "Read and change the replicated runtime limits (get, set, apply -f, diff -f, apply-envoy -f)",
 		Long: `The runtime limits (per-tenant max_series, max_series_per_partition, ingestion_rate,
-ingestion_burst, sample_rates, with defaults; global sample_rates and backlog_controller)
-live in raft: every node decides from the same version. Every change makes a new version;
+ingestion_burst, sample_rates, with defaults; global sample_rates and backlog_controller;
+the Envoy rate limit service's domains) live in raft: every node decides from the same version. Every change makes a new version;
 a bad value is refused naming the field, and nothing is applied.`,
 	}
-	cmd.AddCommand(newLimitsGetCmd(), newLimitsSetCmd(), newLimitsApplyCmd(), newLimitsDiffCmd())
+	cmd.AddCommand(newLimitsGetCmd(), newLimitsSetCmd(), newLimitsApplyCmd(), newLimitsDiffCmd(), newLimitsApplyEnvoyCmd())
 	return cmd
 }
 

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
@@ -53,6 +54,16 @@ func appendBody(w *wire.Encoder, d *Document) {
 		appendFloat(w, bc.Kp)
 		appendFloat(w, bc.Ki)
 		appendFloat(w, bc.MinPercent)
+	}
+	// The Envoy section is written only when there is one, so a document
+	// without it keeps its earlier encoding byte for byte; it is what the
+	// *-envoy entry types carry (cluster version 4).
+	if len(d.Envoy) > 0 {
+		w.Uvarint(uint64(len(d.Envoy)))
+		for _, dom := range d.EnvoyDomains() {
+			w.String(dom)
+			w.Bytes(envoyrl.Render(d.Envoy[dom], ""))
+		}
 	}
 }
 
@@ -214,7 +225,45 @@ func readBody(r *wire.Decoder) *Document {
 		bc.MinPercent = readFloat(r, "controller min_percent")
 		d.Global.BacklogController = bc
 	}
+	if r.Err() == nil && r.Len() > 0 {
+		readEnvoy(r, d)
+	}
 	return d
+}
+
+// readEnvoy reads the optional Envoy section: a count ≥ 1, then per domain
+// (strictly ascending) its name and canonical configuration text.
+func readEnvoy(r *wire.Decoder, d *Document) {
+	n := r.Count("envoy domain count", MaxEnvoyDomains)
+	if r.Err() == nil && n == 0 {
+		r.Failf("envoy section with no domain")
+	}
+	prev := ""
+	for i := 0; i < n && r.Err() == nil; i++ {
+		dom := r.String("envoy domain", envoyrl.MaxString)
+		text := r.Bytes("envoy configuration", MaxEnvoyBytes)
+		if r.Err() != nil {
+			return
+		}
+		if i > 0 && dom <= prev {
+			r.Failf("envoy domains not strictly ascending (%q after %q)", dom, prev)
+			return
+		}
+		prev = dom
+		c, err := envoyrl.Parse(text)
+		if err != nil {
+			r.Failf("envoy domain %q: %v", dom, err)
+			return
+		}
+		if c.Domain != dom || string(envoyrl.Render(c, "")) != string(text) {
+			r.Failf("envoy domain %q: configuration not in canonical form", dom)
+			return
+		}
+		if d.Envoy == nil {
+			d.Envoy = map[string]*envoyrl.Config{}
+		}
+		d.Envoy[dom] = c
+	}
 }
 
 // finish checks that everything was consumed and that the document is valid.

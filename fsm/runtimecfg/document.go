@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/layout"
 )
 
@@ -22,6 +23,11 @@ const (
 	MinPeriod      = time.Millisecond
 	MaxPeriod      = time.Hour
 	DefaultPercent = 100.0
+	// MaxEnvoyDomains bounds the Envoy rate limit configurations (one per
+	// domain) a document carries.
+	MaxEnvoyDomains = 1000
+	// MaxEnvoyBytes bounds one domain's canonical configuration text.
+	MaxEnvoyBytes = 4 << 20
 )
 
 // Scope is one section of limits: the defaults, or one tenant's overrides. A
@@ -69,7 +75,14 @@ type Document struct {
 	Defaults Scope
 	Tenants  map[string]Scope
 	Global   Global
+	// Envoy holds the Envoy rate limit service's configurations in the
+	// envoyproxy/ratelimit format, by domain. Configurations are immutable:
+	// a change replaces a domain's value.
+	Envoy map[string]*envoyrl.Config
 }
+
+// EnvoyDomains lists the configured Envoy rate limit domains, sorted.
+func (d *Document) EnvoyDomains() []string { return slices.Sorted(maps.Keys(d.Envoy)) }
 
 // Effective is a tenant's limits after inheritance: the server's base (its
 // flags), overlaid by the document's defaults, overlaid by the tenant's scope.
@@ -140,6 +153,7 @@ func (d *Document) Clone() *Document {
 			c.Tenants[n] = s.clone()
 		}
 	}
+	c.Envoy = maps.Clone(d.Envoy)
 	return c
 }
 
@@ -220,6 +234,20 @@ func (d *Document) Validate() error {
 	if bc := d.Global.BacklogController; bc != nil {
 		if err := bc.validate("global.backlog_controller"); err != nil {
 			return err
+		}
+	}
+	if len(d.Envoy) > MaxEnvoyDomains {
+		return fieldErr("envoy", "%d domains, at most %d allowed", len(d.Envoy), MaxEnvoyDomains)
+	}
+	for i, dom := range d.EnvoyDomains() {
+		c := d.Envoy[dom]
+		switch {
+		case c == nil:
+			return fieldErr(fmt.Sprintf("envoy[%d]", i), "domain %q has no configuration", dom)
+		case c.Domain != dom:
+			return fieldErr(fmt.Sprintf("envoy[%d].domain", i), "%q filed under domain %q", c.Domain, dom)
+		case len(envoyrl.Render(c, "")) > MaxEnvoyBytes:
+			return fieldErr(fmt.Sprintf("envoy[%d]", i), "domain %q: configuration above %d bytes", dom, MaxEnvoyBytes)
 		}
 	}
 	return nil

@@ -6,13 +6,34 @@ import (
 	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
-// Entry types owned by this module (rows of fsm/entry.go's registry, cluster
-// version 3). Type 7 is reserved for the module's future use.
+// Entry types owned by this module (rows of fsm/entry.go's registry). 4–6
+// are cluster version 3. A document carrying Envoy rate limit configurations
+// has a body older builds cannot decode, so it travels in the *Envoy types
+// (cluster version 4, same payloads): the version gate keeps it from a group
+// with a voter that could not apply it.
 const (
-	TypeApply   byte = 4 // whole document, compare-and-set on the version
-	TypePatch   byte = 5 // set/unset keys of one scope
-	TypeInstall byte = 6 // copy of a version ordered elsewhere; applied if newer
+	TypeApply        byte = 4  // whole document, compare-and-set on the version
+	TypePatch        byte = 5  // set/unset keys of one scope
+	TypeInstall      byte = 6  // copy of a version ordered elsewhere; applied if newer
+	TypeApplyEnvoy   byte = 7  // TypeApply of a document with an Envoy section
+	TypeInstallEnvoy byte = 20 // TypeInstall of a document with an Envoy section
 )
+
+// ApplyType is the entry type that carries an apply of d.
+func ApplyType(d *Document) byte {
+	if len(d.Envoy) > 0 {
+		return TypeApplyEnvoy
+	}
+	return TypeApply
+}
+
+// InstallType is the entry type that carries an install of d.
+func InstallType(d *Document) byte {
+	if len(d.Envoy) > 0 {
+		return TypeInstallEnvoy
+	}
+	return TypeInstall
+}
 
 // Apply is the payload of a TypeApply entry: replace the document if the
 // current version is Expected. The new version is NewVersion, which must

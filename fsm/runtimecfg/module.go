@@ -41,7 +41,7 @@ func (m *Module) Current() *Document { return m.cur.Load() }
 func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	cur := m.cur.Load()
 	switch e.Type {
-	case TypeApply:
+	case TypeApply, TypeApplyEnvoy:
 		a, err := DecodeApply(e.Payload)
 		if err != nil {
 			return nil, err
@@ -75,7 +75,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		n.Version = cur.Version + 1
 		m.set(n)
 		return Result{Version: n.Version, Changed: true}, nil
-	case TypeInstall:
+	case TypeInstall, TypeInstallEnvoy:
 		d, err := DecodeDocument(e.Payload)
 		if err != nil {
 			return nil, err

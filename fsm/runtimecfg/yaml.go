@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/tollgate-io/tollgate/envoyrl"
 )
 
 // The YAML form, shared by --limits-file, `tollgate limits apply/diff -f` and
@@ -33,6 +35,11 @@ import (
 //	  sample_rates:
 //	    locate: 50
 //	  backlog_controller: {kind: locate, target: 10000, period: 10s, kp: 0.002, ki: 0, min_percent: 1}
+//	envoy:                     # Envoy rate limit service, envoyproxy/ratelimit format, one item per domain
+//	  - domain: edge
+//	    descriptors:
+//	      - key: remote_address
+//	        rate_limit: {unit: second, requests_per_unit: 10}
 //
 // Every value goes through the same parser as `tollgate limits set key=value`,
 // so both report a bad value alike, naming the field (and here the line).
@@ -76,8 +83,10 @@ func ParseYAML(data []byte) (d *Document, expected *uint64, err error) {
 			})
 		case "global":
 			return parseGlobal(v, &d.Global)
+		case "envoy":
+			return parseEnvoy(v, d)
 		}
-		return lineErr(fieldErr(key, "unknown key (top-level keys: version, defaults, tenants, global)"), v)
+		return lineErr(fieldErr(key, "unknown key (top-level keys: version, defaults, tenants, global, envoy)"), v)
 	})
 	if err != nil {
 		return nil, nil, err
@@ -96,6 +105,39 @@ func ParseYAML(data []byte) (d *Document, expected *uint64, err error) {
 		return nil, nil, err
 	}
 	return d, expected, nil
+}
+
+// parseEnvoy reads the envoy list: one envoyproxy/ratelimit configuration per
+// item, domains unique.
+func parseEnvoy(n *yaml.Node, d *Document) error {
+	if n.Kind == yaml.ScalarNode && n.Tag == "!!null" {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		return lineErr(fieldErr("envoy", "want a list of rate limit configurations (domain, descriptors)"), n)
+	}
+	for i, item := range n.Content {
+		c, err := envoyrl.ParseNode(item, fmt.Sprintf("envoy[%d].", i))
+		if err != nil {
+			return err
+		}
+		if _, dup := d.Envoy[c.Domain]; dup {
+			return lineErr(fieldErr(fmt.Sprintf("envoy[%d].domain", i), "%q is configured twice", c.Domain), item)
+		}
+		if d.Envoy == nil {
+			d.Envoy = map[string]*envoyrl.Config{}
+		}
+		d.Envoy[c.Domain] = c
+	}
+	return nil
+}
+
+// RenderEnvoy renders one domain's configuration as a list item of the
+// envoy key.
+func renderEnvoy(b *bytes.Buffer, c *envoyrl.Config) {
+	text := envoyrl.Render(c, "    ")
+	b.WriteString("  - ")
+	b.Write(text[4:])
 }
 
 // eachKey calls fn for every key of a mapping node, refusing duplicates and
@@ -259,6 +301,49 @@ func Flatten(d *Document) []KV {
 		out = append(out, KV{p + "kind", bc.Kind}, KV{p + "target", fmtFloat(bc.Target)}, KV{p + "period", bc.Period.String()},
 			KV{p + "kp", fmtFloat(bc.Kp)}, KV{p + "ki", fmtFloat(bc.Ki)}, KV{p + "min_percent", fmtFloat(bc.MinPercent)})
 	}
+	for _, dom := range d.EnvoyDomains() {
+		out = flattenEnvoy(out, "envoy."+quoteKey(dom), d.Envoy[dom].Descriptors)
+	}
+	return out
+}
+
+// flattenEnvoy lists every descriptor of an Envoy configuration as
+// "envoy.<domain>.<key>_<value>…: <what it does>".
+func flattenEnvoy(out []KV, where string, ds []envoyrl.Descriptor) []KV {
+	for i := range ds {
+		d := &ds[i]
+		p := d.Key
+		if d.Value != "" {
+			p += "_" + d.Value
+		}
+		p = where + "." + quoteKey(p)
+		var v []string
+		if rl := d.RateLimit; rl != nil {
+			if rl.Unlimited {
+				v = append(v, "unlimited")
+			} else {
+				v = append(v, fmt.Sprintf("%d/%s", rl.RequestsPerUnit, rl.Unit))
+			}
+			if rl.Name != "" {
+				v = append(v, "name="+rl.Name)
+			}
+			if len(rl.Replaces) > 0 {
+				v = append(v, "replaces="+strings.Join(rl.Replaces, ","))
+			}
+		} else if len(d.Descriptors) == 0 {
+			v = append(v, "no limit")
+		}
+		if d.ShadowMode {
+			v = append(v, "shadow_mode")
+		}
+		if d.DetailedMetric {
+			v = append(v, "detailed_metric")
+		}
+		if len(v) > 0 {
+			out = append(out, KV{p, strings.Join(v, " ")})
+		}
+		out = flattenEnvoy(out, p, d.Descriptors)
+	}
 	return out
 }
 
@@ -312,6 +397,12 @@ func RenderYAML(d *Document) []byte {
 			b.WriteString("  backlog_controller:\n")
 			fmt.Fprintf(&b, "    kind: %s\n    target: %s\n    period: %s\n    kp: %s\n    ki: %s\n    min_percent: %s\n",
 				bc.Kind, fmtFloat(bc.Target), bc.Period, fmtFloat(bc.Kp), fmtFloat(bc.Ki), fmtFloat(bc.MinPercent))
+		}
+	}
+	if len(d.Envoy) > 0 {
+		b.WriteString("envoy:\n")
+		for _, dom := range d.EnvoyDomains() {
+			renderEnvoy(&b, d.Envoy[dom])
 		}
 	}
 	return b.Bytes()

@@ -1,4 +1,4 @@
-package ratelimit
+package ratelease
 
 import (
 	"fmt"
@@ -188,6 +188,9 @@ func NewLimiter(cfg LimiterConfig) (*Limiter, error) {
 	return l, nil
 }
 
+// Keys is how many keys (tenants) the limiter has seen.
+func (l *Limiter) Keys() int { return len(*l.byID.Load()) }
+
 // Strategy is the strategy this limiter decides with.
 func (l *Limiter) Strategy() Strategy { return l.cfg.Strategy }
 
@@ -207,6 +210,39 @@ func (l *Limiter) Allow(tenant string, n int) bool {
 	r := l.decide(t, uint64(n))
 	t.decided[r].Add(1)
 	return reasonAllowed(r)
+}
+
+// Decision is what Decide reports beside yes/no.
+type Decision struct {
+	Allowed bool
+	// Limited: the owner sent a limit for the key and updates are fresh, so
+	// Remaining is meaningful. False while no update arrived yet, after the
+	// owner went silent (fail open/closed) or when the key has no limit.
+	Limited bool
+	// Remaining is how many more tokens this process may admit for the key
+	// before it needs the owner's next lease (Lease strategy; 0 for the
+	// others): a local figure, never more than the limit's burst.
+	Remaining uint64
+}
+
+// Decide decides like Allow and also reports what is left of the key's local
+// lease, for callers that tell their own clients (the Envoy rate limit
+// service's limit_remaining).
+func (l *Limiter) Decide(key string, n uint64) Decision {
+	t := (*l.tenants.Load())[key]
+	if t == nil {
+		t = l.add(key)
+	}
+	r := l.decide(t, n)
+	t.decided[r].Add(1)
+	d := Decision{Allowed: reasonAllowed(r), Limited: t.mode.Load() == modeLimited}
+	if d.Limited && l.cfg.Strategy == Lease {
+		c, capv := t.consumed.Load(), t.leaseCap.Load()
+		if capv > c {
+			d.Remaining = min(capv-c, t.burst.Load())
+		}
+	}
+	return d
 }
 
 // Handle is one tenant of a Limiter, looked up once: Handle.Allow skips the

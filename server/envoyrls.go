@@ -1,0 +1,322 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	"github.com/tollgate-io/tollgate/ratelease"
+)
+
+// envoyRLS serves envoy.service.ratelimit.v3.RateLimitService. The node is a
+// lease client of the rate owners (package ratelease, the same core
+// clientlib/ratelimit embeds in distributors): each request descriptor that
+// matches a rule of the replicated Envoy configuration is one rate key
+// (envoyrl.CounterKey), decided locally against this node's lease for it —
+// no raft entry and no call to the key's owner on the request path. The
+// lease client reports consumption every rate period to the leader of the
+// key's rate group, which finds the limit from the rule named in the key
+// (rateLimits), so every node deciding the same key shares one limit.
+type envoyRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	s      *Server
+	client *ratelease.Client
+
+	idx atomic.Pointer[docIndex] // the index of the newest config this node holds
+
+	requests *prometheus.CounterVec // domain, code
+	decided  *prometheus.CounterVec // domain, rule, decision
+	counters sync.Map               // domain + "\x00" + stats key → *ruleCounters
+}
+
+type docIndex struct {
+	doc *runtimecfg.Document
+	idx *envoyrl.Index
+}
+
+type ruleCounters struct{ ok, over, shadow, unlimited prometheus.Counter }
+
+// startEnvoyRLS registers the service and starts the node's lease client. It
+// runs before the gRPC server serves; the client's first streams retry
+// until it does.
+func (s *Server) startEnvoyRLS() error {
+	addr := s.cfg.GRPCAdvertise
+	if addr == "" {
+		addr = advertiseOf(s.grpcLis.Addr())
+	}
+	client, err := ratelease.New(ratelease.Config{
+		Addrs:       []string{addr},
+		Strategy:    ratelease.Lease,
+		ReportEvery: s.cfg.RatePeriod,
+		Conn:        s.admin.conn, // peer credentials (TLS like every node-to-node call)
+		Logger:      s.log.With("part", "envoy-rls"),
+		Now:         s.cfg.Clock,
+	})
+	if err != nil {
+		return fmt.Errorf("envoy rate limit service: %w", err)
+	}
+	e := &envoyRLS{s: s, client: client,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_envoy_ratelimit_requests_total",
+			Help: "ShouldRateLimit calls by domain and overall code (ok, over_limit, invalid). Domains without configuration count as \"(unconfigured)\"."},
+			[]string{"domain", "code"}),
+		decided: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_envoy_ratelimit_descriptor_decisions_total",
+			Help: "Request descriptors that matched a rule, by domain, rule (key_value path; values of key-only levels only with detailed_metric) and decision (ok, over_limit, shadow_over_limit: over the limit but in shadow mode, unlimited)."},
+			[]string{"domain", "rule", "decision"}),
+	}
+	s.metrics.reg.MustRegister(e.requests, e.decided,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_envoy_ratelimit_keys",
+			Help: "Rate keys (rule × descriptor values) this node's lease client has decided."},
+			func() float64 { return float64(client.Keys()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_envoy_ratelimit_stale_keys",
+			Help: "Rate keys whose owner sent no lease update for StaleAfter (5 s): decided fail-open until it does."},
+			func() float64 { return float64(client.Stats().StaleTenant) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_envoy_ratelimit_update_age_seconds",
+			Help: "Longest time since an owner stream delivered a lease update to this node's lease client."},
+			func() float64 { return client.Stats().UpdateAge.Seconds() }))
+	rlsv3.RegisterRateLimitServiceServer(s.grpc, e)
+	s.rls = e
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); <-s.closing; _ = client.Close() }()
+	return nil
+}
+
+// index returns the matcher of the newest runtime config this node holds.
+func (e *envoyRLS) index() *envoyrl.Index {
+	d := e.s.RuntimeConfig()
+	if x := e.idx.Load(); x != nil && x.doc == d {
+		return x.idx
+	}
+	x := &docIndex{doc: d, idx: envoyrl.NewIndex(d.Envoy)}
+	e.idx.Store(x)
+	return x.idx
+}
+
+func (e *envoyRLS) ruleCounters(domain, key string) *ruleCounters {
+	k := domain + "\x00" + key
+	if c, ok := e.counters.Load(k); ok {
+		return c.(*ruleCounters)
+	}
+	c := &ruleCounters{ok: e.decided.WithLabelValues(domain, key, "ok"), over: e.decided.WithLabelValues(domain, key, "over_limit"),
+		shadow: e.decided.WithLabelValues(domain, key, "shadow_over_limit"), unlimited: e.decided.WithLabelValues(domain, key, "unlimited")}
+	got, _ := e.counters.LoadOrStore(k, c)
+	return got.(*ruleCounters)
+}
+
+// maxRequestDescriptors bounds one request (Envoy sends a handful).
+const maxRequestDescriptors = 64
+
+func (e *envoyRLS) invalid(domain string, format string, args ...any) error {
+	e.requests.WithLabelValues("(invalid)", "invalid").Inc()
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// ShouldRateLimit decides one request: every descriptor that matches a rule
+// is counted with the request's hits against its key; the answer is
+// OVER_LIMIT when any non-shadow descriptor is over its limit.
+func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	if domain == "" {
+		return nil, e.invalid("", "domain: required")
+	}
+	ds := req.GetDescriptors()
+	if len(ds) == 0 {
+		return nil, e.invalid(domain, "descriptors: at least one descriptor is required")
+	}
+	if len(ds) > maxRequestDescriptors {
+		return nil, e.invalid(domain, "descriptors: %d in one request, at most %d", len(ds), maxRequestDescriptors)
+	}
+	x := e.index()
+	if !x.HasDomain(domain) {
+		// The reference service answers OK for a domain it has no
+		// configuration for; so does this one, and counts it.
+		e.requests.WithLabelValues("(unconfigured)", "ok").Inc()
+		resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+		for i := range ds {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		}
+		return resp, nil
+	}
+	hits := uint64(req.GetHitsAddend())
+	if hits == 0 {
+		hits = 1 // the protocol's default
+	}
+	var stack [4]*envoyrl.Rule
+	rules := stack[:0]
+	var statsStack [4]string
+	stats := statsStack[:0]
+	entries := make([][]envoyrl.Entry, len(ds))
+	for i, d := range ds {
+		if d.GetIsNegativeHits() {
+			return nil, e.invalid(domain, "descriptors[%d].is_negative_hits: not supported (a refund of hits); leave it false", i)
+		}
+		es := d.GetEntries()
+		if len(es) == 0 {
+			return nil, e.invalid(domain, "descriptors[%d].entries: at least one entry is required", i)
+		}
+		entries[i] = make([]envoyrl.Entry, len(es))
+		for j, en := range es {
+			if en.GetKey() == "" {
+				return nil, e.invalid(domain, "descriptors[%d].entries[%d].key: required", i, j)
+			}
+			entries[i][j] = envoyrl.Entry{Key: en.GetKey(), Value: en.GetValue()}
+		}
+		r, sk := x.Match(domain, entries[i])
+		rules = append(rules, r)
+		stats = append(stats, sk)
+	}
+	envoyrl.Resolve(rules)
+
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(ds))}
+	tightest := -1
+	var tightRemaining uint32
+	for i, r := range rules {
+		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = st
+		if r == nil {
+			continue
+		}
+		c := e.ruleCounters(domain, stats[i])
+		if r.Limit.Unlimited {
+			st.LimitRemaining = math.MaxUint32
+			c.unlimited.Inc()
+			continue
+		}
+		h := hits
+		if ha := ds[i].GetHitsAddend(); ha != nil {
+			h = ha.GetValue()
+		}
+		rpu := r.Limit.RequestsPerUnit
+		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Limit.Name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Limit.Unit)}
+		over := rpu == 0 && h > 0 // a limit of 0 rejects everything
+		remaining := uint64(0)
+		if rpu > 0 {
+			dec := e.client.Decide(envoyrl.CounterKey(r, entries[i]), h)
+			over = !dec.Allowed
+			switch {
+			case over:
+			case dec.Limited:
+				remaining = min(dec.Remaining, uint64(rpu))
+			default:
+				remaining = uint64(rpu) // no lease yet: the configured budget is the best figure
+			}
+		}
+		st.LimitRemaining = uint32(remaining)
+		st.DurationUntilReset = durationpb.New(untilFull(r, remaining))
+		switch {
+		case over && r.ShadowMode:
+			c.shadow.Inc()
+		case over:
+			c.over.Inc()
+			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		default:
+			c.ok.Inc()
+		}
+		if tightest < 0 || st.LimitRemaining < tightRemaining {
+			tightest, tightRemaining = i, st.LimitRemaining
+		}
+	}
+	if tightest >= 0 {
+		resp.ResponseHeadersToAdd = rateLimitHeaders(resp.Statuses, tightest)
+	}
+	code := "ok"
+	if resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
+		code = "over_limit"
+	}
+	e.requests.WithLabelValues(domain, code).Inc()
+	return resp, nil
+}
+
+// untilFull is the descriptor's duration_until_reset: how long until the
+// key's bucket holds a whole unit's worth again if nothing more is admitted,
+// (requests_per_unit − remaining) ÷ rate, in whole seconds (at least one
+// while anything is used). Tollgate enforces a rule as a token bucket
+// refilling continuously at requests_per_unit per unit, not as fixed windows,
+// so there is no window edge to count down to.
+func untilFull(r *envoyrl.Rule, remaining uint64) time.Duration {
+	rpu := uint64(r.Limit.RequestsPerUnit)
+	if rpu == 0 || remaining >= rpu {
+		return 0
+	}
+	unit := r.Limit.Unit.Seconds()
+	secs := (int64(rpu-remaining)*unit + int64(rpu) - 1) / int64(rpu)
+	return time.Duration(max(secs, 1)) * time.Second
+}
+
+// rateLimitHeaders are the x-ratelimit-* headers of the draft IETF RateLimit
+// header fields (version 03), as Envoy's own rate limit filter emits them:
+// limit "<tightest>, <n>;w=<unit seconds>" for every limited descriptor,
+// remaining and reset (seconds) of the tightest.
+func rateLimitHeaders(sts []*rlsv3.RateLimitResponse_DescriptorStatus, tightest int) []*corev3.HeaderValue {
+	t := sts[tightest]
+	limit := strconv.FormatUint(uint64(t.CurrentLimit.RequestsPerUnit), 10)
+	for _, st := range sts {
+		if cl := st.CurrentLimit; cl != nil {
+			limit += ", " + strconv.FormatUint(uint64(cl.RequestsPerUnit), 10) + ";w=" + strconv.FormatInt(envoyrl.Unit(cl.Unit).Seconds(), 10)
+		}
+	}
+	reset := int64(0)
+	if t.DurationUntilReset != nil {
+		reset = t.DurationUntilReset.Seconds
+	}
+	return []*corev3.HeaderValue{
+		{Key: "x-ratelimit-limit", Value: limit},
+		{Key: "x-ratelimit-remaining", Value: strconv.FormatUint(uint64(t.LimitRemaining), 10)},
+		{Key: "x-ratelimit-reset", Value: strconv.FormatInt(reset, 10)},
+	}
+}
+
+// envoyRate is the owner-side limit of an Envoy counter key: the rule named in
+// the key, read from group g's replica of the runtime config (the copy that
+// group's leader decides with, as for tenants' ingestion rates). A rule the
+// replica does not hold (yet) has no limit.
+func (s *Server) envoyRate(g int, key string) (float64, int64) {
+	id := envoyrl.RuleIDOf(key)
+	if id == "" {
+		return 0, 0
+	}
+	d := s.rcfg.mods[g].Current()
+	if len(d.Envoy) == 0 {
+		return 0, 0
+	}
+	x := s.ownerIndexes.get(d)
+	r := x.RuleByID(id)
+	if r == nil {
+		return 0, 0
+	}
+	return r.Rate()
+}
+
+// indexCache keeps the Envoy matchers of the few documents the groups'
+// replicas hold (one, except while a change is being installed).
+type indexCache struct {
+	mu sync.Mutex
+	m  map[*runtimecfg.Document]*envoyrl.Index
+}
+
+func (c *indexCache) get(d *runtimecfg.Document) *envoyrl.Index {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if x := c.m[d]; x != nil {
+		return x
+	}
+	if c.m == nil || len(c.m) >= 8 {
+		c.m = map[*runtimecfg.Document]*envoyrl.Index{}
+	}
+	x := envoyrl.NewIndex(d.Envoy)
+	c.m[d] = x
+	return x
+}
