@@ -22,6 +22,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoregistry"
 	"google.golang.org/protobuf/types/dynamicpb"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/tlsutil"
 )
@@ -60,31 +63,35 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Sketches_WatchSketches_FullMethodName:       &api.WatchSketchesRequest{Precision: 11},
 	api.Sketches_PushSketches_FullMethodName:        &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{{Tenant: "a"}}},
 	api.RateLimit_Sync_FullMethodName:               &api.RateReport{},
-	api.Metering_Start_FullMethodName:               &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
-	api.Metering_Stop_FullMethodName:                &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
-	api.Metering_Events_FullMethodName:              &api.MeterEventsRequest{Events: []*api.MeterEventItem{{Event: &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}}}}},
-	api.Metering_QueryUsage_FullMethodName:          &api.QueryUsageRequest{Group: -1, Target: &api.MeterTarget{OrganizationId: "a"}},
-	api.Metering_SeriesSamples_FullMethodName:       &api.SeriesSamplesRequest{Tenant: "a"},
-	api.Metering_GroupSeriesSamples_FullMethodName:  &api.GroupSeriesSamplesRequest{},
-	api.Metering_SetClock_FullMethodName:            &api.SetClockRequest{},
-	api.Admin_Status_FullMethodName:                 &api.StatusRequest{},
-	api.Admin_ListPeers_FullMethodName:              &api.ListPeersRequest{},
-	api.Admin_AddVoter_FullMethodName:               &api.AddVoterRequest{},
-	api.Admin_RemoveServer_FullMethodName:           &api.RemoveServerRequest{},
-	api.Admin_TransferLeadership_FullMethodName:     &api.TransferLeadershipRequest{Group: 999},
-	api.Admin_NodeGroups_FullMethodName:             &api.NodeGroupsRequest{},
-	api.Admin_SnapshotGroup_FullMethodName:          &api.SnapshotGroupRequest{Group: 999},
-	api.Admin_RestoreGroup_FullMethodName:           &api.RestoreChunk{},
-	api.Admin_DropTenant_FullMethodName:             &api.DropTenantRequest{},
-	api.Config_GetLimits_FullMethodName:             &api.GetLimitsRequest{},
-	api.Config_SetLimits_FullMethodName:             &api.SetLimitsRequest{},
-	api.Config_ApplyLimits_FullMethodName:           &api.ApplyLimitsRequest{},
-	api.Config_ReplicateLimits_FullMethodName:       &api.ReplicateLimitsRequest{},
-	api.Config_ReportBacklog_FullMethodName:         &api.ReportBacklogRequest{},
-	api.Shares_Give_FullMethodName:                  &api.GiveRequest{},
-	api.Shares_Receive_FullMethodName:               &api.ReceiveRequest{},
-	api.Shares_Complete_FullMethodName:              &api.CompleteRequest{},
-	api.Shares_TenantShares_FullMethodName:          &api.TenantSharesRequest{},
+	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: &rlsv3.RateLimitRequest{Domain: "access-test",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}},
+	api.Clock_Now_FullMethodName:                   &api.ClockNowRequest{From: "access-test"},
+	api.Clock_Offsets_FullMethodName:               &api.ClockOffsetsRequest{},
+	api.Metering_Start_FullMethodName:              &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_Stop_FullMethodName:               &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_Events_FullMethodName:             &api.MeterEventsRequest{Events: []*api.MeterEventItem{{Event: &api.MeterEvent{Target: &api.MeterTarget{OrganizationId: "a"}}}}},
+	api.Metering_QueryUsage_FullMethodName:         &api.QueryUsageRequest{Group: -1, Target: &api.MeterTarget{OrganizationId: "a"}},
+	api.Metering_SeriesSamples_FullMethodName:      &api.SeriesSamplesRequest{Tenant: "a"},
+	api.Metering_GroupSeriesSamples_FullMethodName: &api.GroupSeriesSamplesRequest{},
+	api.Metering_SetClock_FullMethodName:           &api.SetClockRequest{},
+	api.Admin_Status_FullMethodName:                &api.StatusRequest{},
+	api.Admin_ListPeers_FullMethodName:             &api.ListPeersRequest{},
+	api.Admin_AddVoter_FullMethodName:              &api.AddVoterRequest{},
+	api.Admin_RemoveServer_FullMethodName:          &api.RemoveServerRequest{},
+	api.Admin_TransferLeadership_FullMethodName:    &api.TransferLeadershipRequest{Group: 999},
+	api.Admin_NodeGroups_FullMethodName:            &api.NodeGroupsRequest{},
+	api.Admin_SnapshotGroup_FullMethodName:         &api.SnapshotGroupRequest{Group: 999},
+	api.Admin_RestoreGroup_FullMethodName:          &api.RestoreChunk{},
+	api.Admin_DropTenant_FullMethodName:            &api.DropTenantRequest{},
+	api.Config_GetLimits_FullMethodName:            &api.GetLimitsRequest{},
+	api.Config_SetLimits_FullMethodName:            &api.SetLimitsRequest{},
+	api.Config_ApplyLimits_FullMethodName:          &api.ApplyLimitsRequest{},
+	api.Config_ReplicateLimits_FullMethodName:      &api.ReplicateLimitsRequest{},
+	api.Config_ReportBacklog_FullMethodName:        &api.ReportBacklogRequest{},
+	api.Shares_Give_FullMethodName:                 &api.GiveRequest{},
+	api.Shares_Receive_FullMethodName:              &api.ReceiveRequest{},
+	api.Shares_Complete_FullMethodName:             &api.CompleteRequest{},
+	api.Shares_TenantShares_FullMethodName:         &api.TenantSharesRequest{},
 }
 
 // httpAccessRows: one request per HTTP route (method, path, body); those

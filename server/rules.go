@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
 	"github.com/tollgate-io/tollgate/api"
 )
 
@@ -44,6 +46,12 @@ var grpcRules = map[string]rule{
 	api.Summaries_WatchSummaries_FullMethodName:     {scope: ScopeTrack, shared: true},
 	api.Sketches_WatchSketches_FullMethodName:       {scope: ScopeTrack, shared: true},
 	api.RateLimit_Sync_FullMethodName:               {scope: ScopeTrack, shared: true},
+	// Envoy's rate limit service: descriptors are Envoy's, not tenants.
+	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: {scope: ScopeTrack, shared: true},
+	// A node's wall clock, for peers measuring their offsets (as NTP would
+	// answer anyone); the offsets it measured are cluster state.
+	api.Clock_Now_FullMethodName:     {},
+	api.Clock_Offsets_FullMethodName: {scope: ScopeRead},
 	api.Sketches_PushSketches_FullMethodName: {scope: ScopeTrack, grpcTenants: func(r any) []string {
 		var out []string
 		for _, s := range r.(*api.PushSketchesRequest).GetSketches() {
