@@ -288,6 +288,38 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 			t.Errorf("retry of %s after node-2's leadership: %s, want duplicate (billed twice)", kind, got)
 		}
 	}
+	// The ledger: one 10,000 ms record for the pair, whatever the retries.
+	ledger := func() []meterRecord {
+		var q struct {
+			Records []meterRecord `json:"records"`
+		}
+		code, body, err := meterHTTP("GET", "http://"+c.nodes[0].httpAddr+"/v1/usage?organization_id=org", nil, &q)
+		if err != nil || code != http.StatusOK {
+			t.Fatalf("ledger query: %d %s %v", code, body, err)
+		}
+		var out []meterRecord
+		for _, r := range q.Records {
+			if r.ResourceInstanceID == "inst-skew" {
+				out = append(out, r)
+			}
+		}
+		return out
+	}
+	waitUntil(t, "the pair's usage record in the ledger", func() bool { return len(ledger()) > 0 })
+	time.Sleep(2 * time.Second) // a second record, if any, is written alongside
+	recs := ledger()
+	var total int64
+	ids := map[string]bool{}
+	for _, r := range recs {
+		if ids[r.UsageID] {
+			t.Errorf("usage id %s twice in the ledger", r.UsageID)
+		}
+		ids[r.UsageID] = true
+		total += r.duration(t)
+	}
+	if total != 10_000 {
+		t.Errorf("ledger bills %d ms for one 10,000 ms start/stop pair (%d records): a retry was billed again", total, len(recs))
+	}
 	c.checkNoCrashes()
 }
 
