@@ -37,8 +37,9 @@ const runbookBase = "https://github.com/tollgate-io/tollgate/blob/main/"
 var operationsAnchors = []string{
 	"replace-a-node-that-lost-its-disk",
 	"recover-a-group-that-lost-quorum",
-	"add-and-remove-nodes",
-	"rotate-certificates",
+	"add-a-node",
+	"remove-a-node",
+	"rotate-certificates-and-gossip-keys",
 }
 
 // What the alert rules must cover, each by at least one alert whose expression
