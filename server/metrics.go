@@ -114,6 +114,7 @@ type groupStat struct {
 	tenants      int
 	leader       bool
 	appliedIndex uint64
+	term         uint64
 	halted       bool
 }
 
@@ -125,6 +126,7 @@ var (
 	descTenants = prometheus.NewDesc("tollgate_tenants", "Tenants with active series in the group.", []string{"group"}, nil)
 	descLeader  = prometheus.NewDesc("tollgate_group_leader", "1 if this node leads the group.", []string{"group"}, nil)
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
+	descTerm    = prometheus.NewDesc("tollgate_raft_term", "The group's raft term as this node knows it. Every election (including a planned leadership transfer) raises it by at least one, so changes() over a window counts elections; pre-vote rounds that fail do not.", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -133,6 +135,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTenants
 	ch <- descLeader
 	ch <- descApplied
+	ch <- descTerm
 	ch <- descHalted
 }
 
@@ -149,6 +152,7 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		// A gauge, not a counter: the index can go back when a replica is restored
 		// from a snapshot, and rate() over it would misread that as a reset.
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.appliedIndex), g)
+		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(s.term), g)
 		halted := 0.0
 		if s.halted {
 			halted = 1

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 
@@ -84,6 +85,10 @@ type Config struct {
 
 	// Raft tuning passed to raftnode (zero = raftnode defaults).
 	RaftNoSync bool // tests only: skip fsync
+	// RaftHeartbeatTimeout, RaftElectionTimeout and RaftLeaderLeaseTimeout
+	// override raftnode's failure-detection timers (see raftnode/config.go
+	// for the defaults and the constraints between them).
+	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLeaseTimeout time.Duration
 
 	Clock  func() time.Time // injectable wall clock (tests); default time.Now
 	Logger *slog.Logger
@@ -340,9 +345,13 @@ func New(cfg Config) (*Server, error) {
 		Groups:        cfg.Groups,
 		Bootstrap:     cfg.Bootstrap,
 		NoSync:        cfg.RaftNoSync,
-		ServerTLS:     cfg.TLS.RaftServer,
-		ClientTLS:     cfg.TLS.RaftClient,
-		Logger:        s.log,
+
+		HeartbeatTimeout:   cfg.RaftHeartbeatTimeout,
+		ElectionTimeout:    cfg.RaftElectionTimeout,
+		LeaderLeaseTimeout: cfg.RaftLeaderLeaseTimeout,
+		ServerTLS:          cfg.TLS.RaftServer,
+		ClientTLS:          cfg.TLS.RaftClient,
+		Logger:             s.log,
 		LeaderNotify: func(group int, leader bool) {
 			select {
 			case s.leaderEvents <- leaderEvent{group, leader}:
@@ -565,7 +574,9 @@ func (s *Server) groupStats() []groupStat {
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
 		out[g].halted, _ = f.Halted()
 		if s.host != nil {
-			out[g].leader = s.host.Raft(g).State() == raft.Leader
+			r := s.host.Raft(g)
+			out[g].leader = r.State() == raft.Leader
+			out[g].term, _ = strconv.ParseUint(r.Stats()["term"], 10, 64)
 		}
 	}
 	return out
