@@ -587,6 +587,13 @@ func (s *Server) groupStats() []groupStat {
 // flushes and closes the stores), then the HTTP server.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
+		if s.members != nil {
+			// Before the hand-off: a peer's balancer would otherwise see this
+			// node lead nothing and hand it a group just before it stops.
+			if err := s.members.SetDraining(); err != nil {
+				s.log.Warn("gossip draining", "err", err)
+			}
+		}
 		if s.host != nil {
 			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			s.handOffLeadership(hctx)
