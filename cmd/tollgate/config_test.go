@@ -310,8 +310,8 @@ func TestRaftTimerFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--raft-heartbeat-timeout", "1s"}, "raft_election_timeout: 300ms is below the heartbeat timeout 1s"},
-		{[]string{"--raft-heartbeat-timeout", "200ms"}, "raft_leader_lease_timeout: 250ms is above the heartbeat timeout 200ms"},
+		{[]string{"--raft-heartbeat-timeout", "1s"}, "raft_election_timeout: 400ms is below the heartbeat timeout 1s"},
+		{[]string{"--raft-heartbeat-timeout", "200ms"}, "raft_leader_lease_timeout: 400ms is above the heartbeat timeout 200ms"},
 		{[]string{"--raft-election-timeout", "1ms"}, "raft_election_timeout: 1ms: must be ≥ 5ms"},
 		{[]string{"--raft-heartbeat-timeout", "-1s"}, "raft_heartbeat_timeout: -1s: must be ≥ 5ms"},
 	} {
