@@ -24,7 +24,7 @@ import (
 //
 // Measured on a loaded 2-core VM (BENCHMARKS.md): leader SIGKILL → next
 // acknowledged write median 1.1–1.2 s with 500 ms timers, 0.7 s with 300 ms;
-// but 300 ms timers with a 250 ms lease held 4 elections a minute on that
+// but 300 ms timers with a 250 ms lease held 16 elections in 10 minutes on that
 // host under load: a leader process descheduled for 250–460 ms saw both
 // followers silent and stepped down (raft's lease check), and followers'
 // heartbeat timers fired. The lease is what a stalled leader trips over, so it
