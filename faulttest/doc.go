@@ -24,6 +24,14 @@
 // idle expiry, re-sends and metering retries across skewed leaders, the
 // refusal of out-of-bound nodes and the offsets status reports.
 //
+// The zero-downtime tests look from a distributor's side instead: a clientlib
+// client with FailOpen on must see no error and no fail-open decision while
+// every node is restarted in turn and while leadership moves
+// (TestPlannedMovesInvisible; TOLLGATE_LEADER_MOVES=100), and a quiet cluster
+// must hold no election (TestSteadyNoElections; TOLLGATE_STEADY_DURATION=10m).
+// TOLLGATE_FAULTTEST_SERVER_ARGS adds flags to every node, to measure other
+// settings (e.g. raft timers) without a code change.
+//
 // The package is test-only: this file is its only non-test source. The tests
 // run in `go test ./...` (they take a few minutes) and with `make test-fault`.
 package faulttest

@@ -548,6 +548,9 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		}
 		n.args = append(n.args, opts.extraArgs...)
 		n.args = append(n.args, opts.nodeArgs[i]...)
+		// Measurement runs try server settings without a code change, e.g.
+		// TOLLGATE_FAULTTEST_SERVER_ARGS="--raft-heartbeat-timeout 300ms".
+		n.args = append(n.args, strings.Fields(os.Getenv("TOLLGATE_FAULTTEST_SERVER_ARGS"))...)
 		c.nodes = append(c.nodes, n)
 	}
 	start := time.Now()

@@ -45,6 +45,10 @@ const (
 	clusterTag = "c"  // cluster id, absent while the member does not know it
 )
 
+// drainTag is gossiped while the member is stopping gracefully: it has handed
+// (or is handing) its leaderships away, and must not be handed new ones.
+const drainTag = "drain"
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -121,6 +125,9 @@ type Member struct {
 	// DiskFull: the member reports that its disk refuses raft writes
 	// ("disk" tag); it should not be handed leaderships.
 	DiskFull bool
+	// Draining: the member is stopping gracefully ("drain" tag); it should
+	// not be handed leaderships either.
+	Draining bool
 }
 
 // Membership is a running serf agent.
@@ -396,6 +403,7 @@ func (m *Membership) Members() []Member {
 			GroupsLed:          led,
 			ClusterVersion:     ParseClusterVersion(sm.Tags[verTag]),
 			DiskFull:           sm.Tags[diskTag] == "full",
+			Draining:           sm.Tags[drainTag] != "",
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
@@ -462,6 +470,21 @@ func (m *Membership) SetDiskFull(full bool) error {
 	} else {
 		delete(m.tags, diskTag)
 	}
+	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
+		return fmt.Errorf("membership: set tags: %w", err)
+	}
+	return nil
+}
+
+// SetDraining gossips that this node is stopping: peers stop balancing
+// leadership onto it while it hands its own leaderships away.
+func (m *Membership) SetDraining() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.tags[drainTag] != "" {
+		return nil
+	}
+	m.tags[drainTag] = "1"
 	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
 		return fmt.Errorf("membership: set tags: %w", err)
 	}

@@ -104,6 +104,14 @@ func TestJoinTagsLeave(t *testing.T) {
 	}
 	waitFor(t, "c's disk writable again on a", func() bool { return !a.Members()[2].DiskFull })
 
+	if a.Members()[1].Draining {
+		t.Fatal("b reported draining before it said so")
+	}
+	if err := b.SetDraining(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "b draining on a", func() bool { return a.Members()[1].Draining })
+
 	if err := b.Leave(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,37 +12,49 @@ import (
 )
 
 // Defaults. They target a LAN (or loopback) cluster where the product bar is
-// that tracking resumes within 2 s after a leader dies.
+// that tracking resumes within 1 s (median) after a leader dies, and that a
+// steady cluster holds no election.
 //
-// Failover budget with these values: a follower notices the silence after
+// Failover budget with these values: a follower checks for silence every
 // HeartbeatTimeout..2×HeartbeatTimeout (raft randomises each wait in
-// [T, 2T)), i.e. 0.5–1 s; pre-vote + vote take a few LAN round trips; a split
-// vote costs another ElectionTimeout..2×ElectionTimeout (0.5–1 s), which is
-// rare with randomised timers. The new leader commits its no-op within one
-// round trip. So a new leader usually exists ≈0.5–1.1 s after the kill.
+// [T, 2T)) and calls an election once the leader has been silent ≥ T, i.e.
+// 0.4–1.2 s after a kill; pre-vote + vote take a few LAN round trips; a split
+// vote costs another ElectionTimeout..2×ElectionTimeout, rare with randomised
+// timers. The new leader commits its no-op within one round trip.
+//
+// Measured on a loaded 2-core VM (BENCHMARKS.md): leader SIGKILL → next
+// acknowledged write median 1.1–1.2 s with 500 ms timers, 0.7 s with 300 ms;
+// but 300 ms timers with a 250 ms lease held 16 elections in 10 minutes on that
+// host under load: a leader process descheduled for 250–460 ms saw both
+// followers silent and stepped down (raft's lease check), and followers'
+// heartbeat timers fired. The lease is what a stalled leader trips over, so it
+// is as long as raft allows (= HeartbeatTimeout), and both sit at 400 ms.
 const (
 	// DefaultGroups is the number of raft groups per node.
 	DefaultGroups = 4
 
 	// DefaultHeartbeatTimeout: how long a follower tolerates silence from
-	// the leader before starting an election (randomised in [T, 2T)). The
-	// leader sends heartbeats every T/10 = 50 ms, so a spurious election
-	// needs ~10 consecutive lost heartbeats: ample margin on a LAN with
-	// sub-millisecond RTT and Go's sub-millisecond GC pauses. raft's 1 s
-	// default is tuned for WANs and would blow the 2 s failover budget.
-	DefaultHeartbeatTimeout = 500 * time.Millisecond
+	// the leader before starting an election (checked at random intervals in
+	// [T, 2T)). The leader sends heartbeats every T/10 = 40 ms, so a spurious
+	// election needs a stall of the leader or the network of ≥ T; pre-vote
+	// keeps a single stalled follower from disturbing the others. raft's 1 s
+	// default is tuned for WANs.
+	DefaultHeartbeatTimeout = 400 * time.Millisecond
 
 	// DefaultElectionTimeout: how long a candidate waits for a vote result
 	// before retrying (randomised in [T, 2T)); only matters on split votes.
 	// raft requires it ≥ HeartbeatTimeout.
-	DefaultElectionTimeout = 500 * time.Millisecond
+	DefaultElectionTimeout = 400 * time.Millisecond
 
 	// DefaultLeaderLeaseTimeout: a leader that has not heard from a quorum
-	// for this long steps down. Half the heartbeat timeout, so a leader cut
-	// off from its peers stops accepting writes (its pending Applies fail with
-	// ErrLeadershipLost / ErrNotLeader) before the others can have elected a
-	// replacement. raft requires it ≤ HeartbeatTimeout.
-	DefaultLeaderLeaseTimeout = 250 * time.Millisecond
+	// for this long steps down, so a leader cut off from its peers stops
+	// accepting writes (its pending Applies fail with ErrLeadershipLost /
+	// ErrNotLeader) at about the time the others elect a replacement (commits
+	// need a quorum either way: this only bounds how long a cut-off leader
+	// keeps clients waiting). A leader that was itself descheduled also sees
+	// its followers silent, so a short lease turns host hiccups into
+	// elections: the longest raft allows, HeartbeatTimeout.
+	DefaultLeaderLeaseTimeout = 400 * time.Millisecond
 
 	// DefaultCommitTimeout: when no new entries arrive, the leader still
 	// sends an AppendEntries every CommitTimeout..2×CommitTimeout so that
@@ -134,9 +146,9 @@ type Config struct {
 
 	// Raft tuning; see the Default* constants for what each does and why
 	// the default was chosen.
-	HeartbeatTimeout   time.Duration // default 500ms; ≥ 5ms
-	ElectionTimeout    time.Duration // default 500ms; ≥ HeartbeatTimeout
-	LeaderLeaseTimeout time.Duration // default 250ms; ≥ 5ms and ≤ HeartbeatTimeout
+	HeartbeatTimeout   time.Duration // default 400ms; ≥ 5ms
+	ElectionTimeout    time.Duration // default 400ms; ≥ HeartbeatTimeout
+	LeaderLeaseTimeout time.Duration // default 400ms; ≥ 5ms and ≤ HeartbeatTimeout
 	CommitTimeout      time.Duration // default 5ms; ≥ 1ms
 	MaxAppendEntries   int           // default 256; 1..1024
 	SnapshotInterval   time.Duration // default 30s; ≥ 5ms

@@ -102,6 +102,14 @@ func TestMetricsBuildInfoAndAppliedIndexGauge(t *testing.T) {
 	if n, _ := strconv.ParseUint(m[1], 10, 64); n == 0 || n > s.FSM(0).AppliedIndex() {
 		t.Errorf("group 0 applied index %s, FSM says %d", m[1], s.FSM(0).AppliedIndex())
 	}
+	// The term counts elections: a single node elected itself at least once.
+	m = regexp.MustCompile(`(?m)^tollgate_raft_term\{group="0"\} (\d+)$`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no raft term for group 0:\n%s", grepLines(body, "tollgate_raft_term"))
+	}
+	if n, _ := strconv.ParseUint(m[1], 10, 64); n == 0 {
+		t.Errorf("group 0 raft term %s, want ≥ 1 (the node elected itself)", m[1])
+	}
 	if !strings.Contains(body, "# TYPE tollgate_build_info gauge\n") {
 		t.Errorf("tollgate_build_info missing or not a gauge:\n%s", grepLines(body, "tollgate_build_info"))
 	}

@@ -154,6 +154,7 @@ type groupStat struct {
 	tenants      int
 	leader       bool
 	appliedIndex uint64
+	term         uint64
 	halted       bool
 	nearLimit    int
 	replicaDown  bool
@@ -169,6 +170,7 @@ var (
 	descApplied = prometheus.NewDesc("tollgate_raft_applied_index", "Last raft index applied to the group's FSM.", []string{"group"}, nil)
 	descNear    = prometheus.NewDesc("tollgate_tenants_near_limit", "Tenants at or above near_limit_fraction of their share of the group, as this replica sees them.", []string{"group"}, nil)
 	descDown    = prometheus.NewDesc("tollgate_group_replica_down", "1 if this node's raft replica of the group is shut down while the node runs: it neither votes nor stores the log, though the group's configuration may count it as a voter (restart the node).", []string{"group"}, nil)
+	descTerm    = prometheus.NewDesc("tollgate_raft_term", "The group's raft term as this node knows it. Every election (including a planned leadership transfer) raises it by at least one, so changes() over a window counts elections; pre-vote rounds that fail do not.", []string{"group"}, nil)
 	descHalted  = prometheus.NewDesc("tollgate_group_halted", "1 if the group's FSM stopped applying on this node (an entry it cannot apply; see /readyz for the reason).", []string{"group"}, nil)
 )
 
@@ -177,6 +179,7 @@ func (c *groupCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- descTenants
 	ch <- descLeader
 	ch <- descApplied
+	ch <- descTerm
 	ch <- descHalted
 	ch <- descNear
 	ch <- descDown
@@ -195,6 +198,7 @@ func (c *groupCollector) Collect(ch chan<- prometheus.Metric) {
 		// A gauge, not a counter: the index can go back when a replica is restored
 		// from a snapshot, and rate() over it would misread that as a reset.
 		ch <- prometheus.MustNewConstMetric(descApplied, prometheus.GaugeValue, float64(s.appliedIndex), g)
+		ch <- prometheus.MustNewConstMetric(descTerm, prometheus.GaugeValue, float64(s.term), g)
 		halted := 0.0
 		if s.halted {
 			halted = 1

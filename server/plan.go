@@ -184,6 +184,9 @@ func planBalance(in balanceInput) (leaderMove, bool) {
 		if m.DiskFull {
 			continue // it would step down at its first log write
 		}
+		if m.Draining {
+			continue // stopping: it would take the leadership down with it
+		}
 		counts[m.ID] = len(m.GroupsLed)
 	}
 	// Raft knows this node's own count better than its gossiped tag does.

@@ -246,6 +246,11 @@ func diskFull(m membership.Member) membership.Member {
 	return m
 }
 
+func draining(m membership.Member) membership.Member {
+	m.Draining = true
+	return m
+}
+
 func TestPlanBalance(t *testing.T) {
 	all := func(ids ...string) []raft.Server {
 		var out []raft.Server
@@ -288,6 +293,10 @@ func TestPlanBalance(t *testing.T) {
 		{name: "a node whose disk is full is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), diskFull(aliveM("c", "z3"))},
 			led: led(abc, 0, 1)},
 		{name: "the next least loaded when the least loaded has a full disk", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), diskFull(aliveM("c", "z3"))},
+			led: led(abc, 0, 1, 2), want: "2→b"},
+		{name: "a stopping (draining) node is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), draining(aliveM("c", "z3"))},
+			led: led(abc, 0, 1)},
+		{name: "the next least loaded when the least loaded is stopping", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), draining(aliveM("c", "z3"))},
 			led: led(abc, 0, 1, 2), want: "2→b"},
 		{name: "a nonvoter is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), aliveM("c", "z3")},
 			led: led(nonvoterC, 0, 1)},

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -85,6 +86,10 @@ type Config struct {
 
 	// Raft tuning passed to raftnode (zero = raftnode defaults).
 	RaftNoSync bool // tests only: skip fsync
+	// RaftHeartbeatTimeout, RaftElectionTimeout and RaftLeaderLeaseTimeout
+	// override raftnode's failure-detection timers (see raftnode/config.go
+	// for the defaults and the constraints between them).
+	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLeaseTimeout time.Duration
 
 	Clock func() time.Time // injectable wall clock (tests); default time.Now
 	// TestClockOffset shifts this node's wall clock (Clock) by a fixed amount
@@ -423,8 +428,12 @@ func New(cfg Config) (*Server, error) {
 		Groups:        cfg.Groups,
 		Bootstrap:     cfg.Bootstrap,
 		NoSync:        cfg.RaftNoSync,
-		ServerTLS:     cfg.TLS.RaftServer,
-		ClientTLS:     cfg.TLS.RaftClient,
+
+		HeartbeatTimeout:   cfg.RaftHeartbeatTimeout,
+		ElectionTimeout:    cfg.RaftElectionTimeout,
+		LeaderLeaseTimeout: cfg.RaftLeaderLeaseTimeout,
+		ServerTLS:          cfg.TLS.RaftServer,
+		ClientTLS:          cfg.TLS.RaftClient,
 		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
@@ -673,7 +682,9 @@ func (s *Server) groupStats() []groupStat {
 			out[g].nearLimit = len(s.closeToLimit(g))
 		}
 		if s.host != nil {
-			out[g].leader = s.host.Raft(g).State() == raft.Leader
+			r := s.host.Raft(g)
+			out[g].leader = r.State() == raft.Leader
+			out[g].term, _ = strconv.ParseUint(r.Stats()["term"], 10, 64)
 			out[g].replicaDown = s.host.ReplicaDown(g)
 		}
 	}
@@ -685,6 +696,13 @@ func (s *Server) groupStats() []groupStat {
 // flushes and closes the stores), then the HTTP server.
 func (s *Server) Stop(ctx context.Context) error {
 	s.stopOnce.Do(func() {
+		if s.members != nil {
+			// Before the hand-off: a peer's balancer would otherwise see this
+			// node lead nothing and hand it a group just before it stops.
+			if err := s.members.SetDraining(); err != nil {
+				s.log.Warn("gossip draining", "err", err)
+			}
+		}
 		if s.host != nil {
 			hctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 			s.handOffLeadership(hctx)

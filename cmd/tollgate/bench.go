@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"os"
+	"os/signal"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +17,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
@@ -32,6 +36,7 @@ type benchOpts struct {
 	seed            uint64
 	timeout         time.Duration
 	asJSON          bool
+	failOpen        bool
 	tls             clientTLSOpts
 }
 
@@ -68,6 +73,93 @@ type BenchSummary struct {
 	Concurrency    int      `json:"concurrency"`
 	NewFraction    float64  `json:"new_fraction"`
 	FirstErrors    []string `json:"first_errors,omitempty"`
+	// What the client library did to get the answers, from its own counters
+	// (clientlib.Stats): re-sent RPCs, NotLeader answers, and requests that
+	// failed and were answered "no rejections" (--fail-open).
+	Retries            uint64           `json:"retries"`
+	NotLeaderRedirects uint64           `json:"not_leader_redirects"`
+	FailedOpen         uint64           `json:"failed_open"`
+	ErrorsByCode       map[string]int64 `json:"errors_by_code,omitempty"` // failed requests by gRPC code
+	// Seconds is the run second by second (the progress lines on stderr).
+	Seconds []BenchSecond `json:"seconds,omitempty"`
+}
+
+// BenchSecond is one second of a run as the caller saw it: what rolling
+// restarts and leader moves cost is visible here and lost in the totals.
+type BenchSecond struct {
+	T            int              `json:"t"` // seconds since the start, end of the interval
+	Requests     int64            `json:"requests"`
+	Errors       int64            `json:"errors"` // requests that returned an error to the caller
+	ErrorsByCode map[string]int64 `json:"errors_by_code,omitempty"`
+	Retries      uint64           `json:"retries"`
+	NotLeader    uint64           `json:"not_leader"`
+	FailedOpen   uint64           `json:"failed_open"`
+	P99Ms        float64          `json:"p99_ms"` // of the requests that succeeded in this second
+	MaxMs        float64          `json:"max_ms"`
+}
+
+// benchWindow collects one second of outcomes; the progress ticker swaps it.
+type benchWindow struct {
+	mu       sync.Mutex
+	requests int64
+	errs     map[string]int64
+	lats     []float64
+}
+
+func (w *benchWindow) add(d time.Duration, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.requests++
+	if err != nil {
+		if w.errs == nil {
+			w.errs = map[string]int64{}
+		}
+		w.errs[status.Code(err).String()]++
+		return
+	}
+	w.lats = append(w.lats, float64(d.Microseconds())/1000)
+}
+
+// take returns the window's outcomes and starts a new window.
+func (w *benchWindow) take() (int64, map[string]int64, []float64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, e, l := w.requests, w.errs, w.lats
+	w.requests, w.errs, w.lats = 0, nil, nil
+	return n, e, l
+}
+
+// second turns one window plus the client's counter deltas into a BenchSecond.
+func benchSecondOf(t int, n int64, errs map[string]int64, lats []float64, d clientlib.Stats) BenchSecond {
+	slices.Sort(lats)
+	bs := BenchSecond{T: t, Requests: n, ErrorsByCode: errs, Retries: d.Retries, NotLeader: d.NotLeaderRedirects, FailedOpen: d.FailedOpen}
+	for _, v := range errs {
+		bs.Errors += v
+	}
+	if len(lats) > 0 {
+		bs.P99Ms = lats[min(len(lats)-1, int(0.99*float64(len(lats))))]
+		bs.MaxMs = lats[len(lats)-1]
+	}
+	return bs
+}
+
+// statsDelta is the growth of the counters bench reports, from a to b.
+func statsDelta(a, b clientlib.Stats) clientlib.Stats {
+	return clientlib.Stats{Retries: b.Retries - a.Retries, NotLeaderRedirects: b.NotLeaderRedirects - a.NotLeaderRedirects, FailedOpen: b.FailedOpen - a.FailedOpen}
+}
+
+func (bs BenchSecond) line() string {
+	errs := "0"
+	if bs.Errors > 0 {
+		keys := slices.Sorted(maps.Keys(bs.ErrorsByCode))
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s:%d", k, bs.ErrorsByCode[k]))
+		}
+		errs = fmt.Sprintf("%d (%s)", bs.Errors, strings.Join(parts, " "))
+	}
+	return fmt.Sprintf("requests=%6d  errors=%s  retries=%d  not-leader=%d  fail-open=%d  p99=%.2fms  max=%.2fms",
+		bs.Requests, errs, bs.Retries, bs.NotLeader, bs.FailedOpen, bs.P99Ms, bs.MaxMs)
 }
 
 // benchCounts accumulates the summary's counts from concurrent workers.
@@ -169,8 +261,16 @@ summary counts apart (new_rejected).
 Summary counts are series in requests that completed during the run:
 sent = new + refresh = accepted + rejected + failed (failed: in requests that
 returned an error). The command exits non-zero, printing the first errors,
-when no request succeeded or more than half failed. Progress goes to stderr
-each second; the summary to stdout.`,
+when no request succeeded or more than half failed.
+
+Each second a line on stderr shows what the caller saw in that second:
+requests completed, errors returned by gRPC code, the client library's
+retries, NotLeader answers and fail-open decisions (--fail-open: a request
+that failed for an availability reason returns "no rejections", as a
+distributor configured that way would admit the write), and the p99 and max
+latency of the requests that succeeded. --json adds them to the summary
+("seconds"); the summary goes to stdout. An interrupt (SIGINT) ends the run
+early and prints the summary.`,
 		Example: `  tollgate bench --duration 10s
   tollgate bench --new-fraction 1 --series-per-tenant 100000000 --duration 10s --json   # needs --default-max-series 0
   tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s`,
@@ -190,6 +290,7 @@ each second; the summary to stdout.`,
 	f.Uint64Var(&o.seed, "seed", 1, "series generator seed")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request deadline (and for learning the layout)")
 	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
+	f.BoolVar(&o.failOpen, "fail-open", false, "configure the client with FailOpen (availability failures answer \"no rejections\"; counted as fail-open)")
 	o.tls.register(f)
 	return cmd
 }
@@ -225,7 +326,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	}
 	// ModeSync: the load generator measures the servers' answers (and needs no
 	// near-limit polling); TrackPartition waits for them in any mode.
-	c, err := connectClient(ctx, o.addrs, o.timeout, &o.tls)
+	c, err := connectClientWith(ctx, o.addrs, o.timeout, &o.tls, func(cfg *clientlib.Config) { cfg.FailOpen = o.failOpen })
 	if err != nil {
 		return err
 	}
@@ -248,8 +349,14 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 		counts benchCounts
 		latMu  sync.Mutex
 		lats   []float64
+		window benchWindow
 	)
-	runCtx, cancel := context.WithTimeout(ctx, o.duration)
+	stats0 := c.Stats()
+	// An interrupt (Ctrl-C, or a script's kill -INT) ends the measured run
+	// early with a summary, like the end of --duration.
+	sigCtx, stopSig := signal.NotifyContext(ctx, os.Interrupt)
+	defer stopSig()
+	runCtx, cancel := context.WithTimeout(sigCtx, o.duration)
 	defer cancel()
 	start := time.Now()
 	// The first few distinct error messages go to stderr, so an error count
@@ -291,6 +398,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 					break
 				}
 				counts.record(hashes, nNew, rej, err)
+				window.add(d, err)
 				if err != nil {
 					reportErr(err)
 					continue
@@ -303,20 +411,25 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 		}()
 	}
 	progressDone := make(chan struct{})
+	var seconds []BenchSecond
 	go func() {
 		defer close(progressDone)
 		tick := time.NewTicker(time.Second)
 		defer tick.Stop()
 		var prevSent, prevNew int64
-		for {
+		prevStats := stats0
+		for sec := 1; ; sec++ {
 			select {
 			case <-runCtx.Done():
 				return
 			case <-tick.C:
 				s, n := counts.sent.Load(), counts.newAcc.Load()
-				fmt.Fprintf(stderr, "t=%4.0fs  sent/s=%10d  new accepted/s=%10d  requests=%8d  rejected=%d  failed requests=%d\n",
-					time.Since(start).Seconds(), s-prevSent, n-prevNew, counts.requests.Load(), counts.rejected.Load(), counts.requestsFailed.Load())
-				prevSent, prevNew = s, n
+				st := c.Stats()
+				nreq, errs, wl := window.take()
+				bs := benchSecondOf(sec, nreq, errs, wl, statsDelta(prevStats, st))
+				seconds = append(seconds, bs)
+				fmt.Fprintf(stderr, "t=%4ds  sent/s=%9d  new accepted/s=%9d  %s\n", sec, s-prevSent, n-prevNew, bs.line())
+				prevSent, prevNew, prevStats = s, n, st
 			}
 		}
 	}()
@@ -328,6 +441,17 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	sum := counts.summary(elapsed, lats)
 	sum.Tenants, sum.RequestSize, sum.Concurrency, sum.NewFraction = o.tenants, o.requestSize, o.concurrency, o.newFraction
 	sum.FirstErrors = firstErrs
+	d := statsDelta(stats0, c.Stats())
+	sum.Retries, sum.NotLeaderRedirects, sum.FailedOpen = d.Retries, d.NotLeaderRedirects, d.FailedOpen
+	sum.Seconds = seconds
+	for _, bs := range seconds {
+		for k, v := range bs.ErrorsByCode {
+			if sum.ErrorsByCode == nil {
+				sum.ErrorsByCode = map[string]int64{}
+			}
+			sum.ErrorsByCode[k] += v
+		}
+	}
 	if o.asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -347,6 +471,30 @@ func printBenchSummary(out io.Writer, s BenchSummary) {
 	fmt.Fprintf(out, "  new series: %d accepted, %d rejected (tenant at its limit)\n", s.NewAccepted, s.NewRejected)
 	fmt.Fprintf(out, "  %.0f series/s answered (%.0f new accepted/s, %.0f refresh/s); latency p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms\n",
 		s.SeriesPerSec, s.NewPerSec, s.RefreshPerSec, s.P50Ms, s.P90Ms, s.P99Ms, s.MaxMs)
+	fmt.Fprintf(out, "  client: %d retries, %d NotLeader answers, %d fail-open decisions", s.Retries, s.NotLeaderRedirects, s.FailedOpen)
+	if len(s.ErrorsByCode) > 0 {
+		keys := slices.Sorted(maps.Keys(s.ErrorsByCode))
+		var parts []string
+		for _, k := range keys {
+			parts = append(parts, fmt.Sprintf("%s %d", k, s.ErrorsByCode[k]))
+		}
+		fmt.Fprintf(out, "; errors by code (per-second windows): %s", strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(out)
+	if n := len(s.Seconds); n > 0 {
+		worst := s.Seconds[0]
+		for _, bs := range s.Seconds {
+			if bs.P99Ms > worst.P99Ms {
+				worst = bs
+			}
+		}
+		p99s := make([]float64, 0, n)
+		for _, bs := range s.Seconds {
+			p99s = append(p99s, bs.P99Ms)
+		}
+		slices.Sort(p99s)
+		fmt.Fprintf(out, "  per-second p99: median %.2fms, worst %.2fms (t=%ds)\n", p99s[n/2], worst.P99Ms, worst.T)
+	}
 }
 
 // request fills hashes with one request for tenant t in partition p: first the

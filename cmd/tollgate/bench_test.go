@@ -4,6 +4,12 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/clientlib"
 )
 
 // The summary's counts add up and match their names: sent = new + refresh =
@@ -60,5 +66,35 @@ func TestBenchFailsWhenMostRequestsFail(t *testing.T) {
 		if err != nil && tc.requests > 0 && !strings.Contains(err.Error(), "boom") {
 			t.Errorf("error does not show the first errors: %v", err)
 		}
+	}
+}
+
+// One second of outcomes: errors are counted by gRPC code and kept out of the
+// latency percentiles; the client's counters come in as deltas.
+func TestBenchSecond(t *testing.T) {
+	var w benchWindow
+	for i := 1; i <= 100; i++ {
+		w.add(time.Duration(i)*time.Millisecond, nil)
+	}
+	w.add(time.Hour, status.Error(codes.Unavailable, "down"))
+	w.add(time.Hour, status.Error(codes.Unavailable, "down"))
+	w.add(time.Hour, &clientlib.PartitionError{Err: status.Error(codes.ResourceExhausted, "slow down")})
+	n, errs, lats := w.take()
+	bs := benchSecondOf(3, n, errs, lats, statsDelta(clientlib.Stats{Retries: 5, FailedOpen: 1}, clientlib.Stats{Retries: 12, NotLeaderRedirects: 4, FailedOpen: 3}))
+	if bs.T != 3 || bs.Requests != 103 || bs.Errors != 3 || bs.ErrorsByCode["Unavailable"] != 2 || bs.ErrorsByCode["ResourceExhausted"] != 1 {
+		t.Fatalf("counts: %+v", bs)
+	}
+	if bs.Retries != 7 || bs.NotLeader != 4 || bs.FailedOpen != 2 {
+		t.Fatalf("client deltas: %+v", bs)
+	}
+	if bs.P99Ms != 100 || bs.MaxMs != 100 {
+		t.Fatalf("latency: p99 %v max %v, want 100 100 (errors excluded)", bs.P99Ms, bs.MaxMs)
+	}
+	if !strings.Contains(bs.line(), "errors=3 (ResourceExhausted:1 Unavailable:2)") {
+		t.Fatalf("line: %s", bs.line())
+	}
+	// The window starts over.
+	if n, errs, lats := w.take(); n != 0 || errs != nil || lats != nil {
+		t.Fatalf("window not reset: %d %v %v", n, errs, lats)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/metering/interval"
+	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/server"
 )
 
@@ -75,6 +76,9 @@ func (s *serverSettings) options() []option {
 		{"bootstrap-expect", &c.BootstrapExpect, "form a new cluster once this many nodes are alive (start exactly that many)"},
 		{"replicas", &c.Replicas, "voters per raft group (one per zone when there are that many zones)"},
 		{"disable-auto-place", &c.DisableAutoPlace, "do not add joining nodes to groups whose zone has no voter"},
+		{"raft-heartbeat-timeout", &c.RaftHeartbeatTimeout, "silence from the leader after which a follower calls an election (randomised in [T, 2T)); 0: raftnode's default"},
+		{"raft-election-timeout", &c.RaftElectionTimeout, "how long a candidate waits for votes before retrying; ≥ --raft-heartbeat-timeout; 0: default"},
+		{"raft-leader-lease-timeout", &c.RaftLeaderLeaseTimeout, "a leader that has not heard from a quorum this long steps down; ≤ --raft-heartbeat-timeout; 0: default"},
 		{"leader-balance-interval", &c.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
 		{"admin-token", &c.AdminToken, "token for the admin API; prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: admin API from loopback only"},
 		{"admin-token-file", &s.adminTokenFile, "read the admin token from this file"},
@@ -363,6 +367,27 @@ func (s *serverSettings) validate() []error {
 		bad("idle-timeout", "%v is not whole minutes", c.IdleTimeout)
 	case c.IdleTimeout < time.Minute || c.IdleTimeout > fsm.MaxIdleMinutes*time.Minute:
 		bad("idle-timeout", "%v: must be in [1m, %dm]", c.IdleTimeout, fsm.MaxIdleMinutes)
+	}
+	// Raft's timers, with raftnode's defaults for the ones not given, so a
+	// bad combination names the flags instead of failing inside raft.
+	hb, el, lease := c.RaftHeartbeatTimeout, c.RaftElectionTimeout, c.RaftLeaderLeaseTimeout
+	for _, f := range []struct {
+		name string
+		v    *time.Duration
+		def  time.Duration
+	}{{"raft-heartbeat-timeout", &hb, raftnode.DefaultHeartbeatTimeout}, {"raft-election-timeout", &el, raftnode.DefaultElectionTimeout}, {"raft-leader-lease-timeout", &lease, raftnode.DefaultLeaderLeaseTimeout}} {
+		switch {
+		case *f.v == 0:
+			*f.v = f.def
+		case *f.v < 5*time.Millisecond:
+			bad(f.name, "%v: must be ≥ 5ms (0: the default %v)", *f.v, f.def)
+		}
+	}
+	if el < hb {
+		bad("raft-election-timeout", "%v is below the heartbeat timeout %v", el, hb)
+	}
+	if lease > hb {
+		bad("raft-leader-lease-timeout", "%v is above the heartbeat timeout %v", lease, hb)
 	}
 	if c.DefaultMaxSeries < 0 {
 		bad("default-max-series", "%d is negative (0 = unlimited)", c.DefaultMaxSeries)

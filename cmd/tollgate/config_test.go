@@ -303,3 +303,29 @@ func TestVersionFlag(t *testing.T) {
 		t.Fatalf("--version printed %q, want %q", got, want)
 	}
 }
+
+// Raft's timers are checked against each other with the defaults filled in,
+// and a bad combination names the flag.
+func TestRaftTimerFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--raft-heartbeat-timeout", "1s"}, "raft_election_timeout: 400ms is below the heartbeat timeout 1s"},
+		{[]string{"--raft-heartbeat-timeout", "200ms"}, "raft_leader_lease_timeout: 400ms is above the heartbeat timeout 200ms"},
+		{[]string{"--raft-election-timeout", "1ms"}, "raft_election_timeout: 1ms: must be ≥ 5ms"},
+		{[]string{"--raft-heartbeat-timeout", "-1s"}, "raft_heartbeat_timeout: -1s: must be ≥ 5ms"},
+	} {
+		_, err := loadSettings(t, nil, append([]string{"--data-dir", t.TempDir()}, tc.args...)...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: got %v, want %q", tc.args, err, tc.want)
+		}
+	}
+	s, err := loadSettings(t, nil, "--data-dir", t.TempDir(), "--raft-heartbeat-timeout", "300ms", "--raft-election-timeout", "300ms", "--raft-leader-lease-timeout", "200ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.cfg.RaftHeartbeatTimeout != 300*time.Millisecond || s.cfg.RaftElectionTimeout != 300*time.Millisecond || s.cfg.RaftLeaderLeaseTimeout != 200*time.Millisecond {
+		t.Errorf("not applied: %v %v %v", s.cfg.RaftHeartbeatTimeout, s.cfg.RaftElectionTimeout, s.cfg.RaftLeaderLeaseTimeout)
+	}
+}

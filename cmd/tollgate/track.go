@@ -41,6 +41,12 @@ func splitAddrs(addrs string) []string {
 // the client library would otherwise retry until the deadline, and a wrong
 // address or a server that is not running deserves a clear answer now.
 func connectClient(ctx context.Context, addrs string, timeout time.Duration, tlsOpts *clientTLSOpts) (*clientlib.Client, error) {
+	return connectClientWith(ctx, addrs, timeout, tlsOpts, nil)
+}
+
+// connectClientWith is connectClient with tweak applied to the client's
+// configuration before it is created (nil: none).
+func connectClientWith(ctx context.Context, addrs string, timeout time.Duration, tlsOpts *clientTLSOpts, tweak func(*clientlib.Config)) (*clientlib.Client, error) {
 	tc, err := tlsOpts.config()
 	if err != nil {
 		return nil, err
@@ -52,7 +58,11 @@ func connectClient(ctx context.Context, addrs string, timeout time.Duration, tls
 	if err := anyReachable(ctx, list); err != nil {
 		return nil, err
 	}
-	c, err := clientlib.New(clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.token})
+	cfg := clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.token}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	c, err := clientlib.New(cfg)
 	if err != nil {
 		return nil, err
 	}
