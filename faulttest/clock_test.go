@@ -388,7 +388,9 @@ func (c *cluster) statusCLI(n *node) string {
 // say why in /readyz and status. `tollgate status` shows each offset within
 // 50 ms of the injected skew.
 //
-// The idle timeout is 1m (TOLLGATE_CLOCK_IDLE=2m for the bars' figure).
+// The idle timeout is 1m (TOLLGATE_CLOCK_IDLE=2m for the bars' figure); the
+// run ends once the abandoned series expired (TOLLGATE_CLOCK_RUN=10m keeps
+// the writer and the moves going for 10 minutes).
 //
 //	go test -count=1 -run TestClockExpiryWindow -v ./faulttest/
 func TestClockExpiryWindow(t *testing.T) {
@@ -523,6 +525,19 @@ func testExpiryWindow(t *testing.T, skews [3]time.Duration, skewedRefused bool) 
 			break
 		}
 		time.Sleep(250 * time.Millisecond)
+	}
+	// TOLLGATE_CLOCK_RUN keeps the writer and the leadership moves going
+	// until that long after the abandoned send (the bars' 10 minutes);
+	// every re-send round still counts.
+	if v := os.Getenv("TOLLGATE_CLOCK_RUN"); v != "" && !expiredAt.IsZero() {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TOLLGATE_CLOCK_RUN=%q: %v", v, err)
+		}
+		time.Sleep(time.Until(sentDone.Add(d)))
+		if u := usageOn(c.nodes[0], gone); u != 0 {
+			t.Errorf("abandoned series back: %d active %v after their send", u, time.Since(sentDone).Round(time.Second))
+		}
 	}
 	close(stop)
 	<-done
