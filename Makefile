@@ -22,8 +22,8 @@ run: build
 # Everything CI checks: formatting, vet, the whole suite, and the race detector on
 # the concurrent packages. Each step ends with its per-package test times.
 test: fmt-check vet
-	GO=$(GO) ./scripts/gotest.sh -count=1 ./...
-	GO=$(GO) ./scripts/gotest.sh -race -count=1 $(RACE_PKGS)
+	GO=$(GO) ./scripts/gotest.sh -count=1 -timeout 45m ./...
+	GO=$(GO) ./scripts/gotest.sh -race -count=1 -timeout 30m $(RACE_PKGS)
 
 # The fast loop: pure and in-process tests only (-short skips the ones that
 # build the binary or start real processes; the fault tests are left out).
