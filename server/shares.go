@@ -36,9 +36,6 @@ const (
 	ShareStatic = "static"
 )
 
-// borrowRounds bounds the borrow-and-re-decide rounds of one request.
-const borrowRounds = 8
-
 // shareState wires fsm/shares and sharemove into the node.
 type shareState struct {
 	s       *Server
@@ -72,7 +69,7 @@ func newShareState(s *Server) (*shareState, error) {
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_share_stranded_recovered_series_total",
 			Help: "Series of headroom stranded between a give and its receive (a crash) and delivered by the giver's re-drive."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_share_rejections_total",
-			Help: "New series rejected for a tenant's max_series: at=share while other groups had headroom to borrow (static mode), at=limit when no group had any."}, []string{"at"}),
+			Help: "New series rejected for a tenant's max_series: at=share for a group's fixed share (static mode; other groups may have had headroom), at=limit when every group answered it had none (movable mode)."}, []string{"at"}),
 		borrow: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_share_borrow_seconds",
 			Help: "Duration of a synchronous headroom borrow.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -122,37 +119,25 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 	}
 }
 
-// track decides a request in group g and, when series were rejected only for
-// the group's share, borrows headroom and decides them again.
+// track decides a request in group g. In movable mode, series refused only
+// for the group's share make the mover borrow headroom from the other groups
+// and decide them again: a rejection then means every group answered that it
+// has none (at="limit"), and a borrow that cannot establish that (a group
+// has no leader) is an Unavailable error, never a rejection below the limit.
+// In static mode nothing moves and a share rejection is counted at="share".
 func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
-	rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
-	for round := 0; err == nil && atShare > 0 && st.mover != nil && round < borrowRounds; round++ {
-		got, busy := st.mover.Borrow(ctx, g, tenant, int64(atShare))
-		if got == 0 && !busy {
-			break
+	if st.mover == nil {
+		rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
+		if err == nil && atShare > 0 {
+			st.metrics.rejections.WithLabelValues("share").Add(float64(atShare))
 		}
-		if got == 0 {
-			// Headroom is moving between other groups; ask again shortly.
-			select {
-			case <-time.After(time.Duration(round+1) * 2 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		var again []uint64
-		again, atShare, err = t.TrackAtShare(ctx, tenant, rejected)
-		if err != nil {
-			return nil, err
-		}
-		rejected = again
+		return rejected, err
 	}
-	if err == nil && atShare > 0 {
-		at := "limit"
-		if st.mover == nil {
-			at = "share"
-		}
-		st.metrics.rejections.WithLabelValues(at).Add(float64(atShare))
+	rejected, atLimit, err := st.mover.Admit(ctx, g, tenant, hashes, func(ctx context.Context, hs []uint64) ([]uint64, int, error) {
+		return t.TrackAtShare(ctx, tenant, hs)
+	})
+	if err == nil && atLimit > 0 {
+		st.metrics.rejections.WithLabelValues("limit").Add(float64(atLimit))
 	}
 	return rejected, err
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -77,7 +76,13 @@ type Mover struct {
 	mu      sync.Mutex
 	borrows map[borrowKey]*flight
 	seen    map[seenKey]time.Time // outstanding transfers first seen by the re-drive loop
-	rnd     *rand.Rand
+
+	// Hooks a deterministic simulation replaces: how the borrow asks the
+	// groups (default: all at once), how a best-effort Complete runs
+	// (default: its own goroutine) and how Admit waits between rounds.
+	fanout func(n int, f func(i int))
+	spawn  func(f func())
+	sleep  func(ctx context.Context, d time.Duration) error
 }
 
 type borrowKey struct {
@@ -105,17 +110,85 @@ func New(h Host, log *slog.Logger, m Metrics) *Mover {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Mover{h: h, log: log, metrics: m, borrows: map[borrowKey]*flight{}, seen: map[seenKey]time.Time{},
-		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))}
+		fanout: parallel, spawn: func(f func()) { go f() }, sleep: sleepCtx}
+}
+
+func parallel(n int, f func(i int)) {
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() { defer wg.Done(); f(i) }()
+	}
+	wg.Wait()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrHeadroomUnreachable is returned by Admit when series were refused at
+// their group's share but the tenant's other groups could not all answer
+// (no leader, a give or receive failed, headroom still in flight): whether
+// the tenant is at its limit is unknown, so the request is retryable, never
+// a rejection below the limit.
+var ErrHeadroomUnreachable = errors.New("headroom of other groups unreachable")
+
+// admitRounds bounds the borrow-and-re-decide rounds of one request; each
+// round asks every other group at once, and a giver gives at least half its
+// free headroom, so a handful of rounds gathers everything that exists.
+const admitRounds = 12
+
+// Decider decides hashes in the receiving group: the rejected hashes and how
+// many of them were refused only for the group's share.
+type Decider func(ctx context.Context, hashes []uint64) (rejected []uint64, atShare int, err error)
+
+// Admit decides a request in group g (this node leads g) and, while series
+// are refused only for the group's share, borrows the headroom they need
+// from every other group and decides them again. It returns the rejected
+// hashes and how many of them were refused at the tenant-wide limit (every
+// other group answered that it has no free headroom). When that cannot be
+// established (a group has no leader, headroom stays in flight) it returns
+// an error wrapping ErrHeadroomUnreachable instead of a rejection.
+func (m *Mover) Admit(ctx context.Context, g int, tenant string, hashes []uint64, decide Decider) ([]uint64, int, error) {
+	rejected, atShare, err := decide(ctx, hashes)
+	if err != nil || atShare == 0 {
+		return rejected, 0, err
+	}
+	for round := 0; round < admitRounds; round++ {
+		got, short := m.Borrow(ctx, g, tenant, int64(atShare))
+		if got == 0 {
+			if !short {
+				return rejected, atShare, nil // no group has headroom: the tenant is at its limit
+			}
+			if err := m.sleep(ctx, time.Duration(round+1)*2*time.Millisecond); err != nil {
+				return nil, 0, err
+			}
+			continue
+		}
+		rejected, atShare, err = decide(ctx, rejected)
+		if err != nil || atShare == 0 {
+			return rejected, 0, err
+		}
+	}
+	return nil, 0, fmt.Errorf("tenant %s: %d series refused at group %d's share: %w; retry", tenant, atShare, g, ErrHeadroomUnreachable)
 }
 
 // Borrow gets at least `need` more headroom for tenant into group g (this
-// node leads g) from the other groups, or as much as they can spare. It
-// returns the amount received. Concurrent borrows of one (group, tenant)
-// share one round: a caller arriving while one runs waits for it and returns
-// what it got (the caller then re-decides, and borrows again if still short).
-// busy reports that some giver had headroom it could not give at once (in
-// flight to another group): a retry shortly after may succeed.
-func (m *Mover) Borrow(ctx context.Context, g int, tenant string, need int64) (got int64, busy bool) {
+// node leads g) from the other groups, or as much as they can spare, asking
+// them all at once. It returns the amount received. Concurrent borrows of
+// one (group, tenant) share one round: a caller arriving while one runs
+// waits for it and returns what it got (the caller then re-decides, and
+// borrows again if still short). short reports that some group could not
+// answer "no free headroom" (no leader, an error, headroom in flight to
+// another group or still in transit): a retry may get more.
+func (m *Mover) Borrow(ctx context.Context, g int, tenant string, need int64) (got int64, short bool) {
 	k := borrowKey{g, tenant}
 	m.mu.Lock()
 	if f := m.borrows[k]; f != nil {
@@ -124,16 +197,15 @@ func (m *Mover) Borrow(ctx context.Context, g int, tenant string, need int64) (g
 		case <-f.done:
 			return f.got, f.busy
 		case <-ctx.Done():
-			return 0, false
+			return 0, true
 		}
 	}
 	f := &flight{done: make(chan struct{})}
 	m.borrows[k] = f
-	start := m.rnd.IntN(max(1, m.h.Groups()))
 	m.mu.Unlock()
 
 	t0 := time.Now()
-	f.got, f.busy = m.borrow(ctx, g, tenant, need, start)
+	f.got, f.busy = m.borrow(ctx, g, tenant, need)
 	m.metrics.Borrow(g, f.got, time.Since(t0))
 	m.mu.Lock()
 	delete(m.borrows, k)
@@ -142,49 +214,58 @@ func (m *Mover) Borrow(ctx context.Context, g int, tenant string, need int64) (g
 	return f.got, f.busy
 }
 
-func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64, start int) (got int64, busy bool) {
+func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64) (got int64, short bool) {
 	n := m.h.Groups()
-	for i := 0; i < n && got < need && ctx.Err() == nil; i++ {
-		giver := (start + i) % n
-		if giver == g {
-			continue
+	gots := make([]int64, n)
+	shorts := make([]bool, n)
+	m.fanout(n, func(giver int) {
+		if giver != g {
+			gots[giver], shorts[giver] = m.borrowFrom(ctx, giver, g, tenant, need)
 		}
-		cli, err := m.h.Peer(ctx, giver)
-		if err != nil {
-			m.log.Debug("borrow: no leader for giver", "group", giver, "err", err)
-			continue
-		}
-		resp, err := cli.Give(ctx, &api.GiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(g), Want: need - got})
-		if err != nil {
-			m.log.Debug("borrow: give failed", "giver", giver, "receiver", g, "err", err)
-			continue
-		}
-		if resp.Amount <= 0 && resp.Reason == ReasonOutstanding && m.h.Module(g).Received(tenant, giver, resp.Seq) {
-			// The giver still waits for the Complete of an earlier transfer
-			// this group already has: complete it now and ask again.
-			if _, err := cli.Complete(ctx, &api.CompleteRequest{Tenant: tenant, Giver: uint32(giver), Seq: resp.Seq}); err == nil {
-				resp, err = cli.Give(ctx, &api.GiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(g), Want: need - got})
-				if err != nil {
-					continue
-				}
+	})
+	for i := range n {
+		got += gots[i]
+		short = short || shorts[i]
+	}
+	return got, short || (got == 0 && ctx.Err() != nil)
+}
+
+// borrowFrom asks one giver for up to need (it may give more: half its free
+// headroom) and commits the receive in g.
+func (m *Mover) borrowFrom(ctx context.Context, giver, g int, tenant string, need int64) (int64, bool) {
+	cli, err := m.h.Peer(ctx, giver)
+	if err != nil {
+		m.log.Debug("borrow: no leader for giver", "group", giver, "err", err)
+		return 0, true
+	}
+	resp, err := cli.Give(ctx, &api.GiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(g), Want: need})
+	if err != nil {
+		m.log.Debug("borrow: give failed", "giver", giver, "receiver", g, "err", err)
+		return 0, true
+	}
+	if resp.Amount <= 0 && resp.Reason == ReasonOutstanding && m.h.Module(g).Received(tenant, giver, resp.Seq) {
+		// The giver still waits for the Complete of an earlier transfer
+		// this group already has: complete it now and ask again.
+		if _, err := cli.Complete(ctx, &api.CompleteRequest{Tenant: tenant, Giver: uint32(giver), Seq: resp.Seq}); err == nil {
+			resp, err = cli.Give(ctx, &api.GiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(g), Want: need})
+			if err != nil {
+				return 0, true
 			}
 		}
-		if resp.Amount <= 0 {
-			busy = busy || resp.Reason == ReasonOutstanding || resp.Reason == ReasonInFlight
-			continue
-		}
-		// The giver committed its reduction: the amount is in transit until
-		// the receive commits. If this fails, the giver's re-drive loop
-		// delivers it later.
-		if _, err := m.receive(ctx, giver, g, tenant, resp.Seq, resp.Amount); err != nil {
-			m.log.Warn("borrow: receive failed; the giver will re-drive it", "giver", giver, "receiver", g, "seq", resp.Seq, "err", err)
-			continue
-		}
-		got += resp.Amount
-		m.metrics.Moved(giver, g, resp.Amount)
-		go m.complete(giver, tenant, resp.Seq)
 	}
-	return got, busy
+	if resp.Amount <= 0 {
+		return 0, resp.Reason == ReasonOutstanding || resp.Reason == ReasonInFlight
+	}
+	// The giver committed its reduction: the amount is in transit until
+	// the receive commits. If this fails, the giver's re-drive loop
+	// delivers it later.
+	if _, err := m.receive(ctx, giver, g, tenant, resp.Seq, resp.Amount); err != nil {
+		m.log.Warn("borrow: receive failed; the giver will re-drive it", "giver", giver, "receiver", g, "seq", resp.Seq, "err", err)
+		return 0, true
+	}
+	m.metrics.Moved(giver, g, resp.Amount)
+	m.spawn(func() { m.complete(giver, tenant, resp.Seq) })
+	return resp.Amount, false
 }
 
 // complete tells the giver's leader the receive committed (best effort; the
@@ -225,7 +306,16 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 	}
 	mod := m.h.Module(giver)
 	if seq, ok := mod.OutstandingTo(tenant, receiver); ok {
-		return 0, seq, ReasonOutstanding, nil
+		// One transfer per (giver, receiver) is outstanding at a time:
+		// finish the earlier one now (deliver it, then complete it) rather
+		// than leave the receiver short until the re-drive loop runs.
+		if err := m.finish(ctx, giver, tenant, seq); err != nil {
+			m.log.Debug("give: earlier transfer not finished", "giver", giver, "receiver", receiver, "seq", seq, "err", err)
+			return 0, seq, ReasonOutstanding, nil
+		}
+		if seq, ok := mod.OutstandingTo(tenant, receiver); ok {
+			return 0, seq, ReasonOutstanding, nil
+		}
 	}
 	inFlight := false
 	var nonce uint64
@@ -275,6 +365,34 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 		return 0, 0, gr.Refused, nil
 	}
 	return amount, gr.Seq, "", nil
+}
+
+// finish delivers the giver's outstanding transfer seq of tenant to its
+// receiver (a no-op there when it already has it) and completes it.
+func (m *Mover) finish(ctx context.Context, giver int, tenant string, seq uint64) error {
+	var tr *shares.Transfer
+	for _, o := range m.h.Module(giver).View(tenant).Outstanding {
+		if o.Seq == seq {
+			tr = &o
+			break
+		}
+	}
+	if tr == nil {
+		return nil // completed meanwhile
+	}
+	cli, err := m.h.Peer(ctx, tr.To)
+	if err != nil {
+		return err
+	}
+	resp, err := cli.Receive(ctx, &api.ReceiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(tr.To), Seq: seq, Amount: tr.Amount})
+	if err != nil {
+		return err
+	}
+	if resp.AppliedNow {
+		m.metrics.Recovered(giver, tr.To, tr.Amount)
+	}
+	_, err = m.Complete(ctx, tenant, giver, seq)
+	return err
 }
 
 // Receive serves a receive request on group `receiver`'s leader: it commits
