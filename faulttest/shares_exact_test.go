@@ -66,7 +66,7 @@ func TestOneRequestLargerThanAShare(t *testing.T) {
 	}
 	c := newCluster(t, opts)
 	c.waitReplicas(1) // the limits file is the runtime config
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs()})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestLoweredLimitNeverExceeded(t *testing.T) {
 	const tn = "lower"
 	c := newCluster(t, clusterOptions{defaultMaxSeries: 300, shareMode: "movable", tenantMaxSeries: map[string]int64{tn: 4000}})
 	c.waitReplicas(1) // the limits file is the runtime config
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs()})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}

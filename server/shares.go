@@ -107,15 +107,8 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 		}
 	}
 	return func(tenant string) int64 {
-		base := st.Base(g, tenant)
-		if base == 0 && s.groupLimits(g).For(tenant).MaxSeries == 0 {
-			return 0
-		}
 		delta, res := st.mods[g].Delta(tenant)
-		if v := base + delta - res; v > 0 {
-			return v
-		}
-		return admission.NoHeadroom
+		return sharemove.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
 	}
 }
 

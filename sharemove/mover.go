@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate-io/tollgate/admission"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 )
@@ -519,4 +520,19 @@ func (m *Mover) Run(ctx context.Context, every time.Duration) {
 			m.Redrive(ctx, RedriveAfter)
 		}
 	}
+}
+
+// Share is the admission share of a group from the tenant's limit, the
+// group's base share of it, its committed delta and the headroom its leader
+// promised to give entries in flight: 0 for an unlimited tenant, otherwise
+// the positive remainder or admission.NoHeadroom. A group admits a new series
+// only while its usage is below this share.
+func Share(limit, base, delta, reservedOut int64) int64 {
+	if base == 0 && limit == 0 {
+		return 0
+	}
+	if v := base + delta - reservedOut; v > 0 {
+		return v
+	}
+	return admission.NoHeadroom
 }
