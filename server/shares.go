@@ -146,6 +146,15 @@ func (st *shareState) Base(g int, tenant string) int64 {
 	return shares.Split(st.s.groupLimits(g).For(tenant).MaxSeries, lo, hi, st.s.cfg.Partitions)
 }
 
+func (st *shareState) Limit(g int, tenant string) (int64, uint64) {
+	l := st.s.groupLimits(g)
+	var v uint64
+	if l.doc != nil {
+		v = l.doc.Version
+	}
+	return l.For(tenant).MaxSeries, v
+}
+
 func (st *shareState) Exclusive(g int, fn func() error) error {
 	err := st.s.trackers[g].t.Exclusive(fn)
 	if errors.Is(err, admission.ErrNotLeader) {
@@ -240,6 +249,9 @@ func (t tokenShares) TenantShares(ctx context.Context, in *api.TenantSharesReque
 func (t tokenShares) Complete(ctx context.Context, in *api.CompleteRequest, o ...grpc.CallOption) (*api.CompleteResponse, error) {
 	return t.c.Complete(t.ctx(ctx), in, o...)
 }
+func (t tokenShares) Cover(ctx context.Context, in *api.CoverRequest, o ...grpc.CallOption) (*api.CoverResponse, error) {
+	return t.c.Cover(t.ctx(ctx), in, o...)
+}
 
 // localShares serves a call for a group this node leads without a network hop.
 type localShares struct{ st *shareState }
@@ -255,6 +267,9 @@ func (l localShares) TenantShares(_ context.Context, in *api.TenantSharesRequest
 }
 func (l localShares) Complete(ctx context.Context, in *api.CompleteRequest, _ ...grpc.CallOption) (*api.CompleteResponse, error) {
 	return l.st.complete(ctx, in)
+}
+func (l localShares) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.CallOption) (*api.CoverResponse, error) {
+	return l.st.cover(ctx, in)
 }
 
 // --- sharemove.Metrics ---
@@ -340,6 +355,24 @@ func (st *shareState) complete(ctx context.Context, in *api.CompleteRequest) (*a
 	return &api.CompleteResponse{Found: found}, nil
 }
 
+func (st *shareState) cover(ctx context.Context, in *api.CoverRequest) (*api.CoverResponse, error) {
+	m, err := st.moverOrErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if in.MaxSeries < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "max_series %d: must be ≥ 0", in.MaxSeries)
+	}
+	covered, over, reason, err := m.Cover(ctx, in.Tenant, int(in.Group), in.MaxSeries)
+	if err != nil {
+		return nil, shareErr(err)
+	}
+	return &api.CoverResponse{Covered: covered, Overdraft: over, Reason: reason}, nil
+}
+
 // authorize applies the admin rule: a forged Receive could raise a share.
 func (sv *sharesService) authorize(ctx context.Context) error {
 	var remote net.IP
@@ -377,6 +410,13 @@ func (sv *sharesService) Complete(ctx context.Context, in *api.CompleteRequest) 
 		return nil, err
 	}
 	return sv.st.complete(ctx, in)
+}
+
+func (sv *sharesService) Cover(ctx context.Context, in *api.CoverRequest) (*api.CoverResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.cover(ctx, in)
 }
 
 // run re-drives stranded transfers until the node stops.

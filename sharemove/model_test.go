@@ -3,6 +3,7 @@ package sharemove
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -57,8 +58,9 @@ type simGroup struct {
 }
 
 type simTenant struct {
-	limit int64
-	next  uint64
+	limit   int64
+	version uint64 // bumped by every limit change
+	next    uint64
 }
 
 type sim struct {
@@ -75,6 +77,7 @@ type sim struct {
 	crashAfterCommit int
 
 	step       int
+	trace      func(format string, args ...any)
 	violations []string
 	stats      simStats
 }
@@ -117,6 +120,10 @@ func (s *sim) Module(g int) *shares.Module { return s.groups[g].mod }
 func (s *sim) Leads(g int) bool            { return s.groups[g].up }
 func (s *sim) Usage(g int, t string) (int64, int64) {
 	return int64(len(s.groups[g].series[t])), 0
+}
+
+func (s *sim) Limit(_ int, tenant string) (int64, uint64) {
+	return s.tenants[tenant].limit, s.tenants[tenant].version
 }
 
 func (s *sim) Base(g int, tenant string) int64 {
@@ -202,6 +209,14 @@ func (p simPeer) Complete(ctx context.Context, in *api.CompleteRequest, _ ...grp
 		return nil, status.Error(codes.Unavailable, err.Error())
 	}
 	return &api.CompleteResponse{Found: found}, nil
+}
+
+func (p simPeer) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.CallOption) (*api.CoverResponse, error) {
+	ok, over, reason, err := p.s.mover.Cover(ctx, in.Tenant, int(in.Group), in.MaxSeries)
+	if err != nil {
+		return nil, status.Error(codes.Unavailable, err.Error())
+	}
+	return &api.CoverResponse{Covered: ok, Overdraft: over, Reason: reason}, nil
 }
 
 func (p simPeer) TenantShares(context.Context, *api.TenantSharesRequest, ...grpc.CallOption) (*api.TenantSharesResponse, error) {
@@ -324,6 +339,9 @@ func (s *sim) request() {
 
 	before := s.total(tenant)
 	s.stats.requests++
+	if s.trace != nil {
+		s.trace("request %s group %d: %d hashes (%d re-sent)", tenant, g, len(hashes), len(hashes)-k)
+	}
 	rejected, atLimit, err := s.mover.Admit(context.Background(), g, tenant, hashes, func(_ context.Context, hs []uint64) ([]uint64, int, error) {
 		return s.decide(g, tenant, hs)
 	})
@@ -387,7 +405,18 @@ func (s *sim) runTasks() {
 
 func (s *sim) stepOnce() {
 	s.step++
-	switch x := s.r.IntN(100); {
+	x := s.r.IntN(100)
+	if s.trace != nil {
+		var st []string
+		for g, sg := range s.groups {
+			for _, name := range s.names {
+				d, res := sg.mod.Delta(name)
+				st = append(st, fmt.Sprintf("g%d/%s up=%v base=%d delta=%d res=%d used=%d out=%v", g, name, sg.up, s.Base(g, name), d, res, len(sg.series[name]), sg.mod.View(name).Outstanding))
+			}
+		}
+		s.trace("step %d op %d limits %v\n  %s", s.step, x, s.limits(), joinLines(st))
+	}
+	switch {
 	case x < 60:
 		s.request()
 	case x < 66:
@@ -398,6 +427,7 @@ func (s *sim) stepOnce() {
 		tn := s.tenants[s.names[s.r.IntN(len(s.names))]]
 		if tn.limit > 0 {
 			tn.limit += int64(1 + s.r.IntN(20))
+			tn.version++
 			s.stats.raises++
 		}
 	case x < 82: // lower a limit
@@ -405,6 +435,7 @@ func (s *sim) stepOnce() {
 			tn := s.tenants[s.names[s.r.IntN(len(s.names))]]
 			if tn.limit > int64(s.n) {
 				tn.limit -= int64(1 + s.r.IntN(int(tn.limit)-s.n))
+				tn.version++
 				s.stats.lowers++
 			}
 		}
@@ -431,6 +462,14 @@ func (s *sim) stepOnce() {
 		s.restore(g)
 	}
 	s.checkShares()
+}
+
+func (s *sim) limits() map[string]int64 {
+	m := map[string]int64{}
+	for n, t := range s.tenants {
+		m[n] = t.limit
+	}
+	return m
 }
 
 func (s *sim) restore(g int) {
@@ -460,7 +499,7 @@ func (s *sim) restore(g int) {
 }
 
 // lowerLimits enables limit lowerings in the simulation.
-var lowerLimits = false
+var lowerLimits = true
 
 // runModel runs `runs` seeded simulations of `steps` steps and returns the
 // first violations found (with their seeds) and the summed stats.
@@ -479,9 +518,11 @@ func runModel(first uint64, runs, steps int, rules brokenRules) (violations []st
 				s.restartGroup(g)
 			}
 		}
+		s.crashAfterCommit = 0
 		s.runTasks()
-		s.mover.Redrive(context.Background(), 0)
-		s.mover.Redrive(context.Background(), 0)
+		for range 3 {
+			s.mover.Redrive(context.Background(), 0)
+		}
 		for _, name := range s.names {
 			if len(s.violations) > 0 || s.tenants[name].limit == 0 {
 				break
@@ -555,3 +596,21 @@ func joinLines(xs []string) string {
 	}
 	return out
 }
+
+// TestShareModelSeed replays one seed with a trace: go test -run
+// TestShareModelSeed -seed N (the seed of a reported violation).
+func TestShareModelSeed(t *testing.T) {
+	if *replaySeed == 0 {
+		t.Skip("pass -seed N to replay one simulation with a trace")
+	}
+	s := newSim(*replaySeed, brokenRules{})
+	s.trace = t.Logf
+	for range 60 {
+		s.stepOnce()
+		if len(s.violations) > 0 {
+			t.Fatal(s.violations)
+		}
+	}
+}
+
+var replaySeed = flag.Uint64("seed", 0, "replay this share model seed")

@@ -21,6 +21,9 @@ type Host interface {
 	Module(g int) *shares.Module
 	// Base is group g's base share of tenant's current limit (0: unlimited).
 	Base(g int, tenant string) int64
+	// Limit is tenant's max_series as group g applied it (0: unlimited) and
+	// the runtime config version that set it.
+	Limit(g int, tenant string) (limit int64, version uint64)
 	// Usage is tenant's active series and reservations in group g on this node.
 	Usage(g int, tenant string) (active, reserved int64)
 	// Exclusive runs fn on group g's leader with its decider paused
@@ -158,9 +161,19 @@ type Decider func(ctx context.Context, hashes []uint64) (rejected []uint64, atSh
 // established (a group has no leader, headroom stays in flight) it returns
 // an error wrapping ErrHeadroomUnreachable instead of a rejection.
 func (m *Mover) Admit(ctx context.Context, g int, tenant string, hashes []uint64, decide Decider) ([]uint64, int, error) {
+	indebted, err := m.settle(ctx, g, tenant)
+	if err != nil {
+		return nil, 0, err
+	}
 	rejected, atShare, err := decide(ctx, hashes)
 	if err != nil || atShare == 0 {
 		return rejected, 0, err
+	}
+	if indebted {
+		// Some group holds more than its share and no group had headroom
+		// for it: the tenant is at or above its limit, and headroom that
+		// frees up belongs to that group first.
+		return rejected, atShare, nil
 	}
 	for round := 0; round < admitRounds; round++ {
 		got, short := m.Borrow(ctx, g, tenant, int64(atShare))
@@ -179,6 +192,101 @@ func (m *Mover) Admit(ctx context.Context, g int, tenant string, hashes []uint64
 		}
 	}
 	return nil, 0, fmt.Errorf("tenant %s: %d series refused at group %d's share: %w; retry", tenant, atShare, g, ErrHeadroomUnreachable)
+}
+
+// settle makes sure, once per leader session and limit of the tenant, that
+// no group holds more series than its share before group g admits new ones:
+// after a lowered limit a group's share can fall below its series, and the
+// headroom other groups still have would then let the tenant exceed its
+// limit. Every group is asked to cover (Cover) at g's limit; until all
+// answer, the request is retryable.
+func (m *Mover) settle(ctx context.Context, g int, tenant string) (indebted bool, err error) {
+	limit, version := m.h.Limit(g, tenant)
+	if limit == 0 {
+		return false, nil
+	}
+	mod := m.h.Module(g)
+	// Any version change re-settles: the limit may have gone down and up
+	// again in between.
+	cur := shares.Settled{Limit: limit, Version: version}
+	if l, ok := mod.Settled(tenant); ok && l == cur {
+		return false, nil
+	}
+	n := m.h.Groups()
+	errs := make([]error, n)
+	debts := make([]int64, n)
+	m.fanout(n, func(i int) {
+		cli, err := m.h.Peer(ctx, i)
+		if err != nil {
+			errs[i] = err
+			return
+		}
+		resp, err := cli.Cover(ctx, &api.CoverRequest{Tenant: tenant, Group: uint32(i), MaxSeries: limit})
+		switch {
+		case err != nil:
+			errs[i] = err
+		case !resp.Covered:
+			errs[i] = errors.New(resp.Reason)
+		default:
+			debts[i] = resp.Overdraft
+		}
+	})
+	for i, err := range errs {
+		if err != nil {
+			return false, fmt.Errorf("tenant %s: max_series %d not settled: group %d: %v: %w; retry", tenant, limit, i, err, ErrHeadroomUnreachable)
+		}
+	}
+	for _, d := range debts {
+		if d > 0 {
+			// Settled only once the debt is paid: every request asks again,
+			// so the indebted group takes headroom as it frees up.
+			return true, nil
+		}
+	}
+	mod.SetSettled(tenant, cur)
+	return false, nil
+}
+
+// Cover serves a cover request on group g's leader: when the group holds
+// more of tenant's series than its share (its base fell with a lowered
+// limit), it borrows the difference from the other groups. covered is
+// false when g is not at limit yet or headroom is unreachable; overdraft is
+// what no group had headroom for (the tenant is above its limit: the
+// groups' free headroom is all here now, so none admits a new series).
+func (m *Mover) Cover(ctx context.Context, tenant string, g int, limit int64) (covered bool, overdraft int64, reason string, err error) {
+	if g < 0 || g >= m.h.Groups() {
+		return false, 0, "", fmt.Errorf("group %d out of range [0, %d)", g, m.h.Groups())
+	}
+	if !m.h.Leads(g) {
+		return false, 0, "", ErrNotLeader
+	}
+	if cur, _ := m.h.Limit(g, tenant); cur != limit {
+		return false, 0, fmt.Sprintf("group %d applied max_series %d, not %d yet", g, cur, limit), nil
+	}
+	for range admitRounds {
+		over := m.overdraft(g, tenant)
+		if over <= 0 {
+			return true, 0, "", nil
+		}
+		got, short := m.Borrow(ctx, g, tenant, over)
+		if got == 0 {
+			if short {
+				return false, over, "headroom of other groups unreachable", nil
+			}
+			return true, over, "", nil
+		}
+	}
+	return false, m.overdraft(g, tenant), "still above its share", nil
+}
+
+// overdraft is how many more series group g holds for tenant than its share.
+// Usage only grows within the share, so a group that is not overdrawn
+// cannot become so without a change of its base.
+func (m *Mover) overdraft(g int, tenant string) int64 {
+	base := m.h.Base(g, tenant)
+	delta, res := m.h.Module(g).Delta(tenant)
+	active, reserved := m.h.Usage(g, tenant)
+	return active + reserved - (base + delta - res)
 }
 
 // Borrow gets at least `need` more headroom for tenant into group g (this
@@ -216,6 +324,10 @@ func (m *Mover) Borrow(ctx context.Context, g int, tenant string, need int64) (g
 }
 
 func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64) (got int64, short bool) {
+	// Headroom this group gave away and its receiver does not have yet
+	// is in transit: deliver it, so that its receiver can give it back.
+	d0, _ := m.h.Module(g).Delta(tenant)
+	short = !m.finishAll(ctx, g, tenant)
 	n := m.h.Groups()
 	gots := make([]int64, n)
 	shorts := make([]bool, n)
@@ -227,6 +339,11 @@ func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64) (g
 	for i := range n {
 		got += gots[i]
 		short = short || shorts[i]
+	}
+	if d1, _ := m.h.Module(g).Delta(tenant); got == 0 && d1 > d0 {
+		// A giver delivered a transfer that was in transit to this group
+		// before it answered: that is headroom received too.
+		got = d1 - d0
 	}
 	return got, short || (got == 0 && ctx.Err() != nil)
 }
@@ -306,17 +423,13 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 		return 0, 0, "", fmt.Errorf("want %d: must be > 0", want)
 	}
 	mod := m.h.Module(giver)
+	// Headroom this group gave that its receivers may not have yet is
+	// nobody's to use: deliver and complete it first (one transfer per
+	// (giver, receiver) is outstanding at a time, and a receiver short of
+	// what is in transit to it could refuse series below the limit).
+	stuck := !m.finishAll(ctx, giver, tenant)
 	if seq, ok := mod.OutstandingTo(tenant, receiver); ok {
-		// One transfer per (giver, receiver) is outstanding at a time:
-		// finish the earlier one now (deliver it, then complete it) rather
-		// than leave the receiver short until the re-drive loop runs.
-		if err := m.finish(ctx, giver, tenant, seq); err != nil {
-			m.log.Debug("give: earlier transfer not finished", "giver", giver, "receiver", receiver, "seq", seq, "err", err)
-			return 0, seq, ReasonOutstanding, nil
-		}
-		if seq, ok := mod.OutstandingTo(tenant, receiver); ok {
-			return 0, seq, ReasonOutstanding, nil
-		}
+		return 0, seq, ReasonOutstanding, nil
 	}
 	inFlight := false
 	var nonce uint64
@@ -346,7 +459,7 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 		return 0, 0, "", err
 	}
 	if amount == 0 {
-		if inFlight {
+		if inFlight || stuck {
 			return 0, 0, ReasonInFlight, nil
 		}
 		return 0, 0, "no free headroom", nil
@@ -366,6 +479,19 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 		return 0, 0, gr.Refused, nil
 	}
 	return amount, gr.Seq, "", nil
+}
+
+// finishAll finishes every outstanding transfer of tenant from giver; false
+// when one could not be finished (its receiver has no leader).
+func (m *Mover) finishAll(ctx context.Context, giver int, tenant string) bool {
+	ok := true
+	for _, o := range m.h.Module(giver).View(tenant).Outstanding {
+		if err := m.finish(ctx, giver, tenant, o.Seq); err != nil {
+			m.log.Debug("transfer not finished", "giver", giver, "receiver", o.To, "seq", o.Seq, "err", err)
+			ok = false
+		}
+	}
+	return ok
 }
 
 // finish delivers the giver's outstanding transfer seq of tenant to its

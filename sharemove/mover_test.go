@@ -136,6 +136,12 @@ func (h fakeHost) Usage(g int, _ string) (int64, int64) {
 	defer h.c.mu.Unlock()
 	return h.c.active[g], 0
 }
+func (h fakeHost) Limit(int, string) (int64, uint64) {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return h.c.limit, uint64(h.c.limit) // a new limit is a new version
+}
+
 func (h fakeHost) Base(g int, _ string) int64 {
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
@@ -222,6 +228,14 @@ func (p fakePeer) Complete(ctx context.Context, in *api.CompleteRequest, _ ...gr
 		return nil, err
 	}
 	return &api.CompleteResponse{Found: found}, nil
+}
+
+func (p fakePeer) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.CallOption) (*api.CoverResponse, error) {
+	ok, over, reason, err := p.c.movers[p.node].Cover(ctx, in.Tenant, int(in.Group), in.MaxSeries)
+	if err != nil {
+		return nil, err
+	}
+	return &api.CoverResponse{Covered: ok, Overdraft: over, Reason: reason}, nil
 }
 
 func (p fakePeer) TenantShares(context.Context, *api.TenantSharesRequest, ...grpc.CallOption) (*api.TenantSharesResponse, error) {
