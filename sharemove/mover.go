@@ -327,7 +327,8 @@ func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64) (g
 	// Headroom this group gave away and its receiver does not have yet
 	// is in transit: deliver it, so that its receiver can give it back.
 	d0, _ := m.h.Module(g).Delta(tenant)
-	short = !m.finishAll(ctx, g, tenant)
+	moved, finished := m.finishAll(ctx, g, tenant)
+	short = moved || !finished
 	n := m.h.Groups()
 	gots := make([]int64, n)
 	shorts := make([]bool, n)
@@ -427,7 +428,8 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 	// nobody's to use: deliver and complete it first (one transfer per
 	// (giver, receiver) is outstanding at a time, and a receiver short of
 	// what is in transit to it could refuse series below the limit).
-	stuck := !m.finishAll(ctx, giver, tenant)
+	moved, finished := m.finishAll(ctx, giver, tenant)
+	stuck := moved || !finished
 	if seq, ok := mod.OutstandingTo(tenant, receiver); ok {
 		return 0, seq, ReasonOutstanding, nil
 	}
@@ -481,22 +483,26 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 	return amount, gr.Seq, "", nil
 }
 
-// finishAll finishes every outstanding transfer of tenant from giver; false
-// when one could not be finished (its receiver has no leader).
-func (m *Mover) finishAll(ctx context.Context, giver int, tenant string) bool {
-	ok := true
+// finishAll finishes every outstanding transfer of tenant from giver. moved
+// reports that one reached its receiver only now (that group may have free
+// headroom it did not have before); ok is false when one could not be
+// finished (its receiver has no leader).
+func (m *Mover) finishAll(ctx context.Context, giver int, tenant string) (moved, ok bool) {
+	ok = true
 	for _, o := range m.h.Module(giver).View(tenant).Outstanding {
-		if err := m.finish(ctx, giver, tenant, o.Seq); err != nil {
+		now, err := m.finish(ctx, giver, tenant, o.Seq)
+		if err != nil {
 			m.log.Debug("transfer not finished", "giver", giver, "receiver", o.To, "seq", o.Seq, "err", err)
 			ok = false
 		}
+		moved = moved || now
 	}
-	return ok
+	return moved, ok
 }
 
 // finish delivers the giver's outstanding transfer seq of tenant to its
 // receiver (a no-op there when it already has it) and completes it.
-func (m *Mover) finish(ctx context.Context, giver int, tenant string, seq uint64) error {
+func (m *Mover) finish(ctx context.Context, giver int, tenant string, seq uint64) (delivered bool, err error) {
 	var tr *shares.Transfer
 	for _, o := range m.h.Module(giver).View(tenant).Outstanding {
 		if o.Seq == seq {
@@ -505,21 +511,21 @@ func (m *Mover) finish(ctx context.Context, giver int, tenant string, seq uint64
 		}
 	}
 	if tr == nil {
-		return nil // completed meanwhile
+		return false, nil // completed meanwhile
 	}
 	cli, err := m.h.Peer(ctx, tr.To)
 	if err != nil {
-		return err
+		return false, err
 	}
 	resp, err := cli.Receive(ctx, &api.ReceiveRequest{Tenant: tenant, Giver: uint32(giver), Receiver: uint32(tr.To), Seq: seq, Amount: tr.Amount})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if resp.AppliedNow {
 		m.metrics.Recovered(giver, tr.To, tr.Amount)
 	}
 	_, err = m.Complete(ctx, tenant, giver, seq)
-	return err
+	return resp.AppliedNow, err
 }
 
 // Receive serves a receive request on group `receiver`'s leader: it commits
