@@ -558,8 +558,20 @@ func runModel(first uint64, runs, steps int, rules brokenRules) (violations []st
 }
 
 // TestShareModel: 10,000 seeded runs of the share protocol, 0 violations.
-// A failing seed reproduces alone: runModel(seed, 1, steps, brokenRules{}).
+// A failing seed replays alone with a trace of every step:
+// go test -run 'TestShareModel$' ./sharemove/ -seed N.
 func TestShareModel(t *testing.T) {
+	if *replaySeed != 0 {
+		s := newSim(*replaySeed, brokenRules{})
+		s.trace = t.Logf
+		for range 60 {
+			s.stepOnce()
+			if len(s.violations) > 0 {
+				t.Fatal(s.violations)
+			}
+		}
+		return
+	}
 	runs := 10000
 	if testing.Short() {
 		runs = 1000
@@ -597,20 +609,4 @@ func joinLines(xs []string) string {
 	return out
 }
 
-// TestShareModelSeed replays one seed with a trace: go test -run
-// TestShareModelSeed -seed N (the seed of a reported violation).
-func TestShareModelSeed(t *testing.T) {
-	if *replaySeed == 0 {
-		t.Skip("pass -seed N to replay one simulation with a trace")
-	}
-	s := newSim(*replaySeed, brokenRules{})
-	s.trace = t.Logf
-	for range 60 {
-		s.stepOnce()
-		if len(s.violations) > 0 {
-			t.Fatal(s.violations)
-		}
-	}
-}
-
-var replaySeed = flag.Uint64("seed", 0, "replay this share model seed")
+var replaySeed = flag.Uint64("seed", 0, "TestShareModel replays this one seed with a trace")
