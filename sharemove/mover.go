@@ -84,6 +84,7 @@ type Mover struct {
 	// Hooks a deterministic simulation replaces: how the borrow asks the
 	// groups (default: all at once), how a best-effort Complete runs
 	// (default: its own goroutine) and how Admit waits between rounds.
+	turn   uint64 // which giver a borrow asks first
 	fanout func(n int, f func(i int))
 	spawn  func(f func())
 	sleep  func(ctx context.Context, d time.Duration) error
@@ -330,11 +331,27 @@ func (m *Mover) borrow(ctx context.Context, g int, tenant string, need int64) (g
 	moved, finished := m.finishAll(ctx, g, tenant)
 	short = moved || !finished
 	n := m.h.Groups()
+	if n < 2 {
+		return 0, short
+	}
+	// One giver first (in turn, to spread the load): most borrows need less
+	// than one group's free headroom, and asking one keeps the headroom
+	// where it is unused. What it cannot cover is asked of all the others
+	// at once, so a large request takes two round trips, not G−1.
+	m.mu.Lock()
+	m.turn++
+	first := (g + 1 + int(m.turn%uint64(n-1))) % n
+	m.mu.Unlock()
+	got, short1 := m.borrowFrom(ctx, first, g, tenant, need)
+	short = short || short1
+	if got >= need {
+		return got, short
+	}
 	gots := make([]int64, n)
 	shorts := make([]bool, n)
 	m.fanout(n, func(giver int) {
-		if giver != g {
-			gots[giver], shorts[giver] = m.borrowFrom(ctx, giver, g, tenant, need)
+		if giver != g && giver != first {
+			gots[giver], shorts[giver] = m.borrowFrom(ctx, giver, g, tenant, need-got)
 		}
 	})
 	for i := range n {
