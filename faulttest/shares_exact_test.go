@@ -74,7 +74,10 @@ func TestOneRequestLargerThanAShare(t *testing.T) {
 	before := c.shareMetrics()
 	for i, tn := range tenants {
 		hs := hashesInGroup(uint64(100+i), 0, 1000)
-		if rej := trackAll(t, cl, tn, hs); len(rej) != 0 {
+		t0 := time.Now()
+		rej := trackAll(t, cl, tn, hs)
+		t.Logf("%s: 1000 series in group 0: %d rejected, in %v", tn, len(rej), time.Since(t0).Round(time.Millisecond))
+		if len(rej) != 0 {
 			total, per := activeSeries(c, tn)
 			t.Errorf("%s: %d of 1000 series in group 0 rejected below the limit (active %d, per group %v)", tn, len(rej), total, per)
 			continue
@@ -83,7 +86,9 @@ func TestOneRequestLargerThanAShare(t *testing.T) {
 		if rej := trackAll(t, cl, tn, extra); len(rej) != 1 {
 			t.Errorf("%s: the 1001st series was accepted", tn)
 		}
+		t0 = time.Now()
 		c.waitSettled(t, tn)
+		t.Logf("%s: settled in %v", tn, time.Since(t0).Round(time.Millisecond))
 		if total, per := activeSeries(c, tn); total != 1000 {
 			t.Errorf("%s: %d active (per group %v), want 1000", tn, total, per)
 		}
