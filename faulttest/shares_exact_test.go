@@ -83,7 +83,10 @@ func TestOneRequestLargerThanAShare(t *testing.T) {
 			continue
 		}
 		extra := hashesInGroup(uint64(200+i), 0, 1)
-		if rej := trackAll(t, cl, tn, extra); len(rej) != 1 {
+		t0 = time.Now()
+		rej = trackAll(t, cl, tn, extra)
+		t.Logf("%s: the 1001st series: %d rejected, in %v", tn, len(rej), time.Since(t0).Round(time.Millisecond))
+		if len(rej) != 1 {
 			t.Errorf("%s: the 1001st series was accepted", tn)
 		}
 		t0 = time.Now()
