@@ -2,9 +2,16 @@ package faulttest
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
@@ -146,5 +153,161 @@ func TestLoweredLimitNeverExceeded(t *testing.T) {
 	}
 	if total, per := activeSeries(c, tn); accepted != 600 || total != 2600 {
 		t.Fatalf("after raising to 2600: %d of 600 new accepted, %d active (per group %v)", accepted, total, per)
+	}
+}
+
+// TestShareFailoverNoFalseRejection: 8 writers (two tenants of max_series
+// 3,000, four writers each) send new series only into groups 0 and 1, up to
+// 2,400 per tenant, so those groups borrow from groups 2 and 3 throughout,
+// while the leaders of a lender and of a borrower are SIGKILLed and
+// restarted. A tenant never reaches its limit, so every rejection would be
+// one below the limit: there must be none (Unavailable and deadline errors
+// are allowed: the writer retries the same series). At the end every
+// acknowledged series is re-sent and must be accepted, and acknowledged ≤
+// the limit.
+func TestShareFailoverNoFalseRejection(t *testing.T) {
+	const limit, target = 3000, 2400
+	tenants := []string{"fo-a", "fo-b"}
+	opts := clusterOptions{defaultMaxSeries: 300, shareMode: "movable", tenantMaxSeries: map[string]int64{}}
+	for _, tn := range tenants {
+		opts.tenantMaxSeries[tn] = limit
+	}
+	c := newCluster(t, opts)
+	c.waitReplicas(1)
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	type tally struct {
+		mu                    sync.Mutex
+		acked                 map[uint64]int // hash → partition
+		rejected, unavailable int
+	}
+	tallies := map[string]*tally{}
+	for _, tn := range tenants {
+		tallies[tn] = &tally{acked: map[uint64]int{}}
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	for w := range 8 {
+		tn := tenants[w%2]
+		ty := tallies[tn]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 99))
+			per := target / 4
+			var retry []uint64
+			for sent := 0; sent < per || len(retry) > 0; {
+				batch := retry
+				retry = nil
+				if len(batch) == 0 {
+					part := r.IntN(partitions / 2) // groups 0 and 1
+					first, last := api.PartitionHashRange(part, partitions)
+					k := min(8, per-sent)
+					for range k {
+						batch = append(batch, first+r.Uint64N(last-first))
+					}
+					sent += k
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				rej, err := cl.TrackSeries(ctx, tn, batch)
+				cancel()
+				if err != nil {
+					if !isRetryable(err) {
+						failed.Store(fmt.Sprintf("%s: track: %v", tn, err))
+						return
+					}
+					ty.mu.Lock()
+					ty.unavailable++
+					ty.mu.Unlock()
+					retry = batch
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				ty.mu.Lock()
+				ty.rejected += len(rej)
+				isRej := map[uint64]bool{}
+				for _, h := range rej {
+					isRej[h] = true
+				}
+				for _, h := range batch {
+					if !isRej[h] {
+						ty.acked[h] = api.Partition(h, partitions)
+					}
+				}
+				ty.mu.Unlock()
+			}
+		}()
+	}
+	// Faults while the writers run: a lender's leader, then a borrower's.
+	for _, g := range []int{2, 0, 3, 1} {
+		time.Sleep(time.Second)
+		l := c.waitLeader(g, nil)
+		t.Logf("SIGKILL %s, leader of group %d (leaders: %s)", l.id, g, c.describe())
+		l.kill(t)
+		c.waitLeader(g, l)
+		time.Sleep(500 * time.Millisecond)
+		l.restart(t)
+		c.waitHealthy()
+	}
+	wg.Wait()
+	if v := failed.Load(); v != nil {
+		t.Fatal(v)
+	}
+	for _, tn := range tenants {
+		ty := tallies[tn]
+		t.Logf("%s: %d acknowledged, %d rejected, %d retryable errors", tn, len(ty.acked), ty.rejected, ty.unavailable)
+		if ty.rejected != 0 {
+			t.Errorf("%s: %d series rejected below the limit (%d acknowledged of %d)", tn, ty.rejected, len(ty.acked), limit)
+		}
+		if len(ty.acked) > limit {
+			t.Errorf("%s: %d acknowledged, limit %d", tn, len(ty.acked), limit)
+		}
+		// Every acknowledged series is still there: a re-send is accepted.
+		var all []uint64
+		for h := range ty.acked {
+			all = append(all, h)
+		}
+		for i := 0; i < len(all); i += 200 {
+			rej := trackAllRetry(t, cl, tn, all[i:min(i+200, len(all))])
+			if len(rej) != 0 {
+				t.Errorf("%s: %d acknowledged series rejected on re-send", tn, len(rej))
+			}
+		}
+		if total, per := activeSeries(c, tn); total > limit || total < int64(len(ty.acked)) {
+			t.Errorf("%s: servers hold %d (per group %v); acknowledged %d, limit %d", tn, total, per, len(ty.acked), limit)
+		}
+	}
+}
+
+func isRetryable(err error) bool {
+	var pe *clientlib.PartitionError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+func trackAllRetry(t *testing.T, cl *clientlib.Client, tenant string, hs []uint64) []uint64 {
+	t.Helper()
+	deadline := time.Now().Add(progressTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		rej, err := cl.TrackSeries(ctx, tenant, hs)
+		cancel()
+		if err == nil {
+			return rej
+		}
+		if !isRetryable(err) || time.Now().After(deadline) {
+			t.Fatalf("re-send %d series of %s: %v", len(hs), tenant, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
