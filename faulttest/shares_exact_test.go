@@ -212,6 +212,7 @@ func TestShareFailoverNoFalseRejection(t *testing.T) {
 					}
 					sent += k
 				}
+				time.Sleep(120 * time.Millisecond) // the writes span the faults (~9 s)
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				rej, err := cl.TrackSeries(ctx, tn, batch)
 				cancel()
@@ -244,7 +245,7 @@ func TestShareFailoverNoFalseRejection(t *testing.T) {
 	}
 	// Faults while the writers run: a lender's leader, then a borrower's.
 	for _, g := range []int{2, 0, 3, 1} {
-		time.Sleep(time.Second)
+		time.Sleep(700 * time.Millisecond)
 		l := c.waitLeader(g, nil)
 		t.Logf("SIGKILL %s, leader of group %d (leaders: %s)", l.id, g, c.describe())
 		l.kill(t)
@@ -253,9 +254,17 @@ func TestShareFailoverNoFalseRejection(t *testing.T) {
 		l.restart(t)
 		c.waitHealthy()
 	}
+	faultsDone := time.Now()
 	wg.Wait()
+	t.Logf("writers finished %v after the last fault", time.Since(faultsDone).Round(time.Millisecond))
 	if v := failed.Load(); v != nil {
 		t.Fatal(v)
+	}
+	m := c.shareMetrics()
+	t.Logf("share metrics (Σ nodes): moves %v, moved series %v, stranded recovered %v", m["tollgate_share_moves_total"],
+		m["tollgate_share_moved_series_total"], m["tollgate_share_stranded_recovered_series_total"])
+	if m["tollgate_share_moves_total"] == 0 {
+		t.Errorf("no headroom moved: the test did not exercise transfers")
 	}
 	for _, tn := range tenants {
 		ty := tallies[tn]
