@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/tollgate-io/tollgate/admission"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/shares"
@@ -224,6 +227,10 @@ func (m *Mover) settle(ctx context.Context, g int, tenant string) (indebted bool
 		}
 		resp, err := cli.Cover(ctx, &api.CoverRequest{Tenant: tenant, Group: uint32(i), MaxSeries: limit})
 		switch {
+		case status.Code(err) == codes.Unimplemented:
+			// A leader of an earlier build (a rolling upgrade): it has no
+			// Cover, and admits as that build did; waiting for it would
+			// refuse every tenant until the upgrade ends.
 		case err != nil:
 			errs[i] = err
 		case !resp.Covered:
