@@ -107,6 +107,9 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 		}
 	}
 	return func(tenant string) int64 {
+		if !st.mover.Settled(g, tenant) {
+			return admission.NoHeadroom // Admit settles the tenant first
+		}
 		delta, res := st.mods[g].Delta(tenant)
 		return sharemove.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
 	}

@@ -247,6 +247,9 @@ func (s *sim) total(tenant string) int64 {
 // share is the group's admission share as the server computes it, or as a
 // broken rule does.
 func (s *sim) share(g int, tenant string) int64 {
+	if !s.mover.Settled(g, tenant) {
+		return admission.NoHeadroom
+	}
 	delta, res := s.groups[g].mod.Delta(tenant)
 	if s.rules.ignoreGiven && delta < 0 {
 		delta = 0

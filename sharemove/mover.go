@@ -165,13 +165,15 @@ type Decider func(ctx context.Context, hashes []uint64) (rejected []uint64, atSh
 // established (a group has no leader, headroom stays in flight) it returns
 // an error wrapping ErrHeadroomUnreachable instead of a rejection.
 func (m *Mover) Admit(ctx context.Context, g int, tenant string, hashes []uint64, decide Decider) ([]uint64, int, error) {
-	indebted, err := m.settle(ctx, g, tenant)
-	if err != nil {
-		return nil, 0, err
-	}
+	// Until the tenant is settled the group's share admits no new series
+	// (Settled), but refreshes of active series never wait for other groups.
+	indebted, serr := m.settle(ctx, g, tenant)
 	rejected, atShare, err := decide(ctx, hashes)
 	if err != nil || atShare == 0 {
 		return rejected, 0, err
+	}
+	if serr != nil {
+		return nil, 0, serr
 	}
 	if indebted {
 		// Some group holds more than its share and no group had headroom
@@ -253,6 +255,19 @@ func (m *Mover) settle(ctx context.Context, g int, tenant string) (indebted bool
 	}
 	mod.SetSettled(tenant, cur)
 	return false, nil
+}
+
+// Settled reports whether group g may admit new series of tenant within its
+// share: the tenant is unlimited, or this leader session settled it at the
+// limit g applied (Admit settles first). A share function returns
+// admission.NoHeadroom otherwise.
+func (m *Mover) Settled(g int, tenant string) bool {
+	limit, version := m.h.Limit(g, tenant)
+	if limit == 0 {
+		return true
+	}
+	l, ok := m.h.Module(g).Settled(tenant)
+	return ok && l == shares.Settled{Limit: limit, Version: version}
 }
 
 // Cover serves a cover request on group g's leader: when the group holds
