@@ -369,7 +369,7 @@ func New(cfg Config) (*Server, error) {
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
 			Clock:             cfg.Clock,
-			Share:             s.shares.share(g, hi-lo),
+			Share:             s.shares.admitShare(g, hi-lo),
 			OnReset:           s.shares.mods[g].ResetReservations,
 			Track:             s.shares.track,
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)

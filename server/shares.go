@@ -107,11 +107,26 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 		}
 	}
 	return func(tenant string) int64 {
-		if !st.mover.Settled(g, tenant) {
-			return admission.NoHeadroom // Admit settles the tenant first
-		}
 		delta, res := st.mods[g].Delta(tenant)
 		return sharemove.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
+	}
+}
+
+// admitShare is group g's share function for admission: share, except that
+// in movable mode a tenant this leader session has not settled since its
+// limit last changed gets no headroom for new series (Mover.Admit settles it
+// before deciding; refreshes never depend on it). Near-limit lists and
+// status pages use share.
+func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) int64 {
+	share := st.share(g, partitionsInGroup)
+	if st.mover == nil {
+		return share
+	}
+	return func(tenant string) int64 {
+		if !st.mover.Settled(g, tenant) {
+			return admission.NoHeadroom
+		}
+		return share(tenant)
 	}
 }
 
