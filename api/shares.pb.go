@@ -21,6 +21,126 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type CoverRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
+	Group         uint32                 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	MaxSeries     int64                  `protobuf:"varint,3,opt,name=max_series,json=maxSeries,proto3" json:"max_series,omitempty"` // the limit the caller decides at
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoverRequest) Reset() {
+	*x = CoverRequest{}
+	mi := &file_shares_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoverRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoverRequest) ProtoMessage() {}
+
+func (x *CoverRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_shares_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoverRequest.ProtoReflect.Descriptor instead.
+func (*CoverRequest) Descriptor() ([]byte, []int) {
+	return file_shares_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CoverRequest) GetTenant() string {
+	if x != nil {
+		return x.Tenant
+	}
+	return ""
+}
+
+func (x *CoverRequest) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *CoverRequest) GetMaxSeries() int64 {
+	if x != nil {
+		return x.MaxSeries
+	}
+	return 0
+}
+
+type CoverResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Covered       bool                   `protobuf:"varint,1,opt,name=covered,proto3" json:"covered,omitempty"`     // false: retry (the group is at another limit, or headroom is unreachable)
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`        // why not covered
+	Overdraft     int64                  `protobuf:"varint,3,opt,name=overdraft,proto3" json:"overdraft,omitempty"` // series above the group's share no group had headroom for (the tenant is above its limit)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CoverResponse) Reset() {
+	*x = CoverResponse{}
+	mi := &file_shares_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CoverResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CoverResponse) ProtoMessage() {}
+
+func (x *CoverResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_shares_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CoverResponse.ProtoReflect.Descriptor instead.
+func (*CoverResponse) Descriptor() ([]byte, []int) {
+	return file_shares_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CoverResponse) GetCovered() bool {
+	if x != nil {
+		return x.Covered
+	}
+	return false
+}
+
+func (x *CoverResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *CoverResponse) GetOverdraft() int64 {
+	if x != nil {
+		return x.Overdraft
+	}
+	return 0
+}
+
 type TenantSharesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Tenant        string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
@@ -30,7 +150,7 @@ type TenantSharesRequest struct {
 
 func (x *TenantSharesRequest) Reset() {
 	*x = TenantSharesRequest{}
-	mi := &file_shares_proto_msgTypes[0]
+	mi := &file_shares_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -42,7 +162,7 @@ func (x *TenantSharesRequest) String() string {
 func (*TenantSharesRequest) ProtoMessage() {}
 
 func (x *TenantSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[0]
+	mi := &file_shares_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -55,7 +175,7 @@ func (x *TenantSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantSharesRequest.ProtoReflect.Descriptor instead.
 func (*TenantSharesRequest) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{0}
+	return file_shares_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *TenantSharesRequest) GetTenant() string {
@@ -76,7 +196,7 @@ type ShareTransfer struct {
 
 func (x *ShareTransfer) Reset() {
 	*x = ShareTransfer{}
-	mi := &file_shares_proto_msgTypes[1]
+	mi := &file_shares_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -88,7 +208,7 @@ func (x *ShareTransfer) String() string {
 func (*ShareTransfer) ProtoMessage() {}
 
 func (x *ShareTransfer) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[1]
+	mi := &file_shares_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -101,7 +221,7 @@ func (x *ShareTransfer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareTransfer.ProtoReflect.Descriptor instead.
 func (*ShareTransfer) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{1}
+	return file_shares_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ShareTransfer) GetSeq() uint64 {
@@ -142,7 +262,7 @@ type GroupShare struct {
 
 func (x *GroupShare) Reset() {
 	*x = GroupShare{}
-	mi := &file_shares_proto_msgTypes[2]
+	mi := &file_shares_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -154,7 +274,7 @@ func (x *GroupShare) String() string {
 func (*GroupShare) ProtoMessage() {}
 
 func (x *GroupShare) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[2]
+	mi := &file_shares_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -167,7 +287,7 @@ func (x *GroupShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupShare.ProtoReflect.Descriptor instead.
 func (*GroupShare) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{2}
+	return file_shares_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupShare) GetGroup() uint32 {
@@ -246,7 +366,7 @@ type TenantSharesResponse struct {
 
 func (x *TenantSharesResponse) Reset() {
 	*x = TenantSharesResponse{}
-	mi := &file_shares_proto_msgTypes[3]
+	mi := &file_shares_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -258,7 +378,7 @@ func (x *TenantSharesResponse) String() string {
 func (*TenantSharesResponse) ProtoMessage() {}
 
 func (x *TenantSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[3]
+	mi := &file_shares_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -271,7 +391,7 @@ func (x *TenantSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TenantSharesResponse.ProtoReflect.Descriptor instead.
 func (*TenantSharesResponse) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{3}
+	return file_shares_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TenantSharesResponse) GetTenant() string {
@@ -321,7 +441,7 @@ type GiveRequest struct {
 
 func (x *GiveRequest) Reset() {
 	*x = GiveRequest{}
-	mi := &file_shares_proto_msgTypes[4]
+	mi := &file_shares_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -333,7 +453,7 @@ func (x *GiveRequest) String() string {
 func (*GiveRequest) ProtoMessage() {}
 
 func (x *GiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[4]
+	mi := &file_shares_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -346,7 +466,7 @@ func (x *GiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveRequest.ProtoReflect.Descriptor instead.
 func (*GiveRequest) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{4}
+	return file_shares_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *GiveRequest) GetTenant() string {
@@ -388,7 +508,7 @@ type GiveResponse struct {
 
 func (x *GiveResponse) Reset() {
 	*x = GiveResponse{}
-	mi := &file_shares_proto_msgTypes[5]
+	mi := &file_shares_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -400,7 +520,7 @@ func (x *GiveResponse) String() string {
 func (*GiveResponse) ProtoMessage() {}
 
 func (x *GiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[5]
+	mi := &file_shares_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -413,7 +533,7 @@ func (x *GiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveResponse.ProtoReflect.Descriptor instead.
 func (*GiveResponse) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{5}
+	return file_shares_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GiveResponse) GetAmount() int64 {
@@ -450,7 +570,7 @@ type ReceiveRequest struct {
 
 func (x *ReceiveRequest) Reset() {
 	*x = ReceiveRequest{}
-	mi := &file_shares_proto_msgTypes[6]
+	mi := &file_shares_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +582,7 @@ func (x *ReceiveRequest) String() string {
 func (*ReceiveRequest) ProtoMessage() {}
 
 func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[6]
+	mi := &file_shares_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +595,7 @@ func (x *ReceiveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveRequest.ProtoReflect.Descriptor instead.
 func (*ReceiveRequest) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{6}
+	return file_shares_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ReceiveRequest) GetTenant() string {
@@ -522,7 +642,7 @@ type ReceiveResponse struct {
 
 func (x *ReceiveResponse) Reset() {
 	*x = ReceiveResponse{}
-	mi := &file_shares_proto_msgTypes[7]
+	mi := &file_shares_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +654,7 @@ func (x *ReceiveResponse) String() string {
 func (*ReceiveResponse) ProtoMessage() {}
 
 func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[7]
+	mi := &file_shares_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +667,7 @@ func (x *ReceiveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReceiveResponse.ProtoReflect.Descriptor instead.
 func (*ReceiveResponse) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{7}
+	return file_shares_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ReceiveResponse) GetAppliedNow() bool {
@@ -568,7 +688,7 @@ type CompleteRequest struct {
 
 func (x *CompleteRequest) Reset() {
 	*x = CompleteRequest{}
-	mi := &file_shares_proto_msgTypes[8]
+	mi := &file_shares_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +700,7 @@ func (x *CompleteRequest) String() string {
 func (*CompleteRequest) ProtoMessage() {}
 
 func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[8]
+	mi := &file_shares_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +713,7 @@ func (x *CompleteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteRequest.ProtoReflect.Descriptor instead.
 func (*CompleteRequest) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{8}
+	return file_shares_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CompleteRequest) GetTenant() string {
@@ -626,7 +746,7 @@ type CompleteResponse struct {
 
 func (x *CompleteResponse) Reset() {
 	*x = CompleteResponse{}
-	mi := &file_shares_proto_msgTypes[9]
+	mi := &file_shares_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +758,7 @@ func (x *CompleteResponse) String() string {
 func (*CompleteResponse) ProtoMessage() {}
 
 func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_shares_proto_msgTypes[9]
+	mi := &file_shares_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +771,7 @@ func (x *CompleteResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CompleteResponse.ProtoReflect.Descriptor instead.
 func (*CompleteResponse) Descriptor() ([]byte, []int) {
-	return file_shares_proto_rawDescGZIP(), []int{9}
+	return file_shares_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *CompleteResponse) GetFound() bool {
@@ -665,7 +785,16 @@ var File_shares_proto protoreflect.FileDescriptor
 
 const file_shares_proto_rawDesc = "" +
 	"\n" +
-	"\fshares.proto\x12\vtollgate.v1\"-\n" +
+	"\fshares.proto\x12\vtollgate.v1\"[\n" +
+	"\fCoverRequest\x12\x16\n" +
+	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12\x1d\n" +
+	"\n" +
+	"max_series\x18\x03 \x01(\x03R\tmaxSeries\"_\n" +
+	"\rCoverResponse\x12\x18\n" +
+	"\acovered\x18\x01 \x01(\bR\acovered\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1c\n" +
+	"\toverdraft\x18\x03 \x01(\x03R\toverdraft\"-\n" +
 	"\x13TenantSharesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\"I\n" +
 	"\rShareTransfer\x12\x10\n" +
@@ -714,12 +843,13 @@ const file_shares_proto_rawDesc = "" +
 	"\x05giver\x18\x02 \x01(\rR\x05giver\x12\x10\n" +
 	"\x03seq\x18\x03 \x01(\x04R\x03seq\"(\n" +
 	"\x10CompleteResponse\x12\x14\n" +
-	"\x05found\x18\x01 \x01(\bR\x05found2\xa9\x02\n" +
+	"\x05found\x18\x01 \x01(\bR\x05found2\xe9\x02\n" +
 	"\x06Shares\x12;\n" +
 	"\x04Give\x12\x18.tollgate.v1.GiveRequest\x1a\x19.tollgate.v1.GiveResponse\x12D\n" +
 	"\aReceive\x12\x1b.tollgate.v1.ReceiveRequest\x1a\x1c.tollgate.v1.ReceiveResponse\x12G\n" +
 	"\bComplete\x12\x1c.tollgate.v1.CompleteRequest\x1a\x1d.tollgate.v1.CompleteResponse\x12S\n" +
-	"\fTenantShares\x12 .tollgate.v1.TenantSharesRequest\x1a!.tollgate.v1.TenantSharesResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\fTenantShares\x12 .tollgate.v1.TenantSharesRequest\x1a!.tollgate.v1.TenantSharesResponse\x12>\n" +
+	"\x05Cover\x12\x19.tollgate.v1.CoverRequest\x1a\x1a.tollgate.v1.CoverResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_shares_proto_rawDescOnce sync.Once
@@ -733,35 +863,39 @@ func file_shares_proto_rawDescGZIP() []byte {
 	return file_shares_proto_rawDescData
 }
 
-var file_shares_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_shares_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_shares_proto_goTypes = []any{
-	(*TenantSharesRequest)(nil),  // 0: tollgate.v1.TenantSharesRequest
-	(*ShareTransfer)(nil),        // 1: tollgate.v1.ShareTransfer
-	(*GroupShare)(nil),           // 2: tollgate.v1.GroupShare
-	(*TenantSharesResponse)(nil), // 3: tollgate.v1.TenantSharesResponse
-	(*GiveRequest)(nil),          // 4: tollgate.v1.GiveRequest
-	(*GiveResponse)(nil),         // 5: tollgate.v1.GiveResponse
-	(*ReceiveRequest)(nil),       // 6: tollgate.v1.ReceiveRequest
-	(*ReceiveResponse)(nil),      // 7: tollgate.v1.ReceiveResponse
-	(*CompleteRequest)(nil),      // 8: tollgate.v1.CompleteRequest
-	(*CompleteResponse)(nil),     // 9: tollgate.v1.CompleteResponse
+	(*CoverRequest)(nil),         // 0: tollgate.v1.CoverRequest
+	(*CoverResponse)(nil),        // 1: tollgate.v1.CoverResponse
+	(*TenantSharesRequest)(nil),  // 2: tollgate.v1.TenantSharesRequest
+	(*ShareTransfer)(nil),        // 3: tollgate.v1.ShareTransfer
+	(*GroupShare)(nil),           // 4: tollgate.v1.GroupShare
+	(*TenantSharesResponse)(nil), // 5: tollgate.v1.TenantSharesResponse
+	(*GiveRequest)(nil),          // 6: tollgate.v1.GiveRequest
+	(*GiveResponse)(nil),         // 7: tollgate.v1.GiveResponse
+	(*ReceiveRequest)(nil),       // 8: tollgate.v1.ReceiveRequest
+	(*ReceiveResponse)(nil),      // 9: tollgate.v1.ReceiveResponse
+	(*CompleteRequest)(nil),      // 10: tollgate.v1.CompleteRequest
+	(*CompleteResponse)(nil),     // 11: tollgate.v1.CompleteResponse
 }
 var file_shares_proto_depIdxs = []int32{
-	1, // 0: tollgate.v1.GroupShare.outstanding:type_name -> tollgate.v1.ShareTransfer
-	2, // 1: tollgate.v1.TenantSharesResponse.groups:type_name -> tollgate.v1.GroupShare
-	4, // 2: tollgate.v1.Shares.Give:input_type -> tollgate.v1.GiveRequest
-	6, // 3: tollgate.v1.Shares.Receive:input_type -> tollgate.v1.ReceiveRequest
-	8, // 4: tollgate.v1.Shares.Complete:input_type -> tollgate.v1.CompleteRequest
-	0, // 5: tollgate.v1.Shares.TenantShares:input_type -> tollgate.v1.TenantSharesRequest
-	5, // 6: tollgate.v1.Shares.Give:output_type -> tollgate.v1.GiveResponse
-	7, // 7: tollgate.v1.Shares.Receive:output_type -> tollgate.v1.ReceiveResponse
-	9, // 8: tollgate.v1.Shares.Complete:output_type -> tollgate.v1.CompleteResponse
-	3, // 9: tollgate.v1.Shares.TenantShares:output_type -> tollgate.v1.TenantSharesResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3,  // 0: tollgate.v1.GroupShare.outstanding:type_name -> tollgate.v1.ShareTransfer
+	4,  // 1: tollgate.v1.TenantSharesResponse.groups:type_name -> tollgate.v1.GroupShare
+	6,  // 2: tollgate.v1.Shares.Give:input_type -> tollgate.v1.GiveRequest
+	8,  // 3: tollgate.v1.Shares.Receive:input_type -> tollgate.v1.ReceiveRequest
+	10, // 4: tollgate.v1.Shares.Complete:input_type -> tollgate.v1.CompleteRequest
+	2,  // 5: tollgate.v1.Shares.TenantShares:input_type -> tollgate.v1.TenantSharesRequest
+	0,  // 6: tollgate.v1.Shares.Cover:input_type -> tollgate.v1.CoverRequest
+	7,  // 7: tollgate.v1.Shares.Give:output_type -> tollgate.v1.GiveResponse
+	9,  // 8: tollgate.v1.Shares.Receive:output_type -> tollgate.v1.ReceiveResponse
+	11, // 9: tollgate.v1.Shares.Complete:output_type -> tollgate.v1.CompleteResponse
+	5,  // 10: tollgate.v1.Shares.TenantShares:output_type -> tollgate.v1.TenantSharesResponse
+	1,  // 11: tollgate.v1.Shares.Cover:output_type -> tollgate.v1.CoverResponse
+	7,  // [7:12] is the sub-list for method output_type
+	2,  // [2:7] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_shares_proto_init() }
@@ -775,7 +909,7 @@ func file_shares_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_shares_proto_rawDesc), len(file_shares_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,7 @@ const (
 	Shares_Receive_FullMethodName      = "/tollgate.v1.Shares/Receive"
 	Shares_Complete_FullMethodName     = "/tollgate.v1.Shares/Complete"
 	Shares_TenantShares_FullMethodName = "/tollgate.v1.Shares/TenantShares"
+	Shares_Cover_FullMethodName        = "/tollgate.v1.Shares/Cover"
 )
 
 // SharesClient is the client API for Shares service.
@@ -56,6 +57,12 @@ type SharesClient interface {
 	// node's replicas (`tollgate status --tenant T`; the same as
 	// /api/v1/tenants/T): base, delta, moves and outstanding transfers.
 	TenantShares(ctx context.Context, in *TenantSharesRequest, opts ...grpc.CallOption) (*TenantSharesResponse, error)
+	// Cover asks the leader of `group`, which must have applied `max_series`
+	// for the tenant, to hold no more series than its share: a group whose
+	// share fell below its series (a lowered limit) borrows the difference
+	// from the other groups' free headroom. A group admits the tenant's new
+	// series after a limit change only once every group answered covered.
+	Cover(ctx context.Context, in *CoverRequest, opts ...grpc.CallOption) (*CoverResponse, error)
 }
 
 type sharesClient struct {
@@ -106,6 +113,16 @@ func (c *sharesClient) TenantShares(ctx context.Context, in *TenantSharesRequest
 	return out, nil
 }
 
+func (c *sharesClient) Cover(ctx context.Context, in *CoverRequest, opts ...grpc.CallOption) (*CoverResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CoverResponse)
+	err := c.cc.Invoke(ctx, Shares_Cover_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SharesServer is the server API for Shares service.
 // All implementations must embed UnimplementedSharesServer
 // for forward compatibility.
@@ -137,6 +154,12 @@ type SharesServer interface {
 	// node's replicas (`tollgate status --tenant T`; the same as
 	// /api/v1/tenants/T): base, delta, moves and outstanding transfers.
 	TenantShares(context.Context, *TenantSharesRequest) (*TenantSharesResponse, error)
+	// Cover asks the leader of `group`, which must have applied `max_series`
+	// for the tenant, to hold no more series than its share: a group whose
+	// share fell below its series (a lowered limit) borrows the difference
+	// from the other groups' free headroom. A group admits the tenant's new
+	// series after a limit change only once every group answered covered.
+	Cover(context.Context, *CoverRequest) (*CoverResponse, error)
 	mustEmbedUnimplementedSharesServer()
 }
 
@@ -158,6 +181,9 @@ func (UnimplementedSharesServer) Complete(context.Context, *CompleteRequest) (*C
 }
 func (UnimplementedSharesServer) TenantShares(context.Context, *TenantSharesRequest) (*TenantSharesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method TenantShares not implemented")
+}
+func (UnimplementedSharesServer) Cover(context.Context, *CoverRequest) (*CoverResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Cover not implemented")
 }
 func (UnimplementedSharesServer) mustEmbedUnimplementedSharesServer() {}
 func (UnimplementedSharesServer) testEmbeddedByValue()                {}
@@ -252,6 +278,24 @@ func _Shares_TenantShares_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Shares_Cover_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CoverRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SharesServer).Cover(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Shares_Cover_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SharesServer).Cover(ctx, req.(*CoverRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Shares_ServiceDesc is the grpc.ServiceDesc for Shares service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -274,6 +318,10 @@ var Shares_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "TenantShares",
 			Handler:    _Shares_TenantShares_Handler,
+		},
+		{
+			MethodName: "Cover",
+			Handler:    _Shares_Cover_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

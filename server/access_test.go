@@ -92,6 +92,7 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Shares_Receive_FullMethodName:              &api.ReceiveRequest{},
 	api.Shares_Complete_FullMethodName:             &api.CompleteRequest{},
 	api.Shares_TenantShares_FullMethodName:         &api.TenantSharesRequest{},
+	api.Shares_Cover_FullMethodName:                &api.CoverRequest{},
 }
 
 // httpAccessRows: one request per HTTP route (method, path, body); those

@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/sharemove"
 	"github.com/tollgate-io/tollgate/sketchhub"
 )
 
@@ -54,6 +55,7 @@ func errorRules() []errorRule {
 		{samplectl.ErrInvalidSource, codes.InvalidArgument, "the report was not recorded"},
 		{samplectl.ErrTooManySources, codes.ResourceExhausted, "reuse source names"},
 		{samplectl.ErrUnavailable, codes.Unavailable, "retry"},
+		{sharemove.ErrHeadroomUnreachable, codes.Unavailable, "nothing was rejected below the limit"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, "no reply before the deadline; retry is safe"},
 		{context.Canceled, codes.Canceled, ""},
 	}

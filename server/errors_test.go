@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/sharemove"
 	"github.com/tollgate-io/tollgate/sketchhub"
 )
 
@@ -43,6 +44,7 @@ func TestErrorTableCodes(t *testing.T) {
 		samplectl.ErrInvalidSource:           codes.InvalidArgument,
 		samplectl.ErrTooManySources:          codes.ResourceExhausted,
 		samplectl.ErrUnavailable:             codes.Unavailable,
+		sharemove.ErrHeadroomUnreachable:     codes.Unavailable,
 		raftnode.ErrDiskWrite:                codes.Unavailable,
 		context.DeadlineExceeded:             codes.DeadlineExceeded,
 		context.Canceled:                     codes.Canceled,

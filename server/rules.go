@@ -98,6 +98,7 @@ var grpcRules = map[string]rule{
 	api.Shares_Receive_FullMethodName:           {scope: ScopeAdmin},
 	api.Shares_Complete_FullMethodName:          {scope: ScopeAdmin},
 	api.Shares_TenantShares_FullMethodName:      {scope: ScopeAdmin},
+	api.Shares_Cover_FullMethodName:             {scope: ScopeAdmin},
 }
 
 // httpRules: every HTTP route of the node (the mux pattern), one line each;

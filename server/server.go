@@ -462,7 +462,7 @@ func New(cfg Config) (*Server, error) {
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
 			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
-			Share:             s.shares.share(g, hi-lo),
+			Share:             s.shares.admitShare(g, hi-lo),
 			OnReset:           s.shares.mods[g].ResetReservations,
 			Track:             s.shares.track,
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)

@@ -36,9 +36,6 @@ const (
 	ShareStatic = "static"
 )
 
-// borrowRounds bounds the borrow-and-re-decide rounds of one request.
-const borrowRounds = 8
-
 // shareState wires fsm/shares and sharemove into the node.
 type shareState struct {
 	s       *Server
@@ -72,7 +69,7 @@ func newShareState(s *Server) (*shareState, error) {
 		recovered: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_share_stranded_recovered_series_total",
 			Help: "Series of headroom stranded between a give and its receive (a crash) and delivered by the giver's re-drive."}),
 		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_share_rejections_total",
-			Help: "New series rejected for a tenant's max_series: at=share while other groups had headroom to borrow (static mode), at=limit when no group had any."}, []string{"at"}),
+			Help: "New series rejected for a tenant's max_series: at=share for a group's fixed share (static mode; other groups may have had headroom), at=limit when every group answered it had none (movable mode)."}, []string{"at"}),
 		borrow: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_share_borrow_seconds",
 			Help: "Duration of a synchronous headroom borrow.", Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14)}),
 	}
@@ -110,49 +107,48 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 		}
 	}
 	return func(tenant string) int64 {
-		base := st.Base(g, tenant)
-		if base == 0 && s.groupLimits(g).For(tenant).MaxSeries == 0 {
-			return 0
-		}
 		delta, res := st.mods[g].Delta(tenant)
-		if v := base + delta - res; v > 0 {
-			return v
-		}
-		return admission.NoHeadroom
+		return sharemove.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
 	}
 }
 
-// track decides a request in group g and, when series were rejected only for
-// the group's share, borrows headroom and decides them again.
-func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
-	rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
-	for round := 0; err == nil && atShare > 0 && st.mover != nil && round < borrowRounds; round++ {
-		got, busy := st.mover.Borrow(ctx, g, tenant, int64(atShare))
-		if got == 0 && !busy {
-			break
-		}
-		if got == 0 {
-			// Headroom is moving between other groups; ask again shortly.
-			select {
-			case <-time.After(time.Duration(round+1) * 2 * time.Millisecond):
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			continue
-		}
-		var again []uint64
-		again, atShare, err = t.TrackAtShare(ctx, tenant, rejected)
-		if err != nil {
-			return nil, err
-		}
-		rejected = again
+// admitShare is group g's share function for admission: share, except that
+// in movable mode a tenant this leader session has not settled since its
+// limit last changed gets no headroom for new series (Mover.Admit settles it
+// before deciding; refreshes never depend on it). Near-limit lists and
+// status pages use share.
+func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) int64 {
+	share := st.share(g, partitionsInGroup)
+	if st.mover == nil {
+		return share
 	}
-	if err == nil && atShare > 0 {
-		at := "limit"
-		if st.mover == nil {
-			at = "share"
+	return func(tenant string) int64 {
+		if !st.mover.Settled(g, tenant) {
+			return admission.NoHeadroom
 		}
-		st.metrics.rejections.WithLabelValues(at).Add(float64(atShare))
+		return share(tenant)
+	}
+}
+
+// track decides a request in group g. In movable mode, series refused only
+// for the group's share make the mover borrow headroom from the other groups
+// and decide them again: a rejection then means every group answered that it
+// has none (at="limit"), and a borrow that cannot establish that (a group
+// has no leader) is an Unavailable error, never a rejection below the limit.
+// In static mode nothing moves and a share rejection is counted at="share".
+func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
+	if st.mover == nil {
+		rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
+		if err == nil && atShare > 0 {
+			st.metrics.rejections.WithLabelValues("share").Add(float64(atShare))
+		}
+		return rejected, err
+	}
+	rejected, atLimit, err := st.mover.Admit(ctx, g, tenant, hashes, func(ctx context.Context, hs []uint64) ([]uint64, int, error) {
+		return t.TrackAtShare(ctx, tenant, hs)
+	})
+	if err == nil && atLimit > 0 {
+		st.metrics.rejections.WithLabelValues("limit").Add(float64(atLimit))
 	}
 	return rejected, err
 }
@@ -166,6 +162,15 @@ func (st *shareState) Usage(g int, t string) (int64, int64) { return st.s.fsms[g
 func (st *shareState) Base(g int, tenant string) int64 {
 	lo, hi := api.GroupRange(g, st.s.cfg.Partitions, st.s.cfg.Groups)
 	return shares.Split(st.s.groupLimits(g).For(tenant).MaxSeries, lo, hi, st.s.cfg.Partitions)
+}
+
+func (st *shareState) Limit(g int, tenant string) (int64, uint64) {
+	l := st.s.groupLimits(g)
+	var v uint64
+	if l.doc != nil {
+		v = l.doc.Version
+	}
+	return l.For(tenant).MaxSeries, v
 }
 
 func (st *shareState) Exclusive(g int, fn func() error) error {
@@ -262,6 +267,9 @@ func (t tokenShares) TenantShares(ctx context.Context, in *api.TenantSharesReque
 func (t tokenShares) Complete(ctx context.Context, in *api.CompleteRequest, o ...grpc.CallOption) (*api.CompleteResponse, error) {
 	return t.c.Complete(t.ctx(ctx), in, o...)
 }
+func (t tokenShares) Cover(ctx context.Context, in *api.CoverRequest, o ...grpc.CallOption) (*api.CoverResponse, error) {
+	return t.c.Cover(t.ctx(ctx), in, o...)
+}
 
 // localShares serves a call for a group this node leads without a network hop.
 type localShares struct{ st *shareState }
@@ -277,6 +285,9 @@ func (l localShares) TenantShares(_ context.Context, in *api.TenantSharesRequest
 }
 func (l localShares) Complete(ctx context.Context, in *api.CompleteRequest, _ ...grpc.CallOption) (*api.CompleteResponse, error) {
 	return l.st.complete(ctx, in)
+}
+func (l localShares) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.CallOption) (*api.CoverResponse, error) {
+	return l.st.cover(ctx, in)
 }
 
 // --- sharemove.Metrics ---
@@ -362,6 +373,24 @@ func (st *shareState) complete(ctx context.Context, in *api.CompleteRequest) (*a
 	return &api.CompleteResponse{Found: found}, nil
 }
 
+func (st *shareState) cover(ctx context.Context, in *api.CoverRequest) (*api.CoverResponse, error) {
+	m, err := st.moverOrErr()
+	if err != nil {
+		return nil, err
+	}
+	if err := api.ValidateTenantID(in.Tenant); err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	if in.MaxSeries < 0 {
+		return nil, status.Errorf(codes.InvalidArgument, "max_series %d: must be ≥ 0", in.MaxSeries)
+	}
+	covered, over, reason, err := m.Cover(ctx, in.Tenant, int(in.Group), in.MaxSeries)
+	if err != nil {
+		return nil, shareErr(err)
+	}
+	return &api.CoverResponse{Covered: covered, Overdraft: over, Reason: reason}, nil
+}
+
 // authorize applies the admin rule: a forged Receive could raise a share.
 func (sv *sharesService) authorize(ctx context.Context) error {
 	var remote net.IP
@@ -399,6 +428,13 @@ func (sv *sharesService) Complete(ctx context.Context, in *api.CompleteRequest) 
 		return nil, err
 	}
 	return sv.st.complete(ctx, in)
+}
+
+func (sv *sharesService) Cover(ctx context.Context, in *api.CoverRequest) (*api.CoverResponse, error) {
+	if err := sv.authorize(ctx); err != nil {
+		return nil, err
+	}
+	return sv.st.cover(ctx, in)
 }
 
 // run re-drives stranded transfers until the node stops.

@@ -136,6 +136,12 @@ func (h fakeHost) Usage(g int, _ string) (int64, int64) {
 	defer h.c.mu.Unlock()
 	return h.c.active[g], 0
 }
+func (h fakeHost) Limit(int, string) (int64, uint64) {
+	h.c.mu.Lock()
+	defer h.c.mu.Unlock()
+	return h.c.limit, uint64(h.c.limit) // a new limit is a new version
+}
+
 func (h fakeHost) Base(g int, _ string) int64 {
 	h.c.mu.Lock()
 	defer h.c.mu.Unlock()
@@ -224,6 +230,14 @@ func (p fakePeer) Complete(ctx context.Context, in *api.CompleteRequest, _ ...gr
 	return &api.CompleteResponse{Found: found}, nil
 }
 
+func (p fakePeer) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.CallOption) (*api.CoverResponse, error) {
+	ok, over, reason, err := p.c.movers[p.node].Cover(ctx, in.Tenant, int(in.Group), in.MaxSeries)
+	if err != nil {
+		return nil, err
+	}
+	return &api.CoverResponse{Covered: ok, Overdraft: over, Reason: reason}, nil
+}
+
 func (p fakePeer) TenantShares(context.Context, *api.TenantSharesRequest, ...grpc.CallOption) (*api.TenantSharesResponse, error) {
 	return nil, errors.New("fake: not used by the mover")
 }
@@ -304,28 +318,22 @@ func TestBorrowGiverBusy(t *testing.T) {
 	}
 	c.mods[1].Release(tenant, nonce)
 
-	// A transfer 1 → 0 is outstanding and group 0 has NOT received it: no
-	// second give to 0 (they must arrive in seq order).
+	// A transfer 1 → 0 is outstanding and group 0 has NOT received it (the
+	// borrower that asked for it crashed): the next give to 0 delivers and
+	// completes it first (transfers arrive in seq order), then gives more.
 	amt, seq, reason, err := c.movers[0].Give(context.Background(), tenant, 1, 0, 2)
 	if err != nil || amt != 4 || seq == 0 {
 		t.Fatalf("Give = (%d, %d, %q, %v)", amt, seq, reason, err)
 	}
-	got, busy = c.movers[0].Borrow(context.Background(), 0, tenant, 1)
-	if got != 0 || !busy {
-		t.Fatalf("outstanding, not received: Borrow = (%d, %v), want (0, true)", got, busy)
-	}
 	if c.delta(0) != 0 || c.sumShares() != 16 {
 		t.Fatalf("receiver delta %d, Σ shares %d: want 0 and 16 (4 in transit)", c.delta(0), c.sumShares())
 	}
-
-	// Once group 0 has it, a borrow completes the old transfer at the giver
-	// and is given more.
-	if now, err := c.movers[0].Receive(context.Background(), tenant, 1, 0, seq, 4); err != nil || !now {
-		t.Fatalf("Receive = %v, %v", now, err)
-	}
 	got, busy = c.movers[0].Borrow(context.Background(), 0, tenant, 1)
 	if got != 2 || busy { // group 1 has 10−4−2 = 4 free: gives ⌈4/2⌉
-		t.Fatalf("after the receive: Borrow = (%d, %v), want (2, false)", got, busy)
+		t.Fatalf("outstanding, not received: Borrow = (%d, %v), want (2, false)", got, busy)
+	}
+	if !c.mods[0].Received(tenant, 1, seq) {
+		t.Fatalf("the earlier transfer seq %d was not delivered", seq)
 	}
 	c.waitCompleted()
 	if c.delta(0) != 6 || c.delta(1) != -6 || c.sumShares() != 20 {

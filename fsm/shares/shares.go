@@ -123,6 +123,9 @@ type Module struct {
 	res    map[string]map[uint64]int64
 	resSum map[string]int64
 	nonce  uint64
+	// leader-local: tenant → the limit at which this leader session saw
+	// every group covered (sharemove.Mover.Admit)
+	settled map[string]Settled
 }
 
 // New returns the module of group `group` of `groups`.
@@ -131,7 +134,7 @@ func New(group, groups int) (*Module, error) {
 		return nil, fmt.Errorf("shares: group %d of %d out of range", group, groups)
 	}
 	return &Module{group: group, groups: groups, tenants: map[string]*tenant{},
-		res: map[string]map[uint64]int64{}, resSum: map[string]int64{}}, nil
+		res: map[string]map[uint64]int64{}, resSum: map[string]int64{}, settled: map[string]Settled{}}, nil
 }
 
 // Name implements fsm.Module.
@@ -361,6 +364,31 @@ func (m *Module) ResetReservations() {
 	defer m.mu.Unlock()
 	clear(m.res)
 	clear(m.resSum)
+	clear(m.settled)
+}
+
+// Settled names a tenant's limit as a group applied it: the max_series and
+// the runtime config version that set it.
+type Settled struct {
+	Limit   int64
+	Version uint64
+}
+
+// Settled returns the limit at which this leader session last saw every
+// group of tenant covered (ok false: not in this session).
+func (m *Module) Settled(tenant string) (Settled, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.settled[tenant]
+	return s, ok
+}
+
+// SetSettled records that every group of tenant was covered at limit; it
+// is leader-local and dropped with the reservations.
+func (m *Module) SetSettled(tenant string, limit Settled) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.settled[tenant] = limit
 }
 
 // Tenants lists the tenants the module holds state for, sorted.
