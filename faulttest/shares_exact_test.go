@@ -49,17 +49,6 @@ func activeSeries(c *cluster, tenant string) (total int64, perGroup []int64) {
 	return sum(perGroup), perGroup
 }
 
-func trackAll(t *testing.T, cl *clientlib.Client, tenant string, hs []uint64) []uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	rej, err := cl.TrackSeries(ctx, tenant, hs)
-	if err != nil {
-		t.Fatalf("track %d series of %s: %v", len(hs), tenant, err)
-	}
-	return rej
-}
-
 // TestOneRequestLargerThanAShare: with max_series=1000, one track of 1,000
 // distinct series that all fall in group 0 (a quarter of the partitions, so a
 // base share of 250) is accepted in full: group 0 borrows every series of
