@@ -399,9 +399,17 @@ func (s *Server) tryBootstrap() bool {
 	return true
 }
 
-// reconcileAll executes planReconcile for every group led here, one group at a
-// time, so each plan starts from that group's current configuration.
-func (s *Server) reconcileAll(ms []membership.Member) {
+// ledConfig is the configuration of a group this node leads.
+type ledConfig struct {
+	group int
+	conf  raft.Configuration
+}
+
+// ledConfigs returns, in group order, the configuration of every group this
+// node leads now; a group whose configuration cannot be read (leadership
+// just lost) is left out.
+func (s *Server) ledConfigs() []ledConfig {
+	var out []ledConfig
 	for g := range s.cfg.Groups {
 		r := s.host.Raft(g)
 		if r.State() != raft.Leader {
@@ -411,7 +419,16 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 		if fut.Error() != nil {
 			continue
 		}
-		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
+		out = append(out, ledConfig{group: g, conf: fut.Configuration()})
+	}
+	return out
+}
+
+// reconcileAll executes planReconcile for every group led here, one group at a
+// time, so each plan starts from that group's current configuration.
+func (s *Server) reconcileAll(ms []membership.Member) {
+	for _, lc := range s.ledConfigs() {
+		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			s.addVoter(add)
 		}
 	}
@@ -423,17 +440,9 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 // additions wait for a member to become alive, as in reconcileAll, so a
 // server an operator removed stays out.
 func (s *Server) resumeLearners(ms []membership.Member) {
-	for g := range s.cfg.Groups {
-		r := s.host.Raft(g)
-		if r.State() != raft.Leader {
-			continue
-		}
-		fut := r.GetConfiguration()
-		if fut.Error() != nil {
-			continue
-		}
+	for _, lc := range s.ledConfigs() {
 		learners := map[string]bool{}
-		for _, srv := range fut.Configuration().Servers {
+		for _, srv := range lc.conf.Servers {
 			if srv.Suffrage == raft.Nonvoter {
 				learners[string(srv.ID)] = true
 			}
@@ -441,7 +450,7 @@ func (s *Server) resumeLearners(ms []membership.Member) {
 		if len(learners) == 0 {
 			continue
 		}
-		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: g, Servers: fut.Configuration().Servers}) {
+		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			if learners[add.Member.ID] {
 				s.addVoter(add)
 			}

@@ -129,16 +129,8 @@ func (s *Server) incarnationLoop() {
 		for _, m := range alive(s.members.Members()) {
 			byID[m.ID] = m
 		}
-		for g := range s.cfg.Groups {
-			r := s.host.Raft(g)
-			if r.State() != raft.Leader {
-				continue
-			}
-			fut := r.GetConfiguration()
-			if fut.Error() != nil {
-				continue
-			}
-			conf := fut.Configuration()
+		for _, lc := range s.ledConfigs() {
+			g, conf := lc.group, lc.conf
 			voters := 0
 			zones := map[string]bool{}
 			for _, srv := range conf.Servers {
@@ -166,11 +158,18 @@ func (s *Server) incarnationLoop() {
 					mu.Unlock()
 					continue
 				}
+				// One path at a time per (group, server): a learner addition
+				// in progress (learner.go) promotes its own non-voter.
+				if !s.learners.claim(g, m.ID) {
+					mu.Unlock()
+					continue
+				}
 				busy[key] = true
 				mu.Unlock()
 				s.wg.Add(1)
 				go func() {
 					defer s.wg.Done()
+					defer s.learners.release(g, m.ID)
 					defer func() { mu.Lock(); delete(busy, key); mu.Unlock() }()
 					if act == incarnationReplace {
 						s.replaceIncarnation(g, srv, m, conf)
