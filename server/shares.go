@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -42,6 +43,35 @@ type shareState struct {
 	mods    []*shares.Module
 	mover   *sharemove.Mover
 	metrics *shareMetrics
+	movesOK []movesCheck // per group (movesAllowed)
+}
+
+// movesCheck caches whether a group can take share-move entries.
+type movesCheck struct {
+	at atomic.Int64 // UnixNano of the last check; 0: never
+	ok atomic.Bool
+}
+
+// shareMoveEntry is the first share-move entry type (shares-give): the
+// cluster version it needs is the one movable shares need.
+const shareMoveEntry = 8
+
+// movesAllowed reports whether group g can take share-move entries: every
+// voter supports their cluster version. During a rolling upgrade from a
+// build without movable shares they cannot, and the group decides by the
+// static rule (its share, no borrow, no cover) as that build did, instead
+// of refusing new series until the upgrade ends. Checked at most once a
+// second per group (the check reads the raft configuration).
+func (st *shareState) movesAllowed(g int) bool {
+	c := &st.movesOK[g]
+	now := time.Now().UnixNano()
+	if at := c.at.Load(); at != 0 && now-at < int64(time.Second) {
+		return c.ok.Load()
+	}
+	ok := st.s.checkEntryType(g, shareMoveEntry) == nil
+	c.ok.Store(ok)
+	c.at.Store(now)
+	return ok
 }
 
 type shareMetrics struct {
@@ -53,7 +83,7 @@ type shareMetrics struct {
 }
 
 func newShareState(s *Server) (*shareState, error) {
-	st := &shareState{s: s, mods: make([]*shares.Module, s.cfg.Groups)}
+	st := &shareState{s: s, mods: make([]*shares.Module, s.cfg.Groups), movesOK: make([]movesCheck, s.cfg.Groups)}
 	for g := range st.mods {
 		m, err := shares.New(g, s.cfg.Groups)
 		if err != nil {
@@ -123,7 +153,7 @@ func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) i
 		return share
 	}
 	return func(tenant string) int64 {
-		if !st.mover.Settled(g, tenant) {
+		if !st.mover.Settled(g, tenant) && st.movesAllowed(g) {
 			return admission.NoHeadroom
 		}
 		return share(tenant)
@@ -137,7 +167,7 @@ func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) i
 // has no leader) is an Unavailable error, never a rejection below the limit.
 // In static mode nothing moves and a share rejection is counted at="share".
 func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
-	if st.mover == nil {
+	if st.mover == nil || !st.movesAllowed(g) {
 		rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
 		if err == nil && atShare > 0 {
 			st.metrics.rejections.WithLabelValues("share").Add(float64(atShare))
