@@ -207,7 +207,9 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	t.Logf("heap: %d MB before, %d MB with %d unread streams (growth %d MB)", before.HeapAlloc>>20, after.HeapAlloc>>20, streams, growth>>20)
-	if growth > 100<<20 {
+	// The race detector's shadow memory inflates every allocation: the bound
+	// is checked in the ordinary run (make test runs both).
+	if growth > 100<<20 && !raceEnabled {
 		t.Fatalf("heap grew by %d MB with %d unread streams, bound 100 MB", growth>>20, streams)
 	}
 
