@@ -95,7 +95,19 @@ func TestWipedDiskManualReplace(t *testing.T) {
 	ck.waitProgress("wiped node refused")
 
 	for _, cmd := range []string{"remove-server", "add-voter"} {
-		out, err := exec.Command(c.bin, "raft", cmd, "--all-groups", "--id", n3.id, "--addr", c.nodes[0].grpcAddr, "--token", adminToken).CombinedOutput()
+		// remove-server refuses while gossip still counts node-2 (SIGCONTed
+		// a moment ago) as down, since the removal would then leave no
+		// running quorum; an operator runs it again once status shows
+		// node-2 alive, and so does this test.
+		var out []byte
+		var err error
+		for deadline := time.Now().Add(progressTimeout); ; {
+			out, err = exec.Command(c.bin, "raft", cmd, "--all-groups", "--id", n3.id, "--addr", c.nodes[0].grpcAddr, "--token", adminToken).CombinedOutput()
+			if err == nil || !strings.Contains(string(out), "of which only") || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Second)
+		}
 		if err != nil {
 			t.Fatalf("tollgate raft %s --all-groups --id %s: %v\n%s", cmd, n3.id, err, out)
 		}
