@@ -79,7 +79,7 @@ type Decision struct {
 // left (its share was lowered or given away below zero).
 const NoHeadroom int64 = -1
 
-// Decide applies SPEC §2 to every hash of reqs in request order:
+// Decide applies the tracking rule to every hash of reqs in request order:
 //   - fresh (refreshed this minute already): accepted, nothing to log;
 //   - active: accepted, logged as a refresh, never counted against the share;
 //   - absent but pending (logged as new by an entry not yet applied): accepted,
