@@ -12,7 +12,7 @@ import (
 // Sketch and the cardinality estimator. Clients and nodes must agree on all
 // three bit for bit, which is why they live here and not on either side.
 
-// Precision bounds of the per-partition sketches (SPEC §3): m = 2^p registers.
+// Precision bounds of the per-partition sketches: m = 2^p registers.
 const (
 	MinHLLPrecision     = 4
 	MaxHLLPrecision     = 18

@@ -5,7 +5,7 @@ import "github.com/tollgate-io/tollgate/layout"
 // The layout math lives in package layout, which links nothing of gRPC so that
 // fsm and backup can use it; these wrappers keep clients depending on api alone.
 
-// Defaults fixed when a cluster is created (SPEC §1).
+// Defaults fixed when a cluster is created.
 const (
 	DefaultPartitions = layout.DefaultPartitions
 	DefaultGroups     = layout.DefaultGroups

@@ -4,7 +4,7 @@
 // clientlib), while nodes are killed (SIGKILL), frozen (SIGSTOP/SIGCONT),
 // stopped gracefully (SIGTERM), restarted, and while raft membership changes.
 //
-// The checker asserts the product's consistency promise (SPEC §2): no series
+// The checker asserts the product's consistency promise: no series
 // that was acknowledged is ever rejected afterwards, a tenant never holds more
 // acknowledged series than the highest limit it has had (the server's default
 // movable shares; TestStopCont runs --share-mode static and checks each

@@ -46,7 +46,7 @@ func envRounds(t *testing.T, name string, def int) int {
 	return n
 }
 
-// TestSketchConvergenceKill measures the SPEC §3 convergence bar on real
+// TestSketchConvergenceKill measures the the product rules convergence bar on real
 // `tollgate server` processes: 10 partitionlimit clients pushing every second
 // to a 3-node cluster; per round each client adds 1,000 new series to one
 // partition, and the time until each client's window registers equal the

@@ -19,7 +19,7 @@ const MaxIdleMinutes = 60
 const MaxIdleAge = MaxIdleMinutes + 1
 
 // IdleAge returns the age, in whole minutes of the clock, at which a series is
-// idle under an idle timeout of timeoutMinutes (SPEC §2: a series seen within
+// idle under an idle timeout of timeoutMinutes (a series seen within
 // the timeout is active).
 //
 // Ages are whole minutes: a series stamped in minute m and judged in minute n has

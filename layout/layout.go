@@ -4,7 +4,7 @@ import (
 	"fmt"
 )
 
-// Defaults fixed when a cluster is created (SPEC §1).
+// Defaults fixed when a cluster is created.
 const (
 	DefaultPartitions = 64
 	DefaultGroups     = 4

@@ -1,4 +1,4 @@
-// Package meterserver serves continuous-usage metering (SPEC §6) on a node:
+// Package meterserver serves continuous-usage metering on a node:
 // the REST and gRPC event API (routed to the leader of the target's group,
 // batched into raft entries), the sampler that each group leader runs (plan,
 // then deliver and execute, through the ledger and an optional HTTP

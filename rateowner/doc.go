@@ -1,4 +1,4 @@
-// Package rateowner is the owner side of global ingestion-rate limits (SPEC §4):
+// Package rateowner is the owner side of global ingestion-rate limits:
 // the in-memory rate state of the tenants whose raft group this node leads,
 // absorbing clients' asynchronous reports and computing what each client needs
 // to decide locally (a blocklist, a lease, or the limit and active-client

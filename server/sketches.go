@@ -17,7 +17,7 @@ import (
 )
 
 // This file wires package sketchhub (per-partition HyperLogLog sketches,
-// SPEC §3) into the node: the Sketches gRPC service, the peer exchange over
+// ) into the node: the Sketches gRPC service, the peer exchange over
 // the peer pool, the expiry ticker, metrics and /api/v1/sketches.
 
 // SketchConfig configures the node's sketch hub. Zero values take defaults.

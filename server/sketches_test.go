@@ -209,7 +209,7 @@ func startSketchNodes(tb testing.TB, n int) []*Server {
 	}
 }
 
-// BenchmarkSketchConvergence measures the SPEC §3 convergence bar: 3 real
+// BenchmarkSketchConvergence measures the the product rules convergence bar: 3 real
 // nodes, 10 clients pushing every second (each to a node of its own choice,
 // failing over to the others); per round every client adds 1,000 new series
 // to one partition, then the time until each client's window registers equal

@@ -110,7 +110,7 @@ func runAccuracy(tb testing.TB, n, p, clients int) accuracyResult {
 		relHub: (est - float64(n)) / float64(n), relLocal: (local - float64(n)) / float64(n)}
 }
 
-// TestMergedAccuracy (SPEC §3/§9 bar): 10 clients with random subsets; the
+// TestMergedAccuracy (the product rules/§9 bar): 10 clients with random subsets; the
 // merged estimate, on the hub and as streamed back to a client, is within 3
 // standard errors (1.04/√m) of the exact distinct count at 1e3, 1e5 and 1e6
 // series, precisions 11 and 14. (1e7 is BenchmarkMergedAccuracy.) Seeds are

@@ -1,5 +1,5 @@
 // Package sketchhub is a Tollgate node's side of the per-partition HyperLogLog
-// limits (SPEC §3): it holds the merged (tenant, ingest partition, minute)
+// limits: it holds the merged (tenant, ingest partition, minute)
 // sketches that clients push, forwards changes to peer nodes, and streams
 // changes to subscribed clients.
 //

@@ -21,7 +21,7 @@ func benchRequest(r *rand.Rand, n, parts int) []Series {
 	return req
 }
 
-// BenchmarkCheck: one 1,000-series request over 16 partitions (SPEC §3 hot
+// BenchmarkCheck: one 1,000-series request over 16 partitions (the product rules hot
 // path). existing: the series are already in the window (the common case of a
 // steady workload); new: every request brings 1,000 new series, so registers
 // rise and the undo log and change marks are exercised.

@@ -1,5 +1,5 @@
 // Package partitionlimit caps the distinct series a tenant sends to one ingest
-// partition over a sliding window (SPEC §3, seed 001), deciding locally on the
+// partition over a sliding window, deciding locally on the
 // hot path with no network round trip.
 //
 // Per (tenant, partition) the Limiter keeps one HyperLogLog sketch per minute

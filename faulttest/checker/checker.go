@@ -1,5 +1,5 @@
 // Package checker is the fault tests' independent judge of the consistency
-// promise (SPEC §2). It talks raw api.TrackerClient gRPC (not clientlib),
+// promise. It talks raw api.TrackerClient gRPC (not clientlib),
 // routes each request to the believed leader of its group (learnt from
 // WatchCluster and NotLeader hints), and records every acknowledged (tenant,
 // hash): a hash of a successful response that is not in rejected_hashes. It

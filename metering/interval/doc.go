@@ -1,5 +1,5 @@
 // Package interval is the pure planning arithmetic of continuous-usage
-// metering (SPEC §6, seed 002 §5.2): where granularity boundaries lie in a
+// metering: where granularity boundaries lie in a
 // time zone, and which interval a span samples next. It knows nothing of raft,
 // storage or sinks, so its rules can be tested exhaustively.
 //
