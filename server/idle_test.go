@@ -5,8 +5,8 @@ import (
 	"time"
 )
 
-// TestIdleTimeoutNeverEarly: a series seen within the idle timeout is active
-// . Minutes are whole, so a series acknowledged at :50 must survive
+// TestIdleTimeoutNeverEarly: a series seen within the idle timeout is active.
+// Minutes are whole, so a series acknowledged at :50 must survive
 // the next minute boundary with a 1-minute timeout, and its re-send must be
 // accepted even when the tenant filled up meanwhile. It goes idle within one
 // minute after the timeout, never before it.

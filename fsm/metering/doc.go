@@ -1,5 +1,5 @@
-// Package metering is the raft-replicated state of continuous-usage metering
-// : spans, the deduplication ids of accepted events, the
+// Package metering is the raft-replicated state of continuous-usage metering:
+// spans, the deduplication ids of accepted events, the
 // planned and executed intervals, the built-in ledger of usage records, dead
 // letters of the HTTP sink, and per-tenant active-series samples for billing.
 // It is an fsm.Module: it owns entry types 12–16 and the snapshot section
