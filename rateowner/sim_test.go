@@ -26,13 +26,28 @@ type simCase struct {
 	latency  time.Duration // one way, report and update
 	period   time.Duration
 	seed     uint64
+	// onOff > 0: traffic is offered for onOff, then none for onOff, and so
+	// on, starting on at time 0.
+	onOff time.Duration
+	// takeoverAt > 0: the owner dies then (its in-flight messages are lost);
+	// a new owner starts ownerGap later, and each client reaches it after a
+	// further random delay in [0, reconnect) on a new stream.
+	takeoverAt, ownerGap, reconnect time.Duration
 }
 
 type simResult struct {
 	admitted, offered float64 // tokens during the measured span
 	rejectedFrac      float64
 	final             ownerCounts // the owner's metrics at the end
+	// maxWindow is the most admitted in any 1-second window of the measured
+	// span (1 ms steps), tokens; onAdmitted is what the on phases admitted
+	// (onOff), over onSpan of on time.
+	maxWindow, onAdmitted float64
+	onSpan               time.Duration
 }
+
+// maxWindowRatio is the largest 1-second window's admission ÷ the limit.
+func (c simCase) maxWindowRatio(r simResult) float64 { return r.maxWindow / c.limit }
 
 func (c simCase) ratio(r simResult) float64 {
 	return r.admitted / (c.limit * c.measure.Seconds())
@@ -41,6 +56,7 @@ func (c simCase) ratio(r simResult) float64 {
 type msg struct {
 	at     int64
 	client int
+	gen    int // the client's stream generation (takeover)
 	rep    *api.RateReport
 	upd    *api.RateUpdate
 }
@@ -59,10 +75,12 @@ func runSim(t testing.TB, c simCase) simResult {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	rng := rand.New(rand.NewPCG(c.seed, 42))
-	owner := New(Config{Period: c.period}, 64, 4, func(string) (float64, int64) { return c.limit, c.burst })
+	limits := func(string) (float64, int64) { return c.limit, c.burst }
+	owner := New(Config{Period: c.period}, 64, 4, limits)
 	lims := make([]*crl.Limiter, c.clients)
 	states := make([]*crl.ReportState, c.clients)
 	sess := make([]*Session, c.clients)
+	gen := make([]int, c.clients)
 	offset := make([]time.Duration, c.clients)
 	for i := range lims {
 		l, err := crl.NewLimiter(crl.LimiterConfig{Strategy: c.strategy, Now: clock, ClientID: uint64(i + 1)})
@@ -75,6 +93,17 @@ func runSim(t testing.TB, c simCase) simResult {
 		// so the owner counts it active for the Local strategy.
 		l.Allow("t", 0)
 	}
+	// Takeover: when each client reaches the new owner.
+	var rejoin []time.Duration
+	if c.takeoverAt > 0 {
+		rejoin = make([]time.Duration, c.clients)
+		for i := range rejoin {
+			rejoin[i] = c.takeoverAt + c.ownerGap
+			if c.reconnect > 0 {
+				rejoin[i] += time.Duration(rng.Int64N(int64(c.reconnect/time.Millisecond))) * time.Millisecond
+			}
+		}
+	}
 	const tenant = "t"
 	step := time.Millisecond
 	reqPerSec := c.offered * c.limit / float64(c.tokens)
@@ -83,16 +112,36 @@ func runSim(t testing.TB, c simCase) simResult {
 	var rejected, total float64
 	end := c.warmup + c.measure
 	start := now
-	all := func(int) bool { return true }
+	perMs := make([]float64, 0, int(c.measure/step))
 	for el := time.Duration(0); el < end; el += step {
 		now = start.Add(el)
 		ns := now.UnixNano()
+		if c.takeoverAt > 0 {
+			switch {
+			case el == c.takeoverAt:
+				owner, inflight = nil, nil
+				for i := range sess {
+					sess[i] = nil
+				}
+			case el == c.takeoverAt+c.ownerGap:
+				owner = New(Config{Period: c.period}, 64, 4, limits)
+			}
+			for i, at := range rejoin {
+				if el == at {
+					sess[i], states[i] = owner.NewSession(), crl.NewReportState()
+					gen[i]++
+				}
+			}
+		}
 		// deliver messages due
 		keep := inflight[:0]
 		for _, m := range inflight {
 			if m.at > ns {
 				keep = append(keep, m)
 				continue
+			}
+			if m.gen != gen[m.client] {
+				continue // sent on a stream that no longer exists
 			}
 			if m.rep != nil {
 				if err := sess[m.client].Absorb(m.rep, now); err != nil {
@@ -107,41 +156,68 @@ func runSim(t testing.TB, c simCase) simResult {
 		for i, l := range lims {
 			if el%c.period == offset[i]%c.period {
 				l.Tick(now)
-				inflight = append(inflight, msg{at: ns + int64(c.latency), client: i, rep: l.Report(states[i], nil)})
+				if sess[i] != nil {
+					inflight = append(inflight, msg{at: ns + int64(c.latency), client: i, gen: gen[i], rep: l.Report(states[i], nil)})
+				}
 			}
 		}
 		// owner tick
-		if el%c.period == 0 {
+		if el%c.period == 0 && owner != nil {
 			owner.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
 			for i, s := range sess {
+				if s == nil {
+					continue
+				}
 				if u := s.Take(); u != nil {
-					inflight = append(inflight, msg{at: ns + int64(c.latency), client: i, upd: u})
+					inflight = append(inflight, msg{at: ns + int64(c.latency), client: i, gen: gen[i], upd: u})
 				}
 			}
 		}
-		_ = all
 		// traffic
-		k := poisson(rng, reqPerSec*step.Seconds())
-		for range k {
-			n := c.clients
-			if c.sticky > 0 {
-				n = c.sticky
-			}
-			ok := lims[rng.IntN(n)].Allow(tenant, c.tokens)
-			if el >= c.warmup {
-				total += float64(c.tokens)
-				if ok {
-					res.admitted += float64(c.tokens)
-				} else {
-					rejected += float64(c.tokens)
+		on := c.onOff == 0 || (el/c.onOff)%2 == 0
+		var admittedNow float64
+		if on {
+			k := poisson(rng, reqPerSec*step.Seconds())
+			for range k {
+				n := c.clients
+				if c.sticky > 0 {
+					n = c.sticky
 				}
+				ok := lims[rng.IntN(n)].Allow(tenant, c.tokens)
+				if el >= c.warmup {
+					total += float64(c.tokens)
+					if ok {
+						admittedNow += float64(c.tokens)
+					} else {
+						rejected += float64(c.tokens)
+					}
+				}
+			}
+		}
+		if el >= c.warmup {
+			res.admitted += admittedNow
+			perMs = append(perMs, admittedNow)
+			if on {
+				res.onAdmitted += admittedNow
+				res.onSpan += step
 			}
 		}
 	}
 	res.offered = total
-	res.final = owner.counts(now.UnixNano())
+	if owner != nil {
+		res.final = owner.counts(now.UnixNano())
+	}
 	if total > 0 {
 		res.rejectedFrac = rejected / total
+	}
+	win := int(time.Second / step)
+	var sum float64
+	for i, v := range perMs {
+		sum += v
+		if i >= win {
+			sum -= perMs[i-win]
+		}
+		res.maxWindow = max(res.maxWindow, sum)
 	}
 	return res
 }
@@ -224,4 +300,43 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 	if got := loc.ratio(runSim(t, loc)); math.Abs(got-1) > 0.05 {
 		t.Errorf("local, random over 60 at 2×: admitted %.3f×, want ≈ 1", got)
 	}
+}
+
+// TestLeaseChangeReport prints the change scenarios' figures (go test -v);
+// the assertions are in TestLeaseChange.
+func TestLeaseChangeReport(t *testing.T) {
+	for _, c := range leaseChangeCases() {
+		r := runSim(t, c.c)
+		t.Logf("%-40s admitted %.3f× maxwin %.3f× on-mean %.3f× rej %.1f%%", c.name, c.c.ratio(r), c.c.maxWindowRatio(r),
+			r.onAdmitted/(c.c.limit*r.onSpan.Seconds()), 100*r.rejectedFrac)
+	}
+}
+
+type namedCase struct {
+	name string
+	c    simCase
+}
+
+func leaseChangeCases() []namedCase {
+	var out []namedCase
+	for seed := uint64(1); seed <= 3; seed++ {
+		base := simCase{strategy: crl.Lease, clients: 60, offered: 5, limit: 10000, tokens: 10, warmup: 2 * time.Second,
+			measure: 6 * time.Second, seed: seed}
+		steady := base
+		out = append(out, namedCase{fmt.Sprintf("steady 5× seed %d", seed), steady})
+		onoff := base
+		onoff.onOff = 2 * time.Second
+		onoff.warmup, onoff.measure = 0, 12*time.Second
+		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× seed %d", seed), onoff})
+		small := base
+		small.burst = 1000
+		out = append(out, namedCase{fmt.Sprintf("burst limit/10 5× seed %d", seed), small})
+		take := base
+		take.takeoverAt, take.ownerGap, take.reconnect = 3*time.Second, 1500*time.Millisecond, 300*time.Millisecond
+		out = append(out, namedCase{fmt.Sprintf("takeover 5× seed %d", seed), take})
+		take2 := take
+		take2.ownerGap, take2.reconnect = 200*time.Millisecond, time.Second
+		out = append(out, namedCase{fmt.Sprintf("takeover fast, slow clients seed %d", seed), take2})
+	}
+	return out
 }
