@@ -43,7 +43,7 @@ type simResult struct {
 	// span (1 ms steps), tokens; onAdmitted is what the on phases admitted
 	// (onOff), over onSpan of on time.
 	maxWindow, onAdmitted float64
-	onSpan               time.Duration
+	onSpan                time.Duration
 }
 
 // maxWindowRatio is the largest 1-second window's admission ÷ the limit.
