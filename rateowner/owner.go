@@ -518,7 +518,13 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 		if bf := blockedFor(t.rate, float64(t.window)/1e9, float64(ns-t.curStart)/1e9, t.prev, t.cur); bf > 0 {
 			t.blockedTil = ns + int64(bf*1e9)
 		}
-		t.avail = max(0, t.level) + t.rate*dt
+		// Debt: a negative level (admissions past the grants: fail open,
+		// lease extensions while the owner was away, a takeover's charge)
+		// is paid back from the refill before anything is granted, down to
+		// one second's worth or the burst (debtFloor), so an outage's
+		// over-admission is repaid within about a second, not forgiven.
+		t.level = max(t.level, -t.debtFloor())
+		t.avail = max(0, t.level+t.rate*dt)
 		need := t.sumDemand * dt * (1 + o.cfg.Headroom)
 		t.scarce = need >= t.avail
 		t.spare = 0
@@ -697,6 +703,10 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
 }
+
+// debtFloor is the most debt a tenant carries, tokens: the larger of its
+// burst and one second's refill.
+func (t *tenantState) debtFloor() float64 { return max(t.burst, t.rate) }
 
 func (t *tenantState) rotate(ns int64) {
 	start := ns - ns%t.window
