@@ -44,6 +44,7 @@ type simResult struct {
 	// (onOff), over onSpan of on time.
 	maxWindow, onAdmitted float64
 	onSpan                time.Duration
+	perMs                 []float64 // admitted per millisecond of the measured span
 }
 
 // maxWindowRatio is the largest 1-second window's admission ÷ the limit.
@@ -203,6 +204,9 @@ func runSim(t testing.TB, c simCase) simResult {
 			}
 		}
 	}
+	res.perMs = perMs
+	res.perMs = perMs
+	res.perMs = perMs
 	res.offered = total
 	if owner != nil {
 		res.final = owner.counts(now.UnixNano())
@@ -326,7 +330,7 @@ func leaseChangeCases() []namedCase {
 		out = append(out, namedCase{fmt.Sprintf("steady 5× seed %d", seed), steady})
 		onoff := base
 		onoff.onOff = 2 * time.Second
-		onoff.warmup, onoff.measure = 0, 12*time.Second
+		onoff.warmup, onoff.measure = 2*time.Second, 12*time.Second
 		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× seed %d", seed), onoff})
 		small := base
 		small.burst = 1000
