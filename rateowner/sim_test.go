@@ -332,6 +332,16 @@ func leaseChangeCases() []namedCase {
 		onoff.onOff = 2 * time.Second
 		onoff.warmup, onoff.measure = 2*time.Second, 12*time.Second
 		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× seed %d", seed), onoff})
+		onoffSmall := onoff
+		onoffSmall.burst = 1000
+		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× burst limit/10 seed %d", seed), onoffSmall})
+		for _, x := range []float64{0.8, 1, 2} {
+			for _, n := range []int{10, 60} {
+				lo := base
+				lo.offered, lo.clients, lo.burst = x, n, 1000
+				out = append(out, namedCase{fmt.Sprintf("N=%d %.1f× burst limit/10 seed %d", n, x, seed), lo})
+			}
+		}
 		small := base
 		small.burst = 1000
 		out = append(out, namedCase{fmt.Sprintf("burst limit/10 5× seed %d", seed), small})
