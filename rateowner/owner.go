@@ -40,6 +40,12 @@ type Config struct {
 	Headroom float64
 	// DemandHalfLife smooths each client's demand (Lease); default 2 periods.
 	DemandHalfLife time.Duration
+	// TakeoverGuard: for this long after a node becomes a tenant's owner,
+	// each Lease client is granted at most the rate it admitted at before
+	// (its window counts in its first report, plus Headroom), because
+	// clients that have not reached the new owner yet keep admitting at
+	// their old lease rates; default 1s.
+	TakeoverGuard time.Duration
 }
 
 func (c *Config) fill() {
@@ -60,6 +66,9 @@ func (c *Config) fill() {
 	}
 	if c.DemandHalfLife <= 0 {
 		c.DemandHalfLife = 2 * c.Period
+	}
+	if c.TakeoverGuard <= 0 {
+		c.TakeoverGuard = time.Second
 	}
 }
 
@@ -101,15 +110,20 @@ type tenantState struct {
 	refs  int // entries pointing here (o.mu)
 
 	// tick-owned
-	owned      bool
-	epoch      uint32 // bumped when this node (re)gains ownership: entries re-seed
-	rate       float64
-	burst      float64
-	window     int64 // ns
-	curStart   int64
-	cur, prev  float64
-	level      float64 // token bucket (Lease)
-	levelAt    int64
+	owned     bool
+	epoch     uint32 // bumped when this node (re)gains ownership: entries re-seed
+	rate      float64
+	burst     float64
+	window    int64 // ns
+	curStart  int64
+	cur, prev float64
+	level     float64 // token bucket (Lease)
+	levelAt   int64
+	// guardUntil: unix ns until which grants are held to each client's
+	// previous rate (TakeoverGuard); guarding is its value this tick.
+	guardUntil int64
+	guarding   bool
+	tickAt     int64 // unix ns of this tick
 	blockedTil int64
 	// per-tick aggregates over entries
 	sumDemand float64
@@ -172,6 +186,14 @@ type tickState struct {
 	demand       float64 // tokens/s, smoothed offered
 	cap          uint64
 	leaseRate    float64
+	// guardRate: tokens/s this client admitted in the window before its
+	// first report to this owner (TakeoverGuard).
+	guardRate float64
+	// guardFrom, guardBase: when this client first reported to this
+	// owner and its consumption then; during the guard its cap stays
+	// within guardBase + guardRate × (time since guardFrom + a period).
+	guardFrom int64
+	guardBase uint64
 }
 
 // clientRec is a client's live sessions and what its closed sessions knew.
@@ -467,9 +489,6 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			t.curStart = ns - ns%w
 		}
 		t.rotate(ns)
-		if math.IsInf(t.level, 1) {
-			t.level = t.burst // a new owner's bucket starts full; reports charge it
-		}
 		if t.levelAt != 0 && ns > t.levelAt {
 			// A saturated tenant's bucket holds its burst plus the period
 			// granted ahead: the grants of the last tick that clients could
@@ -536,6 +555,18 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 		// over-admission is repaid within about a second, not forgiven.
 		t.level = max(t.level, -t.debtFloor())
 		t.avail = max(0, t.level+t.rate*dt)
+		t.guarding, t.tickAt = ns < t.guardUntil, ns
+		if t.guarding {
+			// What the guard does not grant, the clients not seen yet may
+			// be admitting: nothing accumulates in the bucket meanwhile, or
+			// it would be granted as a burst when the guard ends.
+			top := t.rate * dt
+			if ns+int64(dt*1e9) >= t.guardUntil {
+				top = 0 // the last guarded tick: the carry would be a burst
+			}
+			t.level = min(t.level, top)
+			t.avail = max(0, t.level+t.rate*dt)
+		}
 		need := t.sumDemand * dt * (1 + o.cfg.Headroom)
 		t.scarce = need >= t.avail
 		t.spare = 0
@@ -583,9 +614,12 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			case t.curStart - t.window:
 				t.prev += float64(e.bucketCur)
 			}
-			// Charge the bucket with what this client admitted in the
-			// sliding window: at the limit, that empties it.
-			t.level -= e.windowCount(t.curStart, t.window, ns)
+			// The rate this client admitted at in the window before, which
+			// it may keep during the takeover guard. (The bucket is not
+			// charged with it: a new owner's bucket starts empty, as if
+			// every client had used its whole share until it reported.)
+			e.guardRate = e.windowCount(t.curStart, t.window, ns) / (float64(t.window) / 1e9)
+			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
 		}
@@ -712,7 +746,13 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
-	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
+	// The bucket starts empty, not full: clients that have not reached
+	// this owner yet may have spent their old leases and keep admitting at
+	// their lease rates, so the largest use they can have made is counted
+	// as made. (A full bucket, charged only with the reporters' window
+	// counts, granted up to 1.8× the limit in the first second.)
+	t.level, t.levelAt = 0, ns
+	t.guardUntil = ns + int64(o.cfg.TakeoverGuard)
 }
 
 // debtFloor is the most debt a tenant carries, tokens: the larger of its
@@ -748,6 +788,17 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 		lease = e.demand*dt*(1+o.cfg.Headroom) + t.spare*(share/2+0.5/float64(max(1, t.nClients)))
 	}
 	e.cap = e.lastConsumed + uint64(lease)
+	if t.guarding {
+		// Just after a takeover, clients that have not reported to this
+		// owner yet still admit at their old lease rates, unseen: granting
+		// the reporters the whole refill (let alone the bucket) would
+		// admit up to twice the limit. Each client keeps the rate it had
+		// (plus Headroom), as a budget since its first report, so the
+		// part of a lease too small for a whole request carries over.
+		since := float64(t.tickAt-e.guardFrom)/1e9 + dt
+		budget := e.guardBase + uint64(e.guardRate*since*(1+o.cfg.Headroom))
+		e.cap = max(e.lastConsumed, min(e.cap, budget))
+	}
 	e.leaseRate = t.rate * share
 }
 
