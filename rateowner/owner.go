@@ -163,7 +163,8 @@ type entry struct {
 	bucketStart        int64
 	bucketCur, bucketP uint64
 	reported           bool
-	moved              bool // reported while not owned here: list in moved_ids once
+	reportedAt         int64 // unix ns of the last report
+	moved              bool  // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -187,7 +188,7 @@ type tickState struct {
 	cap          uint64
 	leaseRate    float64
 	// guardRate: tokens/s this client admitted in the window before its
-	// first report to this owner (TakeoverGuard).
+	// first report to this owner (TakeoverGuard); < 0: not held.
 	guardRate float64
 	// guardFrom, guardBase: when this client first reported to this
 	// owner and its consumption then; during the guard its cap stays
@@ -378,6 +379,7 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			e.bucketStart, e.bucketCur, e.bucketP = bs[i], bc[i], bp[i]
 		}
 		e.reported = true
+		e.reportedAt = ns
 	}
 	return nil
 }
@@ -618,7 +620,16 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			// it may keep during the takeover guard. (The bucket is not
 			// charged with it: a new owner's bucket starts empty, as if
 			// every client had used its whole share until it reported.)
-			e.guardRate = e.windowCount(t.curStart, t.window, ns) / (float64(t.window) / 1e9)
+			// Only a client that admitted in the previous bucket too has
+			// a window count that spans a whole window; one that started
+			// within the current bucket (a tenant new to the cluster: its
+			// clients admitted without any lease) is not held to it.
+			// Its rate: both buckets' counts over the time from the
+			// previous bucket's start to its report.
+			e.guardRate = -1
+			if span := e.reportedAt - (e.bucketStart - t.window); e.bucketP > 0 && span > 0 {
+				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9)
+			}
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
@@ -788,7 +799,7 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 		lease = e.demand*dt*(1+o.cfg.Headroom) + t.spare*(share/2+0.5/float64(max(1, t.nClients)))
 	}
 	e.cap = e.lastConsumed + uint64(lease)
-	if t.guarding {
+	if t.guarding && e.guardRate >= 0 {
 		// Just after a takeover, clients that have not reported to this
 		// owner yet still admit at their old lease rates, unseen: granting
 		// the reporters the whole refill (let alone the bucket) would
