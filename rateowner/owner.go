@@ -128,10 +128,17 @@ type tenantState struct {
 	// per-tick aggregates over entries
 	sumDemand float64
 	nClients  int
-	avail     float64
-	spare     float64
-	scarce    bool
-	lastUse   int64
+	// sumLastRate: Σ clients' offered rate over their last report period
+	// (unsmoothed, so a jump in demand shows at once); exposure: Σ what
+	// clients' caps still allow beyond their reported consumption.
+	sumLastRate, exposure float64
+	// recent: tokens folded in at each tick of about the last second,
+	// oldest first (the one-second cap after idle, see Tick).
+	recent  []tickCount
+	avail   float64
+	spare   float64
+	scarce  bool
+	lastUse int64
 }
 
 // Session is one client's stream. Absorb is called by the stream's receive
@@ -185,6 +192,7 @@ type tickState struct {
 	lastConsumed uint64
 	lastOffered  uint64
 	demand       float64 // tokens/s, smoothed offered
+	lastRate     float64 // tokens/s offered over the last fold
 	cap          uint64
 	leaseRate    float64
 	// guardRate: tokens/s this client admitted in the window before its
@@ -195,6 +203,12 @@ type tickState struct {
 	// within guardBase + guardRate × (time since guardFrom + a period).
 	guardFrom int64
 	guardBase uint64
+}
+
+// tickCount is what one tick folded in for a tenant.
+type tickCount struct {
+	at     int64
+	tokens float64
 }
 
 // clientRec is a client's live sessions and what its closed sessions knew.
@@ -506,7 +520,7 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			t.level = min(max(top, t.level), t.level+t.rate*float64(ns-t.levelAt)/1e9)
 		}
 		t.levelAt = ns
-		t.sumDemand, t.nClients = 0, 0
+		t.sumDemand, t.nClients, t.sumLastRate, t.exposure = 0, 0, 0, 0
 	}
 	// 2. entries: deltas into windows and buckets, demand.
 	// Active clients per strategy: a deployment runs one strategy, and a
@@ -568,6 +582,25 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			}
 			t.level = min(t.level, top)
 			t.avail = max(0, t.level+t.rate*dt)
+		}
+		// After idle the bucket is full: a token bucket alone admits the
+		// burst and then the refill, up to 2× the limit in one second with
+		// the default burst. So while the bucket holds more than one
+		// period's carry and clients are offered at least twice the limit
+		// (their leases will be spent at once), grant only what keeps any
+		// second within spanCap: what the last second minus one period
+		// admitted, plus every cap's unreported remainder (taken as
+		// spent), plus this tick's grants. What that withholds is
+		// forfeited, as in a sliding window; left in the bucket it would
+		// be granted once demand drops. A saturated tenant's bucket is
+		// empty and an unsaturated one's demand is low, so the steady
+		// state never meets this cap and keeps its slack.
+		if t.level > t.rate*dt && max(t.sumDemand, t.sumLastRate) >= 2*t.rate {
+			w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
+			if capped := max(0, t.spanCap()-w-t.exposure); capped < t.avail {
+				t.avail = capped
+				t.level = min(t.level, capped-t.rate*dt)
+			}
 		}
 		need := t.sumDemand * dt * (1 + o.cfg.Headroom)
 		t.scarce = need >= t.avail
@@ -639,12 +672,18 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 		e.lastConsumed, e.lastOffered = max(e.consumed, e.lastConsumed), max(e.offered, e.lastOffered)
 		t.cur += d
 		t.level -= d
-		e.demand += alpha * (off/dt - e.demand)
+		t.addRecent(ns, d)
+		e.lastRate = off / dt
+		e.demand += alpha * (e.lastRate - e.demand)
 	} else {
 		e.demand -= alpha * e.demand
 	}
 	t.sumDemand += e.demand
 	t.nClients++
+	t.sumLastRate += e.lastRate
+	if e.cap > e.lastConsumed {
+		t.exposure += float64(e.cap - e.lastConsumed)
+	}
 }
 
 // buildUpdate leaves s's update for this tick in s.pending, reusing the
@@ -764,6 +803,38 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	// counts, granted up to 1.8× the limit in the first second.)
 	t.level, t.levelAt = 0, ns
 	t.guardUntil = ns + int64(o.cfg.TakeoverGuard)
+}
+
+// spanCap is the most a tenant's grants let it admit in one second after
+// idle, tokens: the larger of its burst and one second's refill.
+func (t *tenantState) spanCap() float64 { return max(t.burst, t.rate) }
+
+// addRecent counts tokens folded in at ns (one entry per tick) and drops
+// entries older than a second.
+func (t *tenantState) addRecent(ns int64, tokens float64) {
+	if n := len(t.recent); n > 0 && t.recent[n-1].at == ns {
+		t.recent[n-1].tokens += tokens
+	} else {
+		t.recent = append(t.recent, tickCount{at: ns, tokens: tokens})
+	}
+	i := 0
+	for i < len(t.recent) && t.recent[i].at <= ns-int64(time.Second) {
+		i++
+	}
+	if i > 0 {
+		t.recent = append(t.recent[:0], t.recent[i:]...)
+	}
+}
+
+// recentSince is the tokens folded in after from.
+func (t *tenantState) recentSince(from int64) float64 {
+	var sum float64
+	for _, c := range t.recent {
+		if c.at > from {
+			sum += c.tokens
+		}
+	}
+	return sum
 }
 
 // debtFloor is the most debt a tenant carries, tokens: the larger of its
