@@ -306,9 +306,47 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 	}
 }
 
-// TestLeaseChangeReport prints the change scenarios' figures (go test -v);
-// the assertions are in TestLeaseChange.
+// TestLeaseChange holds the Lease strategy to its bars under change, on the
+// simulated clock (60 clients, limit 10,000 tokens/s, 10-token requests,
+// three seeds each): steady 5× offered within 0.98–1.02× of the limit; 5×
+// for 2 s then nothing for 2 s, no 1-second window above 1.10× and the on
+// phases at ≥ 0.95×; a burst of a tenth of a second at 5× offered ≥ 0.95×;
+// an owner that dies and a new one that starts 1.5 s later (clients reach it
+// over 300 ms) or 200 ms later (clients reach it over a second), no 1-second
+// window above 1.10×. Before the change the on/off case reached 1.87×, the
+// small burst 0.79× and the takeovers 1.30× and 1.80×.
+func TestLeaseChange(t *testing.T) {
+	for _, nc := range leaseChangeCases() {
+		c := nc.c
+		r := runSim(t, c)
+		got, win := c.ratio(r), c.maxWindowRatio(r)
+		switch {
+		case c.takeoverAt > 0:
+			if win > 1.10 {
+				t.Errorf("%s: a 1-second window admitted %.3f× the limit, want ≤ 1.10", nc.name, win)
+			}
+		case c.onOff > 0:
+			on := r.onAdmitted / (c.limit * r.onSpan.Seconds())
+			if win > 1.10 || on < 0.95 {
+				t.Errorf("%s: max 1-second window %.3f×, on phases %.3f×; want ≤ 1.10 and ≥ 0.95", nc.name, win, on)
+			}
+		case c.burst > 0:
+			if got < 0.95 {
+				t.Errorf("%s: admitted %.3f× the limit, want ≥ 0.95", nc.name, got)
+			}
+		default:
+			if got < 0.98 || got > 1.02 {
+				t.Errorf("%s: admitted %.3f× the limit, want 0.98–1.02", nc.name, got)
+			}
+		}
+	}
+}
+
+// TestLeaseChangeReport prints the change scenarios' figures (go test -v).
 func TestLeaseChangeReport(t *testing.T) {
+	if !testing.Verbose() {
+		t.Skip("prints figures only with -v; TestLeaseChange asserts them")
+	}
 	for _, c := range leaseChangeCases() {
 		r := runSim(t, c.c)
 		t.Logf("%-40s admitted %.3f× maxwin %.3f× on-mean %.3f× rej %.1f%%", c.name, c.c.ratio(r), c.c.maxWindowRatio(r),
@@ -326,22 +364,14 @@ func leaseChangeCases() []namedCase {
 	for seed := uint64(1); seed <= 3; seed++ {
 		base := simCase{strategy: crl.Lease, clients: 60, offered: 5, limit: 10000, tokens: 10, warmup: 2 * time.Second,
 			measure: 6 * time.Second, seed: seed}
-		steady := base
-		out = append(out, namedCase{fmt.Sprintf("steady 5× seed %d", seed), steady})
+		out = append(out, namedCase{fmt.Sprintf("steady 5× seed %d", seed), base})
 		onoff := base
 		onoff.onOff = 2 * time.Second
-		onoff.warmup, onoff.measure = 2*time.Second, 12*time.Second
+		onoff.measure = 12 * time.Second
 		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× seed %d", seed), onoff})
 		onoffSmall := onoff
 		onoffSmall.burst = 1000
 		out = append(out, namedCase{fmt.Sprintf("on/off 2s 5× burst limit/10 seed %d", seed), onoffSmall})
-		for _, x := range []float64{0.8, 1, 2} {
-			for _, n := range []int{10, 60} {
-				lo := base
-				lo.offered, lo.clients, lo.burst = x, n, 1000
-				out = append(out, namedCase{fmt.Sprintf("N=%d %.1f× burst limit/10 seed %d", n, x, seed), lo})
-			}
-		}
 		small := base
 		small.burst = 1000
 		out = append(out, namedCase{fmt.Sprintf("burst limit/10 5× seed %d", seed), small})
