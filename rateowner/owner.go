@@ -132,6 +132,10 @@ type tenantState struct {
 	// (unsmoothed, so a jump in demand shows at once); exposure: Σ what
 	// clients' caps still allow beyond their reported consumption.
 	sumLastRate, exposure float64
+	// idleArmed: the bucket filled since the last cap; capSince: when the
+	// one-second cap after idle started (0: not running).
+	idleArmed bool
+	capSince  int64
 	// recent: tokens folded in at each tick of about the last second,
 	// oldest first (the one-second cap after idle, see Tick).
 	recent  []tickCount
@@ -585,21 +589,34 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 		}
 		// After idle the bucket is full: a token bucket alone admits the
 		// burst and then the refill, up to 2× the limit in one second with
-		// the default burst. So while the bucket holds more than one
-		// period's carry and clients are offered at least twice the limit
-		// (their leases will be spent at once), grant only what keeps any
-		// second within spanCap: what the last second minus one period
-		// admitted, plus every cap's unreported remainder (taken as
-		// spent), plus this tick's grants. What that withholds is
-		// forfeited, as in a sliding window; left in the bucket it would
-		// be granted once demand drops. A saturated tenant's bucket is
-		// empty and an unsaturated one's demand is low, so the steady
-		// state never meets this cap and keeps its slack.
-		if t.level > t.rate*dt && max(t.sumDemand, t.sumLastRate) >= 2*t.rate {
-			w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
-			if capped := max(0, t.spanCap()-w-t.exposure); capped < t.avail {
-				t.avail = capped
-				t.level = min(t.level, capped-t.rate*dt)
+		// the default burst. So a tenant whose bucket filled up (it used
+		// less than its limit) is armed, and when its clients are then
+		// offered at least twice the limit (their leases will be spent at
+		// once), for the next second the grants keep any second within
+		// spanCap: what the last second minus one period admitted, plus
+		// every cap's unreported remainder (taken as spent), plus this
+		// tick's grants. What that withholds is forfeited, as in a sliding
+		// window: left in the bucket it would be granted once the second
+		// is over. A saturated tenant's bucket never fills, so the steady
+		// state never meets this cap (it would trim the steady state's
+		// random swings: the folds of a second are known only to a tick).
+		if t.level >= 0.9*t.burst && t.burst > 2*t.rate*dt {
+			// (A burst of two periods' refill or less adds at most that
+			// to a second: nothing to cap.)
+			t.idleArmed = true
+		}
+		if t.idleArmed && max(t.sumDemand, t.sumLastRate) >= 2*t.rate {
+			if t.capSince == 0 {
+				t.capSince = ns
+			}
+			if ns-t.capSince <= int64(time.Second) {
+				w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
+				if capped := max(0, t.spanCap()-w-t.exposure); capped < t.avail {
+					t.avail = capped
+					t.level = min(t.level, capped-t.rate*dt)
+				}
+			} else {
+				t.idleArmed, t.capSince = false, 0
 			}
 		}
 		need := t.sumDemand * dt * (1 + o.cfg.Headroom)
@@ -649,10 +666,16 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			case t.curStart - t.window:
 				t.prev += float64(e.bucketCur)
 			}
+			// A client new to a running owner admitted without a lease
+			// until now: charge the bucket with what it admitted in the
+			// window. Not during a takeover guard: a new owner's bucket
+			// starts empty, as if every client had used its whole share
+			// until it reported.
+			if ns >= t.guardUntil {
+				t.level -= e.windowCount(t.curStart, t.window, ns)
+			}
 			// The rate this client admitted at in the window before, which
-			// it may keep during the takeover guard. (The bucket is not
-			// charged with it: a new owner's bucket starts empty, as if
-			// every client had used its whole share until it reported.)
+			// it may keep during the takeover guard.
 			// Only a client that admitted in the previous bucket too has
 			// a window count that spans a whole window; one that started
 			// within the current bucket (a tenant new to the cluster: its
