@@ -33,6 +33,10 @@ type simCase struct {
 	// a new owner starts ownerGap later, and each client reaches it after a
 	// further random delay in [0, reconnect) on a new stream.
 	takeoverAt, ownerGap, reconnect time.Duration
+	// churn > 0: every churnEvery, churn clients (at random) are replaced
+	// by new ones (new ids, new streams).
+	churn      int
+	churnEvery time.Duration
 }
 
 type simResult struct {
@@ -114,9 +118,26 @@ func runSim(t testing.TB, c simCase) simResult {
 	end := c.warmup + c.measure
 	start := now
 	perMs := make([]float64, 0, int(c.measure/step))
+	nextID := uint64(c.clients)
 	for el := time.Duration(0); el < end; el += step {
 		now = start.Add(el)
 		ns := now.UnixNano()
+		if c.churn > 0 && el > 0 && el%c.churnEvery == 0 && owner != nil {
+			for range c.churn {
+				i := rng.IntN(c.clients)
+				nextID++
+				l, err := crl.NewLimiter(crl.LimiterConfig{Strategy: c.strategy, Now: clock, ClientID: nextID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if sess[i] != nil {
+					sess[i].Close()
+				}
+				lims[i], states[i], sess[i] = l, crl.NewReportState(), owner.NewSession()
+				gen[i]++
+				l.Allow("t", 0)
+			}
+		}
 		if c.takeoverAt > 0 {
 			switch {
 			case el == c.takeoverAt:
@@ -308,7 +329,8 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 
 // TestLeaseChange holds the Lease strategy to its bars under change, on the
 // simulated clock (60 clients, limit 10,000 tokens/s, 10-token requests,
-// three seeds each): steady 5× offered within 0.98–1.02× of the limit; 5×
+// three seeds each): steady 5× offered, and 10 of the 60 clients replaced
+// every 2 s, within 0.98–1.02× of the limit; 5×
 // for 2 s then nothing for 2 s, no 1-second window above 1.10× and the on
 // phases at ≥ 0.95×; a burst of a tenth of a second at 5× offered ≥ 0.95×;
 // an owner that dies and a new one that starts 1.5 s later (clients reach it
@@ -365,6 +387,9 @@ func leaseChangeCases() []namedCase {
 		base := simCase{strategy: crl.Lease, clients: 60, offered: 5, limit: 10000, tokens: 10, warmup: 2 * time.Second,
 			measure: 6 * time.Second, seed: seed}
 		out = append(out, namedCase{fmt.Sprintf("steady 5× seed %d", seed), base})
+		churn := base
+		churn.churn, churn.churnEvery = 10, 2*time.Second
+		out = append(out, namedCase{fmt.Sprintf("churn 10 of 60 every 2s, 5× seed %d", seed), churn})
 		onoff := base
 		onoff.onOff = 2 * time.Second
 		onoff.measure = 12 * time.Second
