@@ -123,6 +123,7 @@ type tenantState struct {
 	// previous rate (TakeoverGuard); guarding is its value this tick.
 	guardUntil int64
 	guarding   bool
+	takeover   bool  // a client with earlier counts reported within the guard
 	tickAt     int64 // unix ns of this tick
 	blockedTil int64
 	// per-tick aggregates over entries
@@ -509,6 +510,9 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			t.curStart = ns - ns%w
 		}
 		t.rotate(ns)
+		if math.IsInf(t.level, 1) {
+			t.level = t.burst // a new owner's bucket starts full; reports charge it
+		}
 		if t.levelAt != 0 && ns > t.levelAt {
 			// A saturated tenant's bucket holds its burst plus the period
 			// granted ahead: the grants of the last tick that clients could
@@ -575,7 +579,7 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 		// over-admission is repaid within about a second, not forgiven.
 		t.level = max(t.level, -t.debtFloor())
 		t.avail = max(0, t.level+t.rate*dt)
-		t.guarding, t.tickAt = ns < t.guardUntil, ns
+		t.guarding, t.tickAt = ns < t.guardUntil && t.takeover, ns
 		if t.guarding {
 			// What the guard does not grant, the clients not seen yet may
 			// be admitting: nothing accumulates in the bucket meanwhile, or
@@ -666,25 +670,27 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			case t.curStart - t.window:
 				t.prev += float64(e.bucketCur)
 			}
-			// A client new to a running owner admitted without a lease
-			// until now: charge the bucket with what it admitted in the
-			// window. Not during a takeover guard: a new owner's bucket
-			// starts empty, as if every client had used its whole share
-			// until it reported.
-			if ns >= t.guardUntil {
-				t.level -= e.windowCount(t.curStart, t.window, ns)
-			}
-			// The rate this client admitted at in the window before, which
-			// it may keep during the takeover guard.
-			// Only a client that admitted in the previous bucket too has
-			// a window count that spans a whole window; one that started
-			// within the current bucket (a tenant new to the cluster: its
-			// clients admitted without any lease) is not held to it.
-			// Its rate: both buckets' counts over the time from the
-			// previous bucket's start to its report.
+			// The rate this client admitted at before, which it may keep
+			// during a takeover guard: both buckets' counts over the time
+			// from the previous bucket's start to its report. Only a
+			// client that admitted in the previous bucket too has counts
+			// that span a whole window; one that started within the
+			// current bucket (a tenant new to the cluster: its clients
+			// admitted without any lease) is not held to it.
 			e.guardRate = -1
 			if span := e.reportedAt - (e.bucketStart - t.window); e.bucketP > 0 && span > 0 {
 				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9)
+			}
+			// Charge the bucket with what this client admitted in the
+			// sliding window: at the limit, that empties it (a new client;
+			// a tenant new to the cluster, whose bucket starts full). In a
+			// takeover the guard holds the bucket empty instead: the
+			// clients not seen yet are taken to have used their whole
+			// share, and the reporters' counts are in that already.
+			if ns < t.guardUntil && e.guardRate >= 0 {
+				t.takeover = true
+			} else {
+				t.level -= e.windowCount(t.curStart, t.window, ns)
 			}
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
@@ -819,13 +825,10 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
-	// The bucket starts empty, not full: clients that have not reached
-	// this owner yet may have spent their old leases and keep admitting at
-	// their lease rates, so the largest use they can have made is counted
-	// as made. (A full bucket, charged only with the reporters' window
-	// counts, granted up to 1.8× the limit in the first second.)
-	t.level, t.levelAt = 0, ns
-	t.guardUntil = ns + int64(o.cfg.TakeoverGuard)
+	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
+	// A takeover (some client reports counts that span a window, so it
+	// was admitting under an earlier owner) is guarded for TakeoverGuard.
+	t.guardUntil, t.takeover = ns+int64(o.cfg.TakeoverGuard), false
 }
 
 // spanCap is the most a tenant's grants let it admit in one second after
