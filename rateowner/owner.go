@@ -618,7 +618,7 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 				w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
 				if capped := max(0, t.spanCap()-w-t.exposure); capped < t.avail {
 					t.avail = capped
-					t.level = min(t.level, capped-t.rate*dt)
+					t.level = min(t.level, max(0, capped-t.rate*dt))
 				}
 			} else {
 				t.idleArmed, t.capSince = false, 0
