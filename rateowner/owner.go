@@ -515,16 +515,17 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			t.level = t.burst // a new owner's bucket starts full; reports charge it
 		}
 		if t.levelAt != 0 && ns > t.levelAt {
-			// A saturated tenant's bucket holds its burst plus the period
-			// granted ahead: the grants of the last tick that clients could
-			// not spend (a lease rarely ends on a whole request; a client
-			// drew fewer requests than its share) are carried into the next
-			// grants instead of being cut off at the burst, which with a
-			// burst of one period's refill lost a fifth of the limit. An
-			// idle tenant's bucket still stops at the burst.
+			// A saturated tenant's bucket holds its burst plus two periods'
+			// refill (the period granted ahead, and one for reports that
+			// arrive a tick late): the grants that clients could not spend
+			// (a lease rarely ends on a whole request; a client drew fewer
+			// requests than its share) are carried into the next grants
+			// instead of being cut off at the burst, which with a burst of
+			// one period's refill lost a fifth of the limit. An idle
+			// tenant's bucket still stops at the burst.
 			top := t.burst
 			if t.scarce {
-				top += t.rate * dt
+				top += 2 * t.rate * dt
 			}
 			t.level = min(max(top, t.level), t.level+t.rate*float64(ns-t.levelAt)/1e9)
 		}
