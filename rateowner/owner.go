@@ -527,7 +527,7 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			if t.scarce {
 				top += 2 * t.rate * dt
 			}
-			t.level = min(max(top, t.level), t.level+t.rate*float64(ns-t.levelAt)/1e9)
+			t.level = min(top, t.level+t.rate*float64(ns-t.levelAt)/1e9)
 		}
 		t.levelAt = ns
 		t.sumDemand, t.nClients, t.sumLastRate, t.exposure = 0, 0, 0, 0

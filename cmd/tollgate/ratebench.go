@@ -47,13 +47,15 @@ and each routing (random over all N clients, or sticky over 4), it offers
 Poisson traffic of --tokens-token requests to one fresh tenant per strategy, at
 the same time, and reports admitted ÷ limit over --measure after --warmup.
 
-With --change (all, or a list of steady, churn, onoff, burst, failover) it
+With --change (all, or a list of steady, churn, onoff, burst, lower, failover) it
 instead measures what happens while something changes, 5× offered to one
 tenant per strategy of the same rate group, N = the first --clients value:
 steady; churn (10 clients replaced every 2 s); onoff (5× for 2 s, nothing for
-2 s); burst (ingestion_burst = limit/10); failover (the group's leader stops
-abruptly 2 s into the measured span: no hand-off, streams cut). It reports
-the mean and the largest 1-second window (10 ms steps), ÷ the limit.`,
+2 s); burst (ingestion_burst = limit/10); lower (the limit halved in the
+limits file 2 s into the measured span; measured from 1 s after, against the
+new limit); failover (the group's leader stops abruptly 2 s into the
+measured span: no hand-off, streams cut). It reports the mean and the
+largest 1-second window (10 ms steps), ÷ the limit.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var strategies []ratelimit.Strategy
 			for _, s := range strings.Split(strategiesFlag, ",") {
@@ -86,7 +88,7 @@ the mean and the largest 1-second window (10 ms steps), ÷ the limit.`,
 	f.IntSliceVar(&clientsList, "clients", []int{10, 60}, "numbers of client limiters per strategy")
 	f.Float64SliceVar(&offeredList, "offered", []float64{0.8, 1, 2, 5}, "offered load, × the limit")
 	f.StringVar(&strategiesFlag, "strategies", "blocklist,lease,local", "strategies, side by side")
-	f.StringVar(&change, "change", "", "run change scenarios instead: all, or a list of steady, churn, onoff, burst, failover")
+	f.StringVar(&change, "change", "", "run change scenarios instead: all, or a list of steady, churn, onoff, burst, lower, failover")
 	f.StringVar(&dataDir, "data-dir", "", "where the nodes keep their data (default: a temp dir, removed)")
 	return cmd
 }
@@ -297,6 +299,9 @@ func startBenchCluster(ctx context.Context, dir, limitsFile string) ([]*server.S
 			NodeID: fmt.Sprintf("rb%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, LimitsFile: limitsFile, Logger: logger,
+			// A changed limits file (ratebench --change lower) is read
+			// within 200 ms, so the figures measure the limiter, not the poll.
+			LimitsReload: 200 * time.Millisecond,
 		}
 		if seed != "" {
 			cfg.Join = []string{seed}

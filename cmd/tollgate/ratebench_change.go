@@ -29,9 +29,10 @@ const (
 	changeOnOff    = "onoff"    // 5× for 2 s, nothing for 2 s, and again
 	changeBurst    = "burst"    // 5× offered to a tenant whose ingestion_burst is a tenth of its limit
 	changeFailover = "failover" // 5× offered; after 2 s the owner of the tenants' rate group stops abruptly
+	changeLower    = "lower"    // 5× offered; after 2 s the tenant's limit is halved (limits file)
 )
 
-var changeScenarios = []string{changeSteady, changeChurn, changeOnOff, changeBurst, changeFailover}
+var changeScenarios = []string{changeSteady, changeChurn, changeOnOff, changeBurst, changeLower, changeFailover}
 
 func parseChangeScenarios(s string) ([]string, error) {
 	if s == "all" {
@@ -83,8 +84,6 @@ func runChangeBench(ctx context.Context, out io.Writer, o rateBenchOpts, scenari
 	}
 	// Tenants, per scenario and strategy, all in rate group 0.
 	tenants := map[string][]string{}
-	var yaml strings.Builder
-	fmt.Fprintf(&yaml, "defaults:\n  ingestion_rate: %g\ntenants:\n", o.limit)
 	suffix := 0
 	for _, sc := range scenarios {
 		for _, st := range o.strategies {
@@ -97,15 +96,35 @@ func runChangeBench(ctx context.Context, out io.Writer, o rateBenchOpts, scenari
 				}
 			}
 			tenants[sc] = append(tenants[sc], name)
-			burst := ""
-			if sc == changeBurst {
-				burst = fmt.Sprintf("    ingestion_burst: %d\n", int64(o.limit/10))
-			}
-			fmt.Fprintf(&yaml, "  %s:\n    ingestion_rate: %g\n%s", name, o.limit, burst)
 		}
 	}
 	limitsFile := filepath.Join(dir, "limits.yaml")
-	if err := os.WriteFile(limitsFile, []byte(yaml.String()), 0o644); err != nil {
+	// writeLimits writes every tenant's limit; lowered: the lower
+	// scenario's tenants get half.
+	writeLimits := func(lowered bool) error {
+		var yaml strings.Builder
+		fmt.Fprintf(&yaml, "defaults:\n  ingestion_rate: %g\ntenants:\n", o.limit)
+		for _, sc := range scenarios {
+			for _, name := range tenants[sc] {
+				rate := o.limit
+				if sc == changeLower && lowered {
+					rate = o.limit / 2
+				}
+				burst := ""
+				if sc == changeBurst {
+					burst = fmt.Sprintf("    ingestion_burst: %d\n", int64(o.limit/10))
+				}
+				fmt.Fprintf(&yaml, "  %s:\n    ingestion_rate: %g\n%s", name, rate, burst)
+			}
+		}
+		// Written whole, then renamed: the reload never reads half a file.
+		tmp := limitsFile + ".tmp"
+		if err := os.WriteFile(tmp, []byte(yaml.String()), 0o644); err != nil {
+			return err
+		}
+		return os.Rename(tmp, limitsFile)
+	}
+	if err := writeLimits(false); err != nil {
 		return err
 	}
 	nodes, err := startBenchCluster(ctx, dir, limitsFile)
@@ -148,6 +167,9 @@ func runChangeBench(ctx context.Context, out io.Writer, o rateBenchOpts, scenari
 			sets[si] = cs
 		}
 		var stopAt func()
+		if sc == changeLower {
+			stopAt = func() { _ = writeLimits(true) }
+		}
 		if sc == changeFailover {
 			stopAt = func() {
 				for i, s := range nodes {
@@ -264,6 +286,9 @@ func runChangeCase(sc string, cs *clientSet, tenant string, o rateBenchOpts, eve
 		warmup = 2 * time.Second
 	)
 	span := 6 * time.Second
+	if sc == changeLower {
+		span = 7 * time.Second
+	}
 	if sc == changeOnOff {
 		span = 10 * time.Second
 	}
@@ -316,6 +341,14 @@ func runChangeCase(sc string, cs *clientSet, tenant string, o rateBenchOpts, eve
 		}
 	}
 	time.Sleep(time.Until(end))
+	// lower: only from 1 s after the change (the file is read within
+	// 200 ms, then committed through raft), against the new limit.
+	limit := o.limit
+	if sc == changeLower {
+		from := int((2*time.Second + time.Second) / bin)
+		bins, onBins = bins[from:], onBins[from:]
+		limit = o.limit / 2
+	}
 	var c changeCell
 	var total, onTotal float64
 	onCount := 0
@@ -331,11 +364,11 @@ func runChangeCase(sc string, cs *clientSet, tenant string, o rateBenchOpts, eve
 		if i >= per {
 			win -= bins[i-per]
 		}
-		c.maxWindow = max(c.maxWindow, win/o.limit)
+		c.maxWindow = max(c.maxWindow, win/limit)
 	}
-	c.mean = total / (o.limit * span.Seconds())
+	c.mean = total / (limit * float64(len(bins)) * bin.Seconds())
 	if onCount > 0 {
-		c.onMean = onTotal / (o.limit * float64(onCount) * bin.Seconds())
+		c.onMean = onTotal / (limit * float64(onCount) * bin.Seconds())
 	}
 	return c
 }
