@@ -37,6 +37,8 @@ type simCase struct {
 	// by new ones (new ids, new streams).
 	churn      int
 	churnEvery time.Duration
+	// lowerAt > 0: the limit (and a default burst with it) halves then.
+	lowerAt time.Duration
 }
 
 type simResult struct {
@@ -80,7 +82,8 @@ func runSim(t testing.TB, c simCase) simResult {
 	now := time.Unix(1_800_000_000, 0)
 	clock := func() time.Time { return now }
 	rng := rand.New(rand.NewPCG(c.seed, 42))
-	limits := func(string) (float64, int64) { return c.limit, c.burst }
+	curLimit := c.limit
+	limits := func(string) (float64, int64) { return curLimit, c.burst }
 	owner := New(Config{Period: c.period}, 64, 4, limits)
 	lims := make([]*crl.Limiter, c.clients)
 	states := make([]*crl.ReportState, c.clients)
@@ -122,6 +125,9 @@ func runSim(t testing.TB, c simCase) simResult {
 	for el := time.Duration(0); el < end; el += step {
 		now = start.Add(el)
 		ns := now.UnixNano()
+		if c.lowerAt > 0 && el == c.lowerAt {
+			curLimit = c.limit / 2
+		}
 		if c.churn > 0 && el > 0 && el%c.churnEvery == 0 && owner != nil {
 			for range c.churn {
 				i := rng.IntN(c.clients)
@@ -335,7 +341,9 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 // phases at ≥ 0.95×; a burst of a tenth of a second at 5× offered ≥ 0.95×;
 // an owner that dies and a new one that starts 1.5 s later (clients reach it
 // over 300 ms) or 200 ms later (clients reach it over a second), no 1-second
-// window above 1.10×. Before the change the on/off case reached 1.87×, the
+// window above 1.10×; the limit halved, from a second later within
+// 0.98–1.02× of the new limit and no 1-second window above 1.10× of it.
+// Before the change the on/off case reached 1.87×, the
 // small burst 0.79× and the takeovers 1.30× and 1.80×.
 func TestLeaseChange(t *testing.T) {
 	for _, nc := range leaseChangeCases() {
@@ -343,6 +351,24 @@ func TestLeaseChange(t *testing.T) {
 		r := runSim(t, c)
 		got, win := c.ratio(r), c.maxWindowRatio(r)
 		switch {
+		case c.lowerAt > 0:
+			// From 1 s after the change, against the new limit.
+			after := r.perMs[(c.lowerAt+time.Second-c.warmup)/time.Millisecond:]
+			var sum, win, maxWin float64
+			for i, v := range after {
+				sum += v
+				win += v
+				if i >= 1000 {
+					win -= after[i-1000]
+				}
+				maxWin = max(maxWin, win)
+			}
+			newLimit := c.limit / 2
+			mean := sum / (newLimit * float64(len(after)) / 1000)
+			if maxWin/newLimit > 1.10 || mean < 0.98 || mean > 1.02 {
+				t.Errorf("%s: after the limit halved, max 1-second window %.3f×, mean %.3f× the new limit; want ≤ 1.10 and 0.98–1.02",
+					nc.name, maxWin/newLimit, mean)
+			}
 		case c.takeoverAt > 0:
 			if win > 1.10 {
 				t.Errorf("%s: a 1-second window admitted %.3f× the limit, want ≤ 1.10", nc.name, win)
@@ -400,6 +426,9 @@ func leaseChangeCases() []namedCase {
 		small := base
 		small.burst = 1000
 		out = append(out, namedCase{fmt.Sprintf("burst limit/10 5× seed %d", seed), small})
+		lower := base
+		lower.lowerAt = 4 * time.Second
+		out = append(out, namedCase{fmt.Sprintf("limit halved at 4s, 5× seed %d", seed), lower})
 		take := base
 		take.takeoverAt, take.ownerGap, take.reconnect = 3*time.Second, 1500*time.Millisecond, 300*time.Millisecond
 		out = append(out, namedCase{fmt.Sprintf("takeover 5× seed %d", seed), take})
