@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // trackerService implements api.TrackerServer.
@@ -137,14 +138,14 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 		// This node holds no replica of the group (clusters with more nodes
 		// than voters per group): ask the leader, once.
 		id, addr := s.leaderOf(g)
-		if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+		if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
 			return nil, status.Errorf(codes.Unavailable, "group %d: this node holds no replica and knows no leader; retry", g)
 		}
 		cc, err := s.admin.conn(addr)
 		if err != nil {
 			return nil, err
 		}
-		return api.NewTrackerClient(cc).GetUsersCloseToLimit(outgoing(ctx), req)
+		return api.NewTrackerClient(cc).GetUsersCloseToLimit(forward.Outgoing(ctx), req)
 	}
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/configsvc"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
@@ -192,14 +193,14 @@ func (rc *runtimeConfig) Propose(ctx context.Context, g int, typ byte, payload [
 func (rc *runtimeConfig) Leader(ctx context.Context, g int) (api.ConfigClient, context.Context, error) {
 	s := rc.s
 	id, addr := s.leaderOf(g)
-	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+	if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
 		return nil, nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
 	}
 	cc, err := s.admin.conn(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := outgoing(ctx)
+	out := forward.Outgoing(ctx)
 	// Calls this node makes on its own (reconciler, file proposer) carry the
 	// node's token; forwarded calls carry the caller's.
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) == 0 && s.cfg.AdminToken != "" {
