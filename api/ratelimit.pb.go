@@ -4,7 +4,7 @@
 // 	protoc        v3.21.12
 // source: ratelimit.proto
 
-// Global ingestion-rate limits (SPEC §4). Clients decide locally; they report
+// Global ingestion-rate limits. Clients decide locally; they report
 // what they consumed and were offered, asynchronously, to the node that owns the
 // tenant's rate state (the leader of raft group api.RateGroup(tenant, P, G)),
 // and that node streams back what clients need to decide: a blocklist (the
@@ -40,7 +40,7 @@ type RateStrategy int32
 const (
 	RateStrategy_RATE_STRATEGY_UNSPECIFIED RateStrategy = 0
 	// Cortex's global limiter: sliding window of two fixed buckets, blocklist
-	// tenant → blocked-for with the seed's formula.
+	// tenant → blocked-for with the blocklist formula (rateowner.blockedFor).
 	RateStrategy_RATE_STRATEGY_BLOCKLIST RateStrategy = 1
 	// Shared token bucket on the owner; each client gets a cap on its own
 	// cumulative consumption, sized by its recent demand.

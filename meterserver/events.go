@@ -16,12 +16,11 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
-	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
 
-// EventDoc is the JSON document of POST /v1/events/start|stop (seed §3).
+// EventDoc is the JSON document of POST /v1/events/start|stop.
 type EventDoc struct {
 	ID                 string       `json:"id,omitempty"`
 	Timestamp          *int64       `json:"timestamp"`
@@ -378,7 +377,7 @@ func (b *batcher) propose(batch []*pendingEvent) {
 	payload := fsmmeter.EncodeEvents(b.s.clock.NowIn(b.g), b.s.cfg.Slack.Milliseconds(), evs)
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
-	resp, err := b.s.host.Propose(ctx, b.g, fsm.EntryMeterEvents, payload)
+	resp, err := b.s.host.Propose(ctx, b.g, fsmmeter.EntryEvents, payload)
 	if err != nil && status.Code(err) != codes.DeadlineExceeded {
 		// Whatever kept the entry out of the log (leadership moving, the
 		// cluster-version gate during an upgrade, a halted replica) is the

@@ -19,8 +19,8 @@ const (
 	// client's recent demand. Σ leases ≤ what the bucket holds, so admitted
 	// traffic stays at the limit however many clients carry it.
 	Lease Strategy = iota + 1
-	// Blocklist is the seed's (Cortex) baseline: a sliding window of two fixed
-	// buckets on the owner; a tenant over its limit is blocked for the seed's
+	// Blocklist is the Cortex-style baseline: a sliding window of two fixed
+	// buckets on the owner; a tenant over its limit is blocked for the classic
 	// blocked-for duration and everything else is admitted.
 	Blocklist
 	// Local is the classic strategy: a local token bucket of limit ÷ active
@@ -93,7 +93,7 @@ type LimiterConfig struct {
 	// its last lease rate and a Blocklist client keeps its blocklist.
 	StaleAfter time.Duration
 	// FailClosed rejects stale tenants instead of admitting them (fail open is
-	// the default, as in the seed: an unreachable limiter must not stop ingestion).
+	// the default: an unreachable limiter must not stop ingestion).
 	FailClosed bool
 	// Now is the clock (default time.Now); tests pass a simulated one.
 	Now func() time.Time

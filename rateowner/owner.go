@@ -674,7 +674,7 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 }
 
 // windowCount is the client's admitted tokens in the sliding window ending
-// now, from its two bucket counts (the seed's linear approximation).
+// now, from its two bucket counts (a linear approximation of the sliding window).
 func (e *entry) windowCount(curStart, window, ns int64) float64 {
 	prevPart := 1 - float64(ns-curStart)/float64(window)
 	switch e.bucketStart {
@@ -730,7 +730,7 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 	e.leaseRate = t.rate * share
 }
 
-// blockedFor is the seed's rule for the sliding window of two fixed buckets:
+// blockedFor is the blocklist rule for the sliding window of two fixed buckets:
 // the window rate is prev × (remaining part of the previous bucket) + cur,
 // over the span; above the limit, the tenant is blocked until the end of the
 // current bucket if the current bucket alone exceeds the budget, else until the

@@ -166,7 +166,7 @@ func (s *Server) setViewConfig(v *api.ClusterView) {
 func (rc *runtimeConfig) NodeID() string                  { return rc.s.cfg.NodeID }
 func (rc *runtimeConfig) Groups() int                     { return rc.s.cfg.Groups }
 func (rc *runtimeConfig) Module(g int) *runtimecfg.Module { return rc.mods[g] }
-func (rc *runtimeConfig) Leads(g int) bool                { return rc.s.trackers[g].ready() }
+func (rc *runtimeConfig) Leads(g int) bool                { return rc.s.leads(g) }
 
 func (rc *runtimeConfig) Base() runtimecfg.Effective {
 	return runtimecfg.Effective{MaxSeries: rc.s.limits.base.MaxSeries}
