@@ -132,6 +132,7 @@ type Module struct {
 	planned  int64 // counters since start (metrics), not replicated state
 	executed int64
 	changes  atomic.Uint64  // bumped by every applied entry and restore
+	due      dueIndex       // derived: which spans have work when (the sampler's Due)
 	observe  func(ms int64) // SetTimeObserver; nil: none
 }
 
@@ -164,6 +165,7 @@ func (m *Module) reset() {
 	m.dead = nil
 	m.series = map[string][]sample{}
 	m.lastNow = 0
+	m.due.invalidate()
 }
 
 // Name implements fsm.Module.
@@ -333,6 +335,7 @@ func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 		m.nextSpan++
 		m.spans[s.ID] = s
 		m.open[key] = s.ID
+		m.due.touch(s)
 		res = Result{Code: Created, Span: s.ID}
 	case Stop:
 		id, ok := m.open[key]
@@ -347,6 +350,8 @@ func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 		delete(m.open, key)
 		if s.Planned == nil && s.Cursor == s.End {
 			delete(m.spans, s.ID) // nothing was sampled and nothing is left: complete
+		} else {
+			m.due.touch(s)
 		}
 		res = Result{Code: Created, Span: id}
 	}
@@ -385,6 +390,7 @@ func (m *Module) applyPlan(it PlanItem) bool {
 	s.Planned = &interval.Interval{Start: it.Start, End: it.End, Backward: it.Backward}
 	s.Seq++
 	s.Version++
+	m.due.touch(s)
 	return true
 }
 
@@ -405,6 +411,8 @@ func (m *Module) applyExecute(it ExecItem, now int64) bool {
 	s.Version++
 	if s.Stopped && s.Cursor == s.End {
 		delete(m.spans, s.ID)
+	} else {
+		m.due.touch(s)
 	}
 	return true
 }
