@@ -45,6 +45,15 @@ func Outgoing(ctx context.Context) context.Context {
 	return metadata.NewOutgoingContext(ctx, out)
 }
 
+// Own is the context for work a node does on its own account while serving
+// a call, such as group 0's leader copying a change into the other groups:
+// the deadline and cancellation of the call remain, its metadata (the
+// forwarded mark, the caller's credentials) stays behind, so the work may be
+// forwarded and runs with the node's own rights.
+func Own(ctx context.Context) context.Context {
+	return metadata.NewIncomingContext(ctx, metadata.MD{})
+}
+
 // Was reports whether another node already forwarded this incoming call.
 func Was(ctx context.Context) bool {
 	md, _ := metadata.FromIncomingContext(ctx)

@@ -86,3 +86,23 @@ func TestOneDefinition(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOwnLeavesTheCallerBehind: work a node does on its own account while
+// serving a forwarded call is not itself forwarded, carries none of the
+// caller's credentials, and keeps the call's deadline.
+func TestOwnLeavesTheCallerBehind(t *testing.T) {
+	in := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer caller", Header, "1"))
+	in, cancel := context.WithCancel(in)
+	own := Own(in)
+	if Was(own) {
+		t.Fatal("own work reads as forwarded, so it could not be forwarded to the group's leader")
+	}
+	md, _ := metadata.FromOutgoingContext(Outgoing(own))
+	if len(md.Get("authorization")) != 0 {
+		t.Fatalf("own work carries the caller's credentials: %v", md)
+	}
+	cancel()
+	if own.Err() == nil {
+		t.Fatal("own work outlives the call it serves")
+	}
+}
