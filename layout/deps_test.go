@@ -14,7 +14,7 @@ func TestStateLinksNoRPC(t *testing.T) {
 	if err != nil {
 		t.Skip("go tool not on PATH: cannot list dependencies")
 	}
-	for _, pkg := range []string{"../fsm/...", "../backup", "."} {
+	for _, pkg := range []string{"../fsm/...", "../backup", ".", "../limits", "./handoff"} {
 		out, err := exec.Command(goBin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
