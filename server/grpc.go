@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
@@ -189,23 +190,40 @@ func (s *Server) closeToLimit(g int) []string {
 }
 
 // WatchCluster sends the current view, then every changed view, until the
-// client goes away or the node stops.
+// client goes away or the node stops. The runtime config travels once per
+// version on a stream: a view whose config version this stream already
+// carried is sent without it (clients keep the config they hold when a view
+// has none), so after the first message a stream's bytes do not grow with
+// the number of tenants.
 func (t *trackerService) WatchCluster(_ *api.WatchClusterRequest, stream grpc.ServerStreamingServer[api.ClusterView]) error {
 	s := t.s
-	var sent uint64
+	var sent, sentConfig uint64
 	for {
-		v, encoded, changed := s.view.getEncoded()
+		v, full, bare, changed := s.view.getEncoded()
 		if v != nil && v.Version != sent {
+			withConfig := v.RuntimeConfig != nil && v.ConfigVersion != sentConfig
+			enc := bare
+			if withConfig {
+				enc = full
+			}
 			var err error
-			if encoded != nil {
-				err = stream.SendMsg(&sharedMsg{encoded})
-			} else {
+			switch {
+			case enc != nil:
+				err = stream.SendMsg(&sharedMsg{enc})
+			case withConfig:
 				err = stream.Send(v)
+			default:
+				m := proto.Clone(v).(*api.ClusterView)
+				m.RuntimeConfig = nil
+				err = stream.Send(m)
 			}
 			if err != nil {
 				return err
 			}
 			sent = v.Version
+			if withConfig {
+				sentConfig = v.ConfigVersion
+			}
 		}
 		select {
 		case <-changed:
