@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -164,7 +165,8 @@ func shellEnd(tok string) bool {
 // checks every flag up to the end of the command against the command reached.
 // It returns problems, each a sentence.
 func checkInvocation(root *cobra.Command, args string) []string {
-	args = strings.ReplaceAll(args, `\|`, " | ") // a table cell's escaped "or"
+	// A table cell escapes "or" as \|: "query\|bill", "(--group G \| --all-groups)".
+	args = strings.ReplaceAll(args, `\|`, "|")
 	toks := strings.Fields(args)
 	cmds := []*cobra.Command{root}
 	var problems []string
@@ -207,6 +209,9 @@ func checkInvocation(root *cobra.Command, args string) []string {
 	}
 	for ; i < len(toks); i++ {
 		tok := toks[i]
+		if tok == "|" && i+1 < len(toks) && strings.HasPrefix(toks[i+1], "-") {
+			continue // "--group G | --all-groups": a choice of flags, not a pipe
+		}
 		if shellEnd(tok) {
 			break
 		}
@@ -435,6 +440,9 @@ func TestDocsCheckerCatchesMistakes(t *testing.T) {
 		{"limits frobnicate", true},          // no such subcommand
 		{"status --tenant T --no-such-flag", true},
 		{"usage query|charge", true},
+		{`limits get\|set\|frob`, true},
+		{`raft add-voter --id ID (--group G \| --all-groupz)`, true},
+		{`raft add-voter --id ID (--group G \| --all-groups)`, false},
 		{"snapshot save -Z FILE", true},
 		{"track --tenant a | grep --count x", false}, // grep's flag, after the pipe
 		{"server --tls-* --raft-tls-*", false},
@@ -456,4 +464,73 @@ func TestDocsCheckerCatchesMistakes(t *testing.T) {
 	if strings.Join(ids, " ") != strings.Join(want, " ") {
 		t.Errorf("anchors %v, want %v", ids, want)
 	}
+}
+
+// namedTest is a test the docs cite as an invariant's check, bare
+// (TestShareModel) or with its package directory (fsm/shares.TestSplitSumsToLimit).
+var namedTest = regexp.MustCompile(`(?:\b([a-z][a-z0-9]*(?:/[a-z][a-z0-9]*)*)\.)?\b((?:Test|Fuzz|Benchmark)[A-Z][A-Za-z0-9_]*)`)
+
+// TestDocsNamedTestsExist: every test the docs name as the check of an
+// invariant exists, in the package named; a renamed or deleted test fails
+// here until the docs follow, so an invariant is never backed by a ghost.
+func TestDocsNamedTestsExist(t *testing.T) {
+	defined := map[string][]string{} // test name → package directories (slash, relative)
+	decl := regexp.MustCompile(`(?m)^func ((?:Test|Fuzz|Benchmark)[A-Za-z0-9_]*)\(`)
+	err := filepath.WalkDir(repoRoot, func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == ".git" || d.Name() == "node_modules" || d.Name() == "data") {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(repoRoot, filepath.Dir(path))
+		if err != nil {
+			return err
+		}
+		for _, m := range decl.FindAllStringSubmatch(string(b), -1) {
+			defined[m[1]] = append(defined[m[1]], filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := 0
+	for _, file := range docFiles(t) {
+		_, raw := readDoc(t, file)
+		for i, l := range raw {
+			for _, m := range namedTest.FindAllStringSubmatch(l, -1) {
+				pkg, name := m[1], m[2]
+				named++
+				dirs, ok := defined[name]
+				if !ok {
+					t.Errorf("%s:%d: names %s, which no _test.go defines", file, i+1, name)
+					continue
+				}
+				if pkg == "" || !isPackageDir(pkg) {
+					continue // bare, or a qualifier that is no package directory
+				}
+				if !slices.Contains(dirs, pkg) {
+					t.Errorf("%s:%d: names %s.%s, but it is defined in %v", file, i+1, pkg, name, dirs)
+				}
+			}
+		}
+	}
+	if named < 20 {
+		t.Fatalf("only %d tests named in the docs: is the scanner broken?", named)
+	}
+}
+
+// isPackageDir says whether dir (slash-separated, from the repository root)
+// is a directory of the repository, i.e. a package qualifier.
+func isPackageDir(dir string) bool {
+	fi, err := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(dir)))
+	return err == nil && fi.IsDir()
 }
