@@ -389,6 +389,41 @@ func TestDocsLinksResolve(t *testing.T) {
 	}
 }
 
+// repoFile is a code span that names a source or document file of the
+// repository by its path from the root (`fsm/snapfmt/format.md`,
+// `server/rules.go`); a bare name or an absolute path is not one.
+var repoFile = regexp.MustCompile(`^[a-z][\w.-]*(?:/[\w.-]+)+\.(?:go|md|proto|sh)$`)
+
+// TestDocsFilesNamedExist: a file the docs name in code (`backup/format.md`)
+// exists, so a moved or deleted file cannot leave the docs pointing at nothing.
+func TestDocsFilesNamedExist(t *testing.T) {
+	named := 0
+	for _, file := range docFiles(t) {
+		lines, _ := readDoc(t, file)
+		for _, l := range lines {
+			if l.code {
+				continue
+			}
+			for _, span := range l.spans {
+				path, _, _ := strings.Cut(span, ":") // `server/versions.go: expireAge`
+				if !repoFile.MatchString(path) {
+					continue
+				}
+				named++
+				// From the root, or from the document's own directory.
+				_, errRoot := os.Stat(filepath.Join(repoRoot, filepath.FromSlash(path)))
+				_, errHere := os.Stat(filepath.Join(repoRoot, filepath.Dir(file), filepath.FromSlash(path)))
+				if errRoot != nil && errHere != nil {
+					t.Errorf("%s: names %s, which does not exist", l.where(), path)
+				}
+			}
+		}
+	}
+	if named < 20 {
+		t.Fatalf("only %d file paths named in the docs: is the scanner broken?", named)
+	}
+}
+
 // headingAnchors are the fragment ids GitHub gives a page's headings: lower
 // case, punctuation dropped, spaces to hyphens, "-1", "-2"… for repeats.
 func headingAnchors(raw []string) map[string]bool {
