@@ -54,6 +54,8 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		{"id never introduced", func(r *api.RateReport) { r.Ids = []uint32{2} }, ErrInvalid, "never introduced"},
 		{"id zero", func(r *api.RateReport) { r.NewIds = []uint32{0}; r.Ids = []uint32{0} }, ErrInvalid, "reserved"},
 		{"too many tenants", func(r *api.RateReport) { r.NewIds = []uint32{11}; r.Ids = []uint32{11} }, ErrTooMany, "at most 10"},
+		{"ragged bucket ages", func(r *api.RateReport) { r.BucketAgeNanos = []int64{1, 2} }, ErrInvalid, "1 ids"},
+		{"negative bucket age", func(r *api.RateReport) { r.BucketAgeNanos = []int64{-1} }, ErrInvalid, "bucket_age_nanos[0]"},
 	}
 	for _, c := range cases {
 		s := o.NewSession()
