@@ -735,10 +735,22 @@ func (e *entry) seedByAge(t *tenantState, ns int64) {
 // now, from its two bucket counts (a linear approximation of the sliding window).
 func (e *entry) windowCount(curStart, window, ns int64) float64 {
 	if e.hasAge {
-		// On the client's own time line: its previous bucket ended
-		// bucketAge before the report plus the time since.
-		since := e.bucketAge + max(0, ns-e.absorbedAt)
-		return float64(e.bucketCur) + float64(e.bucketP)*max(0, 1-float64(since)/float64(window))
+		// The client's buckets placed as in seedByAge, each count spread
+		// evenly over its bucket: the part inside the window ending now.
+		// A fresh report gives bucketCur + bucketP × (1 − age/window);
+		// one absorbed more than a window ago gives 0.
+		age := min(e.bucketAge, window)
+		end := min(e.absorbedAt, ns)
+		in := func(n float64, from, to int64) float64 {
+			if to <= from {
+				if to > ns-window {
+					return n
+				}
+				return 0
+			}
+			return n * float64(max(0, to-max(from, ns-window))) / float64(to-from)
+		}
+		return in(float64(e.bucketCur), end-age, end) + in(float64(e.bucketP), end-age-window, end-age)
 	}
 	prevPart := 1 - float64(ns-curStart)/float64(window)
 	switch e.bucketStart {
