@@ -118,7 +118,7 @@ type RateReport struct {
 	// How far the client's current bucket had run when it counted
 	// bucket_consumed (the client's now − bucket_start_unix_nanos), parallel to
 	// the bucket counts. A duration, so the owner places the counts on its own
-	// clock: clients' and owners' wall clocks may differ (docs/clock.md), and
+	// clock: clients' and owners' wall clocks may differ (docs/clocks.md), and
 	// bucket_start_unix_nanos is only compared with the owner's clock when this
 	// is absent (a client that predates it).
 	BucketAgeNanos []int64 `protobuf:"varint,11,rep,packed,name=bucket_age_nanos,json=bucketAgeNanos,proto3" json:"bucket_age_nanos,omitempty"`

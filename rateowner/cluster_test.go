@@ -102,7 +102,7 @@ func TestOwnerFailover(t *testing.T) {
 // cluster members, nothing bounds their clocks). Owners and clients each
 // measure time on their own clock and exchange durations (blocked-for, lease
 // grants, bucket ages), so the limit holds as with correct clocks: ≈ the
-// limit before, the same bound across the failover (docs/clock.md).
+// limit before, the same bound across the failover (docs/clocks.md).
 func TestOwnerFailoverSkewedClocks(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")

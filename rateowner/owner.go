@@ -703,7 +703,7 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 // buckets by overlap; what falls before the previous bucket has left the
 // window. Only durations and this owner's own clock are used, so a client
 // whose wall clock is off by any amount seeds the same window as a correct
-// one (docs/clock.md). Assumes the client's bucket length is the window this
+// one (docs/clocks.md). Assumes the client's bucket length is the window this
 // owner's predecessor sent it, which is the one computed here from the same
 // limits.
 func (e *entry) seedByAge(t *tenantState, ns int64) {
