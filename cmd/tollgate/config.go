@@ -404,6 +404,9 @@ func (s *serverSettings) validate() []error {
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		bad("batch-window", "%v: must be in [0, 1s]", c.BatchWindow)
 	}
+	if m := c.MaxClockOffset; m != 0 && (m < server.MinMaxClockOffset || m > server.MaxMaxClockOffset) {
+		bad("max-clock-offset", "%v: must be in [%v, %v] (0: the default 1s)", m, server.MinMaxClockOffset, server.MaxMaxClockOffset)
+	}
 	if s.shutdownTimeout <= 0 {
 		bad("shutdown-timeout", "%v: must be > 0", s.shutdownTimeout)
 	}
