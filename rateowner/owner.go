@@ -40,6 +40,13 @@ type Config struct {
 	Headroom float64
 	// DemandHalfLife smooths each client's demand (Lease); default 2 periods.
 	DemandHalfLife time.Duration
+	// TakeoverGuard: for this long after a node becomes a tenant's owner,
+	// each Lease client is granted at most the rate it admitted at before
+	// (its window counts in its first report, plus Headroom), because
+	// clients that have not reached the new owner yet keep admitting at
+	// their old lease rates; default 3s (clients reach a new owner over a
+	// second or two: a cluster view, a redirect, a retry).
+	TakeoverGuard time.Duration
 }
 
 func (c *Config) fill() {
@@ -60,6 +67,9 @@ func (c *Config) fill() {
 	}
 	if c.DemandHalfLife <= 0 {
 		c.DemandHalfLife = 2 * c.Period
+	}
+	if c.TakeoverGuard <= 0 {
+		c.TakeoverGuard = 3 * time.Second
 	}
 }
 
@@ -101,23 +111,40 @@ type tenantState struct {
 	refs  int // entries pointing here (o.mu)
 
 	// tick-owned
-	owned      bool
-	epoch      uint32 // bumped when this node (re)gains ownership: entries re-seed
-	rate       float64
-	burst      float64
-	window     int64 // ns
-	curStart   int64
-	cur, prev  float64
-	level      float64 // token bucket (Lease)
-	levelAt    int64
+	owned     bool
+	epoch     uint32 // bumped when this node (re)gains ownership: entries re-seed
+	rate      float64
+	burst     float64
+	window    int64 // ns
+	curStart  int64
+	cur, prev float64
+	level     float64 // token bucket (Lease)
+	levelAt   int64
+	// guardUntil: unix ns until which grants are held to each client's
+	// previous rate (TakeoverGuard); guarding is its value this tick.
+	guardUntil int64
+	guarding   bool
+	takeover   bool  // a client with earlier counts reported within the guard
+	tickAt     int64 // unix ns of this tick
 	blockedTil int64
 	// per-tick aggregates over entries
 	sumDemand float64
 	nClients  int
-	avail     float64
-	spare     float64
-	scarce    bool
-	lastUse   int64
+	// sumLastRate: Σ clients' offered rate over their last report period
+	// (unsmoothed, so a jump in demand shows at once); exposure: Σ what
+	// clients' caps still allow beyond their reported consumption.
+	sumLastRate, exposure float64
+	// idleArmed: the bucket filled since the last cap; capSince: when the
+	// one-second cap after idle started (0: not running).
+	idleArmed bool
+	capSince  int64
+	// recent: tokens folded in at each tick of about the last second,
+	// oldest first (the one-second cap after idle, see Tick).
+	recent  []tickCount
+	avail   float64
+	spare   float64
+	scarce  bool
+	lastUse int64
 }
 
 // Session is one client's stream. Absorb is called by the stream's receive
@@ -155,7 +182,8 @@ type entry struct {
 	bucketAge, absorbedAt int64
 	hasAge                bool
 	reported              bool
-	moved                 bool // reported while not owned here: list in moved_ids once
+	reportedAt            int64 // unix ns of the last report
+	moved                 bool  // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -176,8 +204,23 @@ type tickState struct {
 	lastConsumed uint64
 	lastOffered  uint64
 	demand       float64 // tokens/s, smoothed offered
+	lastRate     float64 // tokens/s offered over the last fold
 	cap          uint64
 	leaseRate    float64
+	// guardRate: tokens/s this client admitted in the window before its
+	// first report to this owner (TakeoverGuard); < 0: not held.
+	guardRate float64
+	// guardFrom, guardBase: when this client first reported to this
+	// owner and its consumption then; during the guard its cap stays
+	// within guardBase + guardRate × (time since guardFrom + a period).
+	guardFrom int64
+	guardBase uint64
+}
+
+// tickCount is what one tick folded in for a tenant.
+type tickCount struct {
+	at     int64
+	tokens float64
 }
 
 // clientRec is a client's live sessions and what its closed sessions knew.
@@ -374,6 +417,7 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			}
 		}
 		e.reported = true
+		e.reportedAt = ns
 	}
 	return nil
 }
@@ -489,10 +533,22 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 			t.level = t.burst // a new owner's bucket starts full; reports charge it
 		}
 		if t.levelAt != 0 && ns > t.levelAt {
-			t.level = min(t.burst, t.level+t.rate*float64(ns-t.levelAt)/1e9)
+			// A saturated tenant's bucket holds its burst plus two periods'
+			// refill (the period granted ahead, and one for reports that
+			// arrive a tick late): the grants that clients could not spend
+			// (a lease rarely ends on a whole request; a client drew fewer
+			// requests than its share) are carried into the next grants
+			// instead of being cut off at the burst, which with a burst of
+			// one period's refill lost a fifth of the limit. An idle
+			// tenant's bucket still stops at the burst.
+			top := t.burst
+			if t.scarce {
+				top += 2 * t.rate * dt
+			}
+			t.level = min(top, t.level+t.rate*float64(ns-t.levelAt)/1e9)
 		}
 		t.levelAt = ns
-		t.sumDemand, t.nClients = 0, 0
+		t.sumDemand, t.nClients, t.sumLastRate, t.exposure = 0, 0, 0, 0
 	}
 	// 2. entries: deltas into windows and buckets, demand.
 	// Active clients per strategy: a deployment runs one strategy, and a
@@ -536,7 +592,57 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 		if bf := blockedFor(t.rate, float64(t.window)/1e9, float64(ns-t.curStart)/1e9, t.prev, t.cur); bf > 0 {
 			t.blockedTil = ns + int64(bf*1e9)
 		}
-		t.avail = max(0, t.level) + t.rate*dt
+		// Debt: a negative level (admissions past the grants: fail open,
+		// lease extensions while the owner was away, a takeover's charge)
+		// is paid back from the refill before anything is granted, down to
+		// one second's worth or the burst (debtFloor), so an outage's
+		// over-admission is repaid within about a second, not forgiven.
+		t.level = max(t.level, -t.debtFloor())
+		t.avail = max(0, t.level+t.rate*dt)
+		t.guarding, t.tickAt = ns < t.guardUntil && t.takeover, ns
+		if t.guarding {
+			// What the guard does not grant, the clients not seen yet may
+			// be admitting: nothing accumulates in the bucket meanwhile, or
+			// it would be granted as a burst when the guard ends.
+			top := t.rate * dt
+			if ns+int64(dt*1e9) >= t.guardUntil {
+				top = 0 // the last guarded tick: the carry would be a burst
+			}
+			t.level = min(t.level, top)
+			t.avail = max(0, t.level+t.rate*dt)
+		}
+		// After idle the bucket is full: a token bucket alone admits the
+		// burst and then the refill, up to 2× the limit in one second with
+		// the default burst. So a tenant whose bucket filled up (it used
+		// less than its limit) is armed, and when its clients are then
+		// offered at least twice the limit (their leases will be spent at
+		// once), for the next second the grants keep any second within
+		// spanCap: what the last second minus one period admitted, plus
+		// every cap's unreported remainder (taken as spent), plus this
+		// tick's grants. What that withholds is forfeited, as in a sliding
+		// window: left in the bucket it would be granted once the second
+		// is over. A saturated tenant's bucket never fills, so the steady
+		// state never meets this cap (it would trim the steady state's
+		// random swings: the folds of a second are known only to a tick).
+		if t.level >= 0.9*t.burst && t.burst > 2*t.rate*dt {
+			// (A burst of two periods' refill or less adds at most that
+			// to a second: nothing to cap.)
+			t.idleArmed = true
+		}
+		if t.idleArmed && max(t.sumDemand, t.sumLastRate) >= 2*t.rate {
+			if t.capSince == 0 {
+				t.capSince = ns
+			}
+			if ns-t.capSince <= int64(time.Second) {
+				w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
+				if capped := max(0, t.spanCap()-w-t.exposure); capped < t.avail {
+					t.avail = capped
+					t.level = min(t.level, max(0, capped-t.rate*dt))
+				}
+			} else {
+				t.idleArmed, t.capSince = false, 0
+			}
+		}
 		need := t.sumDemand * dt * (1 + o.cfg.Headroom)
 		t.scarce = need >= t.avail
 		t.spare = 0
@@ -588,9 +694,33 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 					t.prev += float64(e.bucketCur)
 				}
 			}
+			// The rate this client admitted at before, which it may keep
+			// during a takeover guard: both buckets' counts over the time
+			// from the previous bucket's start to its report. Only a
+			// client that admitted in the previous bucket too has counts
+			// that span a whole window; one that started within the
+			// current bucket (a tenant new to the cluster: its clients
+			// admitted without any lease) is not held to it.
+			e.guardRate = -1
+			span := e.reportedAt - (e.bucketStart - t.window)
+			if e.hasAge {
+				span = e.bucketAge + t.window // by the client's own clock: no wall-clock comparison
+			}
+			if e.bucketP > 0 && span > 0 {
+				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9)
+			}
 			// Charge the bucket with what this client admitted in the
-			// sliding window: at the limit, that empties it.
-			t.level -= e.windowCount(t.curStart, t.window, ns)
+			// sliding window: at the limit, that empties it (a new client;
+			// a tenant new to the cluster, whose bucket starts full). In a
+			// takeover the guard holds the bucket empty instead: the
+			// clients not seen yet are taken to have used their whole
+			// share, and the reporters' counts are in that already.
+			if ns < t.guardUntil && e.guardRate >= 0 {
+				t.takeover = true
+			} else {
+				t.level -= e.windowCount(t.curStart, t.window, ns)
+			}
+			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
 		}
@@ -599,12 +729,18 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 		e.lastConsumed, e.lastOffered = max(e.consumed, e.lastConsumed), max(e.offered, e.lastOffered)
 		t.cur += d
 		t.level -= d
-		e.demand += alpha * (off/dt - e.demand)
+		t.addRecent(ns, d)
+		e.lastRate = off / dt
+		e.demand += alpha * (e.lastRate - e.demand)
 	} else {
 		e.demand -= alpha * e.demand
 	}
 	t.sumDemand += e.demand
 	t.nClients++
+	t.sumLastRate += e.lastRate
+	if e.cap > e.lastConsumed {
+		t.exposure += float64(e.cap - e.lastConsumed)
+	}
 }
 
 // buildUpdate leaves s's update for this tick in s.pending, reusing the
@@ -772,7 +908,49 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
+	// A takeover (some client reports counts that span a window, so it
+	// was admitting under an earlier owner) is guarded for TakeoverGuard.
+	t.guardUntil, t.takeover = ns+int64(o.cfg.TakeoverGuard), false
 }
+
+// spanCap is the most a tenant's grants let it admit in one second after
+// idle, tokens: the larger of its burst and one second's refill, plus 5%:
+// the cap counts the folds of ticks, which lag the admissions by up to a
+// report period, and without the slack an on/off tenant's on phases lost
+// 3–7% (simulation: max 1-s window 1.01× either way).
+func (t *tenantState) spanCap() float64 { return 1.05 * max(t.burst, t.rate) }
+
+// addRecent counts tokens folded in at ns (one entry per tick) and drops
+// entries older than a second.
+func (t *tenantState) addRecent(ns int64, tokens float64) {
+	if n := len(t.recent); n > 0 && t.recent[n-1].at == ns {
+		t.recent[n-1].tokens += tokens
+	} else {
+		t.recent = append(t.recent, tickCount{at: ns, tokens: tokens})
+	}
+	i := 0
+	for i < len(t.recent) && t.recent[i].at <= ns-int64(time.Second) {
+		i++
+	}
+	if i > 0 {
+		t.recent = append(t.recent[:0], t.recent[i:]...)
+	}
+}
+
+// recentSince is the tokens folded in after from.
+func (t *tenantState) recentSince(from int64) float64 {
+	var sum float64
+	for _, c := range t.recent {
+		if c.at > from {
+			sum += c.tokens
+		}
+	}
+	return sum
+}
+
+// debtFloor is the most debt a tenant carries, tokens: the larger of its
+// burst and one second's refill.
+func (t *tenantState) debtFloor() float64 { return max(t.burst, t.rate) }
 
 func (t *tenantState) rotate(ns int64) {
 	start := ns - ns%t.window
@@ -803,6 +981,17 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 		lease = e.demand*dt*(1+o.cfg.Headroom) + t.spare*(share/2+0.5/float64(max(1, t.nClients)))
 	}
 	e.cap = e.lastConsumed + uint64(lease)
+	if t.guarding && e.guardRate >= 0 {
+		// Just after a takeover, clients that have not reported to this
+		// owner yet still admit at their old lease rates, unseen: granting
+		// the reporters the whole refill (let alone the bucket) would
+		// admit up to twice the limit. Each client keeps the rate it had
+		// (plus Headroom), as a budget since its first report, so the
+		// part of a lease too small for a whole request carries over.
+		since := float64(t.tickAt-e.guardFrom)/1e9 + dt
+		budget := e.guardBase + uint64(e.guardRate*since*(1+o.cfg.Headroom))
+		e.cap = max(e.lastConsumed, min(e.cap, budget))
+	}
 	e.leaseRate = t.rate * share
 }
 

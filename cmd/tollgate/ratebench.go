@@ -35,6 +35,7 @@ func newRateBenchCmd() *cobra.Command {
 		offeredList    []float64
 		strategiesFlag string
 		dataDir        string
+		change         string
 	)
 	cmd := &cobra.Command{
 		Use:   "ratebench",
@@ -44,7 +45,17 @@ gRPC), gives every tenant ingestion_rate = --limit, and for each N in --clients
 runs N clientlib rate limiters per strategy. For each offered load (× the limit)
 and each routing (random over all N clients, or sticky over 4), it offers
 Poisson traffic of --tokens-token requests to one fresh tenant per strategy, at
-the same time, and reports admitted ÷ limit over --measure after --warmup.`,
+the same time, and reports admitted ÷ limit over --measure after --warmup.
+
+With --change (all, or a list of steady, churn, onoff, burst, lower, failover) it
+instead measures what happens while something changes, 5× offered to one
+tenant per strategy of the same rate group, N = the first --clients value:
+steady; churn (10 clients replaced every 2 s); onoff (5× for 2 s, nothing for
+2 s); burst (ingestion_burst = limit/10); lower (the limit halved in the
+limits file 2 s into the measured span; measured from 1 s after, against the
+new limit); failover (the group's leader stops abruptly 2 s into the
+measured span: no hand-off, streams cut). It reports the mean and the
+largest 1-second window (10 ms steps), ÷ the limit.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var strategies []ratelimit.Strategy
 			for _, s := range strings.Split(strategiesFlag, ",") {
@@ -56,6 +67,14 @@ the same time, and reports admitted ÷ limit over --measure after --warmup.`,
 			}
 			if limit <= 0 || tokens <= 0 || span <= 0 || warmup < 0 {
 				return fmt.Errorf("ratebench: --limit, --tokens and --measure must be > 0, --warmup ≥ 0")
+			}
+			if change != "" {
+				scs, err := parseChangeScenarios(change)
+				if err != nil {
+					return err
+				}
+				return runChangeBench(cmd.Context(), cmd.OutOrStdout(), rateBenchOpts{limit: limit, tokens: tokens,
+					clients: clientsList, strategies: strategies, dataDir: dataDir}, scs)
 			}
 			return runRateBench(cmd.Context(), cmd.OutOrStdout(), rateBenchOpts{limit: limit, tokens: tokens, warmup: warmup, span: span,
 				clients: clientsList, offered: offeredList, strategies: strategies, dataDir: dataDir})
@@ -69,6 +88,7 @@ the same time, and reports admitted ÷ limit over --measure after --warmup.`,
 	f.IntSliceVar(&clientsList, "clients", []int{10, 60}, "numbers of client limiters per strategy")
 	f.Float64SliceVar(&offeredList, "offered", []float64{0.8, 1, 2, 5}, "offered load, × the limit")
 	f.StringVar(&strategiesFlag, "strategies", "blocklist,lease,local", "strategies, side by side")
+	f.StringVar(&change, "change", "", "run change scenarios instead: all, or a list of steady, churn, onoff, burst, lower, failover")
 	f.StringVar(&dataDir, "data-dir", "", "where the nodes keep their data (default: a temp dir, removed)")
 	return cmd
 }
@@ -279,6 +299,9 @@ func startBenchCluster(ctx context.Context, dir, limitsFile string) ([]*server.S
 			NodeID: fmt.Sprintf("rb%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, LimitsFile: limitsFile, Logger: logger,
+			// A changed limits file (ratebench --change lower) is read
+			// within 200 ms, so the figures measure the limiter, not the poll.
+			LimitsReload: 200 * time.Millisecond,
 		}
 		if seed != "" {
 			cfg.Join = []string{seed}
