@@ -129,15 +129,7 @@ func benchRLSOpen(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitSe
 	el := time.Since(start)
 	cpu := cpuTime() - cpu0
 	b.StopTimer()
-	all := slices.Concat(lat...)
-	slices.Sort(all)
-	if len(all) == 0 {
-		return
-	}
-	b.ReportMetric(float64(len(all))/el.Seconds(), "decisions/s")
-	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	b.ReportMetric(float64(len(all))/cpu.Seconds(), "decisions/cpu-s")
+	reportLatencies(b, lat, el, cpu)
 }
 
 func benchRLS(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest, inflight int) {
@@ -169,6 +161,14 @@ func benchRLS(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitServic
 	el := time.Since(start)
 	cpu := cpuTime() - cpu0
 	b.StopTimer()
+	reportLatencies(b, lat, el, cpu)
+}
+
+// reportLatencies reports the calls' rate, p50 and p99 over the elapsed
+// time, and decisions per CPU-second of the process (node and clients,
+// whatever else the machine runs: the load-independent figure; × cores =
+// what an idle machine sustains).
+func reportLatencies(b *testing.B, lat [][]time.Duration, el, cpu time.Duration) {
 	all := slices.Concat(lat...)
 	slices.Sort(all)
 	if len(all) == 0 {
@@ -177,9 +177,6 @@ func benchRLS(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitServic
 	b.ReportMetric(float64(len(all))/el.Seconds(), "decisions/s")
 	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	// What the process (node and clients) spent per decision, whatever else
-	// the machine runs: decisions per CPU-second is the load-independent
-	// figure (× cores = what an idle machine sustains).
 	b.ReportMetric(float64(len(all))/cpu.Seconds(), "decisions/cpu-s")
 }
 
