@@ -223,7 +223,7 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		}
 	}
 
-	cc := dial(t, s.GRPCAddr())
+	cc := dialAnon(t, s.GRPCAddr())
 	client := &http.Client{Timeout: 30 * time.Second}
 	scheme := "http://"
 	if withTLS {

@@ -187,7 +187,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for c := range streams / 100 {
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth,
 			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)) // a reader that never reads: no window growth
 		if err != nil {
 			t.Fatal(err)

@@ -110,7 +110,7 @@ func parseCredentials(data []byte) (credentialSet, error) {
 // credStore holds the credentials in force and reloads the file when it
 // changes; a file that fails to parse is logged and the previous set stays.
 type credStore struct {
-	path       string
+	path       string // "" when the admin token is the only credential
 	adminToken string // the node's admin token: an admin credential too
 	log        *slog.Logger
 	set        atomic.Pointer[credentialSet]
@@ -126,6 +126,11 @@ func newCredStore(path, adminToken string, log *slog.Logger) (*credStore, error)
 }
 
 func (cs *credStore) reload() error {
+	if cs.path == "" {
+		// The admin token alone: no scoped credentials.
+		cs.set.Store(&credentialSet{})
+		return nil
+	}
 	data, err := os.ReadFile(cs.path)
 	if err != nil {
 		return fmt.Errorf("credentials file: %w", err)
@@ -201,7 +206,11 @@ func (cs *credStore) check(r rule, authorization []string, tenants []string) (ve
 	}
 	c := cs.lookup(authorization)
 	if c == nil {
-		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token)", r.name, r.scope)
+		hint := ""
+		if cs.path == "" {
+			hint = "; this node has no credentials file, so its admin token is the only credential"
+		}
+		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.scope, hint)
 	}
 	if !c.has(r.scope) {
 		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.scope, c.name, scopeList(c))

@@ -29,7 +29,7 @@ func TestSaturatedSketchRefused(t *testing.T) {
 	limits := writeSketchLimits(t)
 	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
 	s := tc.nodes[0]
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +159,7 @@ func FuzzNodeREST(f *testing.F) {
 	f.Add(uint8(4), "", "top=0", []byte(nil))
 	f.Add(uint8(5), "", "", []byte(`{"kind":"locate","backlog":1}`))
 	f.Add(uint8(5), "", "", []byte("[\xff]"))
-	client := &http.Client{Timeout: 30 * time.Second}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: testTokenTransport{}}
 	base := "http://" + s.HTTPAddr()
 	f.Fuzz(func(t *testing.T, which uint8, tenant, query string, body []byte) {
 		vals, err := url.ParseQuery(query)

@@ -242,7 +242,7 @@ func TestDashboard(t *testing.T) {
 func dashboardLoad(ctx context.Context, tc *testCluster) {
 	clients := map[string]api.TrackerClient{}
 	for _, s := range tc.nodes {
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 		if err != nil {
 			return // no load: the rates on the page read 0
 		}
