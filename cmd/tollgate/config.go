@@ -86,6 +86,7 @@ func (s *serverSettings) options() []option {
 		{"http-max-conns", &c.Bounds.HTTPMaxConns, "most open HTTP connections; at the cap the longest-idle one is closed for a new one (default 4096)"},
 		{"max-watch-streams", &c.Bounds.MaxWatchStreams, "most long-lived streams (WatchCluster, WatchSummaries, WatchSketches) open on the node (default 10000)"},
 		{"max-watch-streams-per-client", &c.Bounds.MaxWatchStreamsPerClient, "most such streams one client (credential, or IP address without one) holds (default 1000)"},
+		{"watch-send-timeout", &c.Bounds.WatchSendTimeout, "a watch stream whose client has not read a message for this long is closed with ResourceExhausted \"slow reader\" (default 30s)"},
 		{"bootstrap", &c.Bootstrap, "bootstrap every group with this node as the only voter on first start"},
 		{"enable-debug-endpoints", &c.EnableDebugEndpoints, "serve /debug/pprof/ on the HTTP address, behind the admin token (loopback only without a token)"},
 		{"partitions", &c.Partitions, "partitions P (fixed at cluster creation)"},
