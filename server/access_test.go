@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -411,10 +412,80 @@ func TestParseCredentials(t *testing.T) {
 		{"a sha256:" + h + " track\na sha256:" + strings.Repeat("cd", 32) + " read\n", "given twice"},
 		{"a sha256:" + h + " track bad/tenant\n", "tenant"},
 		{"a sha256:" + h + "\n", "line 1"},
+		{"a cert:cn=dist track t1\n", ""},
+		{"a cert:spiffe://example.org/envoy track\n", ""},
+		{"a cert:dist track\n", "certificate identity"},
+		{"a cert:cn= track\n", "certificate identity"},
+		{"a cert:cn=ops admin\n", "admin scope"},
+		{"a cert:cn=x track\nb cert:cn=x read\n", "same certificate identity"},
 	} {
 		_, err := parseCredentials([]byte(c.file))
 		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%q: %v, want %q", c.file, err, c.err)
+		}
+	}
+}
+
+// TestCertIdentityScopes: a credentials file line "cert:cn=<name>" maps a
+// verified client certificate to scopes and tenants, with the same rule on
+// gRPC and HTTP: the development client certificate (CN tollgate-client),
+// mapped to track and read for tenant "a", tracks and reads "a" without a
+// token, is refused "b" and the admin API, and a wrong token is refused
+// even over the certificate; without a certificate (HTTP "request" mode)
+// the call needs a token.
+func TestCertIdentityScopes(t *testing.T) {
+	pki := testPKI(t)
+	creds := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(creds, []byte("dist cert:cn=tollgate-client track,read a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.AdminToken, c.CredentialsFile = accessAdminToken, creds
+		c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
+		var err error
+		if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthRequest); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer stop(t, s)
+	cc := tlsDial(t, s.GRPCAddr(), clientTLS(t, pki.Client, pki.ClientKey, pki.CA))
+	track := func(tenant, tok string) codes.Code {
+		return callGRPC(t, cc, api.Tracker_TrackSeries_FullMethodName, &api.TrackSeriesRequest{Tenant: tenant, Hashes: []uint64{1}}, tok)
+	}
+	if c := track("a", ""); c != codes.OK {
+		t.Errorf("gRPC track a with the certificate: %v, want OK", c)
+	}
+	if c := track("b", ""); c != codes.PermissionDenied {
+		t.Errorf("gRPC track b with the certificate: %v, want PermissionDenied", c)
+	}
+	if c := track("a", "Bearer not-a-token"); c != codes.Unauthenticated {
+		t.Errorf("gRPC track a with the certificate and a wrong token: %v, want Unauthenticated", c)
+	}
+	if c := callGRPC(t, cc, api.Admin_Status_FullMethodName, &api.StatusRequest{}, ""); c != codes.PermissionDenied {
+		t.Errorf("gRPC admin status with the certificate: %v, want PermissionDenied", c)
+	}
+	get := func(cfg *tls.Config, path string) int {
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		resp, err := c.Get("https://" + s.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	withCert, noCert := clientTLS(t, pki.Client, pki.ClientKey, pki.CA), clientTLS(t, "", "", pki.CA)
+	for _, c := range []struct {
+		cfg  *tls.Config
+		path string
+		want int
+	}{
+		{withCert, "/api/v1/tenants/a", http.StatusOK},
+		{withCert, "/api/v1/tenants/b", http.StatusForbidden},
+		{withCert, "/api/v1/status", http.StatusForbidden}, // every tenant's data
+		{noCert, "/api/v1/tenants/a", http.StatusUnauthorized},
+	} {
+		if got := get(c.cfg, c.path); got != c.want {
+			t.Errorf("HTTP %s (certificate %v): %d, want %d", c.path, c.cfg == withCert, got, c.want)
 		}
 	}
 }
