@@ -232,7 +232,18 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		client.Transport = &http.Transport{TLSClientConfig: clientTLS(t, "", "", pki.CA)}
 		scheme = "https://"
 	}
-	states := []string{"none", "wrong", "wrong scope", "other tenant", "right"}
+	probeTable(t, cc, scheme+s.HTTPAddr(), client, []string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
+}
+
+// probeTable calls every gRPC method (over cc) and HTTP route (at base)
+// of the access rows once per credential state, with the token tok gives
+// (ok false: the state does not apply to the rule), and checks the answer
+// against want: "" (past the access check), "unauthenticated" or
+// "forbidden".
+func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Client, states []string,
+	tok func(state string, r rule, names bool) (string, bool), want func(state string, r rule, names bool) string) {
+	t.Helper()
+	tokenFor, expectRefused := tok, want
 	for method, req := range grpcAccessRows {
 		r := grpcRules[method]
 		names := r.grpcTenants != nil && r.grpcTenants(req) != nil
@@ -263,7 +274,7 @@ func testAccessRules(t *testing.T, withTLS bool) {
 			if !ok {
 				continue
 			}
-			req, _ := http.NewRequest(row[0], scheme+s.HTTPAddr()+row[1], strings.NewReader(row[2]))
+			req, _ := http.NewRequest(row[0], base+row[1], strings.NewReader(row[2]))
 			if row[2] != "" {
 				req.Header.Set("Content-Type", "application/json")
 			}
@@ -487,5 +498,61 @@ func TestCertIdentityScopes(t *testing.T) {
 		if got := get(c.cfg, c.path); got != c.want {
 			t.Errorf("HTTP %s (certificate %v): %d, want %d", c.path, c.cfg == withCert, got, c.want)
 		}
+	}
+}
+
+// TestAccessAdminTokenOnly: a node with an admin token and no credentials
+// file answers no endpoint that writes or reveals tenant data without a
+// credential, and the admin token satisfies every scope. Before, billing
+// writes, usage and bill reads, tracking, sketch pushes and every stream
+// answered without a token on such a node.
+func TestAccessAdminTokenOnly(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.AdminToken, c.EnableDebugEndpoints = accessAdminToken, true
+	})
+	defer stop(t, s)
+	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+		[]string{"none", "wrong", "admin token"},
+		func(state string, _ rule, _ bool) (string, bool) {
+			switch state {
+			case "wrong":
+				return "Bearer not-a-token", true
+			case "admin token":
+				return "Bearer " + accessAdminToken, true
+			}
+			return "", true
+		},
+		func(state string, r rule, _ bool) string {
+			if r.scope == "" || state == "admin token" {
+				return ""
+			}
+			return "unauthenticated"
+		})
+}
+
+// TestAccessDevDefault: without any credential (the development default,
+// on loopback) every endpoint answers without a token.
+func TestAccessDevDefault(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.EnableDebugEndpoints = true })
+	defer stop(t, s)
+	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+		[]string{"none"},
+		func(string, rule, bool) (string, bool) { return "", true },
+		func(string, rule, bool) string { return "" })
+}
+
+// TestAccessRulesCluster: the table on every node of a three-node cluster,
+// so each call meets leaders and followers of its group (a follower checks
+// the caller, and what it forwards carries the caller's token).
+func TestAccessRulesCluster(t *testing.T) {
+	creds := writeCredentials(t)
+	tc := startCluster(t, 3, func(_ int, c *Config) {
+		c.AdminToken, c.CredentialsFile, c.HTTPAddr, c.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
+	})
+	for _, s := range tc.nodes {
+		t.Run(s.NodeID(), func(t *testing.T) {
+			probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+				[]string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
+		})
 	}
 }
