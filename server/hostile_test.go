@@ -159,7 +159,7 @@ func FuzzNodeREST(f *testing.F) {
 	f.Add(uint8(4), "", "top=0", []byte(nil))
 	f.Add(uint8(5), "", "", []byte(`{"kind":"locate","backlog":1}`))
 	f.Add(uint8(5), "", "", []byte("[\xff]"))
-	client := &http.Client{Timeout: 30 * time.Second, Transport: testTokenTransport{}}
+	client := &http.Client{Timeout: 30 * time.Second}
 	base := "http://" + s.HTTPAddr()
 	f.Fuzz(func(t *testing.T, which uint8, tenant, query string, body []byte) {
 		vals, err := url.ParseQuery(query)
