@@ -26,7 +26,7 @@ func get(t *testing.T, s *Server, path string, hdr ...string) (int, string) {
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
-	resp, err := testHTTP.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
