@@ -4,8 +4,8 @@
 // 	protoc        v3.21.12
 // source: metering.proto
 
-// The Metering service turns continuous usage into usage records (SPEC §6,
-// seed 002): start and stop events open and close spans kept in raft; the
+// The Metering service turns continuous usage into usage records: start and
+// stop events open and close spans kept in raft; the
 // leader of each span's group samples them into records at granularity
 // boundaries. Any node accepts an event and forwards it to the leader of the
 // target's group.

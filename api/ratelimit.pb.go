@@ -4,7 +4,7 @@
 // 	protoc        v3.21.12
 // source: ratelimit.proto
 
-// Global ingestion-rate limits (SPEC §4). Clients decide locally; they report
+// Global ingestion-rate limits. Clients decide locally; they report
 // what they consumed and were offered, asynchronously, to the node that owns the
 // tenant's rate state (the leader of raft group api.RateGroup(tenant, P, G)),
 // and that node streams back what clients need to decide: a blocklist (the
@@ -40,7 +40,7 @@ type RateStrategy int32
 const (
 	RateStrategy_RATE_STRATEGY_UNSPECIFIED RateStrategy = 0
 	// Cortex's global limiter: sliding window of two fixed buckets, blocklist
-	// tenant → blocked-for with the seed's formula.
+	// tenant → blocked-for with the blocklist formula (rateowner.blockedFor).
 	RateStrategy_RATE_STRATEGY_BLOCKLIST RateStrategy = 1
 	// Shared token bucket on the owner; each client gets a cap on its own
 	// cumulative consumption, sized by its recent demand.
@@ -115,8 +115,15 @@ type RateReport struct {
 	BucketStartUnixNanos []int64  `protobuf:"varint,8,rep,packed,name=bucket_start_unix_nanos,json=bucketStartUnixNanos,proto3" json:"bucket_start_unix_nanos,omitempty"`
 	BucketConsumed       []uint64 `protobuf:"varint,9,rep,packed,name=bucket_consumed,json=bucketConsumed,proto3" json:"bucket_consumed,omitempty"`
 	PrevBucketConsumed   []uint64 `protobuf:"varint,10,rep,packed,name=prev_bucket_consumed,json=prevBucketConsumed,proto3" json:"prev_bucket_consumed,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// How far the client's current bucket had run when it counted
+	// bucket_consumed (the client's now − bucket_start_unix_nanos), parallel to
+	// the bucket counts. A duration, so the owner places the counts on its own
+	// clock: clients' and owners' wall clocks may differ (docs/clocks.md), and
+	// bucket_start_unix_nanos is only compared with the owner's clock when this
+	// is absent (a client that predates it).
+	BucketAgeNanos []int64 `protobuf:"varint,11,rep,packed,name=bucket_age_nanos,json=bucketAgeNanos,proto3" json:"bucket_age_nanos,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RateReport) Reset() {
@@ -215,6 +222,13 @@ func (x *RateReport) GetBucketConsumed() []uint64 {
 func (x *RateReport) GetPrevBucketConsumed() []uint64 {
 	if x != nil {
 		return x.PrevBucketConsumed
+	}
+	return nil
+}
+
+func (x *RateReport) GetBucketAgeNanos() []int64 {
+	if x != nil {
+		return x.BucketAgeNanos
 	}
 	return nil
 }
@@ -412,7 +426,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\x86\x03\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xb0\x03\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -425,7 +439,8 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x17bucket_start_unix_nanos\x18\b \x03(\x03R\x14bucketStartUnixNanos\x12'\n" +
 	"\x0fbucket_consumed\x18\t \x03(\x04R\x0ebucketConsumed\x120\n" +
 	"\x14prev_bucket_consumed\x18\n" +
-	" \x03(\x04R\x12prevBucketConsumed\"\xc7\x02\n" +
+	" \x03(\x04R\x12prevBucketConsumed\x12(\n" +
+	"\x10bucket_age_nanos\x18\v \x03(\x03R\x0ebucketAgeNanos\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +

@@ -4,7 +4,7 @@
 // - protoc             v3.21.12
 // source: ratelimit.proto
 
-// Global ingestion-rate limits (SPEC §4). Clients decide locally; they report
+// Global ingestion-rate limits. Clients decide locally; they report
 // what they consumed and were offered, asynchronously, to the node that owns the
 // tenant's rate state (the leader of raft group api.RateGroup(tenant, P, G)),
 // and that node streams back what clients need to decide: a blocklist (the

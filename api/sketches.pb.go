@@ -6,7 +6,7 @@
 
 // Sketches synchronises per-(tenant, ingest partition, minute) HyperLogLog
 // sketches between clients (clientlib/partitionlimit) and Tollgate nodes
-// (package sketchhub), SPEC §3. Merging is register-wise max: idempotent and
+// (package sketchhub). Merging is register-wise max: idempotent and
 // order-free, so nodes need no consensus and a retried push is always safe.
 //
 // Register convention (shared with clientlib, see api/hll.go): for a 64-bit
@@ -253,7 +253,14 @@ func (x *PushSketchesResponse) GetIncarnation() string {
 type WatchSketchesRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Must equal the node's precision.
-	Precision     uint32 `protobuf:"varint,1,opt,name=precision,proto3" json:"precision,omitempty"`
+	Precision uint32 `protobuf:"varint,1,opt,name=precision,proto3" json:"precision,omitempty"`
+	// When true, the stream carries only the sketches of the tenants listed
+	// (none while the list is empty): a client subscribes to the tenants it
+	// checks and opens a new stream when that set grows. False (clients from
+	// before subscriptions): every tenant's sketches.
+	OnlyTenants bool `protobuf:"varint,2,opt,name=only_tenants,json=onlyTenants,proto3" json:"only_tenants,omitempty"`
+	// At most 100,000 valid tenant ids.
+	Tenants       []string `protobuf:"bytes,3,rep,name=tenants,proto3" json:"tenants,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -293,6 +300,20 @@ func (x *WatchSketchesRequest) GetPrecision() uint32 {
 		return x.Precision
 	}
 	return 0
+}
+
+func (x *WatchSketchesRequest) GetOnlyTenants() bool {
+	if x != nil {
+		return x.OnlyTenants
+	}
+	return false
+}
+
+func (x *WatchSketchesRequest) GetTenants() []string {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
 }
 
 type SketchBatch struct {
@@ -399,9 +420,11 @@ const file_sketches_proto_rawDesc = "" +
 	"\achanged\x18\x01 \x01(\rR\achanged\x12\x1f\n" +
 	"\vnode_minute\x18\x02 \x01(\x03R\n" +
 	"nodeMinute\x12 \n" +
-	"\vincarnation\x18\x03 \x01(\tR\vincarnation\"4\n" +
+	"\vincarnation\x18\x03 \x01(\tR\vincarnation\"q\n" +
 	"\x14WatchSketchesRequest\x12\x1c\n" +
-	"\tprecision\x18\x01 \x01(\rR\tprecision\"\xd5\x01\n" +
+	"\tprecision\x18\x01 \x01(\rR\tprecision\x12!\n" +
+	"\fonly_tenants\x18\x02 \x01(\bR\vonlyTenants\x12\x18\n" +
+	"\atenants\x18\x03 \x03(\tR\atenants\"\xd5\x01\n" +
 	"\vSketchBatch\x12\x1c\n" +
 	"\tprecision\x18\x01 \x01(\rR\tprecision\x12%\n" +
 	"\x0ewindow_minutes\x18\x02 \x01(\rR\rwindowMinutes\x12\x12\n" +

@@ -84,7 +84,8 @@ type ClusterView struct {
 	// groups' replicas); 0 when none is replicated. Unlike version above it is
 	// comparable across nodes: clients keep the highest they have seen.
 	ConfigVersion uint64 `protobuf:"varint,7,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
-	// The runtime configuration at config_version (absent when 0).
+	// The runtime configuration at config_version: absent when 0, and on a
+	// stream that already carried this version (keep the one received).
 	RuntimeConfig *RuntimeConfig `protobuf:"bytes,8,opt,name=runtime_config,json=runtimeConfig,proto3" json:"runtime_config,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

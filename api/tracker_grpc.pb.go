@@ -42,7 +42,7 @@ const (
 type TrackerClient interface {
 	// TrackSeries decides, on the leader of the partition's raft group, which of the
 	// hashes may be written, records the accepted ones and replies after the raft
-	// commit. Hashes are decided in request order (see SPEC §2).
+	// commit. Hashes are decided in request order.
 	TrackSeries(ctx context.Context, in *TrackSeriesRequest, opts ...grpc.CallOption) (*TrackSeriesResponse, error)
 	// GetUsersCloseToLimit lists the tenants whose active series in the group that
 	// owns the partition are at or above the server's near-limit fraction of their
@@ -108,7 +108,7 @@ type Tracker_WatchClusterClient = grpc.ServerStreamingClient[ClusterView]
 type TrackerServer interface {
 	// TrackSeries decides, on the leader of the partition's raft group, which of the
 	// hashes may be written, records the accepted ones and replies after the raft
-	// commit. Hashes are decided in request order (see SPEC §2).
+	// commit. Hashes are decided in request order.
 	TrackSeries(context.Context, *TrackSeriesRequest) (*TrackSeriesResponse, error)
 	// GetUsersCloseToLimit lists the tenants whose active series in the group that
 	// owns the partition are at or above the server's near-limit fraction of their

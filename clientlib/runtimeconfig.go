@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // RuntimeConfig is one version of the cluster's replicated runtime
@@ -24,35 +25,25 @@ func (r *RuntimeConfig) Version() uint64 { return r.pb.GetVersion() }
 // Proto is the configuration's wire form; callers must not modify it.
 func (r *RuntimeConfig) Proto() *api.RuntimeConfig { return r.pb }
 
-// TenantLimits are a tenant's effective limits from the document.
-type TenantLimits struct {
-	MaxSeries             int64   // 0 = not set here (the server's default applies)
-	MaxSeriesPerPartition int64   // 0 = off
-	IngestionRate         float64 // tokens per second, 0 = off
-	IngestionBurst        int64
+// TenantLimits are a tenant's effective limits from the document (package
+// limits): MaxSeries 0 = not set here (the server's default applies);
+// MaxSeriesPerPartition, IngestionRate (tokens per second) 0 = off.
+type TenantLimits = limits.Effective
+
+// Tenant returns a tenant's effective limits: the defaults, overlaid by the
+// tenant's own scope (limits.Resolve, the rule the servers apply), over an
+// empty base since the server's --default-max-series is not in the document.
+func (r *RuntimeConfig) Tenant(tenant string) TenantLimits {
+	return limits.Resolve(limits.Effective{}, overrides(r.pb.GetDefaults()), overrides(r.pb.GetTenants()[tenant]))
 }
 
-// Tenant returns a tenant's effective limits.
-func (r *RuntimeConfig) Tenant(tenant string) TenantLimits {
-	var out TenantLimits
-	for _, s := range []*api.TenantLimits{r.pb.GetDefaults(), r.pb.GetTenants()[tenant]} {
-		if s == nil {
-			continue
-		}
-		if s.MaxSeries != nil {
-			out.MaxSeries = *s.MaxSeries
-		}
-		if s.MaxSeriesPerPartition != nil {
-			out.MaxSeriesPerPartition = *s.MaxSeriesPerPartition
-		}
-		if s.IngestionRate != nil {
-			out.IngestionRate = *s.IngestionRate
-		}
-		if s.IngestionBurst != nil {
-			out.IngestionBurst = *s.IngestionBurst
-		}
+// overrides are the limit keys a scope of the wire document sets.
+func overrides(s *api.TenantLimits) limits.Overrides {
+	if s == nil {
+		return limits.Overrides{}
 	}
-	return out
+	return limits.Overrides{MaxSeries: s.MaxSeries, MaxSeriesPerPartition: s.MaxSeriesPerPartition,
+		IngestionRate: s.IngestionRate, IngestionBurst: s.IngestionBurst}
 }
 
 // IngestionRate is the tenant's rate limit (tokens/s, 0 = off) and burst: the

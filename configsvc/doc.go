@@ -8,7 +8,7 @@
 // group agreed on. Group 0 orders changes: sets and applies are proposed there
 // (with compare-and-set on the version), and the reconciler on group 0's leader
 // installs each new version in the other groups (an install applies only if
-// newer, so copies only move forward). See ARCHITECTURE.md.
+// newer, so copies only move forward). See ARCHITECTURE.md (runtime config) and docs/limits.md.
 //
 // The package reaches raft and peers only through Backend, which the server
 // implements; it knows nothing of series.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
 
@@ -68,6 +69,10 @@ type Options struct {
 	// ReconcileEvery is the reconciler's period besides its wake-ups on
 	// change. Default 1s.
 	ReconcileEvery time.Duration
+	// RecheckEvery is how often the reconciler forgets the versions other
+	// groups reported and asks them again, which is how it notices a group
+	// restored from a backup elsewhere. Default 30s.
+	RecheckEvery time.Duration
 }
 
 // New returns a service over b.
@@ -80,6 +85,9 @@ func New(b Backend, o Options) (*Service, error) {
 	}
 	if o.ReconcileEvery <= 0 {
 		o.ReconcileEvery = time.Second
+	}
+	if o.RecheckEvery <= 0 {
+		o.RecheckEvery = 30 * time.Second
 	}
 	s := &Service{b: b, opt: o, log: o.Logger, poke: make(chan struct{}, 1), known: make([]uint64, b.Groups())}
 	m, err := newMetrics(o.Registerer, s)
@@ -301,7 +309,11 @@ func (s *Service) changed(ctx context.Context, op, what string, res runtimecfg.R
 		s.m.changes.WithLabelValues(op).Inc()
 		s.log.Info("runtime config changed", "op", op, "scope", what, "version", res.Version)
 	}
-	resp.GroupsAtVersion = uint32(s.replicateAll(ctx, res.Version))
+	// Copying into the other groups is this node's own work as group 0's
+	// leader, not the caller's: a change forwarded here from a follower must
+	// still reach the groups led elsewhere (a forwarded call may not be
+	// forwarded again).
+	resp.GroupsAtVersion = uint32(s.replicateAll(forward.Own(ctx), res.Version))
 	return resp
 }
 
@@ -442,7 +454,7 @@ func (s *Service) replicateAll(ctx context.Context, want uint64) int {
 func (s *Service) Run(ctx context.Context) {
 	t := time.NewTicker(s.opt.ReconcileEvery)
 	defer t.Stop()
-	forget := time.Now().Add(30 * time.Second)
+	forget := time.Now().Add(s.opt.RecheckEvery)
 	for {
 		select {
 		case <-ctx.Done():
@@ -456,7 +468,7 @@ func (s *Service) Run(ctx context.Context) {
 			s.mu.Lock()
 			clear(s.known)
 			s.mu.Unlock()
-			forget = time.Now().Add(30 * time.Second)
+			forget = time.Now().Add(s.opt.RecheckEvery)
 		}
 		if !s.b.Leads(OrderGroup) {
 			s.mu.Lock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // localLimits asks n for the runtime config it holds itself: the forwarded
@@ -24,7 +25,7 @@ import (
 func (c *cluster) localLimits(n *node) (*api.GetLimitsResponse, error) {
 	ctx, cancel := adminCtx(context.Background(), adminCallTO)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "x-tollgate-forwarded", "1")
+	ctx = metadata.AppendToOutgoingContext(ctx, forward.Header, "1")
 	return api.NewConfigClient(c.conn(n.grpcAddr)).GetLimits(ctx, &api.GetLimitsRequest{})
 }
 

@@ -21,7 +21,7 @@ import (
 
 // wipedIncarnationMarker is the text a node whose data dir was replaced
 // reports (log and /readyz) while it stays out of the groups that still list
-// its earlier incarnation; docs/operations.md and ARCHITECTURE.md document it.
+// its earlier incarnation; docs/operations.md and docs/cluster.md document it.
 const wipedIncarnationMarker = "new incarnation"
 
 // TestWipedDiskRejoin: three nodes under continuous tracking load; node-2 is

@@ -74,7 +74,7 @@ func tenantOn(n *node, tenant string) *tenantView {
 //
 // The sum of positive shares is NOT checked at every instant: after a
 // lowering, a group that gave headroom away can be below zero while its
-// receivers keep what they received (ARCHITECTURE.md, movable shares).
+// receivers keep what they received (docs/shares.md).
 type shareObserver struct {
 	t       *testing.T
 	c       *cluster

@@ -1,6 +1,6 @@
 package fsm
 
-// The minute clock of the seed: a series' last-seen time is stored as one byte,
+// The minute clock: a series' last-seen time is stored as one byte,
 // the minutes elapsed since the last 2-hour boundary of Unix time. Only relative
 // ages are ever needed and idle timeouts are at most an hour, so a 120-minute ring
 // is unambiguous as long as nothing older than ~119 minutes stays in the map. The

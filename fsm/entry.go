@@ -33,8 +33,9 @@ import (
 //	         are idle (IdleAge(timeout) = timeout+1; builds before cluster
 //	         version 2 sent the timeout itself and accepted at most 60)
 //
-// config-apply, config-patch, config-install (types 4, 5, 6, cluster version
-// 3): payloads owned by the runtime-config module, see fsm/runtimecfg/format.md.
+// Types 4–20 belong to modules, which register them (RegisterModuleEntry) and
+// document their payloads: runtime config 4–7 and 20 (fsm/runtimecfg/format.md),
+// shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go).
 //
 // drop-tenant payload (type 3, cluster version 2):
 //
@@ -67,8 +68,9 @@ import (
 const EntryVersion = 1
 
 // CurrentClusterVersion is the highest cluster version this build can apply:
-// the largest Since of the registered entry types. Bump it together with the
-// registry when adding a type.
+// the largest Since of the registered entry types (core and modules; a test in
+// the server package, which links every module, checks it). Bump it together
+// with the row that needs it.
 const CurrentClusterVersion = 4
 
 // Entry types.
@@ -76,16 +78,6 @@ const (
 	EntryTrack      byte = 1
 	EntryExpire     byte = 2
 	EntryDropTenant byte = 3
-)
-
-// Metering entry types (cluster version 3), owned by the "metering" module
-// (package fsm/metering documents their payloads). Reserved: 12–19.
-const (
-	EntryMeterEvents  byte = 12 // batch of start/stop events
-	EntryMeterPlan    byte = 13 // batch of planned intervals
-	EntryMeterExecute byte = 14 // batch of executed (or dead-lettered) intervals
-	EntryMeterTick    byte = 15 // housekeeping: dedup expiry, ledger retention
-	EntryMeterSeries  byte = 16 // per-tenant active-series sample of one minute
 )
 
 const entryOverhead = 2 + 4
@@ -146,43 +138,60 @@ type entryType struct {
 	apply  func(f *FSM, e *Entry) any
 }
 
-// registry is the table of entry types. It is written only here, at package
-// initialisation, and read-only afterwards (the package's tests add one
-// module row in an init function of a _test file).
-//
-// Module-owned rows name their module and use encodeModule/decodeModule; the
-// module applies them (see Module).
-var registry = []entryType{
-	{typ: EntryTrack, name: "track", since: 1, encode: encodeTrack, decode: decodeTrack, apply: (*FSM).applyTrack},
-	{typ: EntryExpire, name: "expire", since: 1, encode: encodeExpire, decode: decodeExpire, apply: (*FSM).applyExpire},
-	{typ: EntryDropTenant, name: "drop-tenant", since: 2, encode: encodeDropTenant, decode: decodeDropTenant, apply: (*FSM).applyDropTenant},
-	// Runtime configuration (fsm/runtimecfg; payload formats in its format.md).
-	{typ: 4, name: "config-apply", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
-	{typ: 5, name: "config-patch", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
-	{typ: 6, name: "config-install", since: 3, module: "runtime-config", encode: encodeModule, decode: decodeModule},
-	// The same with an Envoy rate limit section in the document.
-	{typ: 7, name: "config-apply-envoy", since: 4, module: "runtime-config", encode: encodeModule, decode: decodeModule},
-	{typ: 20, name: "config-install-envoy", since: 4, module: "runtime-config", encode: encodeModule, decode: decodeModule},
-	// Tenant shares (fsm/shares): types 8–11 reserved, 11 unused.
-	{typ: 8, name: "shares-give", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
-	{typ: 9, name: "shares-receive", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
-	{typ: 10, name: "shares-complete", since: 3, module: "shares", encode: encodeModule, decode: decodeModule},
-	// Metering (fsm/metering; payload formats in its doc.go).
-	{typ: EntryMeterEvents, name: "meter-events", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
-	{typ: EntryMeterPlan, name: "meter-plan", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
-	{typ: EntryMeterExecute, name: "meter-execute", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
-	{typ: EntryMeterTick, name: "meter-tick", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
-	{typ: EntryMeterSeries, name: "meter-series", since: 3, module: "metering", encode: encodeModule, decode: decodeModule},
+// registry is the table of entry types: the core rows below, and the rows
+// each module registers for itself from its package's init function
+// (RegisterModuleEntry), so a module's entry types are listed beside the code
+// that applies them. It is written only during package initialisation and
+// read-only afterwards; byType indexes it for the hot path (every entry
+// encoded or decoded looks its type up).
+var (
+	registry []*entryType
+	byType   [256]*entryType
+)
+
+func init() {
+	for _, r := range []entryType{
+		{typ: EntryTrack, name: "track", since: 1, encode: encodeTrack, decode: decodeTrack, apply: (*FSM).applyTrack},
+		{typ: EntryExpire, name: "expire", since: 1, encode: encodeExpire, decode: decodeExpire, apply: (*FSM).applyExpire},
+		{typ: EntryDropTenant, name: "drop-tenant", since: 2, encode: encodeDropTenant, decode: decodeDropTenant, apply: (*FSM).applyDropTenant},
+	} {
+		register(r)
+	}
 }
 
-func lookupType(t byte) *entryType {
-	for i := range registry {
-		if registry[i].typ == t {
-			return &registry[i]
+// RegisterModuleEntry registers an entry type owned by a module: its type
+// byte, name and the cluster version that introduced it. The module applies
+// it (see Module); its payload is opaque here. Call it from the module
+// package's init function. It panics on a type or name already registered,
+// a version outside [1, CurrentClusterVersion] or an empty module name: all
+// programming errors that must stop the binary before it touches a log.
+func RegisterModuleEntry(module string, typ byte, name string, since int) {
+	if module == "" {
+		panic(fmt.Sprintf("fsm: entry type %d (%s) registered without a module", typ, name))
+	}
+	register(entryType{typ: typ, name: name, since: since, module: module, encode: encodeModule, decode: decodeModule})
+}
+
+func register(r entryType) {
+	switch {
+	case r.typ == 0 || byType[r.typ] != nil:
+		panic(fmt.Sprintf("fsm: entry type %d (%s) registered twice or reserved", r.typ, r.name))
+	case r.name == "":
+		panic(fmt.Sprintf("fsm: entry type %d registered without a name", r.typ))
+	case r.since < 1 || r.since > CurrentClusterVersion:
+		panic(fmt.Sprintf("fsm: entry type %d (%s) since cluster version %d, outside [1, %d]", r.typ, r.name, r.since, CurrentClusterVersion))
+	}
+	for _, o := range registry {
+		if o.name == r.name {
+			panic(fmt.Sprintf("fsm: entry type name %q registered twice (types %d and %d)", r.name, o.typ, r.typ))
 		}
 	}
-	return nil
+	row := r
+	registry = append(registry, &row)
+	byType[r.typ] = &row
 }
+
+func lookupType(t byte) *entryType { return byType[t] }
 
 // EntryTypeInfo describes a registered entry type.
 type EntryTypeInfo struct {
@@ -195,8 +204,10 @@ type EntryTypeInfo struct {
 // EntryTypes lists the registered entry types in type order.
 func EntryTypes() []EntryTypeInfo {
 	out := make([]EntryTypeInfo, 0, len(registry))
-	for _, r := range registry {
-		out = append(out, EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since, Module: r.module})
+	for _, r := range byType {
+		if r != nil {
+			out = append(out, EntryTypeInfo{Type: r.typ, Name: r.name, Since: r.since, Module: r.module})
+		}
 	}
 	return out
 }

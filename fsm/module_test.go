@@ -21,8 +21,7 @@ import (
 const testCounterType byte = 250
 
 func init() {
-	registry = append(registry, entryType{typ: testCounterType, name: "test-counter", since: 1, module: "test-counter",
-		encode: encodeModule, decode: decodeModule})
+	RegisterModuleEntry("test-counter", testCounterType, "test-counter", 1)
 }
 
 // counter is a minimal Module: a sum and the number of adds, guarded for

@@ -8,10 +8,10 @@ import (
 	"sync"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
@@ -41,8 +41,7 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 		g := s.host.GroupOf(fsmmeter.TargetHash(evs[i].Target))
 		byGroup[g] = append(byGroup[g], i)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	forwarded := len(md.Get(forwardedKey)) > 0
+	forwarded := forward.Was(ctx)
 	var wg sync.WaitGroup
 	for g, idx := range byGroup {
 		wg.Add(1)
@@ -134,7 +133,7 @@ func (s *Service) forwardBatch(ctx context.Context, g int, forwarded bool, evs [
 	for k, i := range idx {
 		req.Events[k] = &api.MeterEventItem{Stop: evs[i].Kind == fsmmeter.Stop, Event: eventToProto(&evs[i])}
 	}
-	resp, err := api.NewMeteringClient(cc).Events(forwardContext(ctx), req)
+	resp, err := api.NewMeteringClient(cc).Events(forward.Outgoing(ctx), req)
 	if err == nil && len(resp.Results) != len(idx) {
 		err = status.Errorf(codes.Internal, "group %d: leader %s answered %d results for %d events", g, id, len(resp.Results), len(idx))
 	}
@@ -257,7 +256,7 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		evs = append(evs, ev)
 		pos = append(pos, i)
 	}
-	for k, o := range s.SubmitBatch(callerContext(r), evs) {
+	for k, o := range s.SubmitBatch(forward.FromHTTP(r), evs) {
 		code := httpCode(o.err)
 		s.metrics.events.WithLabelValues(kindLabel(evs[k].Kind), itoa(code)).Inc()
 		if o.err != nil {

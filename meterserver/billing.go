@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
@@ -156,7 +157,7 @@ func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Sprintf("query: from and to (Unix ms or RFC 3339) are required with from < to (%v %v)", err1, err2))
 		return
 	}
-	b, err := s.Bill(callerContext(r), tenant, from, to)
+	b, err := s.Bill(forward.FromHTTP(r), tenant, from, to)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
 		return

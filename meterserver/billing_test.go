@@ -118,7 +118,7 @@ func TestBillingSummaryStalledGroup(t *testing.T) {
 		for i, r := range rows {
 			scaled[i] = fsmmeter.TenantActive{Tenant: r.Tenant, Active: r.Active * at.k}
 		}
-		if _, err := host.mods[0].Apply(fsm.ModuleEntry{Type: fsm.EntryMeterSeries, Payload: fsmmeter.EncodeSeries(at.minute, scaled)}); err != nil {
+		if _, err := host.mods[0].Apply(fsm.ModuleEntry{Type: fsmmeter.EntrySeries, Payload: fsmmeter.EncodeSeries(at.minute, scaled)}); err != nil {
 			t.Fatal(err)
 		}
 	}

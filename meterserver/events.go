@@ -12,16 +12,15 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
 
-// EventDoc is the JSON document of POST /v1/events/start|stop (seed §3).
+// EventDoc is the JSON document of POST /v1/events/start|stop.
 type EventDoc struct {
 	ID                 string       `json:"id,omitempty"`
 	Timestamp          *int64       `json:"timestamp"`
@@ -169,7 +168,7 @@ func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 			writeError(w, code, err.Error())
 			return
 		}
-		resp, err := s.Submit(callerContext(r), ev)
+		resp, err := s.Submit(forward.FromHTTP(r), ev)
 		code = httpCode(err)
 		s.metrics.events.WithLabelValues(kindLabel(kind), fmt.Sprint(code)).Inc()
 		if err != nil {
@@ -221,39 +220,6 @@ func (s *Service) writeJSON(w http.ResponseWriter, code int, v any) {
 
 func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteError(w, code, msg) }
 
-// forwardedKey marks an event one node forwarded to the group leader, so it
-// is forwarded at most once.
-const forwardedKey = "x-tollgate-forwarded"
-
-// httpCallerKey carries a REST caller's Authorization header values in its
-// request context (callerContext), so a call forwarded to another node
-// carries them as a gRPC caller's metadata would be.
-type httpCallerKey struct{}
-
-// callerContext is r's context with the caller's credentials attached.
-func callerContext(r *http.Request) context.Context {
-	if auth := r.Header.Values("Authorization"); len(auth) > 0 {
-		return context.WithValue(r.Context(), httpCallerKey{}, auth)
-	}
-	return r.Context()
-}
-
-// forwardContext is the outgoing context of a call this node makes on its
-// caller's behalf to another node: marked as forwarded (so it is forwarded
-// at most once) and carrying the caller's credentials (gRPC
-// "authorization" metadata, or a REST caller's Authorization header), so
-// the node that answers applies the caller's rights, not this node's.
-func forwardContext(ctx context.Context) context.Context {
-	out := metadata.Pairs(forwardedKey, "1")
-	md, _ := metadata.FromIncomingContext(ctx)
-	if auth := md.Get("authorization"); len(auth) > 0 {
-		out.Set("authorization", auth...)
-	} else if auth, ok := ctx.Value(httpCallerKey{}).([]string); ok {
-		out.Set("authorization", auth...)
-	}
-	return metadata.NewOutgoingContext(ctx, out)
-}
-
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
 func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEventResponse, error) {
@@ -265,9 +231,8 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 		}
 		return resultToResponse(g, res)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
 	id, addr := s.host.LeaderGRPC(g)
-	if len(md.Get(forwardedKey)) > 0 || addr == "" || id == s.host.NodeID() {
+	if forward.Was(ctx) || addr == "" || id == s.host.NodeID() {
 		return nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.host.NodeID())
 	}
 	cc, err := s.peer(addr)
@@ -276,7 +241,7 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 	}
 	c := api.NewMeteringClient(cc)
 	req := eventToProto(&ev)
-	octx := forwardContext(ctx)
+	octx := forward.Outgoing(ctx)
 	if ev.Kind == fsmmeter.Start {
 		return c.Start(octx, req)
 	}
@@ -412,7 +377,7 @@ func (b *batcher) propose(batch []*pendingEvent) {
 	payload := fsmmeter.EncodeEvents(b.s.clock.NowIn(b.g), b.s.cfg.Slack.Milliseconds(), evs)
 	ctx, cancel := context.WithTimeout(context.Background(), proposeTimeout)
 	defer cancel()
-	resp, err := b.s.host.Propose(ctx, b.g, fsm.EntryMeterEvents, payload)
+	resp, err := b.s.host.Propose(ctx, b.g, fsmmeter.EntryEvents, payload)
 	if err != nil && status.Code(err) != codes.DeadlineExceeded {
 		// Whatever kept the entry out of the log (leadership moving, the
 		// cluster-version gate during an upgrade, a halted replica) is the

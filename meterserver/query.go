@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
@@ -71,23 +71,18 @@ func (s *Service) handleStatus(w http.ResponseWriter, r *http.Request) {
 	s.writeJSON(w, http.StatusOK, s.Status())
 }
 
-func forwarded(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(forwardedKey)) > 0
-}
-
 // remote returns a Metering client for group g's leader, for reads of groups
 // this node holds no replica of.
 func (s *Service) remote(ctx context.Context, g int) (api.MeteringClient, context.Context, error) {
 	id, addr := s.host.LeaderGRPC(g)
-	if forwarded(ctx) || addr == "" || id == s.host.NodeID() {
+	if forward.Was(ctx) || addr == "" || id == s.host.NodeID() {
 		return nil, nil, status.Errorf(codes.Unavailable, "group %d: no replica on %s and no leader reachable; retry", g, s.host.NodeID())
 	}
 	cc, err := s.peer(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	return api.NewMeteringClient(cc), forwardContext(ctx), nil
+	return api.NewMeteringClient(cc), forward.Outgoing(ctx), nil
 }
 
 // readLocal says whether a read of group g is answered from this node's
@@ -95,7 +90,7 @@ func (s *Service) remote(ctx context.Context, g int) (api.MeteringClient, contex
 // when another node already forwarded the read here. Other reads go to the
 // leader, so a client reads what it was told was written.
 func (s *Service) readLocal(ctx context.Context, g int) bool {
-	return s.host.IsLeader(g) || (forwarded(ctx) && s.host.Hosts(g))
+	return s.host.IsLeader(g) || (forward.Was(ctx) && s.host.Hosts(g))
 }
 
 // queryUsage reads ledger records of group g (-1: every group) from local
@@ -241,7 +236,7 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 	}
 	f := fsmmeter.Filter{Target: fsmmeter.Target{Org: q.Get("organization_id"), Space: q.Get("space_id"), Consumer: q.Get("consumer_id"),
 		Resource: q.Get("resource_id"), Plan: q.Get("plan_id"), Instance: q.Get("resource_instance_id")}, From: from, To: to, Limit: limit}
-	recs, err := s.queryUsage(callerContext(r), -1, f)
+	recs, err := s.queryUsage(forward.FromHTTP(r), -1, f)
 	if err != nil {
 		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
 		return

@@ -13,7 +13,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 )
 
@@ -161,7 +160,7 @@ drain:
 	}
 	var errs []error
 	if len(plans) > 0 {
-		resp, err := s.host.Propose(w.ctx, w.g, fsm.EntryMeterPlan, fsmmeter.EncodePlan(now, plans))
+		resp, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryPlan, fsmmeter.EncodePlan(now, plans))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("plan: %w", err))
 		} else if n, ok := resp.(int); ok {
@@ -170,7 +169,7 @@ drain:
 		did = true
 	}
 	if len(execs) > 0 {
-		resp, err := s.host.Propose(w.ctx, w.g, fsm.EntryMeterExecute, fsmmeter.EncodeExecute(now, execs))
+		resp, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryExecute, fsmmeter.EncodeExecute(now, execs))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("execute: %w", err))
 		} else if n, ok := resp.(int); ok {
@@ -234,7 +233,7 @@ func (w *worker) housekeeping(now int64) error {
 	s := w.s
 	cutoff := now - s.cfg.LedgerRetention.Milliseconds()
 	if w.mod.HasState() {
-		if _, err := s.host.Propose(w.ctx, w.g, fsm.EntryMeterTick, fsmmeter.EncodeTick(now, cutoff)); err != nil {
+		if _, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryTick, fsmmeter.EncodeTick(now, cutoff)); err != nil {
 			return fmt.Errorf("tick: %w", err)
 		}
 	}
@@ -250,7 +249,7 @@ func (w *worker) housekeeping(now int64) error {
 		}
 	}
 	if len(rows) > 0 {
-		if _, err := s.host.Propose(w.ctx, w.g, fsm.EntryMeterSeries, fsmmeter.EncodeSeries(now/60_000, rows)); err != nil {
+		if _, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntrySeries, fsmmeter.EncodeSeries(now/60_000, rows)); err != nil {
 			return fmt.Errorf("series sample: %w", err)
 		}
 	}

@@ -176,8 +176,11 @@ func applyRetry(t *testing.T, hosts []*Host, g int, data []byte, timeout time.Du
 			f := r.Apply(data, time.Second)
 			if err := f.Error(); err != nil {
 				lastErr = err
+				// A leader handing its leadership away (a full disk does)
+				// refuses applies until the transfer ends: retry as a client would.
 				if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) ||
-					errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, ErrDiskWrite) {
+					errors.Is(err, raft.ErrEnqueueTimeout) || errors.Is(err, ErrDiskWrite) ||
+					errors.Is(err, raft.ErrLeadershipTransferInProgress) {
 					continue
 				}
 				t.Fatalf("group %d: apply: %v", g, err)

@@ -19,8 +19,8 @@ const (
 	// client's recent demand. Σ leases ≤ what the bucket holds, so admitted
 	// traffic stays at the limit however many clients carry it.
 	Lease Strategy = iota + 1
-	// Blocklist is the seed's (Cortex) baseline: a sliding window of two fixed
-	// buckets on the owner; a tenant over its limit is blocked for the seed's
+	// Blocklist is the Cortex-style baseline: a sliding window of two fixed
+	// buckets on the owner; a tenant over its limit is blocked for the classic
 	// blocked-for duration and everything else is admitted.
 	Blocklist
 	// Local is the classic strategy: a local token bucket of limit ÷ active
@@ -93,7 +93,7 @@ type LimiterConfig struct {
 	// its last lease rate and a Blocklist client keeps its blocklist.
 	StaleAfter time.Duration
 	// FailClosed rejects stale tenants instead of admitting them (fail open is
-	// the default, as in the seed: an unreachable limiter must not stop ingestion).
+	// the default: an unreachable limiter must not stop ingestion).
 	FailClosed bool
 	// Now is the clock (default time.Now); tests pass a simulated one.
 	Now func() time.Time
@@ -114,6 +114,9 @@ type Limiter struct {
 
 	// report state, owned by the goroutine that calls Tick/Report (reportMu)
 	reportMu sync.Mutex
+	// lastTick is the clock reading of the last Tick (unix ns): bucket counts
+	// are as of then, and reports give their buckets' age from it.
+	lastTick int64
 }
 
 type tenant struct {
@@ -430,6 +433,7 @@ func (l *Limiter) Tick(now time.Time) {
 	l.reportMu.Lock()
 	defer l.reportMu.Unlock()
 	ns := now.UnixNano()
+	l.lastTick = ns
 	stale := int64(l.cfg.StaleAfter)
 	for _, t := range *l.byID.Load() {
 		c := t.consumed.Load()
@@ -513,8 +517,18 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 	if joined {
 		n := len(rep.Ids)
 		rep.BucketStartUnixNanos, rep.BucketConsumed, rep.PrevBucketConsumed = make([]int64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
+		rep.BucketAgeNanos = make([]int64, 0, n)
 		for _, id := range rep.Ids {
 			t := l.tenantByID(id)
+			// The age is a difference of two readings of this client's
+			// clock, so the owner can place the counts on its own clock
+			// whatever this one's wall clock says. A tenant not yet ticked
+			// has no bucket (and no counts): age 0.
+			var age int64
+			if t.bucketStart != 0 {
+				age = max(0, l.lastTick-t.bucketStart)
+			}
+			rep.BucketAgeNanos = append(rep.BucketAgeNanos, age)
 			rep.BucketStartUnixNanos = append(rep.BucketStartUnixNanos, t.bucketStart)
 			rep.BucketConsumed = append(rep.BucketConsumed, t.bucketCur)
 			rep.PrevBucketConsumed = append(rep.PrevBucketConsumed, t.bucketPrev)

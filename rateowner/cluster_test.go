@@ -24,6 +24,13 @@ import (
 
 func startCluster(t *testing.T, limitsYAML string) []*server.Server {
 	t.Helper()
+	return startSkewedCluster(t, limitsYAML, [3]time.Duration{})
+}
+
+// startSkewedCluster starts 3 nodes whose wall clocks are shifted by skew
+// (the test-only clock offset: monotonic time, timers and raft untouched).
+func startSkewedCluster(t *testing.T, limitsYAML string, skew [3]time.Duration) []*server.Server {
+	t.Helper()
 	dir := t.TempDir()
 	lf := filepath.Join(dir, "limits.yaml")
 	if err := os.WriteFile(lf, []byte(limitsYAML), 0o644); err != nil {
@@ -34,7 +41,7 @@ func startCluster(t *testing.T, limitsYAML string) []*server.Server {
 	for i := range 3 {
 		cfg := server.Config{NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: filepath.Join(dir, fmt.Sprint(i)),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, LimitsFile: lf,
+			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, LimitsFile: lf, TestClockOffset: skew[i],
 			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if seed != "" {
 			cfg.Join = []string{seed}
@@ -81,24 +88,46 @@ func TestOwnerFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a 3-node cluster")
 	}
-	t.Run("graceful", func(t *testing.T) { testOwnerFailover(t, false) })
+	t.Run("graceful", func(t *testing.T) { testOwnerFailover(t, false, false) })
 	// abrupt: Stop with an expired context skips the leadership hand-off and
 	// closes the node's streams at once (Unavailable) while the cluster view
 	// still names it as the group's leader until an election: the clients
 	// must re-route on the stream error, not wait for the view.
-	t.Run("abrupt", func(t *testing.T) { testOwnerFailover(t, true) })
+	t.Run("abrupt", func(t *testing.T) { testOwnerFailover(t, true, false) })
 }
 
-func testOwnerFailover(t *testing.T, abrupt bool) {
+// TestOwnerFailoverSkewedClocks is TestOwnerFailover with wrong wall clocks:
+// the nodes' within the cluster's bound (0, +400 ms, −400 ms) and the
+// clients' far beyond it (+5 min, −5 min, +30 min …: distributors are not
+// cluster members, nothing bounds their clocks). Owners and clients each
+// measure time on their own clock and exchange durations (blocked-for, lease
+// grants, bucket ages), so the limit holds as with correct clocks: ≈ the
+// limit before, the same bound across the failover (docs/clocks.md).
+func TestOwnerFailoverSkewedClocks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	testOwnerFailover(t, false, true)
+}
+
+func testOwnerFailover(t *testing.T, abrupt, skewed bool) {
 	const limit = 2000.0
-	nodes := startCluster(t, fmt.Sprintf("defaults:\n  ingestion_rate: %g\n", limit))
+	var nodeSkew [3]time.Duration
+	clientSkew := make([]time.Duration, 5)
+	if skewed {
+		nodeSkew = [3]time.Duration{0, 400 * time.Millisecond, -400 * time.Millisecond}
+		clientSkew = []time.Duration{5 * time.Minute, -5 * time.Minute, 30 * time.Minute, -30 * time.Minute, 0}
+	}
+	nodes := startSkewedCluster(t, fmt.Sprintf("defaults:\n  ingestion_rate: %g\n", limit), nodeSkew)
 	var addrs []string
 	for _, s := range nodes {
 		addrs = append(addrs, s.GRPCAddr())
 	}
 	var clients []*ratelimit.Client
-	for range 5 {
-		c, err := ratelimit.New(ratelimit.Config{Addrs: addrs, Strategy: ratelimit.Lease, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	for i := range 5 {
+		skew := clientSkew[i]
+		c, err := ratelimit.New(ratelimit.Config{Addrs: addrs, Strategy: ratelimit.Lease, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Now: func() time.Time { return time.Now().Add(skew) }})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,6 +183,7 @@ func testOwnerFailover(t *testing.T, abrupt bool) {
 	if err := <-stopped; err != nil && !abrupt {
 		t.Fatal(err)
 	}
+	t.Logf("admitted at 2× offered: %.0f tokens in 2 s before the failover, %.0f in 5 s from it (limit %.0f/s)", before, after, limit)
 	// Bound: 5 s at the limit plus one burst (1 s worth) for the hand-over;
 	// a window reset to zero with clients admitting freely would exceed it.
 	if after > limit*5+limit {

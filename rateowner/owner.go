@@ -148,8 +148,14 @@ type entry struct {
 	consumed, offered  uint64
 	bucketStart        int64
 	bucketCur, bucketP uint64
-	reported           bool
-	moved              bool // reported while not owned here: list in moved_ids once
+	// bucketAge (when hasAge) is how far the client's current bucket had run
+	// when it counted bucketCur, by the client's clock; absorbedAt is this
+	// owner's clock when the report arrived. Together they place the counts
+	// on this owner's clock without comparing the two wall clocks.
+	bucketAge, absorbedAt int64
+	hasAge                bool
+	reported              bool
+	moved                 bool // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -271,11 +277,19 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 	n := len(r.Ids)
 	// Bucket counts come only when a tenant joined the stream (all three
 	// arrays, or none): the owner needs them only to seed.
-	withBuckets := len(r.BucketStartUnixNanos) > 0 || len(r.BucketConsumed) > 0 || len(r.PrevBucketConsumed) > 0
+	withBuckets := len(r.BucketStartUnixNanos) > 0 || len(r.BucketConsumed) > 0 || len(r.PrevBucketConsumed) > 0 || len(r.BucketAgeNanos) > 0
+	// bucket_age_nanos is newer than the other bucket arrays: a client that
+	// predates it sends none.
+	withAges := len(r.BucketAgeNanos) > 0
 	if len(r.ConsumedTotal) != n || len(r.OfferedTotal) != n || (withBuckets && (len(r.BucketStartUnixNanos) != n ||
-		len(r.BucketConsumed) != n || len(r.PrevBucketConsumed) != n)) {
-		return fmt.Errorf("%w: parallel arrays differ in length (%d ids, %d consumed, %d offered, %d bucket starts, %d bucket counts, %d previous bucket counts)",
-			ErrInvalid, n, len(r.ConsumedTotal), len(r.OfferedTotal), len(r.BucketStartUnixNanos), len(r.BucketConsumed), len(r.PrevBucketConsumed))
+		len(r.BucketConsumed) != n || len(r.PrevBucketConsumed) != n || (withAges && len(r.BucketAgeNanos) != n))) {
+		return fmt.Errorf("%w: parallel arrays differ in length (%d ids, %d consumed, %d offered, %d bucket starts, %d bucket counts, %d previous bucket counts, %d bucket ages)",
+			ErrInvalid, n, len(r.ConsumedTotal), len(r.OfferedTotal), len(r.BucketStartUnixNanos), len(r.BucketConsumed), len(r.PrevBucketConsumed), len(r.BucketAgeNanos))
+	}
+	for i, a := range r.BucketAgeNanos {
+		if a < 0 {
+			return fmt.Errorf("%w: bucket_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
+		}
 	}
 	if len(r.NewIds) != len(r.NewNames) {
 		return fmt.Errorf("%w: %d new ids but %d new names", ErrInvalid, len(r.NewIds), len(r.NewNames))
@@ -354,6 +368,10 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 		e.consumed, e.offered = cons[i], offd[i]
 		if withBuckets {
 			e.bucketStart, e.bucketCur, e.bucketP = bs[i], bc[i], bp[i]
+			e.hasAge, e.absorbedAt = withAges, ns
+			if withAges {
+				e.bucketAge = r.BucketAgeNanos[i]
+			}
 		}
 		e.reported = true
 	}
@@ -559,12 +577,16 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			// node owns it: its own bucket counts rebuild its share of the
 			// window (failover, new client).
 			e.seen, e.epoch = true, t.epoch
-			switch e.bucketStart {
-			case t.curStart:
-				t.cur += float64(e.bucketCur)
-				t.prev += float64(e.bucketP)
-			case t.curStart - t.window:
-				t.prev += float64(e.bucketCur)
+			if e.hasAge {
+				e.seedByAge(t, ns)
+			} else {
+				switch e.bucketStart {
+				case t.curStart:
+					t.cur += float64(e.bucketCur)
+					t.prev += float64(e.bucketP)
+				case t.curStart - t.window:
+					t.prev += float64(e.bucketCur)
+				}
 			}
 			// Charge the bucket with what this client admitted in the
 			// sliding window: at the limit, that empties it.
@@ -673,9 +695,63 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 	s.pending = u
 }
 
+// seedByAge adds a client's two bucket counts to the tenant's window. The
+// client's buckets are placed on this owner's clock from their age: its
+// current one ended when the report arrived (absorbedAt) and began bucketAge
+// before, its previous one is the window before that. Each count is spread
+// evenly over its bucket and split between this owner's current and previous
+// buckets by overlap; what falls before the previous bucket has left the
+// window. Only durations and this owner's own clock are used, so a client
+// whose wall clock is off by any amount seeds the same window as a correct
+// one (docs/clocks.md). Assumes the client's bucket length is the window this
+// owner's predecessor sent it, which is the one computed here from the same
+// limits.
+func (e *entry) seedByAge(t *tenantState, ns int64) {
+	w := t.window
+	age := min(e.bucketAge, w)
+	end := min(e.absorbedAt, ns)
+	curFrom, prevFrom := t.curStart, t.curStart-w
+	spread := func(n float64, from, to int64) {
+		if n == 0 {
+			return
+		}
+		if to <= from { // an empty span (a bucket that just began): all of it is now
+			if to >= curFrom {
+				t.cur += n
+			} else if to >= prevFrom {
+				t.prev += n
+			}
+			return
+		}
+		span := float64(to - from)
+		t.cur += n * float64(max(0, to-max(from, curFrom))) / span
+		t.prev += n * float64(max(0, min(to, curFrom)-max(from, prevFrom))) / span
+	}
+	spread(float64(e.bucketCur), end-age, end)
+	spread(float64(e.bucketP), end-age-w, end-age)
+}
+
 // windowCount is the client's admitted tokens in the sliding window ending
-// now, from its two bucket counts (the seed's linear approximation).
+// now, from its two bucket counts (a linear approximation of the sliding window).
 func (e *entry) windowCount(curStart, window, ns int64) float64 {
+	if e.hasAge {
+		// The client's buckets placed as in seedByAge, each count spread
+		// evenly over its bucket: the part inside the window ending now.
+		// A fresh report gives bucketCur + bucketP × (1 − age/window);
+		// one absorbed more than a window ago gives 0.
+		age := min(e.bucketAge, window)
+		end := min(e.absorbedAt, ns)
+		in := func(n float64, from, to int64) float64 {
+			if to <= from {
+				if to > ns-window {
+					return n
+				}
+				return 0
+			}
+			return n * float64(max(0, to-max(from, ns-window))) / float64(to-from)
+		}
+		return in(float64(e.bucketCur), end-age, end) + in(float64(e.bucketP), end-age-window, end-age)
+	}
 	prevPart := 1 - float64(ns-curStart)/float64(window)
 	switch e.bucketStart {
 	case curStart:
@@ -730,7 +806,7 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 	e.leaseRate = t.rate * share
 }
 
-// blockedFor is the seed's rule for the sliding window of two fixed buckets:
+// blockedFor is the blocklist rule for the sliding window of two fixed buckets:
 // the window rate is prev × (remaining part of the previous bucket) + cur,
 // over the span; above the limit, the tenant is blocked until the end of the
 // current bucket if the current bucket alone exceeds the budget, else until the

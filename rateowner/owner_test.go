@@ -54,6 +54,8 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		{"id never introduced", func(r *api.RateReport) { r.Ids = []uint32{2} }, ErrInvalid, "never introduced"},
 		{"id zero", func(r *api.RateReport) { r.NewIds = []uint32{0}; r.Ids = []uint32{0} }, ErrInvalid, "reserved"},
 		{"too many tenants", func(r *api.RateReport) { r.NewIds = []uint32{11}; r.Ids = []uint32{11} }, ErrTooMany, "at most 10"},
+		{"ragged bucket ages", func(r *api.RateReport) { r.BucketAgeNanos = []int64{1, 2} }, ErrInvalid, "1 ids"},
+		{"negative bucket age", func(r *api.RateReport) { r.BucketAgeNanos = []int64{-1} }, ErrInvalid, "bucket_age_nanos[0]"},
 	}
 	for _, c := range cases {
 		s := o.NewSession()
@@ -216,5 +218,34 @@ func TestReconnectDoesNotDoubleCount(t *testing.T) {
 	o.Tick(now, all, none)
 	if len(o.clients) != 0 {
 		t.Fatalf("%d client records kept after ForgetAfter", len(o.clients))
+	}
+}
+
+// TestSeedByAge: a client's bucket counts placed on the owner's clock by
+// their age. Window 1 s, the owner's current bucket began at 10.0 s and it is
+// 10.3 s; the client's current bucket (600 tokens) had run 0.6 s when the
+// report arrived at 10.3 s, so it spans [9.7, 10.3]: half in the owner's
+// current bucket, half in its previous one; the client's previous bucket
+// (1,000) spans [8.7, 9.7], 0.7 of it in the owner's previous bucket. In the
+// sliding window [9.3, 10.3] the client admitted 600 + 0.4 × 1,000. A report
+// absorbed long ago counts for nothing.
+func TestSeedByAge(t *testing.T) {
+	const s = int64(time.Second)
+	ts := &tenantState{window: s, curStart: 10 * s}
+	now := 10*s + 3*s/10
+	e := &entry{bucketCur: 600, bucketP: 1000, bucketAge: 6 * s / 10, absorbedAt: now, hasAge: true}
+	e.seedByAge(ts, now)
+	near := func(a, b float64) bool { return math.Abs(a-b) < 1e-6 }
+	if !near(ts.cur, 300) || !near(ts.prev, 1000) {
+		t.Errorf("seeded cur %.3f, prev %.3f; want 300, 1000", ts.cur, ts.prev)
+	}
+	if got := e.windowCount(ts.curStart, s, now); !near(got, 1000) {
+		t.Errorf("window count %.3f, want 1000", got)
+	}
+	old := &entry{bucketCur: 600, bucketP: 1000, bucketAge: 6 * s / 10, absorbedAt: 5 * s, hasAge: true}
+	ts2 := &tenantState{window: s, curStart: 10 * s}
+	old.seedByAge(ts2, now)
+	if ts2.cur != 0 || ts2.prev != 0 || old.windowCount(ts2.curStart, s, now) != 0 {
+		t.Errorf("a report absorbed 5 s ago seeded cur %.1f, prev %.1f, window %.1f; want 0", ts2.cur, ts2.prev, old.windowCount(ts2.curStart, s, now))
 	}
 }

@@ -205,7 +205,7 @@ func TestOwnerLimitedMetrics(t *testing.T) {
 }
 
 // TestBaselineAndLocalWeaknesses pins what the issue says of the peers, so the
-// simulation keeps measuring something real: the seed's blocklist misses the
+// simulation keeps measuring something real: the blocklist baseline misses the
 // limit at 1× (a block lasts until the window decays, then clients admit
 // everything until the next update; here it under-admits), and the classic local strategy admits about 4/60 of the limit when
 // 4 of 60 clients carry the traffic.
@@ -213,7 +213,7 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 	base := simCase{strategy: crl.Blocklist, clients: 60, offered: 1, limit: 10000, tokens: 10,
 		warmup: 2 * time.Second, measure: 4 * time.Second, seed: 3}
 	if got := base.ratio(runSim(t, base)); got > 0.97 {
-		t.Errorf("blocklist at 1×: admitted %.3f×; the seed's scheme should miss the limit (< 0.97)", got)
+		t.Errorf("blocklist at 1×: admitted %.3f×; the blocklist scheme should miss the limit (< 0.97)", got)
 	}
 	loc := simCase{strategy: crl.Local, clients: 60, sticky: 4, offered: 2, limit: 10000, tokens: 10,
 		warmup: 2 * time.Second, measure: 4 * time.Second, seed: 4}

@@ -2,7 +2,7 @@
 // clients report (through ReportBacklog, or POST /api/v1/backlog served by
 // Handler) into the global sample percentage of one kind of traffic, so that
 // a backend falling behind sheds observations instead of running out of memory
-// (the seed's Ichnaea rate control, made automatic).
+// (Ichnaea's rate control, made automatic).
 //
 // Each period the controller sums the latest fresh report of every source and
 // computes a proportional (optionally proportional-integral) output,

@@ -6,7 +6,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/tollgate-io/tollgate/clientlib/sampling"
+	"github.com/tollgate-io/tollgate/sampleconf"
 )
 
 // Params are the backlog_controller block of the runtime config:
@@ -63,8 +63,8 @@ func (p Params) Validate() error {
 	p = p.withDefaults()
 	finite := func(v float64) bool { return !math.IsNaN(v) && !math.IsInf(v, 0) }
 	switch {
-	case sampling.ValidateKind(p.Kind) != nil:
-		return fmt.Errorf("backlog_controller.kind: %w", sampling.ValidateKind(p.Kind))
+	case sampleconf.ValidateKind(p.Kind) != nil:
+		return fmt.Errorf("backlog_controller.kind: %w", sampleconf.ValidateKind(p.Kind))
 	case !finite(p.Target) || p.Target <= 0:
 		return fmt.Errorf("backlog_controller.target = %v: must be a finite number > 0", p.Target)
 	case p.Period <= 0:
@@ -75,10 +75,10 @@ func (p Params) Validate() error {
 		return fmt.Errorf("backlog_controller.ki = %v: must be a finite number ≥ 0", p.Ki)
 	case p.Kp == 0 && p.Ki == 0:
 		return errors.New("backlog_controller: kp and ki are both 0, so the output could never move; set kp > 0")
-	case sampling.ValidatePercent(p.MinPercent) != nil:
-		return fmt.Errorf("backlog_controller.min_percent = %w", sampling.ValidatePercent(p.MinPercent))
-	case sampling.ValidatePercent(p.MaxPercent) != nil:
-		return fmt.Errorf("backlog_controller.max_percent = %w", sampling.ValidatePercent(p.MaxPercent))
+	case sampleconf.ValidatePercent(p.MinPercent) != nil:
+		return fmt.Errorf("backlog_controller.min_percent = %w", sampleconf.ValidatePercent(p.MinPercent))
+	case sampleconf.ValidatePercent(p.MaxPercent) != nil:
+		return fmt.Errorf("backlog_controller.max_percent = %w", sampleconf.ValidatePercent(p.MaxPercent))
 	case p.MinPercent > p.MaxPercent:
 		return fmt.Errorf("backlog_controller: min_percent %v > max_percent %v", p.MinPercent, p.MaxPercent)
 	case p.StaleAfter < 0:

@@ -9,7 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// TestParamsYAML: the README's backlog_controller block decodes as documented
+// TestParamsYAML: the backlog_controller block docs/sampling.md shows decodes as documented
 // (durations as strings).
 func TestParamsYAML(t *testing.T) {
 	var doc struct {

@@ -10,7 +10,7 @@ project=${TOLLGATE_DEMO_PROJECT:-tollgate-demo}
 compose=(docker-compose -p "$project" -f deployments/docker-compose.yml)
 token=${TOLLGATE_DEMO_TOKEN:-demo-token}
 export TOLLGATE_DEMO_TOKEN=$token
-# Scoped tokens (docs/security.md): the load generator tracks, the dashboard
+# Scoped tokens (docs/access-control.md): the load generator tracks, the dashboard
 # and curl read; only their SHA-256 goes into the nodes' credentials file.
 loadgen_token=${TOLLGATE_DEMO_LOADGEN_TOKEN:-demo-loadgen-token}
 read_token=${TOLLGATE_DEMO_READ_TOKEN:-demo-read-token}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
 	"github.com/tollgate-io/tollgate/membership"
 )
@@ -72,7 +73,7 @@ func (a *adminService) ListPeers(ctx context.Context, req *api.ListPeersRequest)
 		return nil, err
 	}
 	if c, err := a.leaderClient(ctx, g); err == nil && c != nil {
-		return c.ListPeers(outgoing(ctx), req)
+		return c.ListPeers(forward.Outgoing(ctx), req)
 	}
 	// This node leads the group, or no leader is reachable: answer with the
 	// configuration this replica knows.
@@ -96,7 +97,7 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 		return nil, err
 	}
 	if c != nil {
-		return c.AddVoter(outgoing(ctx), req)
+		return c.AddVoter(forward.Outgoing(ctx), req)
 	}
 	// A plain address that matches the member's gossiped endpoint names its
 	// current incarnation (incarnation.go).
@@ -129,7 +130,7 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 		return nil, err
 	}
 	if c != nil {
-		return c.RemoveServer(outgoing(ctx), req)
+		return c.RemoveServer(forward.Outgoing(ctx), req)
 	}
 	r := a.s.host.Raft(g)
 	peers, _, err := peersOf(r)
@@ -244,7 +245,7 @@ func (a *adminService) forwardRemove(ctx context.Context, addr string, req *api.
 	if err != nil {
 		return nil, err
 	}
-	fctx := outgoing(ctx)
+	fctx := forward.Outgoing(ctx)
 	if md, _ := metadata.FromOutgoingContext(fctx); len(md.Get("authorization")) == 0 && a.s.cfg.AdminToken != "" {
 		fctx = metadata.AppendToOutgoingContext(fctx, "authorization", "Bearer "+a.s.cfg.AdminToken)
 	}
@@ -273,7 +274,7 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		return nil, err
 	}
 	if c != nil {
-		return c.TransferLeadership(outgoing(ctx), req)
+		return c.TransferLeadership(forward.Outgoing(ctx), req)
 	}
 	r := a.s.host.Raft(g)
 	if req.ToId == a.s.cfg.NodeID {
@@ -399,7 +400,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(outgoing(ctx), 2*time.Second)
+			cctx, cancel := context.WithTimeout(forward.Outgoing(ctx), 2*time.Second)
 			defer cancel()
 			c, err := a.client(m.GRPCAddr)
 			var ng *api.NodeGroupsResponse
@@ -446,7 +447,7 @@ func (a *adminService) SnapshotGroup(req *api.SnapshotGroupRequest, stream grpc.
 		return err
 	}
 	if c != nil {
-		up, err := c.SnapshotGroup(outgoing(ctx), req)
+		up, err := c.SnapshotGroup(forward.Outgoing(ctx), req)
 		if err != nil {
 			return err
 		}
@@ -602,7 +603,7 @@ func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.Restor
 }
 
 func (a *adminService) forwardRestore(ctx context.Context, c api.AdminClient, h *api.RestoreHeader, f *os.File, stream grpc.ClientStreamingServer[api.RestoreChunk, api.RestoreGroupResponse]) error {
-	up, err := c.RestoreGroup(outgoing(ctx))
+	up, err := c.RestoreGroup(forward.Outgoing(ctx))
 	if err != nil {
 		return err
 	}

@@ -20,9 +20,13 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/configsvc"
+	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
 
 // startFlood runs the attacker of TestMain in a child process and waits
@@ -175,10 +179,10 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	tc := startCluster(t, 1, func(_ int, c *Config) { c.LimitsFile = lf })
 	s := tc.nodes[0]
 	waitFor(t, "the 100,000-tenant config in the cluster view", func() bool {
-		v, enc, _ := s.view.getEncoded()
+		v, enc, _, _ := s.view.getEncoded()
 		return v != nil && len(v.GetRuntimeConfig().GetTenants()) == tenants && enc != nil
 	})
-	_, enc, _ := s.view.getEncoded()
+	_, enc, _, _ := s.view.getEncoded()
 	t.Logf("encoded view: %d bytes (%d MB if every stream held a copy)", len(enc), int64(len(enc))*streams>>20)
 
 	runtime.GC()
@@ -224,6 +228,83 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	}
 }
 
+// TestWatchClusterSendsConfigOncePerVersion: a watch stream carries the
+// runtime config in its first view and then only when the config version
+// changes; a view that changed for another reason (a member, a leader) is
+// sent without it, so its size does not grow with the number of tenants.
+func TestWatchClusterSendsConfigOncePerVersion(t *testing.T) {
+	const tenants = 5000
+	var b strings.Builder
+	b.WriteString("tenants:\n")
+	for i := range tenants {
+		fmt.Fprintf(&b, "  tenant-%06d:\n    max_series: %d\n", i, 1000+i)
+	}
+	tc := startCluster(t, 1, nil)
+	s := tc.nodes[0]
+	cc := dial(t, s.GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
+	doc, _, err := runtimecfg.ParseYAML([]byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	applied, err := api.NewConfigClient(cc).ApplyLimits(ctx, &api.ApplyLimitsRequest{Config: configsvc.ToProto(doc)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the config in the cluster view", func() bool {
+		v, _, _, _ := s.view.getEncoded()
+		return v != nil && v.ConfigVersion == applied.Version
+	})
+	st, err := api.NewTrackerClient(cc).WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first.ConfigVersion != applied.Version || len(first.GetRuntimeConfig().GetTenants()) != tenants {
+		t.Fatalf("first view: config version %d with %d tenants, want %d with %d", first.ConfigVersion, len(first.GetRuntimeConfig().GetTenants()), applied.Version, tenants)
+	}
+	// A view that changes for another reason.
+	v, _, _, _ := s.view.getEncoded()
+	changed := proto.Clone(v).(*api.ClusterView)
+	changed.ServedBy += "-moved"
+	s.view.set(changed)
+	next, err := st.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.RuntimeConfig != nil || next.ConfigVersion != applied.Version {
+		t.Fatalf("second view: config %v at version %d; want none, at version %d (the stream already carried it)", next.RuntimeConfig != nil, next.ConfigVersion, applied.Version)
+	}
+	if size, full := proto.Size(next), proto.Size(first); size*100 > full {
+		t.Fatalf("second view is %d bytes, the first %d: it should not carry the tenants", size, full)
+	}
+	// A new config version travels once.
+	changedCfg, err := api.NewConfigClient(cc).SetLimits(ctx, &api.SetLimitsRequest{Tenant: "tenant-000001", Set: map[string]string{"max_series": "7"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.ConfigVersion == changedCfg.Version {
+			if got := m.GetRuntimeConfig().GetTenants()["tenant-000001"].GetMaxSeries(); got != 7 {
+				t.Fatalf("the view with the new config version carries max_series %d for tenant-000001, want 7", got)
+			}
+			break
+		}
+		if m.RuntimeConfig != nil {
+			t.Fatalf("a view at config version %d carries the config again", m.ConfigVersion)
+		}
+	}
+}
+
 // TestWatchClusterSlowReader: a WatchCluster stream whose client never
 // reads is closed once a message has waited longer than the send timeout
 // for it: the node frees the stream's slot and counts it, and the client,
@@ -253,7 +334,7 @@ func TestWatchClusterSlowReader(t *testing.T) {
 	})
 	s := tc.nodes[0]
 	waitFor(t, "the config in the cluster view", func() bool {
-		v, _, _ := s.view.getEncoded()
+		v, _, _, _ := s.view.getEncoded()
 		return len(v.GetRuntimeConfig().GetTenants()) == tenants
 	})
 	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth,

@@ -34,6 +34,11 @@ type clusterView struct {
 	// (sharedMsg), so a stream that never reads pins a reference, not a
 	// copy of a view that carries the whole runtime config.
 	encoded []byte
+	// encodedBare is the same view without its runtime config: what a
+	// stream that already carried this config version is sent, so a view
+	// change (a leader moved) costs a stream a few hundred bytes whatever
+	// the number of tenants.
+	encodedBare []byte
 	// bare is the last view given to set without its runtime config and
 	// version: what the next one is compared with. The config is compared
 	// by its version, never by content, so an idle node's poll does not
@@ -48,11 +53,12 @@ func (c *clusterView) get() (*api.ClusterView, <-chan struct{}) {
 	return c.view, c.changed
 }
 
-// getEncoded is get with the view's shared encoding.
-func (c *clusterView) getEncoded() (*api.ClusterView, []byte, <-chan struct{}) {
+// getEncoded is get with the view's shared encodings, with and without its
+// runtime config.
+func (c *clusterView) getEncoded() (v *api.ClusterView, full, bare []byte, changed <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.view, c.encoded, c.changed
+	return c.view, c.encoded, c.encodedBare, c.changed
 }
 
 // set stores v if it differs from the current view (ignoring the version;
@@ -76,7 +82,13 @@ func (c *clusterView) set(v *api.ClusterView) bool {
 	if err != nil {
 		b = nil // streams marshal it themselves
 	}
-	c.view, c.encoded = pub, b
+	pub.RuntimeConfig = nil // not yet published: no reader sees the moment without it
+	bare, err := proto.Marshal(pub)
+	if err != nil {
+		bare = nil
+	}
+	pub.RuntimeConfig = cfg
+	c.view, c.encoded, c.encodedBare = pub, b, bare
 	close(c.changed)
 	c.changed = make(chan struct{})
 	return true

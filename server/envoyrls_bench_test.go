@@ -75,6 +75,69 @@ func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
 	for _, inflight := range []int{1, 2, 8, 32} {
 		b.Run(fmt.Sprintf("inflight=%d", inflight), func(b *testing.B) { benchRLS(ctx, b, clients, req, inflight) })
 	}
+	// Open loop: calls leave on a fixed schedule whatever the answers do, as
+	// from many independent Envoys. A closed loop at saturation measures the
+	// length of its own queue; this measures the latency at a stated rate.
+	for _, rate := range []int{20000, 25000} {
+		b.Run(fmt.Sprintf("rate=%d", rate), func(b *testing.B) { benchRLSOpen(ctx, b, clients, req, rate) })
+	}
+}
+
+// benchRLSOpen sends b.N calls at rate per second. One dispatcher releases
+// every call whose time has come (it sleeps between releases, so a late
+// wake-up releases a small burst) to a pool of callers; a call's latency
+// runs from its scheduled time, so a stall of the dispatcher, a caller or
+// the node counts against every call it delayed (no coordinated omission).
+func benchRLSOpen(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest, rate int) {
+	const callers = 64
+	interval := time.Second / time.Duration(rate)
+	due := make(chan time.Time, b.N)
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	for w := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := clients[w%len(clients)]
+			var l []time.Duration
+			for at := range due {
+				if _, err := c.ShouldRateLimit(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+				l = append(l, time.Since(at))
+			}
+			lat[w] = l
+		}()
+	}
+	b.ResetTimer()
+	cpu0 := cpuTime()
+	start := time.Now()
+	for i := 0; i < b.N; {
+		now := time.Now()
+		for ; i < b.N; i++ {
+			at := start.Add(time.Duration(i) * interval)
+			if at.After(now) {
+				time.Sleep(at.Sub(now))
+				break
+			}
+			due <- at
+		}
+	}
+	close(due)
+	wg.Wait()
+	el := time.Since(start)
+	cpu := cpuTime() - cpu0
+	b.StopTimer()
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/el.Seconds(), "decisions/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	b.ReportMetric(float64(len(all))/cpu.Seconds(), "decisions/cpu-s")
 }
 
 func benchRLS(ctx context.Context, b *testing.B, clients []rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest, inflight int) {

@@ -12,8 +12,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // trackerService implements api.TrackerServer.
@@ -137,14 +139,14 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 		// This node holds no replica of the group (clusters with more nodes
 		// than voters per group): ask the leader, once.
 		id, addr := s.leaderOf(g)
-		if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+		if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
 			return nil, status.Errorf(codes.Unavailable, "group %d: this node holds no replica and knows no leader; retry", g)
 		}
 		cc, err := s.admin.conn(addr)
 		if err != nil {
 			return nil, err
 		}
-		return api.NewTrackerClient(cc).GetUsersCloseToLimit(outgoing(ctx), req)
+		return api.NewTrackerClient(cc).GetUsersCloseToLimit(forward.Outgoing(ctx), req)
 	}
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }
@@ -188,23 +190,40 @@ func (s *Server) closeToLimit(g int) []string {
 }
 
 // WatchCluster sends the current view, then every changed view, until the
-// client goes away or the node stops.
+// client goes away or the node stops. The runtime config travels once per
+// version on a stream: a view whose config version this stream already
+// carried is sent without it (clients keep the config they hold when a view
+// has none), so after the first message a stream's bytes do not grow with
+// the number of tenants.
 func (t *trackerService) WatchCluster(_ *api.WatchClusterRequest, stream grpc.ServerStreamingServer[api.ClusterView]) error {
 	s := t.s
-	var sent uint64
+	var sent, sentConfig uint64
 	for {
-		v, encoded, changed := s.view.getEncoded()
+		v, full, bare, changed := s.view.getEncoded()
 		if v != nil && v.Version != sent {
+			withConfig := v.RuntimeConfig != nil && v.ConfigVersion != sentConfig
+			enc := bare
+			if withConfig {
+				enc = full
+			}
 			var err error
-			if encoded != nil {
-				err = stream.SendMsg(&sharedMsg{encoded})
-			} else {
+			switch {
+			case enc != nil:
+				err = stream.SendMsg(&sharedMsg{enc})
+			case withConfig:
 				err = stream.Send(v)
+			default:
+				m := proto.Clone(v).(*api.ClusterView)
+				m.RuntimeConfig = nil
+				err = stream.Send(m)
 			}
 			if err != nil {
 				return err
 			}
 			sent = v.Version
+			if withConfig {
+				sentConfig = v.ConfigVersion
+			}
 		}
 		select {
 		case <-changed:

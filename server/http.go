@@ -121,7 +121,7 @@ type GroupStatus struct {
 	Tenants      int    `json:"tenants"`
 	NearLimit    int    `json:"tenants_near_limit"`
 	// Halted is why this replica stopped applying (an entry it cannot
-	// apply: see Upgrading in README); empty while it applies.
+	// apply: see docs/upgrading.md); empty while it applies.
 	Halted string `json:"halted,omitempty"`
 }
 

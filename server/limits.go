@@ -9,18 +9,13 @@ import (
 	"time"
 
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
-// TenantLimits are one tenant's effective runtime limits. A zero field means "no
-// limit" (MaxSeries = 0: unlimited), as for the --default-max-series flag.
-type TenantLimits struct {
-	MaxSeries int64
-	// The fields below are read by later subsystems (rate limits, HLL partition
-	// limits); they are parsed and validated now so one file serves them all.
-	IngestionRate         float64
-	IngestionBurst        int64
-	MaxSeriesPerPartition int64
-}
+// TenantLimits are one tenant's effective runtime limits (package limits). A
+// zero field means "no limit" (MaxSeries = 0: unlimited), as for the
+// --default-max-series flag.
+type TenantLimits = limits.Effective
 
 // Limits is an immutable, validated set of runtime limits: a runtime
 // configuration document (fsm/runtimecfg: the replicated one, or the
@@ -65,9 +60,7 @@ func ParseLimits(data []byte, base TenantLimits) (*Limits, error) {
 
 // For returns a tenant's effective limits.
 func (l *Limits) For(tenant string) TenantLimits {
-	e := l.doc.For(tenant, runtimecfg.Effective{MaxSeries: l.base.MaxSeries, MaxSeriesPerPartition: l.base.MaxSeriesPerPartition,
-		IngestionRate: l.base.IngestionRate, IngestionBurst: l.base.IngestionBurst})
-	return TenantLimits{MaxSeries: e.MaxSeries, IngestionRate: e.IngestionRate, IngestionBurst: e.IngestionBurst, MaxSeriesPerPartition: e.MaxSeriesPerPartition}
+	return l.doc.For(tenant, l.base)
 }
 
 // Has reports whether the limits have an entry for the tenant.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -30,13 +29,8 @@ func (h meteringHost) GroupOf(hash uint64) int {
 	return api.GroupOf(api.Partition(hash, p), p, h.s.cfg.Groups)
 }
 
-// IsLeader: raft leadership alone is not enough; the leader session must have
-// passed its barrier (everything committed before is applied here), so the
-// sampler plans from current state.
-func (h meteringHost) IsLeader(g int) bool {
-	tr := h.s.trackers[g]
-	return h.s.host.Raft(g).State() == raft.Leader && tr.leading() && tr.ready()
-}
+// IsLeader is Server.leads: the sampler plans from current state.
+func (h meteringHost) IsLeader(g int) bool { return h.s.leads(g) }
 
 func (h meteringHost) Hosts(g int) bool { return h.s.hostsGroup(g) }
 

@@ -12,15 +12,11 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
-// This file holds what a node needs to pass a call on to another node: a pool
-// of client connections to peers, and the metadata that carries the caller's
-// credentials and marks the call as forwarded, so it is forwarded at most once.
-
-// forwardedKey marks a call one node forwarded to the leader, so a stale view
-// cannot bounce it back and forth.
-const forwardedKey = "x-tollgate-forwarded"
+// This file holds the pool of client connections a node uses to pass a call on
+// to another node (package forward owns the metadata of a forwarded call).
 
 // peerPool caches one gRPC client connection per peer address. A connection
 // is dialled lazily and reconnects by itself, so an entry is never evicted;
@@ -66,7 +62,7 @@ func (p *peerPool) conn(addr string) (*grpc.ClientConn, error) {
 // anonymous caller): the node never lends its own to a caller.
 func (p *peerPool) own(ctx context.Context) context.Context {
 	md, _ := metadata.FromOutgoingContext(ctx)
-	if len(md.Get("authorization")) > 0 || len(md.Get(forwardedKey)) > 0 {
+	if len(md.Get("authorization")) > 0 || forward.IsOutgoing(ctx) {
 		return ctx
 	}
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+p.token)
@@ -99,23 +95,6 @@ func (p *peerPool) close() {
 	p.conns = nil
 }
 
-// outgoing copies the caller's credentials onto a forwarded call and marks it
-// as forwarded.
-func outgoing(ctx context.Context) context.Context {
-	md, _ := metadata.FromIncomingContext(ctx)
-	out := metadata.Pairs(forwardedKey, "1")
-	if auth := md.Get("authorization"); len(auth) > 0 {
-		out.Set("authorization", auth...)
-	}
-	return metadata.NewOutgoingContext(ctx, out)
-}
-
-// wasForwarded reports whether another node already forwarded this call.
-func wasForwarded(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(forwardedKey)) > 0
-}
-
 // leaderClient returns nil when this node leads g, else a client for the
 // leader (or an error when there is none or the call was already forwarded).
 func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient, error) {
@@ -124,7 +103,7 @@ func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient
 		return nil, nil
 	}
 	id, addr := s.leaderOf(g)
-	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+	if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
 		return nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
 	}
 	return a.client(addr)

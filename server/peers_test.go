@@ -1,39 +1,6 @@
 package server
 
-import (
-	"context"
-	"slices"
-	"testing"
-
-	"google.golang.org/grpc/metadata"
-)
-
-func TestAdminForwardMetadata(t *testing.T) {
-	in := metadata.New(map[string]string{"authorization": "Bearer tok", "x-other": "dropped"})
-	ctx := metadata.NewIncomingContext(context.Background(), in)
-	if wasForwarded(ctx) {
-		t.Fatal("a call from a client reads as forwarded")
-	}
-	out, ok := metadata.FromOutgoingContext(outgoing(ctx))
-	if !ok {
-		t.Fatal("outgoing: no outgoing metadata")
-	}
-	if got := out.Get("authorization"); !slices.Equal(got, []string{"Bearer tok"}) {
-		t.Fatalf("forwarded authorization %q, want the caller's", got)
-	}
-	if got := out.Get("x-other"); len(got) != 0 {
-		t.Fatalf("forwarded unrelated metadata %q", got)
-	}
-	// The receiving node sees the outgoing metadata as incoming.
-	if !wasForwarded(metadata.NewIncomingContext(context.Background(), out)) {
-		t.Fatal("a forwarded call does not read as forwarded, so it could be forwarded again")
-	}
-	// No credentials to copy: the call is still marked.
-	bare, _ := metadata.FromOutgoingContext(outgoing(context.Background()))
-	if len(bare.Get("authorization")) != 0 || len(bare.Get(forwardedKey)) != 1 {
-		t.Fatalf("forwarding a call without metadata: %v", bare)
-	}
-}
+import "testing"
 
 func TestAdminPeerPoolReusesConnections(t *testing.T) {
 	var p peerPool

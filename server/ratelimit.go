@@ -5,8 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/rateowner"
@@ -18,10 +16,8 @@ import (
 // come from the same source as max_series: the replicated runtime config.
 func (s *Server) startRateLimit() {
 	s.rates = rateowner.NewService(rateowner.ServiceConfig{
-		Owner: rateowner.Config{Period: s.cfg.RatePeriod},
-		Owns: func(g int) bool {
-			return s.host.Raft(g).State() == raft.Leader && s.mayLead(g)
-		},
+		Owner:    rateowner.Config{Period: s.cfg.RatePeriod},
+		Owns:     s.leads,
 		LeaderOf: s.leaderOf,
 		Now:      s.cfg.Clock,
 		Logger:   s.log,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/configsvc"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 )
@@ -57,6 +58,11 @@ type runtimeConfig struct {
 	proposed  string // hex hash last proposed or adopted
 	lastNote  string // last thing logged, so a steady state logs once
 	proposeMu sync.Mutex
+	// The file's document is immutable and replaced on reload: its hash is
+	// computed once per document, not on every round (encoding a
+	// 100,000-tenant document each round was most of an idle node's CPU).
+	hashedDoc *runtimecfg.Document
+	docHash   string
 }
 
 // viewConfig caches the wire form of the newest document for cluster views.
@@ -165,7 +171,7 @@ func (s *Server) setViewConfig(v *api.ClusterView) {
 func (rc *runtimeConfig) NodeID() string                  { return rc.s.cfg.NodeID }
 func (rc *runtimeConfig) Groups() int                     { return rc.s.cfg.Groups }
 func (rc *runtimeConfig) Module(g int) *runtimecfg.Module { return rc.mods[g] }
-func (rc *runtimeConfig) Leads(g int) bool                { return rc.s.trackers[g].ready() }
+func (rc *runtimeConfig) Leads(g int) bool                { return rc.s.leads(g) }
 
 func (rc *runtimeConfig) Base() runtimecfg.Effective {
 	return runtimecfg.Effective{MaxSeries: rc.s.limits.base.MaxSeries}
@@ -192,14 +198,14 @@ func (rc *runtimeConfig) Propose(ctx context.Context, g int, typ byte, payload [
 func (rc *runtimeConfig) Leader(ctx context.Context, g int) (api.ConfigClient, context.Context, error) {
 	s := rc.s
 	id, addr := s.leaderOf(g)
-	if wasForwarded(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
+	if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
 		return nil, nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
 	}
 	cc, err := s.admin.conn(addr)
 	if err != nil {
 		return nil, nil, err
 	}
-	out := outgoing(ctx)
+	out := forward.Outgoing(ctx)
 	// Calls this node makes on its own (reconciler, file proposer) carry the
 	// node's token; forwarded calls carry the caller's.
 	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) == 0 && s.cfg.AdminToken != "" {
@@ -270,7 +276,10 @@ func (rc *runtimeConfig) proposeFile(ctx context.Context) string {
 		return "not ready"
 	}
 	file := s.limits.Get().doc
-	h := fileHash(file)
+	if file != rc.hashedDoc {
+		rc.hashedDoc, rc.docHash = file, fileHash(file)
+	}
+	h := rc.docHash
 	if h == rc.proposed {
 		return "unchanged"
 	}

@@ -235,8 +235,8 @@ func (c *Config) Validate() error {
 	if c.MaxClockOffset == 0 {
 		c.MaxClockOffset = time.Second
 	}
-	if c.MaxClockOffset < 10*time.Millisecond || c.MaxClockOffset > time.Hour {
-		return fmt.Errorf("config: max clock offset %v: must be in [10ms, 1h]", c.MaxClockOffset)
+	if c.MaxClockOffset < MinMaxClockOffset || c.MaxClockOffset > MaxMaxClockOffset {
+		return fmt.Errorf("config: max clock offset %v: must be in [%v, %v]", c.MaxClockOffset, MinMaxClockOffset, MaxMaxClockOffset)
 	}
 	if c.RatePeriod == 0 {
 		c.RatePeriod = defaultRatePeriod
@@ -320,6 +320,14 @@ type leaderEvent struct {
 	// still names this node leader when it is handled.
 	recheck bool
 }
+
+// The range of Config.MaxClockOffset: below 10 ms the measurement itself
+// (half a round trip on a busy network) would put correct nodes out of bound;
+// above an hour a bound no longer protects group time.
+const (
+	MinMaxClockOffset = 10 * time.Millisecond
+	MaxMaxClockOffset = time.Hour
+)
 
 // clusterLayout is persisted so a node never starts with a layout that differs
 // from the one its data was written with.

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -211,9 +210,7 @@ func (st *shareState) Exclusive(g int, fn func() error) error {
 	return err
 }
 
-func (st *shareState) Leads(g int) bool {
-	return st.s.host.Raft(g).State() == raft.Leader && st.s.trackers[g].ready()
-}
+func (st *shareState) Leads(g int) bool { return st.s.leads(g) }
 
 func (st *shareState) Append(g int, typ byte, data []byte) (func(context.Context) (any, error), error) {
 	s := st.s

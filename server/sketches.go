@@ -60,7 +60,11 @@ func (s *Server) newSketches() error {
 	c := s.cfg.Sketches
 	h, err := sketchhub.New(sketchhub.Config{
 		NodeID: s.cfg.NodeID, Precision: c.Precision, WindowMinutes: c.WindowMinutes,
-		Partitions: c.Partitions, MaxSketches: c.MaxSketches, Clock: s.cfg.Clock, Logger: s.log,
+		// The window follows the cluster's median clock (this node's wall
+		// clock corrected by its measured offset), so a node whose clock is
+		// off, even beyond the bound, keeps the same minutes as its peers
+		// and as clients with correct clocks (docs/clocks.md).
+		Partitions: c.Partitions, MaxSketches: c.MaxSketches, Clock: s.clock.wall, Logger: s.log,
 		// A tenant has sketches only when it has a per-partition limit.
 		TenantKnown: func(t string) bool { return s.TenantLimitsFor(t).MaxSeriesPerPartition > 0 },
 	})

@@ -289,3 +289,41 @@ func BenchmarkSketchConvergence(b *testing.B) {
 		}
 	}
 }
+
+// TestSketchWindowOnSkewedNode: a node whose wall clock is 30 min slow (far
+// beyond the bound, and beyond the 20-minute sketch window) keeps the
+// cluster's sketch window: once it has measured its offset to its peers, it
+// merges a correct client's current minute and answers with the cluster's
+// minute, as a node within the bound (+450 ms) does. Its raw clock would put
+// that minute 30 min in the future and refuse the push (InvalidArgument).
+func TestSketchWindowOnSkewedNode(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a 3-node cluster")
+	}
+	limits := writeSketchLimits(t)
+	skew := []time.Duration{0, 450 * time.Millisecond, -30 * time.Minute}
+	tc := startCluster(t, 3, func(i int, c *Config) { c.LimitsFile = limits; c.TestClockOffset = skew[i] })
+	slow := tc.nodes[2]
+	waitFor(t, "n3 measured out of bound", func() bool {
+		st := slow.clock.status()
+		return st != nil && !st.InBound
+	})
+	for i, s := range tc.nodes[1:] {
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cc.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		now := time.Now().Unix() / 60
+		resp, err := api.NewSketchesClient(cc).PushSketches(ctx, &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{
+			{Tenant: "t1", Partition: uint32(i + 1), Minute: now, Sparse: []uint32{api.HLLSparseEntry(5, 3)}}}})
+		if err != nil {
+			t.Fatalf("node %s (clock %v off): current minute refused: %v", s.cfg.NodeID, skew[i+1], err)
+		}
+		if resp.Changed != 1 || resp.NodeMinute < now || resp.NodeMinute > now+1 {
+			t.Fatalf("node %s (clock %v off): %+v, want 1 changed and node minute %d (or the next)", s.cfg.NodeID, skew[i+1], resp, now)
+		}
+	}
+}

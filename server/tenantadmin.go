@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 )
 
@@ -116,7 +117,7 @@ func (a *adminService) dropTenantGroup(ctx context.Context, g int, tenant string
 	}
 	if c != nil {
 		gr := uint32(g)
-		resp, err := c.DropTenant(outgoing(ctx), &api.DropTenantRequest{Tenant: tenant, Group: &gr})
+		resp, err := c.DropTenant(forward.Outgoing(ctx), &api.DropTenantRequest{Tenant: tenant, Group: &gr})
 		if err != nil {
 			return nil, err
 		}

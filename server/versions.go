@@ -200,6 +200,18 @@ func (s *Server) haltedLeaderStatus(g int) error {
 	return s.haltedStatus(g)
 }
 
+// leads is the one definition of "this node leads group g" for everything
+// that decides or writes as a group's leader (tracking, shares, runtime
+// config, metering, the rate owner): raft calls this node the leader, its
+// leader session has passed its barrier (everything committed under earlier
+// leaders is applied here, so decisions start from current state), and the
+// node may lead (the group is not halted here and its clock is within the
+// bound). Raft leadership alone is not enough: a leader that has not applied
+// its predecessor's entries would decide from stale state.
+func (s *Server) leads(g int) bool {
+	return s.host.Raft(g).State() == raft.Leader && s.trackers[g].ready() && s.mayLead(g)
+}
+
 // mayLead reports whether this node may run a leader session for group g.
 func (s *Server) mayLead(g int) bool {
 	halted, _ := s.fsms[g].Halted()

@@ -425,7 +425,8 @@ func estimate(regs []uint8, p uint8) float64 {
 // peer): the keys changed since its last Take.
 type Cursor struct {
 	h      *Hub
-	skip   string // origin whose pushes this cursor ignores (the peer itself)
+	skip   string          // origin whose pushes this cursor ignores (the peer itself)
+	only   map[string]bool // nil: every tenant; else the tenants it follows
 	dirty  map[key]struct{}
 	notify chan struct{}
 }
@@ -433,7 +434,14 @@ type Cursor struct {
 // NewCursor registers a cursor. With full, its first Take returns every
 // sketch held; skipOrigin ("" = none) names a peer whose own pushes it skips.
 func (h *Hub) NewCursor(skipOrigin string, full bool) *Cursor {
-	c := &Cursor{h: h, skip: skipOrigin, dirty: map[key]struct{}{}, notify: make(chan struct{}, 1)}
+	return h.NewTenantCursor(skipOrigin, full, nil)
+}
+
+// NewTenantCursor is NewCursor following only the tenants in only (nil:
+// every tenant): a client's subscription, so what a stream carries grows
+// with the tenants its client checks, not with every tenant of the cluster.
+func (h *Hub) NewTenantCursor(skipOrigin string, full bool, only map[string]bool) *Cursor {
+	c := &Cursor{h: h, skip: skipOrigin, only: only, dirty: map[key]struct{}{}, notify: make(chan struct{}, 1)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.cursors[c] = struct{}{}
@@ -445,7 +453,9 @@ func (h *Hub) NewCursor(skipOrigin string, full bool) *Cursor {
 
 func (c *Cursor) markAllLocked() {
 	for k := range c.h.sketches {
-		c.dirty[k] = struct{}{}
+		if c.follows(k.tenant) {
+			c.dirty[k] = struct{}{}
+		}
 	}
 	c.signal()
 }
@@ -458,7 +468,13 @@ func (c *Cursor) MarkAll() {
 	c.markAllLocked()
 }
 
+// follows reports whether the cursor carries the tenant's sketches.
+func (c *Cursor) follows(tenant string) bool { return c.only == nil || c.only[tenant] }
+
 func (c *Cursor) mark(k key) {
+	if !c.follows(k.tenant) {
+		return
+	}
 	c.dirty[k] = struct{}{}
 	c.signal()
 }

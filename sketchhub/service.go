@@ -61,8 +61,33 @@ func (s *Service) PushSketches(_ context.Context, req *api.PushSketchesRequest) 
 	return &api.PushSketchesResponse{Changed: uint32(changed), NodeMinute: s.h.now(), Incarnation: s.h.incarnation}, nil
 }
 
-// WatchSketches sends every sketch, then the changed ones, until the client
-// leaves or the node stops.
+// MaxSubscribedTenants bounds the tenants one WatchSketches stream names.
+const MaxSubscribedTenants = 100_000
+
+// subscription is the tenant set a watch follows (nil: every tenant).
+func subscription(req *api.WatchSketchesRequest) (map[string]bool, error) {
+	if !req.OnlyTenants {
+		if len(req.Tenants) > 0 {
+			return nil, status.Error(codes.InvalidArgument, "tenants: set only_tenants to follow only the tenants listed")
+		}
+		return nil, nil
+	}
+	if len(req.Tenants) > MaxSubscribedTenants {
+		return nil, status.Errorf(codes.InvalidArgument, "tenants: %d listed, at most %d", len(req.Tenants), MaxSubscribedTenants)
+	}
+	only := make(map[string]bool, len(req.Tenants))
+	for i, t := range req.Tenants {
+		if err := api.ValidateTenantID(t); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "tenants[%d]: %v", i, err)
+		}
+		only[t] = true
+	}
+	return only, nil
+}
+
+// WatchSketches sends every sketch (of the tenants the request follows, when
+// it names them), then the changed ones, until the client leaves or the node
+// stops.
 func (s *Service) WatchSketches(req *api.WatchSketchesRequest, stream grpc.ServerStreamingServer[api.SketchBatch]) error {
 	h := s.h
 	if req.Precision != uint32(h.p) {
@@ -76,7 +101,11 @@ func (s *Service) WatchSketches(req *api.WatchSketchesRequest, stream grpc.Serve
 	if maxBatch == 0 {
 		maxBatch = 4096
 	}
-	c := h.NewCursor("", true)
+	only, err := subscription(req)
+	if err != nil {
+		return err
+	}
+	c := h.NewTenantCursor("", true, only)
 	defer c.Close()
 	h.st.subscribers.Add(1)
 	defer h.st.subscribers.Add(-1)

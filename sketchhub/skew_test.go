@@ -15,7 +15,10 @@ import (
 // off, merges it. A node more than a minute slow refuses it whole (ErrInvalid
 // naming the node's window); a fast one takes it as an older minute of its
 // window, which then ends early: either way per-partition limits served from
-// that node are wrong until its clock is fixed.
+// that node are wrong until its clock is fixed. The server hands the hub its wall
+// clock corrected by the measured offset to the cluster's median, so a
+// served node keeps the cluster's window however far off its own clock is
+// (server TestSketchWindowOnSkewedNode); this test is the hub on a raw clock.
 func TestNodeClockSkew(t *testing.T) {
 	truth := newClock()
 	minute := truth.now().Unix() / 60

@@ -68,7 +68,7 @@ func BenchmarkCheck(b *testing.B) {
 	}
 }
 
-// BenchmarkCheckAxiomhq is the baseline: the same check done the seed's way
+// BenchmarkCheckAxiomhq is the baseline: the same check done the reference implementation's way
 // with github.com/axiomhq/hyperloglog v0.3.0 sketches per partition: clone the
 // merged window sketch, insert the request, Estimate (a pass over all m
 // registers), and on success merge the request into the current minute.

@@ -21,6 +21,9 @@ const (
 	// DefaultReconnectMax caps the wait between attempts to reopen the watch
 	// stream after every node failed.
 	DefaultReconnectMax = 2 * time.Second
+	// DefaultResubscribeEvery is the least time between two subscriptions
+	// of the watch stream when the tenants checked here grow.
+	DefaultResubscribeEvery = time.Second
 )
 
 // Limits gives a tenant's max_series_per_partition (0 or less: no limit, the
@@ -59,6 +62,12 @@ type Config struct {
 	RPCTimeout time.Duration
 	// ReconnectMax caps the backoff between watch reconnects; 0 = 2s.
 	ReconnectMax time.Duration
+	// ResubscribeEvery is the least time between two re-subscriptions of the
+	// watch stream: the stream carries only the sketches of tenants checked
+	// here, and is opened again (at most this often) when a new one is
+	// checked; until then the new tenant is decided on local sketches only.
+	// 0 = 1s.
+	ResubscribeEvery time.Duration
 	// DialOptions are added to every connection (TLS, interceptors…).
 	DialOptions []grpc.DialOption
 	// Token is the bearer token sent with every call, for clusters with
@@ -91,8 +100,11 @@ func (c *Config) validate() error {
 	if c.Partitions < 1 || c.Partitions > 1<<31-1 {
 		return fmt.Errorf("partitionlimit: partitions %d: must be ≥ 1", c.Partitions)
 	}
-	if c.PushInterval < 0 || c.RPCTimeout < 0 || c.ReconnectMax < 0 {
-		return errors.New("partitionlimit: push interval, RPC timeout and reconnect max must be ≥ 0")
+	if c.PushInterval < 0 || c.RPCTimeout < 0 || c.ReconnectMax < 0 || c.ResubscribeEvery < 0 {
+		return errors.New("partitionlimit: push interval, RPC timeout, reconnect max and resubscribe interval must be ≥ 0")
+	}
+	if c.ResubscribeEvery == 0 {
+		c.ResubscribeEvery = DefaultResubscribeEvery
 	}
 	if c.PushInterval == 0 {
 		c.PushInterval = DefaultPushInterval

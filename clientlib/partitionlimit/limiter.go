@@ -3,6 +3,7 @@ package partitionlimit
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -47,6 +48,9 @@ type tenantState struct {
 	undo  []undoEntry
 	pos   []uint32 // per hash of the request: index<<6 | value
 	limit int64    // limit seen by the last Check (for status)
+	// checked: Check was called for the tenant here, so the watch stream
+	// subscribes to its sketches (a tenant known only from a batch is not).
+	checked atomic.Bool
 }
 
 type undoEntry struct {
@@ -146,6 +150,9 @@ func (l *Limiter) Check(tenant string, req []Series) error {
 	if err != nil {
 		l.st.rejectedInvalid.Add(1)
 		return err
+	}
+	if !ts.checked.Load() && ts.checked.CompareAndSwap(false, true) && l.sy != nil {
+		l.sy.resubscribe()
 	}
 	now := l.minute()
 	ts.mu.Lock()
@@ -374,6 +381,21 @@ func (l *Limiter) Rotate() {
 		}
 		ts.mu.Unlock()
 	}
+}
+
+// subscribed lists the tenants checked here, sorted: what the watch stream
+// follows.
+func (l *Limiter) subscribed() []string {
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	var out []string
+	for name, ts := range l.tenants {
+		if ts.checked.Load() {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (l *Limiter) tenantList() []*tenantState {

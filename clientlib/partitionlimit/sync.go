@@ -34,6 +34,20 @@ type syncer struct {
 
 	incMu sync.Mutex
 	inc   string // incarnation of the node that accepted the last push
+
+	resub chan struct{} // a tenant was checked for the first time
+}
+
+// errResubscribe ends a watch stream so that the next one follows the
+// tenants checked since it opened.
+var errResubscribe = errors.New("partitionlimit: tenants to follow changed")
+
+// resubscribe asks the watch loop to follow the tenants checked now.
+func (s *syncer) resubscribe() {
+	select {
+	case s.resub <- struct{}{}:
+	default:
+	}
 }
 
 // maxPushBytes bounds one PushSketches call: a tenant's changes (a full
@@ -42,7 +56,7 @@ type syncer struct {
 const maxPushBytes = 1 << 20
 
 func newSyncer(l *Limiter) (*syncer, error) {
-	s := &syncer{l: l}
+	s := &syncer{l: l, resub: make(chan struct{}, 1)}
 	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}, l.cfg.DialOptions...)
 	if l.cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(bearerToken(l.cfg.Token)))
@@ -318,6 +332,9 @@ func (s *syncer) watchLoop() {
 	for {
 		i := s.cur.Load()
 		err := s.watch(s.clients[i])
+		if errors.Is(err, errResubscribe) {
+			continue // same node, at once: nothing was lost
+		}
 		s.l.st.watching.Store(false)
 		select {
 		case <-s.l.stop:
@@ -346,16 +363,51 @@ func (s *syncer) watchLoop() {
 }
 
 // watch merges one stream's batches until it fails. It returns nil when the
-// stream had delivered at least one batch (so the caller reconnects at once).
+// stream had delivered at least one batch (so the caller reconnects at once),
+// and errResubscribe when it ended the stream to follow newly checked tenants
+// (at most every ResubscribeEvery). The stream follows only the tenants
+// checked here: a node then sends what this client uses, not every tenant's
+// sketches (a node from before subscriptions sends them all, and applyBatch
+// keeps those with a limit, as before).
 func (s *syncer) watch(c api.SketchesClient) error {
-	stream, err := c.WatchSketches(s.watchCtx, &api.WatchSketchesRequest{Precision: uint32(s.l.p)})
+	names := s.l.subscribed()
+	ctx, cancel := context.WithCancel(s.watchCtx)
+	defer cancel()
+	stream, err := c.WatchSketches(ctx, &api.WatchSketchesRequest{Precision: uint32(s.l.p), OnlyTenants: true, Tenants: names})
 	if err != nil {
 		return err
 	}
+	var resub atomic.Bool
+	go func() {
+		opened := time.Now()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.resub:
+			}
+			if wait := s.l.cfg.ResubscribeEvery - time.Since(opened); wait > 0 {
+				select {
+				case <-time.After(wait):
+				case <-ctx.Done():
+					s.resubscribe() // for the next stream
+					return
+				}
+			}
+			if !slices.Equal(s.l.subscribed(), names) {
+				resub.Store(true)
+				cancel()
+				return
+			}
+		}
+	}()
 	got := false
 	for {
 		b, err := stream.Recv()
 		if err != nil {
+			if resub.Load() {
+				return errResubscribe
+			}
 			if got {
 				return nil
 			}

@@ -4,9 +4,9 @@
 // config pushes to clients.
 //
 // The effective rate of (key, kind) is the key's percentage for the kind times
-// the global percentage for the kind, as in the seed (Ichnaea's per-API-key
+// the global percentage for the kind, as in Ichnaea (its per-API-key
 // store_sample_* and global_locate_sample_rate): key 60% × global 50% = 30%.
-// Kinds are free strings (the seed has "locate" and "submit"); a key without its
+// Kinds are free strings (Ichnaea has "locate" and "submit"); a key without its
 // own value for a kind takes the snapshot's default for the kind, and a kind or
 // a global value nobody configured is 100%.
 //

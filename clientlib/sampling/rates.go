@@ -3,8 +3,9 @@ package sampling
 import (
 	"errors"
 	"fmt"
-	"math"
 	"sort"
+
+	"github.com/tollgate-io/tollgate/sampleconf"
 )
 
 // Rates is one snapshot of sample rates, as the runtime config pushes it. All
@@ -13,14 +14,14 @@ type Rates struct {
 	// Version orders snapshots: Update refuses one older than the snapshot in
 	// force. 0 is the built-in "everything 100%" snapshot, so pushes start at 1.
 	Version uint64
-	// Global is the global percentage per kind (the seed's
+	// Global is the global percentage per kind (Ichnaea's
 	// global_locate_sample_rate, for any kind). It multiplies every key's rate.
 	Global map[string]float64
 	// Default is the percentage per kind for keys without their own value for
 	// the kind (the config's defaults.sample_rates).
 	Default map[string]float64
-	// Keys is the percentage per kind for each key (tenant or API key), the
-	// seed's store_sample_locate / store_sample_submit.
+	// Keys is the percentage per kind for each key (tenant or API key), like
+	// Ichnaea's store_sample_locate / store_sample_submit.
 	Keys map[string]map[string]float64
 }
 
@@ -28,42 +29,19 @@ type Rates struct {
 // force (or of the same version with different rates).
 var ErrStaleVersion = errors.New("sampling: stale rates version")
 
-// MaxKindLen and MaxKeyLen bound names so a config cannot blow up a client.
+// MaxKindLen and MaxKeyLen bound names so a config cannot blow up a client
+// (sampleconf holds them, shared with the server-side controller).
 const (
-	MaxKindLen = 64
-	MaxKeyLen  = 256
+	MaxKindLen = sampleconf.MaxKindLen
+	MaxKeyLen  = sampleconf.MaxKeyLen
 )
 
 // ValidateKind checks a kind name: a letter, then up to 63 letters, digits,
-// '_' or '-'. The same names work as YAML keys, in the set syntax
-// sample_rates.<kind>=P and as Prometheus label values.
-func ValidateKind(kind string) error {
-	if kind == "" {
-		return errors.New("kind is empty")
-	}
-	if len(kind) > MaxKindLen {
-		return fmt.Errorf("kind %.20q… is %d bytes, longer than %d", kind, len(kind), MaxKindLen)
-	}
-	for i := 0; i < len(kind); i++ {
-		c := kind[i]
-		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-		if i == 0 && !letter {
-			return fmt.Errorf("kind %q must start with a letter", kind)
-		}
-		if !letter && !(c >= '0' && c <= '9') && c != '_' && c != '-' {
-			return fmt.Errorf("kind %q: byte %q not allowed (letters, digits, '_', '-')", kind, c)
-		}
-	}
-	return nil
-}
+// '_' or '-' (sampleconf.ValidateKind, the rule the backlog controller uses too).
+func ValidateKind(kind string) error { return sampleconf.ValidateKind(kind) }
 
 // ValidatePercent checks one percentage: a finite number from 0 to 100.
-func ValidatePercent(p float64) error {
-	if math.IsNaN(p) || p < 0 || p > 100 {
-		return fmt.Errorf("%v is not a percentage (a number from 0 to 100)", p)
-	}
-	return nil
-}
+func ValidatePercent(p float64) error { return sampleconf.ValidatePercent(p) }
 
 // Validate checks every name and percentage and names the first bad field, in
 // a stable order (global, default, then keys sorted), so the same bad snapshot

@@ -80,9 +80,9 @@ func (s *serverSettings) options() []option {
 		{"raft-election-timeout", &c.RaftElectionTimeout, "how long a candidate waits for votes before retrying; ≥ --raft-heartbeat-timeout; 0: default"},
 		{"raft-leader-lease-timeout", &c.RaftLeaderLeaseTimeout, "a leader that has not heard from a quorum this long steps down; ≤ --raft-heartbeat-timeout; 0: default"},
 		{"leader-balance-interval", &c.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
-		{"admin-token", &c.AdminToken, "admin credential (satisfies every scope); when set, every endpoint that writes or reveals tenant data needs a credential (docs/security.md); prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: the dev default, admin API from loopback only"},
+		{"admin-token", &c.AdminToken, "admin credential (satisfies every scope); when set, every endpoint that writes or reveals tenant data needs a credential (docs/access-control.md); prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: the dev default, admin API from loopback only"},
 		{"admin-token-file", &s.adminTokenFile, "read the admin token from this file"},
-		{"credentials-file", &c.CredentialsFile, "scoped credentials (name, sha256 of the token, scopes track/meter/read/admin, optional tenants; reloaded on change): each endpoint needs a credential of its scope (docs/security.md); needs the admin token"},
+		{"credentials-file", &c.CredentialsFile, "scoped credentials (name, sha256 of the token, scopes track/meter/read/admin, optional tenants; reloaded on change): each endpoint needs a credential of its scope (docs/access-control.md); needs the admin token"},
 		{"http-max-conns", &c.Bounds.HTTPMaxConns, "most open HTTP connections; at the cap the longest-idle one is closed for a new one (default 4096)"},
 		{"max-watch-streams", &c.Bounds.MaxWatchStreams, "most long-lived streams (WatchCluster, WatchSummaries, WatchSketches) open on the node (default 10000)"},
 		{"max-watch-streams-per-client", &c.Bounds.MaxWatchStreamsPerClient, "most such streams one client (credential, or IP address without one) holds (default 1000)"},
@@ -94,7 +94,7 @@ func (s *serverSettings) options() []option {
 		{"shards", &c.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
 		{"idle-timeout", &c.IdleTimeout, "a series seen within this is active (whole minutes, ≤ 60m; it goes idle at most one minute later)"},
 		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
-		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see README)"},
+		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see docs/limits.md)"},
 		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
 		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (the default: headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P) of earlier builds); use the same on every node"},
 		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
@@ -404,6 +404,9 @@ func (s *serverSettings) validate() []error {
 	}
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		bad("batch-window", "%v: must be in [0, 1s]", c.BatchWindow)
+	}
+	if m := c.MaxClockOffset; m != 0 && (m < server.MinMaxClockOffset || m > server.MaxMaxClockOffset) {
+		bad("max-clock-offset", "%v: must be in [%v, %v] (0: the default 1s)", m, server.MinMaxClockOffset, server.MaxMaxClockOffset)
 	}
 	if s.shutdownTimeout <= 0 {
 		bad("shutdown-timeout", "%v: must be > 0", s.shutdownTimeout)

@@ -137,7 +137,7 @@ func TestConfigValidationReportsEveryProblem(t *testing.T) {
 	file := writeFile(t, "c.yaml", "idle_timeout: 90s\nreplicas: -1\nlimits_reload_period: -5s\nnear_limit_fraction: 0\n")
 	env := map[string]string{"TOLLGATE_SHUTDOWN_TIMEOUT": "-1s"}
 	_, err := loadSettings(t, env, "--config", file, "--batch-window", "2s", "--partitions", "0",
-		"--bootstrap-expect", "-2", "--grpc-addr", "nonsense", "--log-level", "loud")
+		"--bootstrap-expect", "-2", "--grpc-addr", "nonsense", "--log-level", "loud", "--max-clock-offset", "5ms")
 	if err == nil {
 		t.Fatal("accepted")
 	}
@@ -157,13 +157,14 @@ func TestConfigValidationReportsEveryProblem(t *testing.T) {
 		"bootstrap_expect: -2 is negative",
 		`grpc_addr: "nonsense" is not host:port`,
 		`log_level: "loud"`,
+		"max_clock_offset: 5ms: must be in [10ms, 1h0m0s] (0: the default 1s) (from --max-clock-offset)",
 	} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q", want)
 		}
 	}
-	if len(ce.errs) != 11 {
-		t.Errorf("%d problems reported, want 11:\n%v", len(ce.errs), err)
+	if len(ce.errs) != 12 {
+		t.Errorf("%d problems reported, want 12:\n%v", len(ce.errs), err)
 	}
 	// A value that does not parse names the variable or the file line.
 	_, err = loadSettings(t, map[string]string{"TOLLGATE_IDLE_TIMEOUT": "soon"}, "--data-dir", t.TempDir())

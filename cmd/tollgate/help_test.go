@@ -58,7 +58,7 @@ func TestEveryCommandHasOneLineShort(t *testing.T) {
 	}
 }
 
-// TestCompletionScripts: the completion command README.md documents writes a
+// TestCompletionScripts: the completion command README.md and docs/cli.md document writes a
 // script for each shell.
 func TestCompletionScripts(t *testing.T) {
 	for shell, marker := range map[string]string{"bash": "__start_tollgate", "zsh": "#compdef tollgate", "fish": "complete -c tollgate", "powershell": "Register-ArgumentCompleter"} {

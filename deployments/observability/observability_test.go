@@ -273,7 +273,8 @@ func TestDashboard(t *testing.T) {
 		"near-limit tenants": "tollgate_tenants_near_limit", "share moves": "tollgate_share_moved_series_total",
 		"rate-limit admitted vs limit": "tollgate_ratelimit_owner_limited_admitted_per_second",
 		"sketch hub":                   "tollgate_sketches_held", "metering backlog": "tollgate_metering_lag_seconds",
-		"sink errors": "tollgate_metering_sink_responses_total",
+		"sink errors": "tollgate_metering_sink_responses_total", "clock offsets": "tollgate_clock_offset_seconds",
+		"nodes out of clock bound": "tollgate_clock_in_bound",
 	} {
 		if used[metric] == "" {
 			t.Errorf("dashboard shows no %s (%s)", what, metric)

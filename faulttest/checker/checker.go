@@ -548,7 +548,7 @@ func (ck *Checker) record(ti, g int, batch, rejected []uint64, addr string, sent
 // since the start: after a lowering, series already accepted stay (only new
 // ones are refused) and a group may still admit new series up to its own
 // share, so the tenant's total is bounded by the earlier, higher limit
-// until its usage falls (ARCHITECTURE.md, movable shares, limit changes).
+// until its usage falls (docs/shares.md, limit changes).
 func (ck *Checker) SetLimit(tenant string, n int64) {
 	ck.mu.Lock()
 	defer ck.mu.Unlock()

@@ -19,7 +19,7 @@ const (
 // ErrBadPayload is wrapped by every decode failure.
 var ErrBadPayload = errors.New("bad metering payload")
 
-// Target is what correlates start and stop events (seed §3).
+// Target is what correlates start and stop events.
 type Target struct {
 	Org, Space, Consumer, Resource, Plan, Instance string
 }

@@ -8,7 +8,7 @@
 //
 // # Targets and groups
 //
-// A target is the six ids of the seed (organization, space, consumer,
+// A target is six ids (organization, space, consumer,
 // resource, plan, resource instance). Its group is chosen like a series':
 // TargetHash (FNV-1a 64 over the six ids, each followed by a 0x1f separator)
 // gives a hash, layout.Partition maps it to a partition, layout.GroupOf to the

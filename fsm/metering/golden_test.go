@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/wire"
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
@@ -72,7 +71,7 @@ func goldenState(t *testing.T) *replica {
 			runSampler(r, grid, now, func() bool { return rng.IntN(3) == 0 })
 		}
 	}
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(now/60_000, []TenantActive{{"t1", 10}, {"t2", 20}}))
+	r.apply(EntrySeries, EncodeSeries(now/60_000, []TenantActive{{"t1", 10}, {"t2", 20}}))
 	// Plan what is due, then dead-letter every planned interval.
 	work, _ := r.m.Due(grid, now, 1000, nil)
 	var plans []PlanItem
@@ -81,7 +80,7 @@ func goldenState(t *testing.T) *replica {
 			plans = append(plans, *w.Plan)
 		}
 	}
-	r.apply(fsm.EntryMeterPlan, EncodePlan(now, plans))
+	r.apply(EntryPlan, EncodePlan(now, plans))
 	work, _ = r.m.Due(grid, now, 1000, nil)
 	var execs []ExecItem
 	for _, w := range work {
@@ -89,7 +88,7 @@ func goldenState(t *testing.T) *replica {
 			execs = append(execs, ExecItem{Span: w.Span.ID, Version: w.Span.Version, DeadCode: 400, Reason: "bad"})
 		}
 	}
-	r.apply(fsm.EntryMeterExecute, EncodeExecute(now, execs))
+	r.apply(EntryExecute, EncodeExecute(now, execs))
 	// Leave the next intervals planned but not executed.
 	work, _ = r.m.Due(grid, now+600_000, 1000, nil)
 	plans = plans[:0]
@@ -98,7 +97,7 @@ func goldenState(t *testing.T) *replica {
 			plans = append(plans, *w.Plan)
 		}
 	}
-	r.apply(fsm.EntryMeterPlan, EncodePlan(now+600_000, plans))
+	r.apply(EntryPlan, EncodePlan(now+600_000, plans))
 	return r
 }
 

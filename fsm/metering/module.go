@@ -15,8 +15,26 @@ import (
 // Name is the module's name: its registry rows and snapshot section.
 const Name = "metering"
 
-// Code is the outcome of one event, as the receiver reports it (seed §6.1,
-// §6.2 and the reference receiver).
+// Entry types owned by the module (12–19 reserved), registered with the FSM
+// at init; doc.go documents their payloads.
+const (
+	EntryEvents  byte = 12 // batch of start/stop events
+	EntryPlan    byte = 13 // batch of planned intervals
+	EntryExecute byte = 14 // batch of executed (or dead-lettered) intervals
+	EntryTick    byte = 15 // housekeeping: dedup expiry, ledger retention
+	EntrySeries  byte = 16 // per-tenant active-series sample of one minute
+)
+
+func init() {
+	fsm.RegisterModuleEntry(Name, EntryEvents, "meter-events", 3)
+	fsm.RegisterModuleEntry(Name, EntryPlan, "meter-plan", 3)
+	fsm.RegisterModuleEntry(Name, EntryExecute, "meter-execute", 3)
+	fsm.RegisterModuleEntry(Name, EntryTick, "meter-tick", 3)
+	fsm.RegisterModuleEntry(Name, EntrySeries, "meter-series", 3)
+}
+
+// Code is the outcome of one event, as the receiver reports it (the HTTP codes
+// of a metering receiver).
 type Code uint8
 
 // Outcomes of an event.
@@ -34,7 +52,7 @@ type Result struct {
 	Reason string // why, for refusals
 }
 
-// Span is one continuous usage (seed §6): immutable target, measures and
+// Span is one continuous usage: immutable target, measures and
 // start; the end once stopped; the sampling progress.
 type Span struct {
 	ID       uint64
@@ -43,8 +61,8 @@ type Span struct {
 	Start    int64
 	End      int64
 	Stopped  bool
-	// Cursor is the point up to which the span is sampled (the seed's
-	// last_interval.end); it starts at Start.
+	// Cursor is the point up to which the span is sampled (a metering
+	// receiver's last_interval.end); it starts at Start.
 	Cursor  int64
 	Version uint64 // bumped by every plan and execution
 	Seq     uint64 // intervals planned so far; the planned one's number
@@ -114,6 +132,7 @@ type Module struct {
 	planned  int64 // counters since start (metrics), not replicated state
 	executed int64
 	changes  atomic.Uint64  // bumped by every applied entry and restore
+	due      dueIndex       // derived: which spans have work when (the sampler's Due)
 	observe  func(ms int64) // SetTimeObserver; nil: none
 }
 
@@ -146,6 +165,7 @@ func (m *Module) reset() {
 	m.dead = nil
 	m.series = map[string][]sample{}
 	m.lastNow = 0
+	m.due.invalidate()
 }
 
 // Name implements fsm.Module.
@@ -155,7 +175,7 @@ func (m *Module) Name() string { return Name }
 func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	defer m.changes.Add(1)
 	switch e.Type {
-	case fsm.EntryMeterEvents:
+	case EntryEvents:
 		now, slack, evs, err := DecodeEvents(e.Payload)
 		if err != nil {
 			return nil, err
@@ -168,7 +188,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 			out[i] = m.applyEvent(&evs[i], now, slack)
 		}
 		return out, nil
-	case fsm.EntryMeterPlan:
+	case EntryPlan:
 		now, items, err := DecodePlan(e.Payload)
 		if err != nil {
 			return nil, err
@@ -184,7 +204,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		}
 		m.planned += int64(n)
 		return n, nil
-	case fsm.EntryMeterExecute:
+	case EntryExecute:
 		now, items, err := DecodeExecute(e.Payload)
 		if err != nil {
 			return nil, err
@@ -200,7 +220,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		}
 		m.executed += int64(n)
 		return n, nil
-	case fsm.EntryMeterTick:
+	case EntryTick:
 		now, cutoff, err := DecodeTick(e.Payload)
 		if err != nil {
 			return nil, err
@@ -210,7 +230,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		m.tick(now)
 		m.gc(cutoff)
 		return nil, nil
-	case fsm.EntryMeterSeries:
+	case EntrySeries:
 		minute, rows, err := DecodeSeries(e.Payload)
 		if err != nil {
 			return nil, err
@@ -315,6 +335,7 @@ func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 		m.nextSpan++
 		m.spans[s.ID] = s
 		m.open[key] = s.ID
+		m.due.touch(s)
 		res = Result{Code: Created, Span: s.ID}
 	case Stop:
 		id, ok := m.open[key]
@@ -329,6 +350,8 @@ func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 		delete(m.open, key)
 		if s.Planned == nil && s.Cursor == s.End {
 			delete(m.spans, s.ID) // nothing was sampled and nothing is left: complete
+		} else {
+			m.due.touch(s)
 		}
 		res = Result{Code: Created, Span: id}
 	}
@@ -367,6 +390,7 @@ func (m *Module) applyPlan(it PlanItem) bool {
 	s.Planned = &interval.Interval{Start: it.Start, End: it.End, Backward: it.Backward}
 	s.Seq++
 	s.Version++
+	m.due.touch(s)
 	return true
 }
 
@@ -387,6 +411,8 @@ func (m *Module) applyExecute(it ExecItem, now int64) bool {
 	s.Version++
 	if s.Stopped && s.Cursor == s.End {
 		delete(m.spans, s.ID)
+	} else {
+		m.due.touch(s)
 	}
 	return true
 }

@@ -48,7 +48,7 @@ func (r *replica) apply(typ byte, payload []byte) any {
 
 func (r *replica) events(now int64, evs ...Event) []Result {
 	r.t.Helper()
-	return r.apply(fsm.EntryMeterEvents, EncodeEvents(now, slack, evs)).([]Result)
+	return r.apply(EntryEvents, EncodeEvents(now, slack, evs)).([]Result)
 }
 
 type memSink struct {
@@ -144,12 +144,12 @@ func TestRetriedStartAfterCleanup(t *testing.T) {
 		t.Fatalf("%d spans left after a zero-length span", n)
 	}
 	for _, later := range []int64{now + 1, now + slack/2, now + slack} {
-		r.apply(fsm.EntryMeterTick, EncodeTick(later, 0))
+		r.apply(EntryTick, EncodeTick(later, 0))
 		if res := r.events(later, start("s1", tg, now)); res[0].Code != Duplicate {
 			t.Fatalf("retry at +%d ms: %+v", later-now, res[0])
 		}
 	}
-	r.apply(fsm.EntryMeterTick, EncodeTick(now+slack+1, 0))
+	r.apply(EntryTick, EncodeTick(now+slack+1, 0))
 	if res := r.events(now+slack+1, start("s1", tg, now)); res[0].Code != Unprocessable {
 		t.Fatalf("retry after the slack window: %+v", res[0])
 	}
@@ -177,10 +177,10 @@ func runSampler(r *replica, grid interval.Grid, now int64, crash func() bool) {
 			}
 		}
 		if len(plans) > 0 {
-			r.apply(fsm.EntryMeterPlan, EncodePlan(now, plans))
+			r.apply(EntryPlan, EncodePlan(now, plans))
 		}
 		if len(execs) > 0 {
-			r.apply(fsm.EntryMeterExecute, EncodeExecute(now, execs))
+			r.apply(EntryExecute, EncodeExecute(now, execs))
 		}
 	}
 	r.t.Fatal("sampler did not become idle")
@@ -245,16 +245,16 @@ func TestStalePlanAndExecuteIgnored(t *testing.T) {
 		t.Fatalf("work %+v", work)
 	}
 	p := *work[0].Plan
-	if n := r.apply(fsm.EntryMeterPlan, EncodePlan(t0, []PlanItem{p})); n != 1 {
+	if n := r.apply(EntryPlan, EncodePlan(t0, []PlanItem{p})); n != 1 {
 		t.Fatalf("plan applied %v", n)
 	}
-	if n := r.apply(fsm.EntryMeterPlan, EncodePlan(t0, []PlanItem{p})); n != 0 {
+	if n := r.apply(EntryPlan, EncodePlan(t0, []PlanItem{p})); n != 0 {
 		t.Fatalf("second plan at the same version applied %v", n)
 	}
 	work, _ = r.m.Due(grid, t0+120_000, 10, nil)
 	id := work[0].UsageID
 	ex := ExecItem{Span: work[0].Span.ID, Version: work[0].Span.Version}
-	if n := r.apply(fsm.EntryMeterExecute, EncodeExecute(t0, []ExecItem{ex, ex})); n != 1 {
+	if n := r.apply(EntryExecute, EncodeExecute(t0, []ExecItem{ex, ex})); n != 1 {
 		t.Fatalf("execute applied %v", n)
 	}
 	if recs := r.m.Query(Filter{}); len(recs) != 1 || recs[0].UsageID != id {
@@ -276,8 +276,8 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			runSampler(r, grid, now, func() bool { return rng.IntN(3) == 0 })
 		}
 	}
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(now/60_000, []TenantActive{{"t1", 10}, {"t2", 20}}))
-	r.apply(fsm.EntryMeterExecute, EncodeExecute(now, nil))
+	r.apply(EntrySeries, EncodeSeries(now/60_000, []TenantActive{{"t1", 10}, {"t2", 20}}))
+	r.apply(EntryExecute, EncodeExecute(now, nil))
 	work, _ := r.m.Due(grid, now, 1000, nil)
 	var execs []ExecItem
 	for _, w := range work {
@@ -285,7 +285,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 			execs = append(execs, ExecItem{Span: w.Span.ID, Version: w.Span.Version, DeadCode: 400, Reason: "bad"})
 		}
 	}
-	r.apply(fsm.EntryMeterExecute, EncodeExecute(now, execs))
+	r.apply(EntryExecute, EncodeExecute(now, execs))
 	snap := r.snapshot()
 	r2 := newReplica(t)
 	r2.restoreFrom(snap)
@@ -447,9 +447,9 @@ func targetOfKey(r *replica, k string) Target {
 // in [from, to) of every tenant, led by the count in force at from.
 func TestSeriesWindow(t *testing.T) {
 	r := newReplica(t)
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
+	r.apply(EntrySeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
+	r.apply(EntrySeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
+	r.apply(EntrySeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
 	for _, tc := range []struct {
 		from, to int64
 		want     string
@@ -471,9 +471,9 @@ func TestSeriesWindow(t *testing.T) {
 // its SeriesWindow row; without, exactly the samples in [from, to).
 func TestSeriesSamplesOfOneTenant(t *testing.T) {
 	r := newReplica(t)
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
-	r.apply(fsm.EntryMeterSeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
+	r.apply(EntrySeries, EncodeSeries(10, []TenantActive{{"a", 1}, {"b", 5}}))
+	r.apply(EntrySeries, EncodeSeries(20, []TenantActive{{"a", 2}}))
+	r.apply(EntrySeries, EncodeSeries(30, []TenantActive{{"a", 3}, {"c", 7}}))
 	for from := int64(0); from <= 42; from++ {
 		for _, to := range []int64{0, from - 1, from, from + 1, from + 10, 100} {
 			w := r.m.SeriesWindow(from, to)

@@ -19,17 +19,29 @@ type Work struct {
 
 // Due lists up to limit spans that need work at now under grid, oldest
 // cursor first, and the earliest time a waiting span becomes due (0 when
-// none waits).
+// none waits). It reads only the spans the due index (dueindex.go) has
+// filed as due by now, so its cost follows the due spans, not all spans.
 func (m *Module) Due(grid interval.Grid, now int64, limit int, skip func(span uint64) bool) (work []Work, wakeAt int64) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	for _, s := range m.spans {
+	x := &m.due
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if !x.built || x.grid != grid {
+		x.rebuild(grid, m.spans)
+	}
+	x.advance(now, m.spans)
+	for id := range x.ready {
+		s := m.spans[id]
+		if s == nil {
+			delete(x.ready, id) // removed since it was filed
+			continue
+		}
 		if skip != nil && skip(s.ID) {
 			continue
 		}
 		if s.Planned != nil {
-			w := Work{Span: *s, Record: m.record(s), UsageID: s.UsageID(m.group)}
-			work = append(work, w)
+			work = append(work, Work{Span: *s, Record: m.record(s), UsageID: s.UsageID(m.group)})
 			continue
 		}
 		iv, d, wake := grid.Plan(s.Cursor, s.End, s.Stopped, now)
@@ -37,11 +49,15 @@ func (m *Module) Due(grid interval.Grid, now int64, limit int, skip func(span ui
 		case interval.Sample:
 			work = append(work, Work{Span: *s, Plan: &PlanItem{Span: s.ID, Version: s.Version, Start: iv.Start, End: iv.End, Backward: iv.Backward}})
 		case interval.Wait:
-			if wakeAt == 0 || wake < wakeAt {
-				wakeAt = wake
-			}
+			// Filed early (Due asked with an earlier now than before): back
+			// under its instant.
+			delete(x.ready, id)
+			x.file(id, wake)
+		default:
+			delete(x.ready, id)
 		}
 	}
+	wakeAt = x.next(m.spans)
 	slices.SortFunc(work, func(a, b Work) int {
 		return cmp.Or(cmp.Compare(a.Span.Cursor, b.Span.Cursor), cmp.Compare(a.Span.ID, b.Span.ID))
 	})

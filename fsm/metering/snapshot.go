@@ -258,6 +258,7 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		defer m.mu.Unlock()
 		m.nextSpan, m.spans, m.open, m.dedup = st.nextSpan, st.spans, st.open, st.dedup
 		m.ledger, m.nrec, m.dead, m.series, m.lastNow = st.ledger, st.nrec, st.dead, st.series, st.lastNow
+		m.due.invalidate()
 		m.changes.Add(1)
 		if m.observe != nil && m.lastNow > 0 {
 			m.observe(m.lastNow)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // Bounds that keep a document (and so a log entry and a snapshot section)
@@ -84,38 +85,24 @@ type Document struct {
 // EnvoyDomains lists the configured Envoy rate limit domains, sorted.
 func (d *Document) EnvoyDomains() []string { return slices.Sorted(maps.Keys(d.Envoy)) }
 
-// Effective is a tenant's limits after inheritance: the server's base (its
-// flags), overlaid by the document's defaults, overlaid by the tenant's scope.
-type Effective struct {
-	MaxSeries             int64
-	MaxSeriesPerPartition int64
-	IngestionRate         float64
-	IngestionBurst        int64
-}
+// Effective is a tenant's limits after inheritance (package limits).
+type Effective = limits.Effective
 
-// For returns a tenant's effective limits over base.
+// For returns a tenant's effective limits over base: the server's base (its
+// flags), overlaid by the document's defaults, overlaid by the tenant's
+// scope (limits.Resolve, the one inheritance rule).
 func (d *Document) For(tenant string, base Effective) Effective {
-	e := d.Defaults.overlay(base)
+	scopes := []limits.Overrides{d.Defaults.Limits()}
 	if s, ok := d.Tenants[tenant]; ok {
-		e = s.overlay(e)
+		scopes = append(scopes, s.Limits())
 	}
-	return e
+	return limits.Resolve(base, scopes...)
 }
 
-func (s *Scope) overlay(e Effective) Effective {
-	if s.MaxSeries != nil {
-		e.MaxSeries = *s.MaxSeries
-	}
-	if s.MaxSeriesPerPartition != nil {
-		e.MaxSeriesPerPartition = *s.MaxSeriesPerPartition
-	}
-	if s.IngestionRate != nil {
-		e.IngestionRate = *s.IngestionRate
-	}
-	if s.IngestionBurst != nil {
-		e.IngestionBurst = *s.IngestionBurst
-	}
-	return e
+// Limits are the limit keys the scope sets.
+func (s *Scope) Limits() limits.Overrides {
+	return limits.Overrides{MaxSeries: s.MaxSeries, MaxSeriesPerPartition: s.MaxSeriesPerPartition,
+		IngestionRate: s.IngestionRate, IngestionBurst: s.IngestionBurst}
 }
 
 // SampleRate is the tenant's (or API key's) percent for a kind: its own

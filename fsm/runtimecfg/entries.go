@@ -3,10 +3,11 @@ package runtimecfg
 import (
 	"fmt"
 
+	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/wire"
 )
 
-// Entry types owned by this module (rows of fsm/entry.go's registry). 4–6
+// Entry types owned by this module, registered with the FSM at init. 4–6
 // are cluster version 3. A document carrying Envoy rate limit configurations
 // has a body older builds cannot decode, so it travels in the *Envoy types
 // (cluster version 4, same payloads): the version gate keeps it from a group
@@ -18,6 +19,14 @@ const (
 	TypeApplyEnvoy   byte = 7  // TypeApply of a document with an Envoy section
 	TypeInstallEnvoy byte = 20 // TypeInstall of a document with an Envoy section
 )
+
+func init() {
+	fsm.RegisterModuleEntry(ModuleName, TypeApply, "config-apply", 3)
+	fsm.RegisterModuleEntry(ModuleName, TypePatch, "config-patch", 3)
+	fsm.RegisterModuleEntry(ModuleName, TypeInstall, "config-install", 3)
+	fsm.RegisterModuleEntry(ModuleName, TypeApplyEnvoy, "config-apply-envoy", 4)
+	fsm.RegisterModuleEntry(ModuleName, TypeInstallEnvoy, "config-install-envoy", 4)
+}
 
 // ApplyType is the entry type that carries an apply of d.
 func ApplyType(d *Document) byte {

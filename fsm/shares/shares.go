@@ -13,12 +13,19 @@ import (
 // Name is the module's name: its registry rows and its snapshot section.
 const Name = "shares"
 
-// Entry types owned by the module (fsm/entry.go registers them).
+// Entry types owned by the module (8–11 reserved, 11 unused), registered with
+// the FSM at init.
 const (
 	EntryGive     byte = 8
 	EntryReceive  byte = 9
 	EntryComplete byte = 10
 )
+
+func init() {
+	fsm.RegisterModuleEntry(Name, EntryGive, "shares-give", 3)
+	fsm.RegisterModuleEntry(Name, EntryReceive, "shares-receive", 3)
+	fsm.RegisterModuleEntry(Name, EntryComplete, "shares-complete", 3)
+}
 
 // Bounds checked on decode.
 const (

@@ -39,7 +39,7 @@ func (p pt) ms(bs []int64) int64 {
 	return lo + (hi-lo)*p.num/p.den + p.off
 }
 
-// TestPlanTable covers every case of the seed's interval selection (§5.2,
+// TestPlanTable covers every case of the interval selection (§5.2,
 // §6.5) for every granularity: forward and backward, on and around
 // boundaries, whole windows apart, zero length, stops in the future.
 func TestPlanTable(t *testing.T) {

@@ -1,0 +1,7 @@
+// Package limits is the vocabulary of per-tenant limits shared by every
+// layer: the effective limits a tenant is held to, the keys a scope (the
+// defaults, or one tenant) may set, and the one inheritance rule that turns
+// the server's base and the scopes into effective limits. It imports only
+// the standard library, so the state machine, the server and the client
+// library resolve limits with the same code.
+package limits

@@ -1,0 +1,54 @@
+package limits
+
+// Effective is a tenant's limits after inheritance. Zero means "no limit"
+// (MaxSeries 0: unlimited) or "off" (rates and per-partition limits).
+type Effective struct {
+	MaxSeries             int64
+	MaxSeriesPerPartition int64
+	IngestionRate         float64 // tokens per second
+	IngestionBurst        int64
+}
+
+// Overrides are the keys one scope sets; nil inherits.
+type Overrides struct {
+	MaxSeries             *int64
+	MaxSeriesPerPartition *int64
+	IngestionRate         *float64
+	IngestionBurst        *int64
+}
+
+// Over returns e with the keys o sets replaced.
+func (o Overrides) Over(e Effective) Effective {
+	if o.MaxSeries != nil {
+		e.MaxSeries = *o.MaxSeries
+	}
+	if o.MaxSeriesPerPartition != nil {
+		e.MaxSeriesPerPartition = *o.MaxSeriesPerPartition
+	}
+	if o.IngestionRate != nil {
+		e.IngestionRate = *o.IngestionRate
+	}
+	if o.IngestionBurst != nil {
+		e.IngestionBurst = *o.IngestionBurst
+	}
+	return e
+}
+
+// Resolve is the inheritance rule: the base (the server's flags), overlaid
+// by each scope in order — the defaults, then the tenant's own — so a key a
+// scope leaves out comes from the scope before it.
+func Resolve(base Effective, scopes ...Overrides) Effective {
+	for _, s := range scopes {
+		base = s.Over(base)
+	}
+	return base
+}
+
+// Key names, as the YAML document, `tollgate limits set` and the API spell
+// them.
+const (
+	KeyMaxSeries             = "max_series"
+	KeyMaxSeriesPerPartition = "max_series_per_partition"
+	KeyIngestionRate         = "ingestion_rate"
+	KeyIngestionBurst        = "ingestion_burst"
+)
