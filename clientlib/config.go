@@ -85,9 +85,10 @@ type Config struct {
 	TLS *tls.Config
 
 	// Token is the bearer token sent with every call, for clusters with
-	// scoped credentials: it needs the track scope (tracking, the cluster
-	// and summary streams), limited to the tenants this client tracks if
-	// the operator chose so. Empty: no token.
+	// credentials (an admin token, or scoped credentials too): it needs the
+	// track scope (tracking, the cluster and summary streams), limited to
+	// the tenants this client tracks if the operator chose so; the admin
+	// token satisfies every scope. Empty: no token (the dev default).
 	Token string
 
 	// DialOptions are added to every connection (interceptors, keepalive…);

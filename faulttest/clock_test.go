@@ -39,7 +39,7 @@ func seriesOf(count int, seed uint64) []uint64 {
 // leader's decision.
 func clockClient(t *testing.T, c *cluster) *clientlib.Client {
 	t.Helper()
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}

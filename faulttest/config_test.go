@@ -113,7 +113,7 @@ func TestConfigSurvivesLeaderKill(t *testing.T) {
 	c.setLimits(via, &api.SetLimitsRequest{Global: true, Set: map[string]string{"sample_rates.locate": "60"}})
 	before := c.waitReplicas(3)
 
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs()})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func TestConfigPropagation(t *testing.T) {
 		// Each client starts from another node, so streams spread over them.
 		addrs := c.grpcAddrs()
 		addrs = append(addrs[i%3:], addrs[:i%3]...)
-		cl, err := clientlib.New(clientlib.Config{Addrs: addrs})
+		cl, err := clientlib.New(clientlib.Config{Addrs: addrs, Token: adminToken})
 		if err != nil {
 			t.Fatal(err)
 		}

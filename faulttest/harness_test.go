@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -475,11 +476,39 @@ type cluster struct {
 func dialOptions() []grpc.DialOption {
 	return []grpc.DialOption{
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		// The nodes run with an admin token, so no endpoint that writes or
+		// reveals tenant data answers without a credential.
+		grpc.WithPerRPCCredentials(defaultToken(adminToken)),
 		grpc.WithConnectParams(grpc.ConnectParams{
 			Backoff:           backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 500 * time.Millisecond},
 			MinConnectTimeout: 2 * time.Second,
 		}),
 	}
+}
+
+// defaultToken sends "authorization: Bearer <token>" with calls that carry
+// no authorization of their own.
+type defaultToken string
+
+func (t defaultToken) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("authorization")) > 0 {
+		return nil, nil
+	}
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (defaultToken) RequireTransportSecurity() bool { return false }
+
+// tokenTransport adds the admin token to HTTP requests without an
+// Authorization header: the dashboard data needs the read scope.
+type tokenTransport struct{}
+
+func (tokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.Header.Get("Authorization") == "" {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+adminToken)
+	}
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 // newCluster starts three nodes (zones a/b/c) with --bootstrap-expect 3 and

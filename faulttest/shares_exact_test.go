@@ -62,7 +62,7 @@ func TestOneRequestLargerThanAShare(t *testing.T) {
 	}
 	c := newCluster(t, opts)
 	c.waitReplicas(1) // the limits file is the runtime config
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +109,7 @@ func TestLoweredLimitNeverExceeded(t *testing.T) {
 	const tn = "lower"
 	c := newCluster(t, clusterOptions{defaultMaxSeries: 300, shareMode: "movable", tenantMaxSeries: map[string]int64{tn: 4000}})
 	c.waitReplicas(1) // the limits file is the runtime config
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func TestShareFailoverNoFalseRejection(t *testing.T) {
 	}
 	c := newCluster(t, opts)
 	c.waitReplicas(1)
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
 	}

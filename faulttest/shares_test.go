@@ -35,7 +35,7 @@ type tenantView struct {
 	} `json:"share_moves"`
 }
 
-var httpClient = &http.Client{Timeout: time.Second}
+var httpClient = &http.Client{Timeout: time.Second, Transport: tokenTransport{}}
 
 // tenantOn reads tenant's view from n's own replicas (nil: no answer, e.g.
 // the node is down or frozen).

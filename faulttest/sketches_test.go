@@ -70,7 +70,7 @@ func TestSketchConvergenceKill(t *testing.T) {
 	resp := c.setLimits(c.nodes[1], &api.SetLimitsRequest{Tenant: tenant, Set: map[string]string{"max_series_per_partition": "1000000000000"}})
 	c.waitReplicas(resp.Version)
 
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs()})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +79,7 @@ func TestSketchConvergenceKill(t *testing.T) {
 
 	lims := make([]*partitionlimit.Limiter, clients)
 	for i := range lims {
-		l, err := partitionlimit.New(partitionlimit.Config{Addrs: c.grpcAddrs(), PushInterval: time.Second,
+		l, err := partitionlimit.New(partitionlimit.Config{Addrs: c.grpcAddrs(), Token: adminToken, PushInterval: time.Second,
 			RPCTimeout: 500 * time.Millisecond, ReconnectMax: 200 * time.Millisecond, Limits: cl})
 		if err != nil {
 			t.Fatal(err)

@@ -23,7 +23,7 @@ func TestSummariesSurviveKill(t *testing.T) {
 	// series in partition 0 (group 0) cross the default fraction 0.85.
 	c := newCluster(t, clusterOptions{defaultMaxSeries: 400})
 	const grp, part = 0, 0
-	watcher, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeAuto})
+	watcher, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeAuto})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,7 +42,7 @@ type loadSample struct {
 
 func startClientLoad(t *testing.T, c *cluster, workers int) *clientLoad {
 	t.Helper()
-	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Mode: clientlib.ModeSync, FailOpen: true})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync, FailOpen: true})
 	if err != nil {
 		t.Fatal(err)
 	}

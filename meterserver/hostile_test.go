@@ -129,9 +129,10 @@ func TestHostileInputGRPC(t *testing.T) {
 // FuzzMeteringREST sends any body to every metering endpoint that reads
 // JSON (POST /v1/events/start, /stop, /v1/events, /v1/metering/clock) and
 // any query to the ones that read parameters (GET /v1/usage,
-// /v1/usage/bill) of one real node: the answer is never a 5xx other than
-// 503/504 (no leader, deadline), always JSON, and a body that is not valid
-// UTF-8 is always refused with 400.
+// /v1/usage/bill; /v1/metering/status and /dead-letters, which read
+// nothing, with the query too) of one real node: the answer is never a 5xx
+// other than 503/504 (no leader, deadline), always JSON, and a body that is
+// not valid UTF-8 is always refused with 400.
 func FuzzMeteringREST(f *testing.F) {
 	c := startCluster(f, 1, "", true)
 	now := time.Date(2026, 11, 23, 10, 30, 0, 0, time.UTC).UnixMilli()
@@ -145,7 +146,7 @@ func FuzzMeteringREST(f *testing.F) {
 	f.Add(uint8(4), []byte(nil), "from=1&to=0&limit=-1")
 	f.Add(uint8(5), []byte(nil), "tenant=a%20b&from=1&to=2")
 	posts := []string{"/v1/events/start", "/v1/events/stop", "/v1/events", "/v1/metering/clock"}
-	gets := []string{"/v1/usage", "/v1/usage/bill"}
+	gets := []string{"/v1/usage", "/v1/usage/bill", "/v1/metering/status", "/v1/metering/dead-letters"}
 	client := &http.Client{Timeout: 30 * time.Second}
 	f.Fuzz(func(t *testing.T, which uint8, body []byte, query string) {
 		var resp *http.Response

@@ -10,6 +10,11 @@ project=${TOLLGATE_DEMO_PROJECT:-tollgate-demo}
 compose=(docker-compose -p "$project" -f deployments/docker-compose.yml)
 token=${TOLLGATE_DEMO_TOKEN:-demo-token}
 export TOLLGATE_DEMO_TOKEN=$token
+# Scoped tokens (docs/access-control.md): the load generator tracks, the dashboard
+# and curl read; only their SHA-256 goes into the nodes' credentials file.
+loadgen_token=${TOLLGATE_DEMO_LOADGEN_TOKEN:-demo-loadgen-token}
+read_token=${TOLLGATE_DEMO_READ_TOKEN:-demo-read-token}
+export TOLLGATE_DEMO_LOADGEN_TOKEN=$loadgen_token
 certs=deployments/.build/certs
 bin=deployments/.build/tollgate
 # Client side of TLS for the commands run from the host.
@@ -38,6 +43,12 @@ up() {
     "$bin" tls node-cert --dir "$certs" --nodes node-1,node-2,node-3 \
       --hosts 172.29.74.11,172.29.74.12,172.29.74.13 >/dev/null
   fi
+  sha() { printf %s "$1" | sha256sum | cut -d' ' -f1; }
+  {
+    echo "# written by scripts/demo.sh: name, sha256 of the token, scopes"
+    echo "loadgen sha256:$(sha "$loadgen_token") track"
+    echo "dashboard sha256:$(sha "$read_token") read"
+  } > "$certs/credentials"
   "${compose[@]}" build --quiet node-1
   "${compose[@]}" up -d node-1 node-2 node-3
   echo "waiting for three ready nodes (up to 120 s)…"
@@ -76,7 +87,8 @@ the development CA is $certs/ca.pem (import it in a browser, or accept the warni
 
   docker exec ${project}_node-1_1 /tollgate status          # members, groups, leaders (TLS + token from the container's env)
   ${tls_env[*]} TOLLGATE_ADMIN_TOKEN=$token $bin status --addr 127.0.0.1:7510   # the same from this host
-  curl -s --cacert $certs/ca.pem https://127.0.0.1:7581/api/v1/status | jq .   # as JSON
+  curl -s --cacert $certs/ca.pem -H "Authorization: Bearer $read_token" https://127.0.0.1:7581/api/v1/status | jq .   # as JSON (read token)
+  dashboard token (read scope): $read_token
   docker-compose -p $project -f deployments/docker-compose.yml logs -f loadgen
   docker kill ${project}_node-2_1                            # lose a zone: writes go on
   make demo-down                                             # remove everything

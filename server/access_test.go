@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"io"
@@ -223,7 +224,7 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		}
 	}
 
-	cc := dial(t, s.GRPCAddr())
+	cc := dialAnon(t, s.GRPCAddr())
 	client := &http.Client{Timeout: 30 * time.Second}
 	scheme := "http://"
 	if withTLS {
@@ -231,7 +232,18 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		client.Transport = &http.Transport{TLSClientConfig: clientTLS(t, "", "", pki.CA)}
 		scheme = "https://"
 	}
-	states := []string{"none", "wrong", "wrong scope", "other tenant", "right"}
+	probeTable(t, cc, scheme+s.HTTPAddr(), client, []string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
+}
+
+// probeTable calls every gRPC method (over cc) and HTTP route (at base)
+// of the access rows once per credential state, with the token tok gives
+// (ok false: the state does not apply to the rule), and checks the answer
+// against want: "" (past the access check), "unauthenticated" or
+// "forbidden".
+func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Client, states []string,
+	tok func(state string, r rule, names bool) (string, bool), want func(state string, r rule, names bool) string) {
+	t.Helper()
+	tokenFor, expectRefused := tok, want
 	for method, req := range grpcAccessRows {
 		r := grpcRules[method]
 		names := r.grpcTenants != nil && r.grpcTenants(req) != nil
@@ -262,7 +274,7 @@ func testAccessRules(t *testing.T, withTLS bool) {
 			if !ok {
 				continue
 			}
-			req, _ := http.NewRequest(row[0], scheme+s.HTTPAddr()+row[1], strings.NewReader(row[2]))
+			req, _ := http.NewRequest(row[0], base+row[1], strings.NewReader(row[2]))
 			if row[2] != "" {
 				req.Header.Set("Content-Type", "application/json")
 			}
@@ -411,10 +423,136 @@ func TestParseCredentials(t *testing.T) {
 		{"a sha256:" + h + " track\na sha256:" + strings.Repeat("cd", 32) + " read\n", "given twice"},
 		{"a sha256:" + h + " track bad/tenant\n", "tenant"},
 		{"a sha256:" + h + "\n", "line 1"},
+		{"a cert:cn=dist track t1\n", ""},
+		{"a cert:spiffe://example.org/envoy track\n", ""},
+		{"a cert:dist track\n", "certificate identity"},
+		{"a cert:cn= track\n", "certificate identity"},
+		{"a cert:cn=ops admin\n", "admin scope"},
+		{"a cert:cn=x track\nb cert:cn=x read\n", "same certificate identity"},
 	} {
 		_, err := parseCredentials([]byte(c.file))
 		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
 			t.Errorf("%q: %v, want %q", c.file, err, c.err)
 		}
+	}
+}
+
+// TestCertIdentityScopes: a credentials file line "cert:cn=<name>" maps a
+// verified client certificate to scopes and tenants, with the same rule on
+// gRPC and HTTP: the development client certificate (CN tollgate-client),
+// mapped to track and read for tenant "a", tracks and reads "a" without a
+// token, is refused "b" and the admin API, and a wrong token is refused
+// even over the certificate; without a certificate (HTTP "request" mode)
+// the call needs a token.
+func TestCertIdentityScopes(t *testing.T) {
+	pki := testPKI(t)
+	creds := filepath.Join(t.TempDir(), "credentials")
+	if err := os.WriteFile(creds, []byte("dist cert:cn=tollgate-client track,read a\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.AdminToken, c.CredentialsFile = accessAdminToken, creds
+		c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
+		var err error
+		if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthRequest); err != nil {
+			t.Fatal(err)
+		}
+	})
+	defer stop(t, s)
+	cc := tlsDial(t, s.GRPCAddr(), clientTLS(t, pki.Client, pki.ClientKey, pki.CA))
+	track := func(tenant, tok string) codes.Code {
+		return callGRPC(t, cc, api.Tracker_TrackSeries_FullMethodName, &api.TrackSeriesRequest{Tenant: tenant, Hashes: []uint64{1}}, tok)
+	}
+	if c := track("a", ""); c != codes.OK {
+		t.Errorf("gRPC track a with the certificate: %v, want OK", c)
+	}
+	if c := track("b", ""); c != codes.PermissionDenied {
+		t.Errorf("gRPC track b with the certificate: %v, want PermissionDenied", c)
+	}
+	if c := track("a", "Bearer not-a-token"); c != codes.Unauthenticated {
+		t.Errorf("gRPC track a with the certificate and a wrong token: %v, want Unauthenticated", c)
+	}
+	if c := callGRPC(t, cc, api.Admin_Status_FullMethodName, &api.StatusRequest{}, ""); c != codes.PermissionDenied {
+		t.Errorf("gRPC admin status with the certificate: %v, want PermissionDenied", c)
+	}
+	get := func(cfg *tls.Config, path string) int {
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+		resp, err := c.Get("https://" + s.HTTPAddr() + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	withCert, noCert := clientTLS(t, pki.Client, pki.ClientKey, pki.CA), clientTLS(t, "", "", pki.CA)
+	for _, c := range []struct {
+		cfg  *tls.Config
+		path string
+		want int
+	}{
+		{withCert, "/api/v1/tenants/a", http.StatusOK},
+		{withCert, "/api/v1/tenants/b", http.StatusForbidden},
+		{withCert, "/api/v1/status", http.StatusForbidden}, // every tenant's data
+		{noCert, "/api/v1/tenants/a", http.StatusUnauthorized},
+	} {
+		if got := get(c.cfg, c.path); got != c.want {
+			t.Errorf("HTTP %s (certificate %v): %d, want %d", c.path, c.cfg == withCert, got, c.want)
+		}
+	}
+}
+
+// TestAccessAdminTokenOnly: a node with an admin token and no credentials
+// file answers no endpoint that writes or reveals tenant data without a
+// credential, and the admin token satisfies every scope. Before, billing
+// writes, usage and bill reads, tracking, sketch pushes and every stream
+// answered without a token on such a node.
+func TestAccessAdminTokenOnly(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), func(c *Config) {
+		c.AdminToken, c.EnableDebugEndpoints = accessAdminToken, true
+	})
+	defer stop(t, s)
+	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+		[]string{"none", "wrong", "admin token"},
+		func(state string, _ rule, _ bool) (string, bool) {
+			switch state {
+			case "wrong":
+				return "Bearer not-a-token", true
+			case "admin token":
+				return "Bearer " + accessAdminToken, true
+			}
+			return "", true
+		},
+		func(state string, r rule, _ bool) string {
+			if r.scope == "" || state == "admin token" {
+				return ""
+			}
+			return "unauthenticated"
+		})
+}
+
+// TestAccessDevDefault: without any credential (the development default,
+// on loopback) every endpoint answers without a token.
+func TestAccessDevDefault(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.EnableDebugEndpoints = true })
+	defer stop(t, s)
+	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+		[]string{"none"},
+		func(string, rule, bool) (string, bool) { return "", true },
+		func(string, rule, bool) string { return "" })
+}
+
+// TestAccessRulesCluster: the table on every node of a three-node cluster,
+// so each call meets leaders and followers of its group (a follower checks
+// the caller, and what it forwards carries the caller's token).
+func TestAccessRulesCluster(t *testing.T) {
+	creds := writeCredentials(t)
+	tc := startCluster(t, 3, func(_ int, c *Config) {
+		c.AdminToken, c.CredentialsFile, c.HTTPAddr, c.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
+	})
+	for _, s := range tc.nodes {
+		t.Run(s.NodeID(), func(t *testing.T) {
+			probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+				[]string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
+		})
 	}
 }

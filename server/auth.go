@@ -102,7 +102,7 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 		tenants = r.grpcTenants(req)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	v, why := s.creds.check(r, md.Get("authorization"), tenants)
+	v, why := s.creds.check(r, md.Get("authorization"), grpcCertIdentities(ctx), tenants)
 	switch v {
 	case unauthorized:
 		return ctx, status.Error(codes.Unauthenticated, why)
@@ -120,7 +120,7 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 // credentials file, any admin credential; otherwise checkAdmin.
 func (s *Server) adminVerdictFor(remote net.IP, authorization []string) adminVerdict {
 	if s.creds != nil {
-		if c := s.creds.lookup(authorization); c != nil && c.has(ScopeAdmin) {
+		if c := s.creds.lookup(authorization, nil); c != nil && c.has(ScopeAdmin) {
 			return adminAllowed
 		}
 		if s.cfg.AdminToken == "" {

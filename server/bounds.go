@@ -1,6 +1,8 @@
 package server
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -42,6 +44,14 @@ type Bounds struct {
 	// IP address without one; default 1,000). Beyond, ResourceExhausted.
 	MaxWatchStreams          int
 	MaxWatchStreamsPerClient int
+	// WatchSendTimeout is how long one message of a watch stream may wait
+	// for its client to read (default 30s). gRPC's flow control blocks a
+	// send once the client stops reading and the stream's window and write
+	// buffer (64 KiB each) are full; a send blocked longer than this ends
+	// the stream with ResourceExhausted "slow reader", which frees its
+	// handler and its stream slot instead of holding them for a client that
+	// may never read again.
+	WatchSendTimeout time.Duration
 }
 
 func (b *Bounds) setDefaults() error {
@@ -65,8 +75,9 @@ func (b *Bounds) setDefaults() error {
 	}
 	def(&b.MaxWatchStreams, 10_000)
 	def(&b.MaxWatchStreamsPerClient, 1000)
+	defD(&b.WatchSendTimeout, 30*time.Second)
 	if b.HTTPMaxConns < 1 || b.HTTPReadTimeout < 0 || b.HTTPWriteTimeout < 0 || b.HTTPIdleTimeout < 0 || b.HTTPMaxHeaderBytes < 1 ||
-		b.MaxWatchStreams < 1 || b.MaxWatchStreamsPerClient < 1 {
+		b.MaxWatchStreams < 1 || b.MaxWatchStreamsPerClient < 1 || b.WatchSendTimeout < 0 {
 		return fmt.Errorf("config: bounds %+v: connection and stream limits must be ≥ 1 and timeouts ≥ 0", *b)
 	}
 	return nil
@@ -154,7 +165,61 @@ func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return err
 	}
 	defer release()
-	return h(srv, ss)
+	ws := newSlowReaderStream(ss, s.cfg.Bounds.WatchSendTimeout)
+	defer ws.cancel(nil)
+	err = h(srv, ws)
+	if ws.slow.Load() {
+		s.metrics.streamsSlow.Inc()
+		s.log.Warn("watch stream dropped: slow reader", "method", info.FullMethod, "client", clientOf(ss), "send_timeout", s.cfg.Bounds.WatchSendTimeout)
+		return ws.slowErr(info.FullMethod)
+	}
+	return err
+}
+
+// slowReaderStream bounds how long one send of a watch stream may block.
+// The send runs in its own goroutine; when it has not returned within
+// timeout, SendMsg answers the "slow reader" status, the stream's context
+// ends (so the handler stops waiting for changes) and the handler returns.
+// gRPC then ends the stream, which unblocks the pending send: the stream's
+// goroutines and slot are freed, and the client, when it reads again, gets
+// what was already in flight and then ResourceExhausted naming the cause.
+type slowReaderStream struct {
+	grpc.ServerStream
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	slow    atomic.Bool
+}
+
+var errSlowReader = errors.New("slow reader")
+
+func newSlowReaderStream(ss grpc.ServerStream, timeout time.Duration) *slowReaderStream {
+	ctx, cancel := context.WithCancelCause(ss.Context())
+	return &slowReaderStream{ServerStream: ss, timeout: timeout, ctx: ctx, cancel: cancel}
+}
+
+func (w *slowReaderStream) Context() context.Context { return w.ctx }
+
+func (w *slowReaderStream) slowErr(method string) error {
+	return status.Errorf(codes.ResourceExhausted, "slow reader: %s: a message waited more than %v for this client to read it; the node closed the stream rather than buffer for it (read the stream promptly, then reconnect)", method, w.timeout)
+}
+
+func (w *slowReaderStream) SendMsg(m any) error {
+	if w.slow.Load() {
+		return w.slowErr("watch stream") // a send may still be pending: never start another
+	}
+	done := make(chan error, 1)
+	go func() { done <- w.ServerStream.SendMsg(m) }()
+	t := time.NewTimer(w.timeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+		w.slow.Store(true)
+		w.cancel(errSlowReader)
+		return w.slowErr("watch stream")
+	}
 }
 
 // connCap is a listener that holds at most max connections. At the cap

@@ -191,7 +191,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for c := range streams / 100 {
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth,
 			grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)) // a reader that never reads: no window growth
 		if err != nil {
 			t.Fatal(err)
@@ -301,6 +301,98 @@ func TestWatchClusterSendsConfigOncePerVersion(t *testing.T) {
 		}
 		if m.RuntimeConfig != nil {
 			t.Fatalf("a view at config version %d carries the config again", m.ConfigVersion)
+		}
+	}
+}
+
+// TestWatchClusterSlowReader: a WatchCluster stream whose client never
+// reads is closed once a message has waited longer than the send timeout
+// for it: the node frees the stream's slot and counts it, and the client,
+// when it reads at last, gets what was in flight and then
+// ResourceExhausted naming the slow reader. Before the bound, the handler
+// stayed blocked in its send for as long as the client kept the
+// connection open.
+func TestWatchClusterSlowReader(t *testing.T) {
+	// A view well above the stream's 64 KiB window plus gRPC's 64 KiB
+	// write buffer, so the second view's send blocks.
+	const tenants = 10_000
+	writeLimits := func(path string, bump int) {
+		var b strings.Builder
+		b.WriteString("tenants:\n")
+		for i := range tenants {
+			fmt.Fprintf(&b, "  tenant-%06d:\n    max_series: %d\n", i, 1000+i+bump)
+		}
+		if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lf := filepath.Join(t.TempDir(), "limits.yaml")
+	writeLimits(lf, 0)
+	tc := startCluster(t, 1, func(_ int, c *Config) {
+		c.LimitsFile, c.LimitsReload = lf, 50*time.Millisecond
+		c.Bounds.WatchSendTimeout = 500 * time.Millisecond
+	})
+	s := tc.nodes[0]
+	waitFor(t, "the config in the cluster view", func() bool {
+		v, _, _, _ := s.view.getEncoded()
+		return len(v.GetRuntimeConfig().GetTenants()) == tenants
+	})
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth,
+		grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)) // no window growth while unread
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := api.NewTrackerClient(cc).WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// New views until one cannot be sent: the client reads nothing. (The
+	// node's own clients hold watch streams too, and read them.)
+	bump := 0
+	waitFor(t, "the unread stream dropped as a slow reader", func() bool {
+		bump++
+		writeLimits(lf, bump)
+		time.Sleep(100 * time.Millisecond)
+		return counterValue(t, s, "tollgate_watch_streams_slow_total", nil) >= 1
+	})
+	// Reading now: the views in flight, then the status.
+	var views int
+	for {
+		_, err = st.Recv()
+		if err != nil {
+			break
+		}
+		views++
+	}
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "slow reader") {
+		t.Fatalf("after %d views: %v, want ResourceExhausted naming the slow reader", views, err)
+	}
+	if views < 1 {
+		t.Fatalf("no view before the status")
+	}
+	if got := counterValue(t, s, "tollgate_watch_streams_slow_total", nil); got != 1 {
+		t.Fatalf("tollgate_watch_streams_slow_total %v, want 1 (only the unread stream)", got)
+	}
+	// A client that reads is not dropped: a new stream sees the next view.
+	st2, err := api.NewTrackerClient(dial(t, s.GRPCAddr())).WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := st2.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeLimits(lf, bump+1)
+	for {
+		v, err := st2.Recv()
+		if err != nil {
+			t.Fatalf("reading stream: %v", err)
+		}
+		if v.Version != first.Version {
+			break
 		}
 	}
 }

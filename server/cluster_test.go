@@ -6,6 +6,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -161,7 +162,51 @@ func retryable(err error) bool {
 	return false
 }
 
+// testTokenAuth sends the test admin token (testToken) with calls that carry
+// no authorization of their own: a node with an admin token answers no
+// endpoint that writes or reveals tenant data without a credential, and the
+// admin token satisfies every scope. Nodes without one ignore it.
+var testTokenAuth = grpc.WithPerRPCCredentials(defaultToken(testToken))
+
+type defaultToken string
+
+func (t defaultToken) GetRequestMetadata(ctx context.Context, _ ...string) (map[string]string, error) {
+	if md, _ := metadata.FromOutgoingContext(ctx); len(md.Get("authorization")) > 0 {
+		return nil, nil // the call names its own credential (or a wrong one, on purpose)
+	}
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (defaultToken) RequireTransportSecurity() bool { return false }
+
+// testHTTP is an HTTP client sending testToken with requests that carry no
+// Authorization header (a node with an admin token serves no dashboard
+// data without a credential).
+var testHTTP = &http.Client{Transport: testTokenTransport{}}
+
+type testTokenTransport struct{}
+
+func (testTokenTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if _, ok := r.Header["Authorization"]; !ok {
+		r = r.Clone(r.Context())
+		r.Header.Set("Authorization", "Bearer "+testToken)
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// dial connects to addr in plaintext, sending testToken by default.
 func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return cc
+}
+
+// dialAnon connects to addr in plaintext with no credential.
+func dialAnon(t *testing.T, addr string) *grpc.ClientConn {
 	t.Helper()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
@@ -274,7 +319,7 @@ func TestAdminMembershipAndTransfer(t *testing.T) {
 			break
 		}
 	}
-	adm := api.NewAdminClient(dial(t, other.GRPCAddr()))
+	adm := api.NewAdminClient(dialAnon(t, other.GRPCAddr()))
 	if _, err := adm.ListPeers(context.Background(), &api.ListPeersRequest{Group: 1}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without token: %v, want Unauthenticated", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -13,6 +14,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate-io/tollgate/api"
 )
@@ -42,8 +46,12 @@ func (c *credential) has(s Scope) bool { return c.scopes[ScopeAdmin] || c.scopes
 // allows reports whether c may act on tenant.
 func (c *credential) allows(tenant string) bool { return c.tenants == nil || c.tenants[tenant] }
 
-// credentialSet is a parsed credentials file: token hash → credential.
-type credentialSet map[[32]byte]*credential
+// credentialSet is a parsed credentials file: token hash → credential, and
+// client certificate identity (certIdentities) → credential.
+type credentialSet struct {
+	tokens map[[32]byte]*credential
+	certs  map[string]*credential
+}
 
 // parseCredentials reads the credentials file. One credential per line:
 //
@@ -51,11 +59,15 @@ type credentialSet map[[32]byte]*credential
 //	dist-a   sha256:<64 hex digits>     track        tenant-a,tenant-b
 //	billing  sha256:<64 hex digits>     meter,read
 //	ops      sha256:<64 hex digits>     admin
+//	envoy    cert:spiffe://example.org/envoy   track
+//	dist-b   cert:cn=distributor-b      track        tenant-b
 //
 // The file holds SHA-256 hashes of the tokens, never tokens (create one with
-// `printf %s "$TOKEN" | sha256sum`). Errors name the line.
+// `printf %s "$TOKEN" | sha256sum`). A "cert:" line maps a verified client
+// certificate (mTLS) to scopes instead: by a URI SAN, or by "cn=" and the
+// subject's common name. Errors name the line.
 func parseCredentials(data []byte) (credentialSet, error) {
-	set := credentialSet{}
+	set := credentialSet{tokens: map[[32]byte]*credential{}, certs: map[string]*credential{}}
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for line := 1; sc.Scan(); line++ {
@@ -65,44 +77,64 @@ func parseCredentials(data []byte) (credentialSet, error) {
 		}
 		f := strings.Fields(text)
 		if len(f) < 3 || len(f) > 4 {
-			return nil, fmt.Errorf("credentials line %d: want \"name sha256:<hex> scopes [tenants]\", got %d fields", line, len(f))
+			return credentialSet{}, fmt.Errorf("credentials line %d: want \"name sha256:<hex> scopes [tenants]\", got %d fields", line, len(f))
 		}
 		c := &credential{name: f[0], scopes: map[Scope]bool{}}
 		if names[c.name] {
-			return nil, fmt.Errorf("credentials line %d: name %q given twice", line, c.name)
+			return credentialSet{}, fmt.Errorf("credentials line %d: name %q given twice", line, c.name)
 		}
 		names[c.name] = true
-		hexHash, ok := strings.CutPrefix(f[1], "sha256:")
-		raw, err := hex.DecodeString(hexHash)
-		if !ok || err != nil || len(raw) != 32 {
-			return nil, fmt.Errorf("credentials line %d (%s): token hash %q: want sha256:<64 hex digits> (printf %%s \"$TOKEN\" | sha256sum)", line, c.name, f[1])
-		}
+		certID, isCert := strings.CutPrefix(f[1], "cert:")
 		var h [32]byte
-		copy(h[:], raw)
-		if set[h] != nil {
-			return nil, fmt.Errorf("credentials line %d (%s): same token as %s", line, c.name, set[h].name)
+		if isCert {
+			if !strings.Contains(certID, "://") && (!strings.HasPrefix(certID, "cn=") || len(certID) == len("cn=")) {
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): certificate identity %q: want cert:<URI SAN> (such as spiffe://domain/name) or cert:cn=<common name>", line, c.name, f[1])
+			}
+			if set.certs[certID] != nil {
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): same certificate identity as %s", line, c.name, set.certs[certID].name)
+			}
+		} else {
+			hexHash, ok := strings.CutPrefix(f[1], "sha256:")
+			raw, err := hex.DecodeString(hexHash)
+			if !ok || err != nil || len(raw) != 32 {
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): token hash %q: want sha256:<64 hex digits> (printf %%s \"$TOKEN\" | sha256sum), or cert:<identity>", line, c.name, f[1])
+			}
+			copy(h[:], raw)
+			if set.tokens[h] != nil {
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): same token as %s", line, c.name, set.tokens[h].name)
+			}
 		}
 		for _, s := range strings.Split(f[2], ",") {
 			switch Scope(s) {
 			case ScopeTrack, ScopeMeter, ScopeRead, ScopeAdmin:
 				c.scopes[Scope(s)] = true
 			default:
-				return nil, fmt.Errorf("credentials line %d (%s): scope %q: want track, meter, read or admin", line, c.name, s)
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): scope %q: want track, meter, read or admin", line, c.name, s)
 			}
 		}
 		if len(f) == 4 {
 			c.tenants = map[string]bool{}
 			for _, t := range strings.Split(f[3], ",") {
 				if err := api.ValidateTenantID(t); err != nil {
-					return nil, fmt.Errorf("credentials line %d (%s): tenant %q: %w", line, c.name, t, err)
+					return credentialSet{}, fmt.Errorf("credentials line %d (%s): tenant %q: %w", line, c.name, t, err)
 				}
 				c.tenants[t] = true
 			}
 			if c.scopes[ScopeAdmin] {
-				return nil, fmt.Errorf("credentials line %d (%s): an admin credential cannot be limited to tenants", line, c.name)
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): an admin credential cannot be limited to tenants", line, c.name)
 			}
 		}
-		set[h] = c
+		if isCert {
+			// The nodes' own certificates come from the same CA: a
+			// certificate identity never carries the admin scope, which
+			// stays with tokens an operator hands out deliberately.
+			if c.scopes[ScopeAdmin] {
+				return credentialSet{}, fmt.Errorf("credentials line %d (%s): a certificate identity cannot hold the admin scope; use a token", line, c.name)
+			}
+			set.certs[certID] = c
+		} else {
+			set.tokens[h] = c
+		}
 	}
 	return set, sc.Err()
 }
@@ -110,7 +142,7 @@ func parseCredentials(data []byte) (credentialSet, error) {
 // credStore holds the credentials in force and reloads the file when it
 // changes; a file that fails to parse is logged and the previous set stays.
 type credStore struct {
-	path       string
+	path       string // "" when the admin token is the only credential
 	adminToken string // the node's admin token: an admin credential too
 	log        *slog.Logger
 	set        atomic.Pointer[credentialSet]
@@ -126,6 +158,11 @@ func newCredStore(path, adminToken string, log *slog.Logger) (*credStore, error)
 }
 
 func (cs *credStore) reload() error {
+	if cs.path == "" {
+		// The admin token alone: no scoped credentials.
+		cs.set.Store(&credentialSet{})
+		return nil
+	}
 	data, err := os.ReadFile(cs.path)
 	if err != nil {
 		return fmt.Errorf("credentials file: %w", err)
@@ -140,7 +177,7 @@ func (cs *credStore) reload() error {
 	}
 	cs.set.Store(&set)
 	cs.sum = sum
-	cs.log.Info("credentials loaded", "file", cs.path, "credentials", len(set))
+	cs.log.Info("credentials loaded", "file", cs.path, "tokens", len(set.tokens), "certificate identities", len(set.certs))
 	return nil
 }
 
@@ -163,9 +200,20 @@ func (cs *credStore) watch(ctx context.Context, period time.Duration) {
 var adminCredential = &credential{name: "admin-token", scopes: map[Scope]bool{ScopeAdmin: true}}
 
 // lookup returns the credential of the bearer tokens in authorization
-// values; nil when none is known.
-func (cs *credStore) lookup(authorization []string) *credential {
+// values; nil when none is known. A caller that sends no token is known by
+// its verified client certificate (certIDs, certIdentities) when the file
+// maps one; a caller that sends a token is known by the token alone, so a
+// wrong token is refused even over a mapped certificate.
+func (cs *credStore) lookup(authorization, certIDs []string) *credential {
 	set := cs.set.Load()
+	if len(authorization) == 0 {
+		for _, id := range certIDs {
+			if c := set.certs[id]; c != nil {
+				return c
+			}
+		}
+		return nil
+	}
 	for _, v := range authorization {
 		tok, ok := strings.CutPrefix(v, "Bearer ")
 		if !ok {
@@ -176,7 +224,7 @@ func (cs *credStore) lookup(authorization []string) *credential {
 		}
 		// A lookup by the token's hash: timing reveals nothing about a
 		// token's bytes, only (at best) about its hash.
-		if c := (*set)[sha256.Sum256([]byte(tok))]; c != nil {
+		if c := set.tokens[sha256.Sum256([]byte(tok))]; c != nil {
 			return c
 		}
 	}
@@ -195,13 +243,17 @@ const (
 // check applies rule r to a caller presenting authorization, acting on
 // tenants (r.tenants' answer for the request). It returns the verdict and,
 // when refused, why; the credential's name when allowed.
-func (cs *credStore) check(r rule, authorization []string, tenants []string) (verdict, string) {
+func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string) {
 	if r.scope == "" {
 		return allowed, ""
 	}
-	c := cs.lookup(authorization)
+	c := cs.lookup(authorization, certIDs)
 	if c == nil {
-		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token)", r.name, r.scope)
+		hint := ""
+		if cs.path == "" {
+			hint = "; this node has no credentials file, so its admin token is the only credential"
+		}
+		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.scope, hint)
 	}
 	if !c.has(r.scope) {
 		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.scope, c.name, scopeList(c))
@@ -217,6 +269,37 @@ func (cs *credStore) check(r rule, authorization []string, tenants []string) (ve
 		}
 	}
 	return allowed, c.name
+}
+
+// certIdentities are the names a verified client certificate proves: each
+// URI SAN, and "cn=" with the subject's common name. Nil without a
+// certificate verified against the node's CA (no client auth, or a
+// certificate only requested and not verified).
+func certIdentities(st *tls.ConnectionState) []string {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return nil
+	}
+	leaf := st.VerifiedChains[0][0]
+	var out []string
+	for _, u := range leaf.URIs {
+		out = append(out, u.String())
+	}
+	if leaf.Subject.CommonName != "" {
+		out = append(out, "cn="+leaf.Subject.CommonName)
+	}
+	return out
+}
+
+// grpcCertIdentities is certIdentities of a gRPC call's peer.
+func grpcCertIdentities(ctx context.Context) []string {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+		return certIdentities(&ti.State)
+	}
+	return nil
 }
 
 func scopeList(c *credential) string {

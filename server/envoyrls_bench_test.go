@@ -41,7 +41,7 @@ func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
 	if err := s.WaitReady(ctx); err != nil {
 		b.Fatal(err)
 	}
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,7 +57,7 @@ func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
 	const conns = 4
 	clients := make([]rlsv3.RateLimitServiceClient, conns)
 	for i := range clients {
-		c, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -29,7 +29,7 @@ import (
 
 func rlsClient(t testing.TB, addr string) rlsv3.RateLimitServiceClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func rlsReq(domain string, kv ...string) *rlsv3.RateLimitRequest {
 // configurations (domain → YAML) and waits until every node decides with it.
 func applyEnvoy(t *testing.T, nodes []*Server, cfgs map[string]string) {
 	t.Helper()
-	cc, err := grpc.NewClient(nodes[0].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(nodes[0].GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestEnvoyRLSDecisions(t *testing.T) {
 		}
 	}
 	// A bad configuration is refused naming the field, and changes nothing.
-	cc, _ := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, _ := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	defer cc.Close()
 	_, err := api.NewConfigClient(cc).ApplyLimits(adminCtx(t), &api.ApplyLimitsRequest{Config: &api.RuntimeConfig{
 		Envoy: map[string]string{"shop": "domain: shop\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"}}})
@@ -494,9 +494,10 @@ func (e *envoyRLS) leased() int {
 	return n
 }
 
-// Under mutual TLS the service follows the Tracker's rule: a client with a
-// valid certificate is served without an admin token, others are refused by
-// TLS; the node's own lease client reaches the owner over TLS and gets a lease.
+// Under mutual TLS the service follows the Tracker's rule: a client needs a
+// valid certificate (others are refused by TLS) and, on a node with an admin
+// token, a credential; the node's own lease client reaches the owner over
+// TLS and gets a lease.
 func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 	f := testPKI(t)
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
@@ -518,8 +519,15 @@ func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 	req := rlsReq("edge", "ip", "10.1.2.3")
 	warm := rlsReq("edge", "ip", "10.1.2.3")
 	warm.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	// A certificate alone is not a credential (unless the credentials file
+	// maps it to scopes): on a node with an admin token Envoy sends a token
+	// (its grpc_service initial_metadata).
+	if _, err := c.ShouldRateLimit(ctx, warm); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("with a client certificate and no token: %v, want Unauthenticated", err)
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
 	if _, err := c.ShouldRateLimit(ctx, warm); err != nil {
-		t.Fatalf("with a client certificate and no token: %v", err)
+		t.Fatalf("with a client certificate and the token: %v", err)
 	}
 	waitFor(t, "a lease over TLS", func() bool { return s.rls.hasLease("edge", "ip", "10.1.2.3") })
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {

@@ -29,7 +29,7 @@ func TestSaturatedSketchRefused(t *testing.T) {
 	limits := writeSketchLimits(t)
 	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
 	s := tc.nodes[0]
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func TestSaturatedSketchRefused(t *testing.T) {
 		t.Fatalf("saturated push: %v, want InvalidArgument naming saturation", err)
 	}
 	for _, path := range []string{"/api/v1/status", "/api/v1/sketches", "/api/v1/sketches?top=100"} {
-		code, body := get(t, s, path)
+		code, body := get(t, s, path, "Authorization", "Bearer "+testToken)
 		if code != http.StatusOK || !json.Valid([]byte(body)) || len(body) == 0 {
 			t.Errorf("%s after a saturated push: %d %q", path, code, body)
 		}

@@ -394,7 +394,7 @@ func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
 		if rule.scope != "" && rule.httpTenants != nil {
 			tenants = rule.httpTenants(r)
 		}
-		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), tenants); v {
+		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants); v {
 		case unauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 			writeJSONError(w, http.StatusUnauthorized, why)

@@ -32,6 +32,8 @@ type metrics struct {
 	limitsReloads *prometheus.CounterVec
 	// streamsRefused counts watch streams refused by the stream bounds (bounds.go).
 	streamsRefused prometheus.Counter
+	// streamsSlow counts watch streams closed as slow readers (bounds.go).
+	streamsSlow prometheus.Counter
 }
 
 func newMetrics(groupStats func() []groupStat) *metrics {
@@ -77,6 +79,10 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 		Name: "tollgate_watch_streams_refused_total", Help: "Watch streams refused because the node's or the client's stream bound was reached.",
 	})
 	reg.MustRegister(m.streamsRefused)
+	m.streamsSlow = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_watch_streams_slow_total", Help: "Watch streams closed because a message waited longer than the send timeout for the client to read (slow reader).",
+	})
+	reg.MustRegister(m.streamsSlow)
 	reg.MustRegister(m.requests, m.requestDur, m.seriesCreated, m.seriesRefresh, m.seriesReject,
 		m.entries, m.entryBytes, m.batchHashes, m.commitDur, m.limitsReloads)
 	reg.MustRegister(&groupCollector{stats: groupStats})

@@ -308,7 +308,7 @@ func trackRequestBytes(tenant []byte, partition uint32, hashes []uint64) *rawMsg
 func TestCodecInvalidUTF8TenantIsInvalidArgument(t *testing.T) {
 	s, c := startServer(t, t.TempDir(), nil)
 	defer stop(t, s)
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth,
 		grpc.WithDefaultCallOptions(grpc.ForceCodecV2(rawCodec{})))
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ func TestRuntimeConfigDrivesDecisionsAndHTTP(t *testing.T) {
 	// Static shares: the test reads one group's share off the limit.
 	s, c := startServer(t, filepath.Join(t.TempDir(), "data"), staticShares)
 	defer stop(t, s)
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func postBacklog(t *testing.T, s *Server, token, body string) (int, map[string]a
 
 func newFedSampler(t *testing.T, addr string) (*clientlib.Client, *sampling.Sampler) {
 	t.Helper()
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}})
+	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Token: testToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +248,7 @@ func TestBacklogControllerRejects(t *testing.T) {
 
 func getHTTP(t *testing.T, s *Server, path string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(fmt.Sprintf("http://%s%s", s.HTTPAddr(), path))
+	resp, err := testHTTP.Get(fmt.Sprintf("http://%s%s", s.HTTPAddr(), path))
 	if err != nil {
 		t.Fatal(err)
 	}

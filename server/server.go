@@ -60,8 +60,11 @@ type Config struct {
 	// LeaderBalanceInterval: how often a node checks whether it leads more than
 	// its share of groups; default 10s, negative disables.
 	LeaderBalanceInterval time.Duration
-	// AdminToken protects the Admin service (Bearer token). Empty: admin calls
-	// are accepted from loopback peers only.
+	// AdminToken is the admin credential (Bearer token); it satisfies every
+	// scope. When set, every endpoint that writes or reveals tenant data needs
+	// a credential (rules.go): without a credentials file, this token. Empty
+	// (and no credentials file): the dev default, where admin calls are
+	// accepted from loopback peers only and the rest needs no credential.
 	AdminToken string
 	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
 	TLS TLSConfig
@@ -115,8 +118,7 @@ type Config struct {
 	// reloaded when it changes. When set, every endpoint follows the rule
 	// table of rules.go: no endpoint that writes or reveals tenant data
 	// answers without a credential of its scope. The admin token stays an
-	// admin credential. Empty: only the admin API is protected (the admin
-	// token, or loopback without one).
+	// admin credential. Empty: the admin token is the only credential.
 	CredentialsFile string
 	// MaxClusterVersion is the highest cluster version this node applies and
 	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
@@ -267,7 +269,7 @@ type Server struct {
 	view     clusterView
 	streams  *streamLimiter // watch-stream bounds (bounds.go)
 	httpCap  *connCap       // HTTP connection cap (bounds.go)
-	creds    *credStore     // nil without a credentials file (credentials.go)
+	creds    *credStore     // nil without any credential: no admin token, no credentials file (credentials.go)
 	admin    *adminService
 	learners learnerAdds // learner additions in progress while leading (learner.go)
 	fsms     []*fsm.FSM
@@ -399,13 +401,19 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	s.limits = ls
-	if cfg.CredentialsFile != "" {
+	// Any credential configured (the admin token alone, or a credentials
+	// file) puts every endpoint under the rule table: an admin token that
+	// protected only the admin API would leave billing writes, usage reads
+	// and tracking open to anyone who reaches the node.
+	if cfg.CredentialsFile != "" || cfg.AdminToken != "" {
 		if s.creds, err = newCredStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
 			return fail(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		go func() { <-s.closing; cancel() }()
-		go s.creds.watch(ctx, 2*time.Second)
+		if cfg.CredentialsFile != "" {
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() { <-s.closing; cancel() }()
+			go s.creds.watch(ctx, 2*time.Second)
+		}
 	}
 	if err := s.setupRuntimeConfig(); err != nil {
 		return fail(err)

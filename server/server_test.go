@@ -53,7 +53,7 @@ func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.Trac
 		s.Stop(context.Background())
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}

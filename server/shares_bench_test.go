@@ -52,7 +52,7 @@ func BenchmarkFalseRejections(b *testing.B) {
 			b.Fatal(err)
 		}
 		cancel()
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 		if err != nil {
 			b.Fatal(err)
 		}

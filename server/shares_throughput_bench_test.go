@@ -79,7 +79,7 @@ func BenchmarkShareModeThroughput(b *testing.B) {
 		}
 		cancel()
 		n.s = s
-		if n.cc, err = grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+		if n.cc, err = grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth); err != nil {
 			b.Fatal(err)
 		}
 		n.c = api.NewTrackerClient(n.cc)

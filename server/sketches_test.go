@@ -44,7 +44,7 @@ func TestSketchesService(t *testing.T) {
 	limits := writeSketchLimits(t)
 	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
 	s := tc.nodes[0]
-	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,10 +121,10 @@ func TestSketchesService(t *testing.T) {
 	if ns.Sketches == nil || ns.Sketches.Stats.Sketches != 2 || len(ns.Sketches.Top) != 2 || ns.Sketches.Top[0].Estimate < ns.Sketches.Top[1].Estimate {
 		t.Fatalf("/api/v1/status sketches: %+v", ns.Sketches)
 	}
-	if r, err := http.Get("http://" + s.HTTPAddr() + "/api/v1/sketches?top=x"); err != nil || r.StatusCode != http.StatusBadRequest {
+	if r, err := testHTTP.Get("http://" + s.HTTPAddr() + "/api/v1/sketches?top=x"); err != nil || r.StatusCode != http.StatusBadRequest {
 		t.Fatalf("top=x: %v %v", r.Status, err)
 	}
-	r, err := http.Get("http://" + s.HTTPAddr() + "/metrics")
+	r, err := testHTTP.Get("http://" + s.HTTPAddr() + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestSketchesService(t *testing.T) {
 
 func getJSON(tb testing.TB, url string, v any) {
 	tb.Helper()
-	r, err := http.Get(url)
+	r, err := testHTTP.Get(url)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -309,7 +309,7 @@ func TestSketchWindowOnSkewedNode(t *testing.T) {
 		return st != nil && !st.InBound
 	})
 	for i, s := range tc.nodes[1:] {
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -18,7 +18,7 @@ import (
 
 func summariesClient(t *testing.T, addr string) api.SummariesClient {
 	t.Helper()
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
 		t.Fatal(err)
 	}

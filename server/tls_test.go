@@ -97,6 +97,8 @@ func TestTLSClientAuthAndAdminToken(t *testing.T) {
 	call := func(cfg *tls.Config) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
+		// A certificate says which machine connects, the token what it may do.
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
 		_, err := api.NewTrackerClient(tlsDial(t, s.GRPCAddr(), cfg)).TrackSeries(ctx, req)
 		return err
 	}

@@ -88,6 +88,16 @@ func TestDashboard(t *testing.T) {
 	bctx, cancelTimeout := context.WithTimeout(bctx, 5*time.Minute)
 	defer cancelTimeout()
 
+	// The nodes have an admin token, so the dashboard's data needs a
+	// credential: the token the page would ask for (a prompt, which would
+	// block a headless browser), kept for this tab before the page loads.
+	origin := "http://" + dash.HTTPAddr()
+	if err := chromedp.Do(bctx, chromedp.Navigate(origin+"/healthz")); err != nil {
+		t.Fatalf("open %s/healthz in chromium: %v", origin, err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`sessionStorage.setItem("tollgate-token", "`+testToken+`"); true`)); err != nil {
+		t.Fatalf("token for the dashboard: %v", err)
+	}
 	if err := chromedp.Do(bctx, chromedp.Navigate(base)); err != nil {
 		t.Fatalf("open %s in chromium: %v", base, err)
 	}
@@ -242,7 +252,7 @@ func TestDashboard(t *testing.T) {
 func dashboardLoad(ctx context.Context, tc *testCluster) {
 	clients := map[string]api.TrackerClient{}
 	for _, s := range tc.nodes {
-		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 		if err != nil {
 			return // no load: the rates on the page read 0
 		}

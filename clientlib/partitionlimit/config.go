@@ -70,6 +70,11 @@ type Config struct {
 	ResubscribeEvery time.Duration
 	// DialOptions are added to every connection (TLS, interceptors…).
 	DialOptions []grpc.DialOption
+	// Token is the bearer token sent with every call, for clusters with
+	// credentials: sketch pushes and the sketch stream need the track
+	// scope, limited to the tenants this process pushes if the operator
+	// chose so. Empty: no token (the dev default).
+	Token string
 
 	// Clock is the wall clock (tests inject one); nil = time.Now.
 	Clock  func() time.Time

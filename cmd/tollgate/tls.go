@@ -127,7 +127,7 @@ type clientTLSOpts struct {
 	ca, cert, key, serverName string
 	on                        bool
 	// token is the bearer token of tracking commands (track, bench) on
-	// clusters with scoped credentials: it needs the track scope.
+	// clusters with credentials: it needs the track scope (see bearer).
 	token string
 }
 
@@ -137,7 +137,19 @@ func (o *clientTLSOpts) register(f *pflag.FlagSet) {
 	f.StringVar(&o.key, "key", os.Getenv("TOLLGATE_KEY"), "private key of --cert (env TOLLGATE_KEY)")
 	f.StringVar(&o.serverName, "tls-server-name", os.Getenv("TOLLGATE_TLS_SERVER_NAME"), "name to verify in the nodes' certificates (default: the host dialled) (env TOLLGATE_TLS_SERVER_NAME)")
 	f.BoolVar(&o.on, "tls", envBool("TOLLGATE_TLS"), "use TLS with the system's CA roots (implied by --cacert/--cert) (env TOLLGATE_TLS)")
-	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with scoped credentials; tracking needs the track scope (env TOLLGATE_TOKEN)")
+	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with credentials; tracking needs the track scope (env TOLLGATE_TOKEN; default TOLLGATE_ADMIN_TOKEN, which satisfies every scope)")
+}
+
+// bearer is the token the client commands send: --client-token or
+// TOLLGATE_TOKEN, else the admin token of TOLLGATE_ADMIN_TOKEN (a node with
+// an admin token answers no tenant endpoint without a credential, and the
+// admin token satisfies every scope; scoped tokens are for everything that
+// should not hold it).
+func (o *clientTLSOpts) bearer() string {
+	if o.token != "" {
+		return o.token
+	}
+	return os.Getenv("TOLLGATE_ADMIN_TOKEN")
 }
 
 func envBool(name string) bool {

@@ -58,7 +58,7 @@ func connectClientWith(ctx context.Context, addrs string, timeout time.Duration,
 	if err := anyReachable(ctx, list); err != nil {
 		return nil, err
 	}
-	cfg := clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.token}
+	cfg := clientlib.Config{Addrs: list, Mode: clientlib.ModeSync, TLS: tc, Token: tlsOpts.bearer()}
 	if tweak != nil {
 		tweak(&cfg)
 	}

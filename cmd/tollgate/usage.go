@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,11 +23,13 @@ import (
 // over a node's HTTP API (any node answers; it reads from group leaders),
 // and the metering test clock over the admin gRPC API.
 func newUsageCmd() *cobra.Command {
-	var addr string
+	var addr, token string
 	var asJSON bool
 	cmd := &cobra.Command{Use: "usage", Short: "Metering: query usage records, compute active-series bills, drive the test clock"}
 	cmd.PersistentFlags().StringVar(&addr, "http", "127.0.0.1:7380", "a node's HTTP address")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print the server's JSON")
+	cmd.PersistentFlags().StringVar(&token, "client-token", os.Getenv("TOLLGATE_TOKEN"),
+		"bearer token with the read scope, for nodes with credentials (env TOLLGATE_TOKEN; default TOLLGATE_ADMIN_TOKEN)")
 
 	get := func(cmd *cobra.Command, path string, q url.Values, v any) error {
 		base := addr
@@ -34,7 +37,18 @@ func newUsageCmd() *cobra.Command {
 			base = "http://" + base
 		}
 		c := &http.Client{Timeout: 30 * time.Second}
-		resp, err := c.Get(base + path + "?" + q.Encode())
+		req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, base+path+"?"+q.Encode(), nil)
+		if err != nil {
+			return fmt.Errorf("usage: %w", err)
+		}
+		tok := token
+		if tok == "" {
+			tok = os.Getenv("TOLLGATE_ADMIN_TOKEN")
+		}
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			return fmt.Errorf("usage: %w", err)
 		}

@@ -129,3 +129,41 @@ func TestUsageClock(t *testing.T) {
 		t.Fatalf("reading the clock: %v\n%s", err, out)
 	}
 }
+
+// TestUsageToken: on a node with an admin token, `tollgate usage bill` is
+// refused without a credential (naming the missing token) and answered
+// with --client-token or, by default, TOLLGATE_ADMIN_TOKEN.
+func TestUsageToken(t *testing.T) {
+	t.Setenv("TOLLGATE_TOKEN", "")
+	t.Setenv("TOLLGATE_ADMIN_TOKEN", "")
+	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
+		RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := s.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bill := func(extra ...string) (string, error) {
+		var out bytes.Buffer
+		cmd := newRootCmd()
+		cmd.SetOut(&out)
+		cmd.SetErr(&out)
+		cmd.SetArgs(append([]string{"usage", "bill", "--http", s.HTTPAddr(), "--tenant", "t", "--from", "2026-11-01T00:00:00Z", "--to", "2026-12-01T00:00:00Z"}, extra...))
+		err := cmd.Execute()
+		return out.String(), err
+	}
+	if _, err := bill(); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Fatalf("without a token: %v, want HTTP 401", err)
+	}
+	if out, err := bill("--client-token", "s3cret"); err != nil || !strings.Contains(out, "p95 active series") {
+		t.Fatalf("with --client-token: %v %s", err, out)
+	}
+	t.Setenv("TOLLGATE_ADMIN_TOKEN", "s3cret")
+	if out, err := bill(); err != nil || !strings.Contains(out, "p95 active series") {
+		t.Fatalf("with TOLLGATE_ADMIN_TOKEN: %v %s", err, out)
+	}
+}
