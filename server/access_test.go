@@ -545,13 +545,41 @@ func TestAccessDevDefault(t *testing.T) {
 // so each call meets leaders and followers of its group (a follower checks
 // the caller, and what it forwards carries the caller's token).
 func TestAccessRulesCluster(t *testing.T) {
+	t.Run("plaintext", func(t *testing.T) { testAccessRulesCluster(t, false) })
+	// TLS on every channel (gRPC with required client certificates, HTTP
+	// without), so the answers of leaders and followers, and of calls they
+	// forward to each other, are checked over TLS too.
+	t.Run("TLS", func(t *testing.T) { testAccessRulesCluster(t, true) })
+}
+
+func testAccessRulesCluster(t *testing.T, withTLS bool) {
 	creds := writeCredentials(t)
-	tc := startCluster(t, 3, func(_ int, c *Config) {
+	var pki tlsutil.DevFiles
+	if withTLS {
+		pki = testPKI(t)
+	}
+	tc := startCluster(t, 3, func(i int, c *Config) {
 		c.AdminToken, c.CredentialsFile, c.HTTPAddr, c.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
+		if withTLS {
+			name := fmt.Sprintf("n%d", i+1)
+			c.TLS = nodeTLS(t, pki, name, tlsutil.ClientAuthRequire)
+			var err error
+			if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes[name][0], pki.Nodes[name][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
+				t.Fatal(err)
+			}
+		}
 	})
 	for _, s := range tc.nodes {
 		t.Run(s.NodeID(), func(t *testing.T) {
-			probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
+			cc := dialAnon(t, s.GRPCAddr())
+			client := &http.Client{Timeout: 30 * time.Second}
+			scheme := "http://"
+			if withTLS {
+				cc = tlsDial(t, s.GRPCAddr(), clientTLS(t, pki.Client, pki.ClientKey, pki.CA))
+				client.Transport = &http.Transport{TLSClientConfig: clientTLS(t, "", "", pki.CA)}
+				scheme = "https://"
+			}
+			probeTable(t, cc, scheme+s.HTTPAddr(), client,
 				[]string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
 		})
 	}
