@@ -157,8 +157,9 @@ func TestHTTPConnectionCapRefusesWhenBusy(t *testing.T) {
 	}
 }
 
-// TestWatchClusterUnreadStreams: 1,000 WatchCluster streams that never
-// read, against a node whose runtime config holds 100,000 tenants: the
+// TestWatchClusterUnreadStreams: 1,000 WatchCluster and WatchSummaries
+// streams (half each) that never read, against a node whose runtime config
+// holds 100,000 tenants: the
 // node's heap grows by at most 100 MB (every stream queues the view's
 // shared encoding, not its own copy). A client's 1,001st... stream beyond
 // its bound is refused with ResourceExhausted.
@@ -197,9 +198,17 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer cc.Close()
-		tr := api.NewTrackerClient(cc)
+		tr, sm := api.NewTrackerClient(cc), api.NewSummariesClient(cc)
 		for i := range 100 {
-			if _, err := tr.WatchCluster(ctx, &api.WatchClusterRequest{}); err != nil {
+			// Half WatchCluster (the view carries the 100,000-tenant
+			// config), half WatchSummaries (near-limit lists of every group).
+			var err error
+			if c%2 == 0 {
+				_, err = tr.WatchCluster(ctx, &api.WatchClusterRequest{})
+			} else {
+				_, err = sm.WatchSummaries(ctx, &api.WatchSummariesRequest{})
+			}
+			if err != nil {
 				t.Fatalf("stream %d/%d: %v", c, i, err)
 			}
 		}
