@@ -205,11 +205,19 @@ func (s *Server) haltedLeaderStatus(g int) error {
 // config, metering, the rate owner): raft calls this node the leader, its
 // leader session has passed its barrier (everything committed under earlier
 // leaders is applied here, so decisions start from current state), and the
-// node may lead (the group is not halted here and its clock is within the
-// bound). Raft leadership alone is not enough: a leader that has not applied
-// its predecessor's entries would decide from stale state.
+// group is not halted here. Raft leadership alone is not enough: a leader
+// that has not applied its predecessor's entries would decide from stale
+// state. The clock bound gates the session's start (mayLead) and moves
+// leadership away; it is not checked here, because "a peer's clock is not
+// measured yet" (every restart of a peer) would otherwise stop shares,
+// metering and the rate owner on every leader while the tracking session
+// kept deciding.
 func (s *Server) leads(g int) bool {
-	return s.host.Raft(g).State() == raft.Leader && s.trackers[g].ready() && s.mayLead(g)
+	if s.host.Raft(g).State() != raft.Leader || !s.trackers[g].ready() {
+		return false
+	}
+	halted, _ := s.fsms[g].Halted()
+	return !halted
 }
 
 // mayLead reports whether this node may run a leader session for group g.
