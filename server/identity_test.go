@@ -71,7 +71,11 @@ func TestIdentityFile(t *testing.T) {
 // configurations hold.
 func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "data")
-	s, c := startServer(t, dir, nil)
+	// A still wall clock: no expiry entry lands between the state images
+	// compared across the restart.
+	clk := newTestClock()
+	still := func(c *Config) { c.Clock = clk.Now }
+	s, c := startServer(t, dir, still)
 	hs := hashesIn(3, 7, 12)
 	if rej := track(t, c, "t1", 7, hs); len(rej) != 0 {
 		t.Fatalf("rejected %d", len(rej))
@@ -87,7 +91,7 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, c = startServer(t, dir, nil)
+	s, c = startServer(t, dir, still)
 	defer stop(t, s)
 	if !s.ident.Adopted || s.ident.Incarnation == first {
 		t.Fatalf("identity after upgrade: %+v (first incarnation %s)", s.ident, first)

@@ -210,7 +210,10 @@ func TestAcceptedSurvivesRestartAndLowerLimit(t *testing.T) {
 		}
 	}
 	writeLimits(400) // share 100 in each group
-	mod := func(c *Config) { c.LimitsFile = limits; c.LimitsReload = 20 * time.Millisecond }
+	// A still wall clock: the group's minute does not move, so no expiry
+	// entry lands while the test compares state images across the restart.
+	clk := newTestClock()
+	mod := func(c *Config) { c.LimitsFile = limits; c.LimitsReload = 20 * time.Millisecond; c.Clock = clk.Now }
 	s, c := startServer(t, filepath.Join(dir, "data"), mod)
 	acc := hashesIn(9, 3, 80)
 	if rej := track(t, c, "t1", 3, acc); len(rej) != 0 {
@@ -225,11 +228,15 @@ func TestAcceptedSurvivesRestartAndLowerLimit(t *testing.T) {
 		t.Fatalf("rejected %d", len(rej))
 	}
 	acc = append(acc, more...)
+	// The state images are taken once the node has stopped: the FSM is not
+	// safe to read while raft applies (the leader's expiry ticker can append
+	// an entry at any moment), and the images must be the state the restart
+	// recovers, including such an entry.
+	stop(t, s)
 	var before [4][]byte
 	for g := range before {
 		before[g] = snapshotOf(t, s, g)
 	}
-	stop(t, s)
 
 	s, c = startServer(t, filepath.Join(dir, "data"), mod)
 	defer stop(t, s)
