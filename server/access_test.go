@@ -186,6 +186,18 @@ func TestAccessRules(t *testing.T) {
 	t.Run("TLS", func(t *testing.T) { testAccessRules(t, true) })
 }
 
+// accessTLS is a node's TLS for the access tests: client certificates
+// required on gRPC, none on HTTP (browsers and scrapers).
+func accessTLS(t *testing.T, pki tlsutil.DevFiles, name string) TLSConfig {
+	t.Helper()
+	c := nodeTLS(t, pki, name, tlsutil.ClientAuthRequire)
+	var err error
+	if c.HTTP, err = tlsutil.ServerConfig(pki.Nodes[name][0], pki.Nodes[name][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 func testAccessRules(t *testing.T, withTLS bool) {
 	creds := writeCredentials(t)
 	var pki tlsutil.DevFiles
@@ -195,11 +207,7 @@ func testAccessRules(t *testing.T, withTLS bool) {
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
 		c.AdminToken, c.CredentialsFile, c.EnableDebugEndpoints = accessAdminToken, creds, true
 		if withTLS {
-			c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
-			var err error
-			if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
-				t.Fatal(err)
-			}
+			c.TLS = accessTLS(t, pki, "n1")
 		}
 	})
 	defer stop(t, s)
@@ -561,12 +569,7 @@ func testAccessRulesCluster(t *testing.T, withTLS bool) {
 	tc := startCluster(t, 3, func(i int, c *Config) {
 		c.AdminToken, c.CredentialsFile, c.HTTPAddr, c.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
 		if withTLS {
-			name := fmt.Sprintf("n%d", i+1)
-			c.TLS = nodeTLS(t, pki, name, tlsutil.ClientAuthRequire)
-			var err error
-			if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes[name][0], pki.Nodes[name][1], pki.CA, tlsutil.ClientAuthNone); err != nil {
-				t.Fatal(err)
-			}
+			c.TLS = accessTLS(t, pki, fmt.Sprintf("n%d", i+1))
 		}
 	})
 	for _, s := range tc.nodes {

@@ -110,6 +110,19 @@ type rateCell struct {
 	admitted, offered float64
 }
 
+// benchDataDir is where the benchmark's nodes keep their data: dir when
+// given (kept), else a temporary directory that cleanup removes.
+func benchDataDir(dir string) (string, func(), error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	d, err := os.MkdirTemp("", "tollgate-ratebench-")
+	if err != nil {
+		return "", nil, err
+	}
+	return d, func() { os.RemoveAll(d) }, nil
+}
+
 func runRateBench(ctx context.Context, out io.Writer, o rateBenchOpts) error {
 	if ctx == nil {
 		ctx = context.Background()
@@ -117,15 +130,11 @@ func runRateBench(ctx context.Context, out io.Writer, o rateBenchOpts) error {
 	if o.stickyCount == 0 {
 		o.stickyCount = 4
 	}
-	dir := o.dataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "tollgate-ratebench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := benchDataDir(o.dataDir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	limitsFile := filepath.Join(dir, "limits.yaml")
 	if err := os.WriteFile(limitsFile, fmt.Appendf(nil, "defaults:\n  ingestion_rate: %g\n", o.limit), 0o644); err != nil {
 		return err

@@ -69,15 +69,11 @@ type changeCell struct {
 // strategies side by side on separate tenants of the same raft group (so the
 // failover stops the owner of all of them).
 func runChangeBench(ctx context.Context, out io.Writer, o rateBenchOpts, scenarios []string) error {
-	dir := o.dataDir
-	if dir == "" {
-		d, err := os.MkdirTemp("", "tollgate-ratebench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(d)
-		dir = d
+	dir, cleanup, err := benchDataDir(o.dataDir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	n := 60
 	if len(o.clients) > 0 {
 		n = o.clients[0]
