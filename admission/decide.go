@@ -23,6 +23,27 @@ func (p Pending) remove(tenant string, hs []uint64) {
 	}
 }
 
+// keepEmptyTenants bounds how many tenants drop keeps an emptied set for:
+// Decide then refills the same map instead of allocating and growing a new
+// one on the tenant's next batch, while a node with many tenants does not
+// keep a map for every tenant that ever created a series.
+const keepEmptyTenants = 64
+
+// drop empties the tenant's set at once: the caller knows every hash in it
+// was logged by the one entry that was just applied (or failed). It costs a
+// clear of the map's memory, not a delete per hash.
+func (p Pending) drop(tenant string) {
+	pt, ok := p[tenant]
+	if !ok {
+		return
+	}
+	if len(p) > keepEmptyTenants {
+		delete(p, tenant)
+		return
+	}
+	clear(pt)
+}
+
 // Request is one request's input to Decide.
 type Request struct {
 	Tenant string

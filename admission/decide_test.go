@@ -1,6 +1,7 @@
 package admission
 
 import (
+	"fmt"
 	"reflect"
 	"testing"
 
@@ -280,5 +281,42 @@ func TestDecideAtShare(t *testing.T) {
 	d = Decide([]Request{req("b", []uint64{20, 22}, active, absent)}, Pending{}, func(tn string) Budget { return budgets[tn] }, nil)
 	if !reflect.DeepEqual(d.Rejected, [][]uint64{{22}}) || d.AtShare[0] != 1 || d.Refreshed != 1 {
 		t.Fatalf("no headroom: rejected %v at share %v refreshed %d", d.Rejected, d.AtShare, d.Refreshed)
+	}
+}
+
+// TestPendingDropAndBatchCounts: a tenant's pending set is dropped whole only
+// when the last batch in flight that logged its new series completes; while
+// another such batch is in flight, only the completed batch's hashes go.
+func TestPendingDropAndBatchCounts(t *testing.T) {
+	s := newSession(&Tracker{}, nil)
+	decide := func(hs ...uint64) *batch {
+		states := make([]uint8, len(hs))
+		d := Decide([]Request{{Tenant: "a", Hashes: hs, States: states}}, s.pending, func(string) Budget { return Budget{} }, nil)
+		for tenant := range d.NewBy {
+			s.batchesWith[tenant]++
+		}
+		return &batch{newBy: d.NewBy}
+	}
+	b1 := decide(1, 2)
+	b2 := decide(2, 3) // 2 is pending from b1: not logged again
+	if got := b2.newBy["a"]; !reflect.DeepEqual(got, []uint64{3}) {
+		t.Fatalf("second batch logged %v as new, want [3]", got)
+	}
+	s.clearPending(b1)
+	if !reflect.DeepEqual(s.pending, Pending{"a": {3: 1}}) || s.batchesWith["a"] != 1 {
+		t.Fatalf("after the first batch: pending %v, batches %v; want only 3, one batch", s.pending, s.batchesWith)
+	}
+	s.clearPending(b2)
+	if len(s.pending["a"]) != 0 || len(s.batchesWith) != 0 {
+		t.Fatalf("after the last batch: pending %v, batches %v; want empty", s.pending, s.batchesWith)
+	}
+	// With many tenants a dropped tenant's set goes, not only its contents.
+	for i := range keepEmptyTenants + 1 {
+		s.pending[fmt.Sprint("t", i)] = map[uint64]int32{}
+	}
+	s.pending["a"][7] = 1
+	s.pending.drop("a")
+	if _, ok := s.pending["a"]; ok {
+		t.Fatalf("with %d tenants the dropped tenant's set must go", len(s.pending))
 	}
 }

@@ -316,6 +316,12 @@ type session struct {
 	// so a hash is either seen applied or still seen pending, never neither.
 	pmu     sync.Mutex
 	pending Pending
+	// batchesWith counts, per tenant, the batches in flight that logged new
+	// series of it (under pmu). When the last of them completes, every hash
+	// the tenant has in pending came from that batch: the set is dropped
+	// whole instead of hash by hash (a delete per new series cost 7 % of a
+	// node's CPU creating series).
+	batchesWith map[string]int
 }
 
 type batch struct {
@@ -338,6 +344,8 @@ func newSession(t *Tracker, prev *session) *session {
 		finished: make(chan struct{}),
 		inflight: make(chan *batch, max(1, t.cfg.MaxInFlight)),
 		pending:  Pending{},
+
+		batchesWith: map[string]int{},
 	}
 }
 
@@ -569,6 +577,9 @@ func (s *session) decideAndLog(reqs []*request) bool {
 			t.state.Reserve(th.Tenant, int64(th.New))
 		}
 	}
+	for tenant := range d.NewBy {
+		s.batchesWith[tenant]++
+	}
 	s.pmu.Unlock()
 	clear(in) // drop references to the callers' hashes
 	s.in = in[:0]
@@ -638,7 +649,13 @@ func (s *session) clearPending(b *batch) {
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	for tenant, hs := range b.newBy {
-		s.pending.remove(tenant, hs)
+		if n := s.batchesWith[tenant]; n > 1 {
+			s.batchesWith[tenant] = n - 1
+			s.pending.remove(tenant, hs)
+			continue
+		}
+		delete(s.batchesWith, tenant)
+		s.pending.drop(tenant)
 	}
 }
 

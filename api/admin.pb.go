@@ -30,6 +30,182 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type DrainNodeRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// Make the node eligible for placement again; replicas move back to it as
+	// placement prefers.
+	Undo          bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *DrainNodeRequest) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
+type DrainNodeResponse struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	NodeId          string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Decommissioning bool                   `protobuf:"varint,2,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *DrainNodeResponse) Reset() {
+	*x = DrainNodeResponse{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeResponse) ProtoMessage() {}
+
+func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
+func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *DrainNodeResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainNodeResponse) GetDecommissioning() bool {
+	if x != nil {
+		return x.Decommissioning
+	}
+	return false
+}
+
+// GroupPlacement compares one group's voters, as its leader reports them,
+// with where placement wants them.
+type GroupPlacement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
+	Voters        []string               `protobuf:"bytes,2,rep,name=voters,proto3" json:"voters,omitempty"`
+	Learners      []string               `protobuf:"bytes,3,rep,name=learners,proto3" json:"learners,omitempty"`
+	Target        []string               `protobuf:"bytes,4,rep,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GroupPlacement) Reset() {
+	*x = GroupPlacement{}
+	mi := &file_admin_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GroupPlacement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GroupPlacement) ProtoMessage() {}
+
+func (x *GroupPlacement) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GroupPlacement.ProtoReflect.Descriptor instead.
+func (*GroupPlacement) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GroupPlacement) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *GroupPlacement) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *GroupPlacement) GetLearners() []string {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
+func (x *GroupPlacement) GetTarget() []string {
+	if x != nil {
+		return x.Target
+	}
+	return nil
+}
+
 type StatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -38,7 +214,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -50,7 +226,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -63,7 +239,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{3}
 }
 
 type StatusResponse struct {
@@ -86,13 +262,16 @@ type StatusResponse struct {
 	// leader is among the nodes asked, so a change acknowledged before the call
 	// is seen here even when the serving node's own replicas still lag it.
 	ConfigVersion uint64 `protobuf:"varint,6,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// Per group, its voters (from its leader) and placement's target; groups
+	// whose leader did not answer are left out.
+	Placement     []*GroupPlacement `protobuf:"bytes,7,rep,name=placement,proto3" json:"placement,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +283,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +296,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StatusResponse) GetView() *ClusterView {
@@ -162,6 +341,13 @@ func (x *StatusResponse) GetConfigVersion() uint64 {
 	return 0
 }
 
+func (x *StatusResponse) GetPlacement() []*GroupPlacement {
+	if x != nil {
+		return x.Placement
+	}
+	return nil
+}
+
 type NodeGroupsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -170,7 +356,7 @@ type NodeGroupsRequest struct {
 
 func (x *NodeGroupsRequest) Reset() {
 	*x = NodeGroupsRequest{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -182,7 +368,7 @@ func (x *NodeGroupsRequest) String() string {
 func (*NodeGroupsRequest) ProtoMessage() {}
 
 func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -195,7 +381,7 @@ func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*NodeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type NodeGroupsResponse struct {
@@ -205,13 +391,17 @@ type NodeGroupsResponse struct {
 	Groups []*GroupState          `protobuf:"bytes,3,rep,name=groups,proto3" json:"groups,omitempty"`
 	// Set only by the node that runs the backlog controller (Status reports it).
 	SamplingController *SamplingControllerStatus `protobuf:"bytes,4,opt,name=sampling_controller,json=samplingController,proto3" json:"sampling_controller,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The node's own raft address, naming its incarnation ("host:port#<16
+	// hex>"). A leader adding the node checks it against gossip, which can
+	// still show an earlier incarnation after a data dir was replaced.
+	RaftAddr      string `protobuf:"bytes,5,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *NodeGroupsResponse) Reset() {
 	*x = NodeGroupsResponse{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -223,7 +413,7 @@ func (x *NodeGroupsResponse) String() string {
 func (*NodeGroupsResponse) ProtoMessage() {}
 
 func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -236,7 +426,7 @@ func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*NodeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *NodeGroupsResponse) GetNodeId() string {
@@ -267,6 +457,13 @@ func (x *NodeGroupsResponse) GetSamplingController() *SamplingControllerStatus {
 	return nil
 }
 
+func (x *NodeGroupsResponse) GetRaftAddr() string {
+	if x != nil {
+		return x.RaftAddr
+	}
+	return ""
+}
+
 type GroupState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -287,13 +484,17 @@ type GroupState struct {
 	// The runtime config version this replica of the group has applied (0:
 	// none replicated). Replicas behind group 0's are still being reconciled.
 	ConfigVersion uint64 `protobuf:"varint,11,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
+	// The group's voters and non-voters (learners being caught up), reported
+	// by its leader only.
+	Voters        []string `protobuf:"bytes,12,rep,name=voters,proto3" json:"voters,omitempty"`
+	Learners      []string `protobuf:"bytes,13,rep,name=learners,proto3" json:"learners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -305,7 +506,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -318,7 +519,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GroupState) GetGroup() uint32 {
@@ -398,6 +599,20 @@ func (x *GroupState) GetConfigVersion() uint64 {
 	return 0
 }
 
+func (x *GroupState) GetVoters() []string {
+	if x != nil {
+		return x.Voters
+	}
+	return nil
+}
+
+func (x *GroupState) GetLearners() []string {
+	if x != nil {
+		return x.Learners
+	}
+	return nil
+}
+
 type Peer struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Id      string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -411,7 +626,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -423,7 +638,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -436,7 +651,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Peer) GetId() string {
@@ -476,7 +691,7 @@ type ListPeersRequest struct {
 
 func (x *ListPeersRequest) Reset() {
 	*x = ListPeersRequest{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -488,7 +703,7 @@ func (x *ListPeersRequest) String() string {
 func (*ListPeersRequest) ProtoMessage() {}
 
 func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -501,7 +716,7 @@ func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersRequest.ProtoReflect.Descriptor instead.
 func (*ListPeersRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListPeersRequest) GetGroup() uint32 {
@@ -522,7 +737,7 @@ type ListPeersResponse struct {
 
 func (x *ListPeersResponse) Reset() {
 	*x = ListPeersResponse{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -534,7 +749,7 @@ func (x *ListPeersResponse) String() string {
 func (*ListPeersResponse) ProtoMessage() {}
 
 func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -547,7 +762,7 @@ func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersResponse.ProtoReflect.Descriptor instead.
 func (*ListPeersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListPeersResponse) GetGroup() uint32 {
@@ -588,7 +803,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -600,7 +815,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -613,7 +828,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *AddVoterRequest) GetGroup() uint32 {
@@ -664,7 +879,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +891,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +904,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RemoveServerRequest) GetGroup() uint32 {
@@ -733,7 +948,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -745,7 +960,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -758,7 +973,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MembershipResponse) GetGroup() uint32 {
@@ -821,7 +1036,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -833,7 +1048,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -846,7 +1061,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TransferLeadershipRequest) GetGroup() uint32 {
@@ -873,7 +1088,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +1100,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1113,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *TransferLeadershipResponse) GetGroup() uint32 {
@@ -924,7 +1139,7 @@ type SnapshotGroupRequest struct {
 
 func (x *SnapshotGroupRequest) Reset() {
 	*x = SnapshotGroupRequest{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -936,7 +1151,7 @@ func (x *SnapshotGroupRequest) String() string {
 func (*SnapshotGroupRequest) ProtoMessage() {}
 
 func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -949,7 +1164,7 @@ func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotGroupRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotGroupRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *SnapshotGroupRequest) GetGroup() uint32 {
@@ -973,7 +1188,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -985,7 +1200,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -998,7 +1213,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *SnapshotChunk) GetGroup() uint32 {
@@ -1040,7 +1255,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1267,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1280,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RestoreChunk) GetHeader() *RestoreHeader {
@@ -1094,7 +1309,7 @@ type RestoreHeader struct {
 
 func (x *RestoreHeader) Reset() {
 	*x = RestoreHeader{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1321,7 @@ func (x *RestoreHeader) String() string {
 func (*RestoreHeader) ProtoMessage() {}
 
 func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1334,7 @@ func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHeader.ProtoReflect.Descriptor instead.
 func (*RestoreHeader) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *RestoreHeader) GetGroup() uint32 {
@@ -1155,7 +1370,7 @@ type RestoreGroupResponse struct {
 
 func (x *RestoreGroupResponse) Reset() {
 	*x = RestoreGroupResponse{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1382,7 @@ func (x *RestoreGroupResponse) String() string {
 func (*RestoreGroupResponse) ProtoMessage() {}
 
 func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1395,7 @@ func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreGroupResponse.ProtoReflect.Descriptor instead.
 func (*RestoreGroupResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RestoreGroupResponse) GetGroup() uint32 {
@@ -1216,7 +1431,7 @@ type DropTenantRequest struct {
 
 func (x *DropTenantRequest) Reset() {
 	*x = DropTenantRequest{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1443,7 @@ func (x *DropTenantRequest) String() string {
 func (*DropTenantRequest) ProtoMessage() {}
 
 func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1456,7 @@ func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantRequest.ProtoReflect.Descriptor instead.
 func (*DropTenantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DropTenantRequest) GetTenant() string {
@@ -1270,7 +1485,7 @@ type DropTenantResponse struct {
 
 func (x *DropTenantResponse) Reset() {
 	*x = DropTenantResponse{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1497,7 @@ func (x *DropTenantResponse) String() string {
 func (*DropTenantResponse) ProtoMessage() {}
 
 func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1510,7 @@ func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantResponse.ProtoReflect.Descriptor instead.
 func (*DropTenantResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DropTenantResponse) GetTenant() string {
@@ -1333,7 +1548,7 @@ type GroupDrop struct {
 
 func (x *GroupDrop) Reset() {
 	*x = GroupDrop{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1345,7 +1560,7 @@ func (x *GroupDrop) String() string {
 func (*GroupDrop) ProtoMessage() {}
 
 func (x *GroupDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1358,7 +1573,7 @@ func (x *GroupDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDrop.ProtoReflect.Descriptor instead.
 func (*GroupDrop) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GroupDrop) GetGroup() uint32 {
@@ -1393,21 +1608,34 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"\x0f\n" +
-	"\rStatusRequest\"\xbf\x02\n" +
+	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"?\n" +
+	"\x10DrainNodeRequest\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
+	"\x04undo\x18\x02 \x01(\bR\x04undo\"V\n" +
+	"\x11DrainNodeResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12(\n" +
+	"\x0fdecommissioning\x18\x02 \x01(\bR\x0fdecommissioning\"r\n" +
+	"\x0eGroupPlacement\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\rR\x05group\x12\x16\n" +
+	"\x06voters\x18\x02 \x03(\tR\x06voters\x12\x1a\n" +
+	"\blearners\x18\x03 \x03(\tR\blearners\x12\x16\n" +
+	"\x06target\x18\x04 \x03(\tR\x06target\"\x0f\n" +
+	"\rStatusRequest\"\xfa\x02\n" +
 	"\x0eStatusResponse\x12,\n" +
 	"\x04view\x18\x01 \x01(\v2\x18.tollgate.v1.ClusterViewR\x04view\x125\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1f.tollgate.v1.NodeGroupsResponseR\x05nodes\x12 \n" +
 	"\vunreachable\x18\x03 \x03(\tR\vunreachable\x12'\n" +
 	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\x12V\n" +
 	"\x13sampling_controller\x18\x05 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\x12%\n" +
-	"\x0econfig_version\x18\x06 \x01(\x04R\rconfigVersion\"\x13\n" +
-	"\x11NodeGroupsRequest\"\xca\x01\n" +
+	"\x0econfig_version\x18\x06 \x01(\x04R\rconfigVersion\x129\n" +
+	"\tplacement\x18\a \x03(\v2\x1b.tollgate.v1.GroupPlacementR\tplacement\"\x13\n" +
+	"\x11NodeGroupsRequest\"\xe7\x01\n" +
 	"\x12NodeGroupsResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12/\n" +
 	"\x06groups\x18\x03 \x03(\v2\x17.tollgate.v1.GroupStateR\x06groups\x12V\n" +
-	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\"\xd7\x02\n" +
+	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\x12\x1b\n" +
+	"\traft_addr\x18\x05 \x01(\tR\braftAddr\"\x8b\x03\n" +
 	"\n" +
 	"GroupState\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1d\n" +
@@ -1423,7 +1651,9 @@ const file_admin_proto_rawDesc = "" +
 	"\tleader_id\x18\t \x01(\tR\bleaderId\x12#\n" +
 	"\rhalted_reason\x18\n" +
 	" \x01(\tR\fhaltedReason\x12%\n" +
-	"\x0econfig_version\x18\v \x01(\x04R\rconfigVersion\"d\n" +
+	"\x0econfig_version\x18\v \x01(\x04R\rconfigVersion\x12\x16\n" +
+	"\x06voters\x18\f \x03(\tR\x06voters\x12\x1a\n" +
+	"\blearners\x18\r \x03(\tR\blearners\"d\n" +
 	"\x04Peer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\aaddress\x18\x02 \x01(\tR\aaddress\x12\x1a\n" +
@@ -1490,7 +1720,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\x04R\aremoved\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x1b\n" +
-	"\tleader_id\x18\x04 \x01(\tR\bleaderId2\xdb\x05\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId2\xa7\x06\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.tollgate.v1.StatusRequest\x1a\x1b.tollgate.v1.StatusResponse\x12J\n" +
 	"\tListPeers\x12\x1d.tollgate.v1.ListPeersRequest\x1a\x1e.tollgate.v1.ListPeersResponse\x12I\n" +
@@ -1502,7 +1732,8 @@ const file_admin_proto_rawDesc = "" +
 	"\rSnapshotGroup\x12!.tollgate.v1.SnapshotGroupRequest\x1a\x1a.tollgate.v1.SnapshotChunk0\x01\x12N\n" +
 	"\fRestoreGroup\x12\x19.tollgate.v1.RestoreChunk\x1a!.tollgate.v1.RestoreGroupResponse(\x01\x12M\n" +
 	"\n" +
-	"DropTenant\x12\x1e.tollgate.v1.DropTenantRequest\x1a\x1f.tollgate.v1.DropTenantResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"DropTenant\x12\x1e.tollgate.v1.DropTenantRequest\x1a\x1f.tollgate.v1.DropTenantResponse\x12J\n" +
+	"\tDrainNode\x12\x1d.tollgate.v1.DrainNodeRequest\x1a\x1e.tollgate.v1.DrainNodeResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1516,65 +1747,71 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_admin_proto_goTypes = []any{
-	(*StatusRequest)(nil),              // 0: tollgate.v1.StatusRequest
-	(*StatusResponse)(nil),             // 1: tollgate.v1.StatusResponse
-	(*NodeGroupsRequest)(nil),          // 2: tollgate.v1.NodeGroupsRequest
-	(*NodeGroupsResponse)(nil),         // 3: tollgate.v1.NodeGroupsResponse
-	(*GroupState)(nil),                 // 4: tollgate.v1.GroupState
-	(*Peer)(nil),                       // 5: tollgate.v1.Peer
-	(*ListPeersRequest)(nil),           // 6: tollgate.v1.ListPeersRequest
-	(*ListPeersResponse)(nil),          // 7: tollgate.v1.ListPeersResponse
-	(*AddVoterRequest)(nil),            // 8: tollgate.v1.AddVoterRequest
-	(*RemoveServerRequest)(nil),        // 9: tollgate.v1.RemoveServerRequest
-	(*MembershipResponse)(nil),         // 10: tollgate.v1.MembershipResponse
-	(*TransferLeadershipRequest)(nil),  // 11: tollgate.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 12: tollgate.v1.TransferLeadershipResponse
-	(*SnapshotGroupRequest)(nil),       // 13: tollgate.v1.SnapshotGroupRequest
-	(*SnapshotChunk)(nil),              // 14: tollgate.v1.SnapshotChunk
-	(*RestoreChunk)(nil),               // 15: tollgate.v1.RestoreChunk
-	(*RestoreHeader)(nil),              // 16: tollgate.v1.RestoreHeader
-	(*RestoreGroupResponse)(nil),       // 17: tollgate.v1.RestoreGroupResponse
-	(*DropTenantRequest)(nil),          // 18: tollgate.v1.DropTenantRequest
-	(*DropTenantResponse)(nil),         // 19: tollgate.v1.DropTenantResponse
-	(*GroupDrop)(nil),                  // 20: tollgate.v1.GroupDrop
-	(*ClusterView)(nil),                // 21: tollgate.v1.ClusterView
-	(*SamplingControllerStatus)(nil),   // 22: tollgate.v1.SamplingControllerStatus
+	(*DrainNodeRequest)(nil),           // 0: tollgate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),          // 1: tollgate.v1.DrainNodeResponse
+	(*GroupPlacement)(nil),             // 2: tollgate.v1.GroupPlacement
+	(*StatusRequest)(nil),              // 3: tollgate.v1.StatusRequest
+	(*StatusResponse)(nil),             // 4: tollgate.v1.StatusResponse
+	(*NodeGroupsRequest)(nil),          // 5: tollgate.v1.NodeGroupsRequest
+	(*NodeGroupsResponse)(nil),         // 6: tollgate.v1.NodeGroupsResponse
+	(*GroupState)(nil),                 // 7: tollgate.v1.GroupState
+	(*Peer)(nil),                       // 8: tollgate.v1.Peer
+	(*ListPeersRequest)(nil),           // 9: tollgate.v1.ListPeersRequest
+	(*ListPeersResponse)(nil),          // 10: tollgate.v1.ListPeersResponse
+	(*AddVoterRequest)(nil),            // 11: tollgate.v1.AddVoterRequest
+	(*RemoveServerRequest)(nil),        // 12: tollgate.v1.RemoveServerRequest
+	(*MembershipResponse)(nil),         // 13: tollgate.v1.MembershipResponse
+	(*TransferLeadershipRequest)(nil),  // 14: tollgate.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 15: tollgate.v1.TransferLeadershipResponse
+	(*SnapshotGroupRequest)(nil),       // 16: tollgate.v1.SnapshotGroupRequest
+	(*SnapshotChunk)(nil),              // 17: tollgate.v1.SnapshotChunk
+	(*RestoreChunk)(nil),               // 18: tollgate.v1.RestoreChunk
+	(*RestoreHeader)(nil),              // 19: tollgate.v1.RestoreHeader
+	(*RestoreGroupResponse)(nil),       // 20: tollgate.v1.RestoreGroupResponse
+	(*DropTenantRequest)(nil),          // 21: tollgate.v1.DropTenantRequest
+	(*DropTenantResponse)(nil),         // 22: tollgate.v1.DropTenantResponse
+	(*GroupDrop)(nil),                  // 23: tollgate.v1.GroupDrop
+	(*ClusterView)(nil),                // 24: tollgate.v1.ClusterView
+	(*SamplingControllerStatus)(nil),   // 25: tollgate.v1.SamplingControllerStatus
 }
 var file_admin_proto_depIdxs = []int32{
-	21, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
-	3,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
-	22, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
-	4,  // 3: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
-	22, // 4: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
-	5,  // 5: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
-	5,  // 6: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
-	16, // 7: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
-	20, // 8: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
-	0,  // 9: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
-	6,  // 10: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
-	8,  // 11: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
-	9,  // 12: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
-	11, // 13: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
-	2,  // 14: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
-	13, // 15: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
-	15, // 16: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
-	18, // 17: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
-	1,  // 18: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
-	7,  // 19: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
-	10, // 20: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
-	10, // 21: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
-	12, // 22: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
-	3,  // 23: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
-	14, // 24: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
-	17, // 25: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
-	19, // 26: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
-	18, // [18:27] is the sub-list for method output_type
-	9,  // [9:18] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	24, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
+	6,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
+	25, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	2,  // 3: tollgate.v1.StatusResponse.placement:type_name -> tollgate.v1.GroupPlacement
+	7,  // 4: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
+	25, // 5: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	8,  // 6: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
+	8,  // 7: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
+	19, // 8: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
+	23, // 9: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
+	3,  // 10: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
+	9,  // 11: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
+	11, // 12: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
+	12, // 13: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
+	14, // 14: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
+	5,  // 15: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
+	16, // 16: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
+	18, // 17: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
+	21, // 18: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
+	0,  // 19: tollgate.v1.Admin.DrainNode:input_type -> tollgate.v1.DrainNodeRequest
+	4,  // 20: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
+	10, // 21: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
+	13, // 22: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
+	13, // 23: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
+	15, // 24: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
+	6,  // 25: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
+	17, // 26: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
+	20, // 27: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
+	22, // 28: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
+	1,  // 29: tollgate.v1.Admin.DrainNode:output_type -> tollgate.v1.DrainNodeResponse
+	20, // [20:30] is the sub-list for method output_type
+	10, // [10:20] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1584,14 +1821,14 @@ func file_admin_proto_init() {
 	}
 	file_config_proto_init()
 	file_tracker_proto_init()
-	file_admin_proto_msgTypes[18].OneofWrappers = []any{}
+	file_admin_proto_msgTypes[21].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   21,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

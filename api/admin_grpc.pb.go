@@ -37,6 +37,7 @@ const (
 	Admin_SnapshotGroup_FullMethodName      = "/tollgate.v1.Admin/SnapshotGroup"
 	Admin_RestoreGroup_FullMethodName       = "/tollgate.v1.Admin/RestoreGroup"
 	Admin_DropTenant_FullMethodName         = "/tollgate.v1.Admin/DropTenant"
+	Admin_DrainNode_FullMethodName          = "/tollgate.v1.Admin/DrainNode"
 )
 
 // AdminClient is the client API for Admin service.
@@ -72,6 +73,15 @@ type AdminClient interface {
 	// FailedPrecondition names the nodes that lag (finish the rolling upgrade
 	// first). Idempotent: repeat it after an error.
 	DropTenant(ctx context.Context, in *DropTenantRequest, opts ...grpc.CallOption) (*DropTenantResponse, error)
+	// DrainNode decommissions a node (or, with undo, makes it eligible again):
+	// placement stops choosing it, and each group's leader moves the node's
+	// replica to another node (of the same zone when there is one) through the
+	// learner path: add as non-voter, catch up, promote, remove the old voter.
+	// The call returns once the node has recorded the mark (in its data dir, so
+	// a restart keeps it) and gossips it; Status shows the moves left. Any node
+	// may be asked: the call is forwarded to the named node, which must be
+	// alive. Idempotent.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
 }
 
 type adminClient struct {
@@ -184,6 +194,16 @@ func (c *adminClient) DropTenant(ctx context.Context, in *DropTenantRequest, opt
 	return out, nil
 }
 
+func (c *adminClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DrainNodeResponse)
+	err := c.cc.Invoke(ctx, Admin_DrainNode_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -217,6 +237,15 @@ type AdminServer interface {
 	// FailedPrecondition names the nodes that lag (finish the rolling upgrade
 	// first). Idempotent: repeat it after an error.
 	DropTenant(context.Context, *DropTenantRequest) (*DropTenantResponse, error)
+	// DrainNode decommissions a node (or, with undo, makes it eligible again):
+	// placement stops choosing it, and each group's leader moves the node's
+	// replica to another node (of the same zone when there is one) through the
+	// learner path: add as non-voter, catch up, promote, remove the old voter.
+	// The call returns once the node has recorded the mark (in its data dir, so
+	// a restart keeps it) and gossips it; Status shows the moves left. Any node
+	// may be asked: the call is forwarded to the named node, which must be
+	// alive. Idempotent.
+	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -253,6 +282,9 @@ func (UnimplementedAdminServer) RestoreGroup(grpc.ClientStreamingServer[RestoreC
 }
 func (UnimplementedAdminServer) DropTenant(context.Context, *DropTenantRequest) (*DropTenantResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DropTenant not implemented")
+}
+func (UnimplementedAdminServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -419,6 +451,24 @@ func _Admin_DropTenant_Handler(srv interface{}, ctx context.Context, dec func(in
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).DrainNode(ctx, req.(*DrainNodeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -453,6 +503,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DropTenant",
 			Handler:    _Admin_DropTenant_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _Admin_DrainNode_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -8,7 +8,7 @@ import (
 )
 
 // HyperLogLog arithmetic shared by clientlib/partitionlimit (the hot path) and
-// package sketchhub (the nodes): the register convention, the wire codec of a
+// package service/partitionlimit (the nodes): the register convention, the wire codec of a
 // Sketch and the cardinality estimator. Clients and nodes must agree on all
 // three bit for bit, which is why they live here and not on either side.
 

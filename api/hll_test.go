@@ -43,7 +43,7 @@ func TestHLLPosMatchesAxiomhq(t *testing.T) {
 // empty through the linear-counting range to the large range, where the
 // classic estimator needs a switch or bias tables. (4σ because 32 points are
 // checked: at 3σ one of them would be outside about one run in ten; the
-// 3σ bar at the documented cardinalities is sketchhub's TestMergedAccuracy.)
+// 3σ bar at the documented cardinalities is service/partitionlimit's TestMergedAccuracy.)
 func TestHLLEstimateAccuracy(t *testing.T) {
 	for _, p := range []uint8{4, 8, 11, 14} {
 		m := uint32(1) << p

@@ -40,7 +40,7 @@ type RateStrategy int32
 const (
 	RateStrategy_RATE_STRATEGY_UNSPECIFIED RateStrategy = 0
 	// Cortex's global limiter: sliding window of two fixed buckets, blocklist
-	// tenant → blocked-for with the blocklist formula (rateowner.blockedFor).
+	// tenant → blocked-for with the blocklist formula (service/ratelimit.blockedFor).
 	RateStrategy_RATE_STRATEGY_BLOCKLIST RateStrategy = 1
 	// Shared token bucket on the owner; each client gets a cap on its own
 	// cumulative consumption, sized by its recent demand.

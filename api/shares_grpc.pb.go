@@ -31,7 +31,7 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 //
 // Shares moves a tenant's unused max_series headroom between raft groups
-// (fsm/shares, package sharemove). Nodes call it on each other; it is
+// (fsm/shares, package service/shares). Nodes call it on each other; it is
 // token-protected like Admin (without a token only loopback callers pass).
 //
 // Errors:
@@ -128,7 +128,7 @@ func (c *sharesClient) Cover(ctx context.Context, in *CoverRequest, opts ...grpc
 // for forward compatibility.
 //
 // Shares moves a tenant's unused max_series headroom between raft groups
-// (fsm/shares, package sharemove). Nodes call it on each other; it is
+// (fsm/shares, package service/shares). Nodes call it on each other; it is
 // token-protected like Admin (without a token only loopback callers pass).
 //
 // Errors:

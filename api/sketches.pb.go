@@ -6,7 +6,7 @@
 
 // Sketches synchronises per-(tenant, ingest partition, minute) HyperLogLog
 // sketches between clients (clientlib/partitionlimit) and Tollgate nodes
-// (package sketchhub). Merging is register-wise max: idempotent and
+// (package service/partitionlimit). Merging is register-wise max: idempotent and
 // order-free, so nodes need no consensus and a retried push is always safe.
 //
 // Register convention (shared with clientlib, see api/hll.go): for a 64-bit

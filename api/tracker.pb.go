@@ -34,7 +34,11 @@ const (
 )
 
 type WatchClusterRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The client applies runtime_config_delta (clientlib does): a new runtime
+	// config version then travels as what changed since the version this
+	// stream carried last. Without it every version travels whole.
+	ConfigDeltas  bool `protobuf:"varint,1,opt,name=config_deltas,json=configDeltas,proto3" json:"config_deltas,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -69,6 +73,13 @@ func (*WatchClusterRequest) Descriptor() ([]byte, []int) {
 	return file_tracker_proto_rawDescGZIP(), []int{0}
 }
 
+func (x *WatchClusterRequest) GetConfigDeltas() bool {
+	if x != nil {
+		return x.ConfigDeltas
+	}
+	return false
+}
+
 type ClusterView struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Increases with every change seen by the serving node (not comparable across nodes).
@@ -87,8 +98,13 @@ type ClusterView struct {
 	// The runtime configuration at config_version: absent when 0, and on a
 	// stream that already carried this version (keep the one received).
 	RuntimeConfig *RuntimeConfig `protobuf:"bytes,8,opt,name=runtime_config,json=runtimeConfig,proto3" json:"runtime_config,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// Instead of runtime_config, on a stream that asked for deltas
+	// (WatchClusterRequest.config_deltas) and carried the delta's base version
+	// last: what changed since. A client that does not hold base_version
+	// reopens the stream (its first view carries the whole config).
+	RuntimeConfigDelta *RuntimeConfigDelta `protobuf:"bytes,9,opt,name=runtime_config_delta,json=runtimeConfigDelta,proto3" json:"runtime_config_delta,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ClusterView) Reset() {
@@ -177,6 +193,102 @@ func (x *ClusterView) GetRuntimeConfig() *RuntimeConfig {
 	return nil
 }
 
+func (x *ClusterView) GetRuntimeConfigDelta() *RuntimeConfigDelta {
+	if x != nil {
+		return x.RuntimeConfigDelta
+	}
+	return nil
+}
+
+// RuntimeConfigDelta turns RuntimeConfig base_version into version.
+type RuntimeConfigDelta struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	BaseVersion uint64                 `protobuf:"varint,1,opt,name=base_version,json=baseVersion,proto3" json:"base_version,omitempty"`
+	Version     uint64                 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// The new version's defaults and global settings, whole (both are small;
+	// absent when the new version has none).
+	Defaults *TenantLimits `protobuf:"bytes,3,opt,name=defaults,proto3" json:"defaults,omitempty"`
+	Global   *GlobalConfig `protobuf:"bytes,4,opt,name=global,proto3" json:"global,omitempty"`
+	// Tenants added or changed, each whole.
+	Tenants map[string]*TenantLimits `protobuf:"bytes,5,rep,name=tenants,proto3" json:"tenants,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Tenants the new version no longer lists, sorted.
+	RemovedTenants []string `protobuf:"bytes,6,rep,name=removed_tenants,json=removedTenants,proto3" json:"removed_tenants,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *RuntimeConfigDelta) Reset() {
+	*x = RuntimeConfigDelta{}
+	mi := &file_tracker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuntimeConfigDelta) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuntimeConfigDelta) ProtoMessage() {}
+
+func (x *RuntimeConfigDelta) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuntimeConfigDelta.ProtoReflect.Descriptor instead.
+func (*RuntimeConfigDelta) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RuntimeConfigDelta) GetBaseVersion() uint64 {
+	if x != nil {
+		return x.BaseVersion
+	}
+	return 0
+}
+
+func (x *RuntimeConfigDelta) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *RuntimeConfigDelta) GetDefaults() *TenantLimits {
+	if x != nil {
+		return x.Defaults
+	}
+	return nil
+}
+
+func (x *RuntimeConfigDelta) GetGlobal() *GlobalConfig {
+	if x != nil {
+		return x.Global
+	}
+	return nil
+}
+
+func (x *RuntimeConfigDelta) GetTenants() map[string]*TenantLimits {
+	if x != nil {
+		return x.Tenants
+	}
+	return nil
+}
+
+func (x *RuntimeConfigDelta) GetRemovedTenants() []string {
+	if x != nil {
+		return x.RemovedTenants
+	}
+	return nil
+}
+
 type Member struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
 	Id          string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -193,13 +305,16 @@ type Member struct {
 	// cluster version v only when every server of the group supports v. 0 from
 	// servers that predate this field.
 	ClusterVersion uint32 `protobuf:"varint,7,opt,name=cluster_version,json=clusterVersion,proto3" json:"cluster_version,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// The member is decommissioned (tollgate node drain): its replicas are
+	// moving to other members and none are placed on it.
+	Decommissioning bool `protobuf:"varint,8,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -211,7 +326,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -224,7 +339,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{2}
+	return file_tracker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Member) GetId() string {
@@ -276,6 +391,13 @@ func (x *Member) GetClusterVersion() uint32 {
 	return 0
 }
 
+func (x *Member) GetDecommissioning() bool {
+	if x != nil {
+		return x.Decommissioning
+	}
+	return false
+}
+
 type GroupInfo struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -290,7 +412,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -302,7 +424,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -315,7 +437,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{3}
+	return file_tracker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupInfo) GetGroup() uint32 {
@@ -358,7 +480,7 @@ type TrackSeriesRequest struct {
 
 func (x *TrackSeriesRequest) Reset() {
 	*x = TrackSeriesRequest{}
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -370,7 +492,7 @@ func (x *TrackSeriesRequest) String() string {
 func (*TrackSeriesRequest) ProtoMessage() {}
 
 func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -383,7 +505,7 @@ func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesRequest.ProtoReflect.Descriptor instead.
 func (*TrackSeriesRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{4}
+	return file_tracker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TrackSeriesRequest) GetTenant() string {
@@ -417,7 +539,7 @@ type TrackSeriesResponse struct {
 
 func (x *TrackSeriesResponse) Reset() {
 	*x = TrackSeriesResponse{}
-	mi := &file_tracker_proto_msgTypes[5]
+	mi := &file_tracker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -429,7 +551,7 @@ func (x *TrackSeriesResponse) String() string {
 func (*TrackSeriesResponse) ProtoMessage() {}
 
 func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[5]
+	mi := &file_tracker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -442,7 +564,7 @@ func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesResponse.ProtoReflect.Descriptor instead.
 func (*TrackSeriesResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{5}
+	return file_tracker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TrackSeriesResponse) GetRejectedHashes() []uint64 {
@@ -462,7 +584,7 @@ type GetUsersCloseToLimitRequest struct {
 
 func (x *GetUsersCloseToLimitRequest) Reset() {
 	*x = GetUsersCloseToLimitRequest{}
-	mi := &file_tracker_proto_msgTypes[6]
+	mi := &file_tracker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -474,7 +596,7 @@ func (x *GetUsersCloseToLimitRequest) String() string {
 func (*GetUsersCloseToLimitRequest) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[6]
+	mi := &file_tracker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -487,7 +609,7 @@ func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitRequest.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{6}
+	return file_tracker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetUsersCloseToLimitRequest) GetPartition() uint32 {
@@ -508,7 +630,7 @@ type GetUsersCloseToLimitResponse struct {
 
 func (x *GetUsersCloseToLimitResponse) Reset() {
 	*x = GetUsersCloseToLimitResponse{}
-	mi := &file_tracker_proto_msgTypes[7]
+	mi := &file_tracker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +642,7 @@ func (x *GetUsersCloseToLimitResponse) String() string {
 func (*GetUsersCloseToLimitResponse) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[7]
+	mi := &file_tracker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +655,7 @@ func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitResponse.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{7}
+	return file_tracker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetUsersCloseToLimitResponse) GetTenants() []string {
@@ -564,7 +686,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_tracker_proto_msgTypes[8]
+	mi := &file_tracker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +698,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[8]
+	mi := &file_tracker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +711,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{8}
+	return file_tracker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NotLeader) GetGroup() uint32 {
@@ -617,8 +739,9 @@ var File_tracker_proto protoreflect.FileDescriptor
 
 const file_tracker_proto_rawDesc = "" +
 	"\n" +
-	"\rtracker.proto\x12\vtollgate.v1\x1a\fconfig.proto\"\x15\n" +
-	"\x13WatchClusterRequest\"\xcc\x02\n" +
+	"\rtracker.proto\x12\vtollgate.v1\x1a\fconfig.proto\":\n" +
+	"\x13WatchClusterRequest\x12#\n" +
+	"\rconfig_deltas\x18\x01 \x01(\bR\fconfigDeltas\"\x9f\x03\n" +
 	"\vClusterView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1e\n" +
 	"\n" +
@@ -630,7 +753,18 @@ const file_tracker_proto_rawDesc = "" +
 	"group_info\x18\x05 \x03(\v2\x16.tollgate.v1.GroupInfoR\tgroupInfo\x12\x1b\n" +
 	"\tserved_by\x18\x06 \x01(\tR\bservedBy\x12%\n" +
 	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12A\n" +
-	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\"\xd2\x01\n" +
+	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\x12Q\n" +
+	"\x14runtime_config_delta\x18\t \x01(\v2\x1f.tollgate.v1.RuntimeConfigDeltaR\x12runtimeConfigDelta\"\x83\x03\n" +
+	"\x12RuntimeConfigDelta\x12!\n" +
+	"\fbase_version\x18\x01 \x01(\x04R\vbaseVersion\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x125\n" +
+	"\bdefaults\x18\x03 \x01(\v2\x19.tollgate.v1.TenantLimitsR\bdefaults\x121\n" +
+	"\x06global\x18\x04 \x01(\v2\x19.tollgate.v1.GlobalConfigR\x06global\x12F\n" +
+	"\atenants\x18\x05 \x03(\v2,.tollgate.v1.RuntimeConfigDelta.TenantsEntryR\atenants\x12'\n" +
+	"\x0fremoved_tenants\x18\x06 \x03(\tR\x0eremovedTenants\x1aU\n" +
+	"\fTenantsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\x05value:\x028\x01\"\xfc\x01\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
@@ -639,7 +773,8 @@ const file_tracker_proto_rawDesc = "" +
 	"\x06status\x18\x05 \x01(\tR\x06status\x12\x1d\n" +
 	"\n" +
 	"groups_led\x18\x06 \x03(\rR\tgroupsLed\x12'\n" +
-	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\"\x86\x01\n" +
+	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\x12(\n" +
+	"\x0fdecommissioning\x18\b \x01(\bR\x0fdecommissioning\"\x86\x01\n" +
 	"\tGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
@@ -677,34 +812,43 @@ func file_tracker_proto_rawDescGZIP() []byte {
 	return file_tracker_proto_rawDescData
 }
 
-var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 9)
+var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
 var file_tracker_proto_goTypes = []any{
 	(*WatchClusterRequest)(nil),          // 0: tollgate.v1.WatchClusterRequest
 	(*ClusterView)(nil),                  // 1: tollgate.v1.ClusterView
-	(*Member)(nil),                       // 2: tollgate.v1.Member
-	(*GroupInfo)(nil),                    // 3: tollgate.v1.GroupInfo
-	(*TrackSeriesRequest)(nil),           // 4: tollgate.v1.TrackSeriesRequest
-	(*TrackSeriesResponse)(nil),          // 5: tollgate.v1.TrackSeriesResponse
-	(*GetUsersCloseToLimitRequest)(nil),  // 6: tollgate.v1.GetUsersCloseToLimitRequest
-	(*GetUsersCloseToLimitResponse)(nil), // 7: tollgate.v1.GetUsersCloseToLimitResponse
-	(*NotLeader)(nil),                    // 8: tollgate.v1.NotLeader
-	(*RuntimeConfig)(nil),                // 9: tollgate.v1.RuntimeConfig
+	(*RuntimeConfigDelta)(nil),           // 2: tollgate.v1.RuntimeConfigDelta
+	(*Member)(nil),                       // 3: tollgate.v1.Member
+	(*GroupInfo)(nil),                    // 4: tollgate.v1.GroupInfo
+	(*TrackSeriesRequest)(nil),           // 5: tollgate.v1.TrackSeriesRequest
+	(*TrackSeriesResponse)(nil),          // 6: tollgate.v1.TrackSeriesResponse
+	(*GetUsersCloseToLimitRequest)(nil),  // 7: tollgate.v1.GetUsersCloseToLimitRequest
+	(*GetUsersCloseToLimitResponse)(nil), // 8: tollgate.v1.GetUsersCloseToLimitResponse
+	(*NotLeader)(nil),                    // 9: tollgate.v1.NotLeader
+	nil,                                  // 10: tollgate.v1.RuntimeConfigDelta.TenantsEntry
+	(*RuntimeConfig)(nil),                // 11: tollgate.v1.RuntimeConfig
+	(*TenantLimits)(nil),                 // 12: tollgate.v1.TenantLimits
+	(*GlobalConfig)(nil),                 // 13: tollgate.v1.GlobalConfig
 }
 var file_tracker_proto_depIdxs = []int32{
-	2, // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
-	3, // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
-	9, // 2: tollgate.v1.ClusterView.runtime_config:type_name -> tollgate.v1.RuntimeConfig
-	4, // 3: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
-	6, // 4: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
-	0, // 5: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
-	5, // 6: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
-	7, // 7: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
-	1, // 8: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
-	6, // [6:9] is the sub-list for method output_type
-	3, // [3:6] is the sub-list for method input_type
-	3, // [3:3] is the sub-list for extension type_name
-	3, // [3:3] is the sub-list for extension extendee
-	0, // [0:3] is the sub-list for field type_name
+	3,  // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
+	4,  // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
+	11, // 2: tollgate.v1.ClusterView.runtime_config:type_name -> tollgate.v1.RuntimeConfig
+	2,  // 3: tollgate.v1.ClusterView.runtime_config_delta:type_name -> tollgate.v1.RuntimeConfigDelta
+	12, // 4: tollgate.v1.RuntimeConfigDelta.defaults:type_name -> tollgate.v1.TenantLimits
+	13, // 5: tollgate.v1.RuntimeConfigDelta.global:type_name -> tollgate.v1.GlobalConfig
+	10, // 6: tollgate.v1.RuntimeConfigDelta.tenants:type_name -> tollgate.v1.RuntimeConfigDelta.TenantsEntry
+	12, // 7: tollgate.v1.RuntimeConfigDelta.TenantsEntry.value:type_name -> tollgate.v1.TenantLimits
+	5,  // 8: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
+	7,  // 9: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
+	0,  // 10: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
+	6,  // 11: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
+	8,  // 12: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
+	1,  // 13: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_tracker_proto_init() }
@@ -719,7 +863,7 @@ func file_tracker_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tracker_proto_rawDesc), len(file_tracker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   9,
+			NumMessages:   11,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

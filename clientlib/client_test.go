@@ -2,8 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -11,6 +9,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
 // The tests in this file run against a real single-node server started in
@@ -23,26 +22,9 @@ import (
 // them).
 func startServer(t *testing.T, maxSeries int64) *server.Server {
 	t.Helper()
-	s, err := server.New(server.Config{
-		DataDir: t.TempDir(), Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		DefaultMaxSeries: maxSeries, ShareMode: server.ShareStatic,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return s
+	return servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.DefaultMaxSeries, cfg.ShareMode = maxSeries, server.ShareStatic
+	}}).Node(0)
 }
 
 func TestRealServerSplitLimitsAndResend(t *testing.T) {
@@ -193,57 +175,9 @@ func TestRealClusterFailover(t *testing.T) {
 		t.Skip("three-node cluster; skipped with -short")
 	}
 	const p, g = api.DefaultPartitions, api.DefaultGroups
-	var nodes []*server.Server
-	var seedGossip string
-	for i := range 3 {
-		cfg := server.Config{
-			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: t.TempDir(),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, RaftNoSync: true,
-			LeaderBalanceInterval: -1,
-			DefaultMaxSeries:      4000, // share 1000 per group
-			Logger:                slog.New(slog.DiscardHandler),
-		}
-		if seedGossip != "" {
-			cfg.Join = []string{seedGossip}
-		}
-		s, err := server.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seedGossip == "" {
-			seedGossip = s.GossipAddr()
-		}
-		nodes = append(nodes, s)
-	}
-	stopped := make([]bool, len(nodes))
-	t.Cleanup(func() {
-		for i, s := range nodes {
-			if !stopped[i] {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				_ = s.Stop(ctx)
-				cancel()
-			}
-		}
-	})
-	leaderOf := func(grp int) *server.Server {
-		for i, s := range nodes {
-			if !stopped[i] && s.Raft(grp).State().String() == "Leader" {
-				return s
-			}
-		}
-		return nil
-	}
-	waitFor(t, "every node ready", func() bool {
-		for _, s := range nodes {
-			if !s.Ready() {
-				return false
-			}
-		}
-		return true
-	})
+	tc := startCluster(t, 3, 4000) // share 1000 per group
 	var seed *server.Server
-	waitFor(t, "a leader for group 0", func() bool { seed = leaderOf(0); return seed != nil })
+	waitFor(t, "a leader for group 0", func() bool { seed = tc.Leader(0); return seed != nil })
 
 	cfg := testConfig(seed.GRPCAddr())
 	cfg.RetryMax = 100 * time.Millisecond
@@ -251,7 +185,7 @@ func TestRealClusterFailover(t *testing.T) {
 	waitFor(t, "the leader table", func() bool {
 		ls := c.Leaders()
 		for grp := range g {
-			l := leaderOf(grp)
+			l := tc.Leader(grp)
 			if l == nil || grp >= len(ls) || ls[grp] != l.GRPCAddr() {
 				return false
 			}
@@ -269,16 +203,7 @@ func TestRealClusterFailover(t *testing.T) {
 	}
 	t.Logf("before the stop: %+v", c.Stats())
 
-	for i, s := range nodes {
-		if s == seed {
-			sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := s.Stop(sctx); err != nil {
-				t.Logf("stop: %v", err)
-			}
-			scancel()
-			stopped[i] = true
-		}
-	}
+	tc.stop(tc.Index(seed.NodeID()))
 	// Accepted series are accepted again, whatever the failover does meanwhile.
 	if rej, err := c.TrackSeries(ctx, "t", accepted); err != nil || len(rej) != 0 {
 		t.Fatalf("after the leader stopped: %d accepted series rejected, %v", len(rej), err)

@@ -1,6 +1,7 @@
 package clientlib
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -128,24 +129,39 @@ func (c *Client) OnRuntimeConfig(fn func(*RuntimeConfig)) (unsubscribe func()) {
 	}
 }
 
-// applyRuntimeConfig takes the configuration of a cluster view if it is newer
-// than the one held, and tells the subscribers.
-func (c *Client) applyRuntimeConfig(v *api.ClusterView) {
-	if v.GetConfigVersion() == 0 || v.GetRuntimeConfig() == nil {
-		return
+// applyRuntimeConfig takes the configuration of a cluster view (whole, or a
+// delta from the version held) if it is newer than the one held, and tells
+// the subscribers. It fails only for a delta from a version it does not hold.
+func (c *Client) applyRuntimeConfig(v *api.ClusterView) error {
+	d := v.GetRuntimeConfigDelta()
+	if v.GetConfigVersion() == 0 || (v.GetRuntimeConfig() == nil && d == nil) {
+		return nil
 	}
 	st := &c.rcfg
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	if cur := st.cur.Load(); cur != nil && cur.Version() >= v.ConfigVersion {
-		return
+	cur := st.cur.Load()
+	if cur != nil && cur.Version() >= v.ConfigVersion {
+		return nil
 	}
-	r := &RuntimeConfig{pb: v.RuntimeConfig}
+	pb := v.GetRuntimeConfig()
+	if pb == nil {
+		if cur == nil {
+			return fmt.Errorf("runtime config delta from version %d to %d, and no config held", d.GetBaseVersion(), d.GetVersion())
+		}
+		next, err := api.ApplyConfigDelta(cur.pb, d)
+		if err != nil {
+			return err
+		}
+		pb = next
+	}
+	r := &RuntimeConfig{pb: pb}
 	st.cur.Store(r)
 	c.stats.configUpdates.Add(1)
 	for _, fn := range st.subs {
 		fn(r)
 	}
+	return nil
 }
 
 // MaxSeriesPerPartition is the tenant's max_series_per_partition in the

@@ -4,6 +4,8 @@ import (
 	"sync"
 	"testing"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/tollgate-io/tollgate/api"
 )
 
@@ -84,4 +86,60 @@ func TestRuntimeConfigFromWatch(t *testing.T) {
 	if st := c.Stats(); st.ConfigUpdates != 2 || st.ConfigVersion != 4 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// A view may carry the config as a delta from the version the stream
+// carried last: the client applies it to the config it holds. A delta from a
+// version it does not hold makes it reopen the stream (whose first view
+// carries the whole config), never guess.
+func TestRuntimeConfigDeltaFromWatch(t *testing.T) {
+	n := newFakeNode(t)
+	cl := newFakeCluster()
+	n.setCluster(cl)
+	base := &api.RuntimeConfig{Version: 5,
+		Defaults: &api.TenantLimits{MaxSeriesPerPartition: ptr[int64](9)},
+		Tenants: map[string]*api.TenantLimits{
+			"keep":   {MaxSeriesPerPartition: ptr[int64](1)},
+			"change": {MaxSeriesPerPartition: ptr[int64](2)},
+			"drop":   {MaxSeriesPerPartition: ptr[int64](3)},
+		}}
+	v := view(4, 2, []*fakeNode{n}, []int{0, 0})
+	v.ConfigVersion, v.RuntimeConfig = 5, base
+	cl.set(v)
+	c := newTestClient(t, testConfig(n.addr))
+	waitFor(t, "config version 5", func() bool { return c.RuntimeConfig().Version() == 5 })
+
+	next := &api.RuntimeConfig{Version: 6,
+		Defaults: &api.TenantLimits{MaxSeriesPerPartition: ptr[int64](8)},
+		Tenants: map[string]*api.TenantLimits{
+			"keep":   {MaxSeriesPerPartition: ptr[int64](1)},
+			"change": {MaxSeriesPerPartition: ptr[int64](20)},
+			"new":    {MaxSeriesPerPartition: ptr[int64](4)},
+		}}
+	v = view(4, 2, []*fakeNode{n}, []int{0, 0})
+	v.ConfigVersion, v.RuntimeConfigDelta = 6, api.ConfigDelta(base, next)
+	cl.set(v)
+	waitFor(t, "config version 6", func() bool { return c.RuntimeConfig().Version() == 6 })
+	if got := c.RuntimeConfig().Proto(); !proto.Equal(got, next) {
+		t.Fatalf("config after the delta: %v, want %v", got, next)
+	}
+	r := c.RuntimeConfig()
+	if r.MaxSeriesPerPartition("change") != 20 || r.MaxSeriesPerPartition("drop") != 8 || r.MaxSeriesPerPartition("new") != 4 || r.MaxSeriesPerPartition("keep") != 1 {
+		t.Fatal("limits after the delta")
+	}
+
+	// A delta from version 7, which this client never held.
+	reconnects := c.Stats().WatchReconnects
+	v = view(4, 2, []*fakeNode{n}, []int{0, 0})
+	v.ConfigVersion, v.RuntimeConfigDelta = 8, &api.RuntimeConfigDelta{BaseVersion: 7, Version: 8}
+	cl.set(v)
+	waitFor(t, "the stream reopened", func() bool { return c.Stats().WatchReconnects > reconnects })
+	if got := c.RuntimeConfig().Version(); got != 6 {
+		t.Fatalf("config version %d after a delta from a version not held, want 6 kept", got)
+	}
+	// The reopened stream's whole config is taken.
+	v = view(4, 2, []*fakeNode{n}, []int{0, 0})
+	v.ConfigVersion, v.RuntimeConfig = 8, &api.RuntimeConfig{Version: 8}
+	cl.set(v)
+	waitFor(t, "config version 8", func() bool { return c.RuntimeConfig().Version() == 8 })
 }

@@ -47,9 +47,10 @@ func TestFeedSampler(t *testing.T) {
 		t.Errorf("tenants without sample rates should be left out: %+v", r.Keys)
 	}
 
-	// A kind the sampler refuses (starts with a digit; the config allows it):
-	// version 3 is reported and version 2's rates stay.
-	push(&api.RuntimeConfig{Version: 3, Global: &api.GlobalConfig{SampleRates: map[string]float64{"9locate": 10}}})
+	// A view the sampler refuses (a kind with a dot, which no valid config
+	// holds; a broken or hostile server could send it): version 3 is
+	// reported and version 2's rates stay.
+	push(&api.RuntimeConfig{Version: 3, Global: &api.GlobalConfig{SampleRates: map[string]float64{"9.locate": 10}}})
 	waitFor(t, "version 3 reported as refused", func() bool {
 		mu.Lock()
 		defer mu.Unlock()

@@ -2,7 +2,6 @@ package clientlib
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -14,85 +13,38 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
 // testCluster is n real nodes (one per zone, every group on all of them) in
-// this process, with real raft on disk and real gRPC on loopback.
+// this process, with real raft on disk and real gRPC on loopback
+// (servertest); nodes is every node in start order.
 type testCluster struct {
-	t       testing.TB
-	nodes   []*server.Server
-	stopped []bool
+	*servertest.Cluster
+	t     testing.TB
+	nodes []*server.Server
 }
 
+// startCluster starts n nodes whose tenants may hold maxSeries series, with
+// leader balancing off (leaders stay where the elections put them). With
+// -short (make test-fast) servertest skips cluster tests, in one place:
+// elections take seconds each; make test runs them.
 func startCluster(t testing.TB, n int, maxSeries int64) *testCluster {
 	t.Helper()
-	tc := &testCluster{t: t, stopped: make([]bool, n)}
-	var seedGossip string
-	for i := range n {
-		cfg := server.Config{
-			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: t.TempDir(),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: n, RaftNoSync: true,
-			LeaderBalanceInterval: -1,
-			DefaultMaxSeries:      maxSeries,
-			Logger:                slog.New(slog.DiscardHandler),
-		}
-		if seedGossip != "" {
-			cfg.Join = []string{seedGossip}
-		}
-		s, err := server.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if seedGossip == "" {
-			seedGossip = s.GossipAddr()
-		}
-		tc.nodes = append(tc.nodes, s)
-	}
-	t.Cleanup(func() {
-		for i := range tc.nodes {
-			tc.stop(i)
-		}
-	})
-	waitTB(t, "every node ready", func() bool {
-		for _, s := range tc.nodes {
-			if !s.Ready() {
-				return false
-			}
-		}
-		return true
-	})
-	return tc
+	sc := servertest.Start(t, servertest.Options{Nodes: n, Configure: func(_ int, cfg *server.Config) {
+		cfg.LeaderBalanceInterval, cfg.DefaultMaxSeries = -1, maxSeries
+	}})
+	return &testCluster{Cluster: sc, t: t, nodes: sc.Nodes()}
 }
 
+// stop stops node i gracefully; an error is logged (the node is stopped
+// either way).
 func (tc *testCluster) stop(i int) {
-	if tc.stopped[i] {
-		return
-	}
-	tc.stopped[i] = true
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := tc.nodes[i].Stop(ctx); err != nil {
+	if err := tc.Stop(ctx, i); err != nil {
 		tc.t.Logf("stop %s: %v", tc.nodes[i].NodeID(), err)
 	}
-}
-
-func (tc *testCluster) leader(grp int) *server.Server {
-	for i, s := range tc.nodes {
-		if !tc.stopped[i] && s.Raft(grp).State().String() == "Leader" {
-			return s
-		}
-	}
-	return nil
-}
-
-func (tc *testCluster) byID(id string) int {
-	for i, s := range tc.nodes {
-		if s.NodeID() == id {
-			return i
-		}
-	}
-	return -1
 }
 
 // waitTB polls cond until it holds (tests and benchmarks); the bound only
@@ -134,7 +86,7 @@ func TestSummaryStreamRealCluster(t *testing.T) {
 	const p = api.DefaultPartitions
 	tc := startCluster(t, 3, 400) // share ceil(400 × 16 / 64) = 100 per group; near from 85
 	var leader0 *server.Server
-	waitFor(t, "a leader for group 0", func() bool { leader0 = tc.leader(0); return leader0 != nil })
+	waitFor(t, "a leader for group 0", func() bool { leader0 = tc.Leader(0); return leader0 != nil })
 
 	writer := newTestClient(t, testConfig(leader0.GRPCAddr())) // ModeSync
 	cfg := testConfig(leader0.GRPCAddr())
@@ -195,7 +147,7 @@ func TestSummaryStreamRealCluster(t *testing.T) {
 
 	// Stop the node serving group 0's summary (a follower): the group moves
 	// to another node, and a new crossing arrives through it.
-	served := tc.byID(nearEntry(c, 0).from)
+	served := tc.Index(nearEntry(c, 0).from)
 	if served < 0 || tc.nodes[served] == leader0 {
 		t.Fatalf("group 0 served by %q", nearEntry(c, 0).from)
 	}

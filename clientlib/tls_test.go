@@ -2,12 +2,12 @@ package clientlib
 
 import (
 	"context"
-	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/server/servertest"
 	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
@@ -25,25 +25,11 @@ func TestRealServerTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	peer, _ := tlsutil.ClientConfig(cert, key, f.CA, "")
-	s, err := server.New(server.Config{
-		DataDir: t.TempDir(), Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		DefaultMaxSeries: 1000, TLS: server.TLSConfig{GRPC: srvTLS, Peer: peer},
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
+	s := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.DefaultMaxSeries, cfg.TLS = 1000, server.TLSConfig{GRPC: srvTLS, Peer: peer}
+	}}).Node(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 
 	good, _ := tlsutil.ClientConfig(f.Client, f.ClientKey, f.CA, "")
 	cfg := testConfig(s.GRPCAddr())

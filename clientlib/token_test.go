@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
 // TestRealServerToken: Config.Token reaches a node with scoped credentials:
@@ -28,25 +28,11 @@ func TestRealServerToken(t *testing.T) {
 	if err := os.WriteFile(creds, []byte("dist sha256:"+hex.EncodeToString(sum[:])+" track mine\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, err := server.New(server.Config{
-		DataDir: t.TempDir(), Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		DefaultMaxSeries: 1000, AdminToken: "admin", CredentialsFile: creds,
-		Logger: slog.New(slog.DiscardHandler),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		_ = s.Stop(ctx)
-	})
+	s := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
+		cfg.DefaultMaxSeries, cfg.AdminToken, cfg.CredentialsFile = 1000, "admin", creds
+	}}).Node(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := s.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
 	cfg := testConfig(s.GRPCAddr())
 	cfg.Token = "client-token"
 	c := newTestClient(t, cfg)

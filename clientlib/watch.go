@@ -73,7 +73,7 @@ func (c *Client) watchOnce(addr string) (gotView bool, err error) {
 	if err != nil {
 		return false, err
 	}
-	stream, err := tc.WatchCluster(ctx, &api.WatchClusterRequest{})
+	stream, err := tc.WatchCluster(ctx, &api.WatchClusterRequest{ConfigDeltas: true})
 	if err != nil {
 		return false, err
 	}
@@ -86,7 +86,13 @@ func (c *Client) watchOnce(addr string) (gotView bool, err error) {
 			c.log.Debug("clientlib: watching cluster", "addr", addr, "served_by", v.ServedBy)
 		}
 		gotView = true
-		c.applyRuntimeConfig(v) // before applyView: views counted in Stats carry their config
+		// Before applyView: views counted in Stats carry their config.
+		if err := c.applyRuntimeConfig(v); err != nil {
+			// A delta from a version this client does not hold: a new
+			// stream starts with the whole config.
+			c.log.Warn("clientlib: runtime config delta not applicable; reopening the cluster stream", "addr", addr, "err", err)
+			return gotView, err
+		}
 		c.applyView(v)
 	}
 }

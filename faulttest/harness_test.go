@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -28,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/testports"
 )
 
 // Generous bounds: they only catch hangs, they are not timing assertions.
@@ -121,39 +120,20 @@ func moduleRoot() (string, error) {
 // ---------------------------------------------------------------------------
 // Ports.
 
-var (
-	portMu   sync.Mutex
-	usedPort = map[int]bool{}
-)
+// ports: faulttest's range, below the ephemeral range (an outgoing
+// connection cannot take a node's port while the node is down) and apart
+// from cmd/tollgate's tests (10000–19999), which run beside these.
+var ports = testports.Range{Lo: 20000, Hi: 32000}
 
 // freePort returns a loopback port free for both TCP and UDP (serf needs
-// both). Ports are drawn below the usual ephemeral range (32768+) so that an
-// outgoing connection cannot take a node's port while the node is down.
+// both).
 func freePort(t *testing.T) int {
 	t.Helper()
-	portMu.Lock()
-	defer portMu.Unlock()
-	for range 1000 {
-		p := 20000 + rand.IntN(12000)
-		if usedPort[p] {
-			continue
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", p)
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			continue
-		}
-		u, err := net.ListenPacket("udp", addr)
-		_ = l.Close()
-		if err != nil {
-			continue
-		}
-		_ = u.Close()
-		usedPort[p] = true
-		return p
+	p, err := ports.Pick()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("no free loopback port found")
-	return 0
+	return p
 }
 
 // ---------------------------------------------------------------------------

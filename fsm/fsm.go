@@ -485,36 +485,78 @@ func (f *FSM) Lookup(tenant string, hashes []uint64, now int64, idle int, out []
 		return
 	}
 	cur := MinuteOf(now)
-	// One shard lock per shard touched, not per hash: walk shards in order and pick
-	// the hashes of each with a cheap mask test (S passes over an L1-resident slice
-	// cost less than S lock round trips per hash).
-	var seen [1024]bool
+	// Gather the hashes shard by shard (a counting sort of their positions),
+	// then look each shard's up in one GetMany under one read lock: one lock
+	// round trip per shard touched, not per hash, and lookups whose cache
+	// misses overlap (seriesmap.Table.GetMany says why that matters).
+	sc := lookupScratchPool.Get().(*lookupScratch)
+	defer lookupScratchPool.Put(sc)
+	n := len(hashes)
+	sc.grow(n, len(f.shards))
+	offs := sc.offs
 	for _, h := range hashes {
-		seen[h&f.shardMask] = true
+		offs[h&f.shardMask+1]++
 	}
+	for s := 1; s < len(offs); s++ {
+		offs[s] += offs[s-1]
+	}
+	pos, hs := sc.pos[:n], sc.hs[:n]
+	next := sc.next
+	copy(next, offs[:len(f.shards)])
+	for i, h := range hashes {
+		s := h & f.shardMask
+		k := next[s]
+		next[s]++
+		pos[k], hs[k] = int32(i), h
+	}
+	mins, found := sc.mins[:n], sc.found[:n]
 	for s := range f.shards {
-		if !seen[s] {
+		lo, hi := offs[s], offs[s+1]
+		if lo == hi {
 			continue
 		}
 		sh := &f.shards[s]
 		sh.mu.RLock()
 		if int(t.id) < len(sh.tables) && sh.tables[t.id] != nil {
-			tbl := sh.tables[t.id]
-			for i, h := range hashes {
-				if h&f.shardMask != uint64(s) {
-					continue
-				}
-				m, ok := tbl.Get(h)
-				switch {
-				case !ok || Age(now, m) >= idle:
-				case m == cur:
-					out[i] = StateFresh
-				default:
-					out[i] = StateActive
-				}
-			}
+			sh.tables[t.id].GetMany(hs[lo:hi], mins[lo:hi], found[lo:hi])
+		} else {
+			clear(found[lo:hi])
 		}
 		sh.mu.RUnlock()
+	}
+	for k, i := range pos {
+		m := mins[k]
+		switch {
+		case !found[k] || Age(now, m) >= idle:
+		case m == cur:
+			out[i] = StateFresh
+		default:
+			out[i] = StateActive
+		}
+	}
+}
+
+// lookupScratch is Lookup's working memory, reused across calls (a pool:
+// Lookup runs on every leader session's decider at once).
+type lookupScratch struct {
+	offs, next []int32 // per shard: first gathered position (offs has one more); next free one
+	pos        []int32 // gathered position → index in the caller's hashes
+	hs         []uint64
+	mins       []uint8
+	found      []bool
+}
+
+var lookupScratchPool = sync.Pool{New: func() any { return new(lookupScratch) }}
+
+// grow sizes the scratch for n hashes over shards shards and zeroes offs.
+func (sc *lookupScratch) grow(n, shards int) {
+	if cap(sc.offs) < shards+1 {
+		sc.offs, sc.next = make([]int32, shards+1), make([]int32, shards)
+	}
+	sc.offs, sc.next = sc.offs[:shards+1], sc.next[:shards]
+	clear(sc.offs)
+	if cap(sc.pos) < n {
+		sc.pos, sc.hs, sc.mins, sc.found = make([]int32, n), make([]uint64, n), make([]uint8, n), make([]bool, n)
 	}
 }
 

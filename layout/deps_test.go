@@ -1,6 +1,7 @@
 package layout_test
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -65,3 +66,75 @@ func TestServerSideImportsNoClientlib(t *testing.T) {
 }
 
 func isUnder(pkg, dir string) bool { return pkg == dir || strings.HasPrefix(pkg, dir+"/") }
+
+// TestCapabilityPackagesLineUp keeps one name per capability on every side:
+// a replicated capability's FSM module fsm/<name> (a package that registers
+// its entry types with fsm.RegisterModuleEntry), the package that
+// serves it service/<name>, and the client package clientlib/<name>. Reading
+// one capability means opening the three folders of one name.
+func TestCapabilityPackagesLineUp(t *testing.T) {
+	dirs := func(parent string) []string {
+		ents, err := os.ReadDir(filepath.Join("..", parent))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			if e.IsDir() && e.Name() != "testdata" {
+				out = append(out, e.Name())
+			}
+		}
+		return out
+	}
+	services := map[string]bool{}
+	for _, d := range dirs("service") {
+		services[d] = true
+		if _, err := os.Stat(filepath.Join("..", "service", d, "doc.go")); err != nil {
+			t.Errorf("service/%s has no doc.go saying what it serves", d)
+		}
+	}
+	if len(services) < 5 {
+		t.Fatalf("only %d service packages: is the module layout what this test expects?", len(services))
+	}
+	for _, d := range dirs("clientlib") {
+		if !services[d] {
+			t.Errorf("clientlib/%s has no service/%s: name the client after the capability it serves", d, d)
+		}
+	}
+	modules := 0
+	for _, d := range dirs("fsm") {
+		if !registersEntries(t, filepath.Join("..", "fsm", d)) {
+			continue // a building block (seriesmap, snapfmt, wire), not a capability
+		}
+		modules++
+		if !services[d] {
+			t.Errorf("FSM module fsm/%s has no service/%s: name the serving package after the state it serves", d, d)
+		}
+	}
+	if modules < 3 {
+		t.Fatalf("only %d FSM modules register entry types: is the module layout what this test expects?", modules)
+	}
+}
+
+// registersEntries reports whether a non-test Go file in dir registers FSM
+// entry types.
+func registersEntries(t *testing.T, dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		n := e.Name()
+		if !strings.HasSuffix(n, ".go") || strings.HasSuffix(n, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(b), "fsm.RegisterModuleEntry(") {
+			return true
+		}
+	}
+	return false
+}

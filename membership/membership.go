@@ -49,6 +49,10 @@ const (
 // (or is handing) its leaderships away, and must not be handed new ones.
 const drainTag = "drain"
 
+// decomTag is gossiped while the member is decommissioned: its replicas are
+// to move to other members (SetDecommissioning).
+const decomTag = "dc"
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -79,8 +83,9 @@ type Config struct {
 	// between two clusters fails with an error saying so.
 	ClusterID string
 
-	// DataDir, when set, holds serf's snapshot of known members, so a restarted
-	// node rejoins the cluster without being told where it is.
+	// DataDir, when set, holds serf's snapshot of known members and this
+	// package's own record of them (peers.go), so a restarted node rejoins
+	// the cluster without being told where it is.
 	DataDir string
 
 	// ProbeInterval / SuspicionMult tune failure detection (memberlist). Defaults
@@ -128,6 +133,10 @@ type Member struct {
 	// Draining: the member is stopping gracefully ("drain" tag); it should
 	// not be handed leaderships either.
 	Draining bool
+	// Decommissioning: an operator asked for the member's replicas to move
+	// elsewhere (`tollgate node drain`, "dc" tag); placement no longer
+	// chooses it, so the groups' leaders move its replicas off it.
+	Decommissioning bool
 }
 
 // Membership is a running serf agent.
@@ -141,6 +150,11 @@ type Membership struct {
 	// clusterID is this node's cluster id (a string), read by the merge
 	// delegate on serf's goroutines without taking mu.
 	clusterID atomic.Value
+
+	// saved: the peers recorded in the data dir when New ran; lastSaved:
+	// what the loop last wrote there (peers.go).
+	saved     []savedPeer
+	lastSaved []savedPeer
 
 	events  chan serf.Event
 	changed chan struct{} // closed and replaced on every change
@@ -299,6 +313,11 @@ func New(cfg Config) (*Membership, error) {
 		}
 		sc.SnapshotPath = filepath.Join(cfg.DataDir, "serf.snapshot")
 		sc.RejoinAfterLeave = true
+		saved, err := readPeers(cfg.DataDir)
+		if err != nil {
+			m.log.Warn("membership: the recorded members cannot be read; ignoring them (the node waits for --join seeds or to be contacted)", "err", err)
+		}
+		m.saved, m.lastSaved = saved, saved
 	}
 	s, err := serf.Create(sc)
 	if err != nil {
@@ -347,6 +366,9 @@ func (m *Membership) loop() {
 					}
 					m.log.Log(context.Background(), lvl, "member "+me.Type.String(), "member", mem.Name,
 						"zone", mem.Tags["z"], "addr", net.JoinHostPort(mem.Addr.String(), strconv.Itoa(int(mem.Port))))
+				}
+				if me.Type != serf.EventMemberUpdate {
+					m.recordPeers()
 				}
 				m.notify()
 			}
@@ -404,6 +426,7 @@ func (m *Membership) Members() []Member {
 			ClusterVersion:     ParseClusterVersion(sm.Tags[verTag]),
 			DiskFull:           sm.Tags[diskTag] == "full",
 			Draining:           sm.Tags[drainTag] != "",
+			Decommissioning:    sm.Tags[decomTag] != "",
 		})
 	}
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
@@ -446,45 +469,37 @@ func (m *Membership) SetLed(groups []int) error {
 	if len(enc) > maxLedTag {
 		return fmt.Errorf("membership: led-groups tag %d bytes > %d; too many scattered groups to gossip", len(enc), maxLedTag)
 	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.tags["l"] == enc {
-		return nil
-	}
-	m.tags["l"] = enc
-	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
-		return fmt.Errorf("membership: set tags: %w", err)
-	}
-	return nil
+	return m.setTag("l", enc)
 }
 
 // SetDiskFull gossips whether this node's disk refuses raft writes.
 func (m *Membership) SetDiskFull(full bool) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if _, set := m.tags[diskTag]; set == full {
-		return nil
-	}
-	if full {
-		m.tags[diskTag] = "full"
-	} else {
-		delete(m.tags, diskTag)
-	}
-	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
-		return fmt.Errorf("membership: set tags: %w", err)
-	}
-	return nil
+	return m.setTag(diskTag, map[bool]string{true: "full"}[full])
 }
 
 // SetDraining gossips that this node is stopping: peers stop balancing
 // leadership onto it while it hands its own leaderships away.
-func (m *Membership) SetDraining() error {
+func (m *Membership) SetDraining() error { return m.setTag(drainTag, "1") }
+
+// SetDecommissioning gossips whether this node's replicas are to move
+// elsewhere (on) or it may hold replicas again (off).
+func (m *Membership) SetDecommissioning(on bool) error {
+	return m.setTag(decomTag, map[bool]string{true: "1"}[on])
+}
+
+// setTag sets tag k to v ("" removes it) and gossips the tags when that
+// changed them.
+func (m *Membership) setTag(k, v string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.tags[drainTag] != "" {
+	if cur, set := m.tags[k]; cur == v && (set || v == "") {
 		return nil
 	}
-	m.tags[drainTag] = "1"
+	if v == "" {
+		delete(m.tags, k)
+	} else {
+		m.tags[k] = v
+	}
 	if err := m.serf.SetTags(m.copyTagsLocked()); err != nil {
 		return fmt.Errorf("membership: set tags: %w", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -120,16 +121,42 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		closing: make(chan struct{}),
 		disk:    newDiskState(cfg.DataDir),
 	}
-	for g := 0; g < cfg.Groups; g++ {
-		f := fsmFor(g)
-		if f == nil {
+	fsms := make([]raft.FSM, cfg.Groups)
+	for g := range fsms {
+		if fsms[g] = fsmFor(g); fsms[g] == nil {
 			_ = h.Shutdown()
 			return nil, fmt.Errorf("raftnode: fsmFor(%d) returned nil", g)
 		}
-		if err := h.openGroup(g, f); err != nil {
-			_ = h.Shutdown()
-			return nil, fmt.Errorf("raftnode: group %d: %w", g, err)
+	}
+	// The groups open in parallel, as many at a time as there are CPUs:
+	// opening one restores its newest snapshot into its FSM, which on a
+	// large node is most of the time to start, and groups share nothing
+	// while doing it.
+	opened := make([]*group, cfg.Groups)
+	errs := make([]error, cfg.Groups)
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
+	var wg sync.WaitGroup
+	for g := range fsms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			opened[g], errs[g] = h.openGroup(g, fsms[g])
+			if errs[g] != nil {
+				errs[g] = fmt.Errorf("raftnode: group %d: %w", g, errs[g])
+			}
+		}()
+	}
+	wg.Wait()
+	for _, g := range opened {
+		if g != nil {
+			h.groups = append(h.groups, g) // in id order: h.groups[g].id == g
 		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		_ = h.Shutdown()
+		return nil, err
 	}
 	// Accept only now that every group is registered: a peer's connection
 	// for a group we have not registered yet would be rejected.
@@ -143,18 +170,23 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 	return h, nil
 }
 
-// openGroup builds group g's stores, transport and raft. On error, whatever
-// was created is recorded in h.groups so Shutdown releases it.
-func (h *Host) openGroup(id int, inner raft.FSM) error {
-	cfg := &h.cfg
+// openGroup builds group g's stores, transport and raft. It returns the
+// group even with an error, holding whatever was created, so that Shutdown
+// releases it.
+func (h *Host) openGroup(id int, inner raft.FSM) (*group, error) {
 	g := &group{
 		id:         id,
-		dir:        filepath.Join(cfg.DataDir, fmt.Sprintf("group-%d", id)),
+		dir:        filepath.Join(h.cfg.DataDir, fmt.Sprintf("group-%d", id)),
 		fsm:        newTrackingFSM(inner),
 		notifyCh:   make(chan bool, 8),
 		stopNotify: make(chan struct{}),
 	}
-	h.groups = append(h.groups, g)
+	return g, h.buildGroup(g)
+}
+
+func (h *Host) buildGroup(g *group) error {
+	cfg := &h.cfg
+	id := g.id
 	hlog := newHCLogAdapter(h.log.With("group", id), cfg.RaftLogLevel, "raft")
 
 	if err := os.MkdirAll(g.dir, 0o750); err != nil {

@@ -493,3 +493,62 @@ func TestTrackingFSM(t *testing.T) {
 		t.Fatalf("Apply: %v seen %d", r, tb.seen.Load())
 	}
 }
+
+// TestSnapshotForRestart: groups with at least minEntries applied past their
+// snapshot are snapshotted (the next start restores them instead of
+// re-applying the log), the others are left alone, and the restarted FSMs
+// hold exactly what was applied.
+func TestSnapshotForRestart(t *testing.T) {
+	const G = 4
+	cfg := Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", Groups: G, Bootstrap: true,
+		Logger: testLogger(t, slog.LevelWarn)}
+	fs := newFSMs(G)
+	h := mustNew(t, cfg, fs)
+	waitReady(t, h, 30*time.Second)
+	want := make([][]uint64, G)
+	// Groups 0 and 2 get 40 entries, 1 and 3 get 5: only the first pass
+	// the 20-entry bound.
+	for g := range G {
+		n := 5
+		if g%2 == 0 {
+			n = 40
+		}
+		for i := range n {
+			v := uint64(g*1000 + i)
+			if err := h.Raft(g).Apply(cmd(v), 5*time.Second).Error(); err != nil {
+				t.Fatal(err)
+			}
+			want[g] = append(want[g], v)
+		}
+	}
+	snapIndex := func(h *Host, g int) string { return h.Raft(g).Stats()["last_snapshot_index"] }
+	if err := h.SnapshotForRestart(context.Background(), 20); err != nil {
+		t.Fatal(err)
+	}
+	for g := range G {
+		got := snapIndex(h, g)
+		if snapshotted := got != "0"; snapshotted != (g%2 == 0) {
+			t.Fatalf("group %d: last_snapshot_index %s after SnapshotForRestart(20) with %d entries", g, got, len(want[g]))
+		}
+	}
+	// With no bound, the rest are snapshotted too, and groups 0 and 2, with
+	// nothing new, are no error (raft's ErrNothingNewToSnapshot).
+	if err := h.SnapshotForRestart(context.Background(), 0); err != nil {
+		t.Fatalf("second call: %v", err)
+	}
+	if err := h.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	fs2 := newFSMs(G)
+	h2 := mustNew(t, cfg, fs2)
+	defer h2.Shutdown()
+	waitReady(t, h2, 30*time.Second)
+	for g := range G {
+		if got := fs2[g].values(); !slices.Equal(got, want[g]) {
+			t.Fatalf("group %d after restart: %v, want %v", g, got, want[g])
+		}
+		if got, wantR := fs2[g].restoreCount(), 1; got != wantR {
+			t.Fatalf("group %d: %d restores after restart, want %d (snapshot taken before stopping)", g, got, wantR)
+		}
+	}
+}

@@ -1,5 +1,5 @@
 // Package sampleconf is the sampling vocabulary that the client-side sampler
-// (clientlib/sampling) and the server-side backlog controller (samplectl)
+// (clientlib/sampling) and the server-side backlog controller (service/sampling)
 // share: what a traffic kind name may be and what a percentage may be.
 //
 // It imports only the standard library, so a server package can check a kind

@@ -12,9 +12,11 @@ const (
 	MaxKeyLen  = 256
 )
 
-// ValidateKind checks a kind name: a letter, then up to 63 letters, digits,
-// '_' or '-'. The same names work as YAML keys, in the set syntax
-// sample_rates.<kind>=P and as Prometheus label values.
+// ValidateKind checks a kind name: 1 to 64 letters, digits, '_' or '-'. The
+// same names work as YAML keys, in the set syntax sample_rates.<kind>=P and as
+// Prometheus label values. It is the one kind rule: the replicated runtime
+// config narrows it (runtimecfg.ValidateKind: lower case, at most 32 bytes),
+// so every kind a config can name is one a sampler takes.
 func ValidateKind(kind string) error {
 	if kind == "" {
 		return errors.New("kind is empty")
@@ -25,9 +27,6 @@ func ValidateKind(kind string) error {
 	for i := 0; i < len(kind); i++ {
 		c := kind[i]
 		letter := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
-		if i == 0 && !letter {
-			return fmt.Errorf("kind %q must start with a letter", kind)
-		}
 		if !letter && !(c >= '0' && c <= '9') && c != '_' && c != '-' {
 			return fmt.Errorf("kind %q: byte %q not allowed (letters, digits, '_', '-')", kind, c)
 		}

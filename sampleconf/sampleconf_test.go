@@ -7,12 +7,12 @@ import (
 )
 
 func TestValidateKind(t *testing.T) {
-	for _, ok := range []string{"locate", "submit", "a", "Locate_2", "x-y", "a" + strings.Repeat("b", MaxKindLen-1)} {
+	for _, ok := range []string{"locate", "submit", "a", "Locate_2", "x-y", "5xx", "_x", "-x", "a" + strings.Repeat("b", MaxKindLen-1)} {
 		if err := ValidateKind(ok); err != nil {
 			t.Errorf("ValidateKind(%q) = %v, want nil", ok, err)
 		}
 	}
-	for _, bad := range []string{"", "1abc", "_x", "-x", "a b", "a.b", "a=b", "é", "a" + strings.Repeat("b", MaxKindLen)} {
+	for _, bad := range []string{"", "a b", "a.b", "a=b", "é", "a" + strings.Repeat("b", MaxKindLen)} {
 		if err := ValidateKind(bad); err == nil {
 			t.Errorf("ValidateKind(%q) = nil, want an error", bad)
 		}

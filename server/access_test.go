@@ -84,6 +84,7 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Admin_SnapshotGroup_FullMethodName:         &api.SnapshotGroupRequest{Group: 999},
 	api.Admin_RestoreGroup_FullMethodName:          &api.RestoreChunk{},
 	api.Admin_DropTenant_FullMethodName:            &api.DropTenantRequest{},
+	api.Admin_DrainNode_FullMethodName:             &api.DrainNodeRequest{},
 	api.Config_GetLimits_FullMethodName:            &api.GetLimitsRequest{},
 	api.Config_SetLimits_FullMethodName:            &api.SetLimitsRequest{},
 	api.Config_ApplyLimits_FullMethodName:          &api.ApplyLimitsRequest{},

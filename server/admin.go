@@ -15,19 +15,22 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
 	"github.com/tollgate-io/tollgate/membership"
 )
 
 const (
-	snapshotChunkSize = 1 << 20
-	membershipTimeout = 10 * time.Second
-	maxRestoreBytes   = 64 << 30
+	// restartSnapshotEntries: a group whose log holds this many entries past
+	// its snapshot is snapshotted when the node stops gracefully. Each entry
+	// is a batch of up to thousands of series; re-applying 1,024 of them
+	// costs well under a second, a snapshot of a large group more.
+	restartSnapshotEntries = 1024
+	snapshotChunkSize      = 1 << 20
+	membershipTimeout      = 10 * time.Second
+	maxRestoreBytes        = 64 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -44,7 +47,7 @@ type adminService struct {
 }
 
 func newAdminService(s *Server) *adminService {
-	return &adminService{s: s, peerPool: peerPool{creds: s.peerCredentials()}}
+	return &adminService{s: s, peerPool: peerPool{s.peers}}
 }
 
 func (a *adminService) checkGroup(g uint32) (int, error) {
@@ -72,8 +75,8 @@ func (a *adminService) ListPeers(ctx context.Context, req *api.ListPeersRequest)
 	if err != nil {
 		return nil, err
 	}
-	if c, err := a.leaderClient(ctx, g); err == nil && c != nil {
-		return c.ListPeers(forward.Outgoing(ctx), req)
+	if c, fctx, err := a.leaderClient(ctx, g); err == nil && c != nil {
+		return c.ListPeers(fctx, req)
 	}
 	// This node leads the group, or no leader is reachable: answer with the
 	// configuration this replica knows.
@@ -92,12 +95,12 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 	if req.Id == "" {
 		return nil, status.Error(codes.InvalidArgument, "add-voter: server id is required")
 	}
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
-		return c.AddVoter(forward.Outgoing(ctx), req)
+		return c.AddVoter(fctx, req)
 	}
 	// A plain address that matches the member's gossiped endpoint names its
 	// current incarnation (incarnation.go).
@@ -125,12 +128,12 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	if req.Id == "" {
 		return nil, status.Error(codes.InvalidArgument, "remove-server: server id is required")
 	}
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
-		return c.RemoveServer(forward.Outgoing(ctx), req)
+		return c.RemoveServer(fctx, req)
 	}
 	r := a.s.host.Raft(g)
 	peers, _, err := peersOf(r)
@@ -241,17 +244,13 @@ func (a *adminService) removeLeader(ctx context.Context, g int, req *api.RemoveS
 // forwardRemove sends a RemoveServer to the node at addr (the group's new
 // leader), with the caller's token or else this node's.
 func (a *adminService) forwardRemove(ctx context.Context, addr string, req *api.RemoveServerRequest) (*api.MembershipResponse, error) {
-	c, err := a.client(addr)
+	cc, fctx, err := a.s.peers.Forward(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	fctx := forward.Outgoing(ctx)
-	if md, _ := metadata.FromOutgoingContext(fctx); len(md.Get("authorization")) == 0 && a.s.cfg.AdminToken != "" {
-		fctx = metadata.AppendToOutgoingContext(fctx, "authorization", "Bearer "+a.s.cfg.AdminToken)
-	}
 	cctx, cancel := context.WithTimeout(fctx, membershipTimeout)
 	defer cancel()
-	return c.RemoveServer(cctx, req)
+	return api.NewAdminClient(cc).RemoveServer(cctx, req)
 }
 
 // grpcAddrOf is the gossiped gRPC address of member id ("" if unknown).
@@ -269,12 +268,12 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 	if err != nil {
 		return nil, err
 	}
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
-		return c.TransferLeadership(forward.Outgoing(ctx), req)
+		return c.TransferLeadership(fctx, req)
 	}
 	r := a.s.host.Raft(g)
 	if req.ToId == a.s.cfg.NodeID {
@@ -325,7 +324,7 @@ func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api
 }
 
 func (s *Server) nodeGroups() *api.NodeGroupsResponse {
-	out := &api.NodeGroupsResponse{NodeId: s.cfg.NodeID, Zone: s.cfg.Zone}
+	out := &api.NodeGroupsResponse{NodeId: s.cfg.NodeID, Zone: s.cfg.Zone, RaftAddr: string(s.host.Addr())}
 	for g := range s.cfg.Groups {
 		r := s.host.Raft(g)
 		st := s.fsms[g].Stats()
@@ -341,6 +340,22 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 			Group: uint32(g), RaftState: state, AppliedIndex: st.AppliedIndex, LastIndex: r.LastIndex(),
 			CommitIndex: commit, Term: term, Series: uint64(st.Series), Tenants: uint32(st.Tenants), LeaderId: string(lid),
 		})
+		if r.State() == raft.Leader {
+			// The leader's configuration is the current one; Status compares
+			// it with placement (placemove.go).
+			if fut := r.GetConfiguration(); fut.Error() == nil {
+				gs := out.Groups[len(out.Groups)-1]
+				for _, srv := range fut.Configuration().Servers {
+					if srv.Suffrage == raft.Voter {
+						gs.Voters = append(gs.Voters, string(srv.ID))
+					} else {
+						gs.Learners = append(gs.Learners, string(srv.ID))
+					}
+				}
+				slices.Sort(gs.Voters)
+				slices.Sort(gs.Learners)
+			}
+		}
 		if halted, why := s.fsms[g].Halted(); halted {
 			out.Groups[len(out.Groups)-1].HaltedReason = why
 		}
@@ -400,12 +415,12 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			cctx, cancel := context.WithTimeout(forward.Outgoing(ctx), 2*time.Second)
-			defer cancel()
-			c, err := a.client(m.GRPCAddr)
+			cc, fctx, err := s.peers.Forward(ctx, m.GRPCAddr)
 			var ng *api.NodeGroupsResponse
 			if err == nil {
-				ng, err = c.NodeGroups(cctx, &api.NodeGroupsRequest{})
+				cctx, cancel := context.WithTimeout(fctx, 2*time.Second)
+				ng, err = api.NewAdminClient(cc).NodeGroups(cctx, &api.NodeGroupsRequest{})
+				cancel()
 			}
 			mu.Lock()
 			defer mu.Unlock()
@@ -423,6 +438,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
 		}
 	}
+	placementStatus(resp, s.cfg.Groups, s.cfg.Replicas)
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController
@@ -442,12 +458,12 @@ func (a *adminService) SnapshotGroup(req *api.SnapshotGroupRequest, stream grpc.
 	if err != nil {
 		return err
 	}
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return err
 	}
 	if c != nil {
-		up, err := c.SnapshotGroup(forward.Outgoing(ctx), req)
+		up, err := c.SnapshotGroup(fctx, req)
 		if err != nil {
 			return err
 		}
@@ -574,12 +590,12 @@ func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.Restor
 		return status.Errorf(codes.Internal, "restore: %v", err)
 	}
 
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return err
 	}
 	if c != nil {
-		return a.forwardRestore(ctx, c, h, f, stream)
+		return a.forwardRestore(fctx, c, h, f, stream)
 	}
 	a.restoreMu.Lock()
 	defer a.restoreMu.Unlock()
@@ -602,8 +618,10 @@ func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.Restor
 	return stream.SendAndClose(&api.RestoreGroupResponse{Group: uint32(g), Index: r.LastIndex(), Series: uint64(s.fsms[g].Stats().Series)})
 }
 
-func (a *adminService) forwardRestore(ctx context.Context, c api.AdminClient, h *api.RestoreHeader, f *os.File, stream grpc.ClientStreamingServer[api.RestoreChunk, api.RestoreGroupResponse]) error {
-	up, err := c.RestoreGroup(forward.Outgoing(ctx))
+// forwardRestore passes the restore to the leader; fctx is the context
+// leaderClient gave for calling it.
+func (a *adminService) forwardRestore(fctx context.Context, c api.AdminClient, h *api.RestoreHeader, f *os.File, stream grpc.ClientStreamingServer[api.RestoreChunk, api.RestoreGroupResponse]) error {
+	up, err := c.RestoreGroup(fctx)
 	if err != nil {
 		return err
 	}

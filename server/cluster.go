@@ -30,10 +30,18 @@ const viewPoll = 100 * time.Millisecond
 type clusterView struct {
 	mu   sync.Mutex
 	view *api.ClusterView
-	// encoded is view marshalled once: every stream sends these bytes
-	// (sharedMsg), so a stream that never reads pins a reference, not a
-	// copy of a view that carries the whole runtime config.
-	encoded []byte
+	// encoded is view marshalled once, as two parts sent back to back:
+	// the view without its runtime config (encodedBare), then the config
+	// alone as field runtime_config (a message's encoding followed by a
+	// field's is that message with the field set). Every stream sends these
+	// bytes (sharedMsg), so a stream that never reads pins references, not a
+	// copy; and the config part is encoded once per config version
+	// (cfgEnc), so streams stuck on different views (a leader moved while
+	// they were not reading) still share one copy of the config.
+	encoded [][]byte
+	// cfgEnc is runtime_config's field encoding for cfgOf (nil: none).
+	cfgEnc []byte
+	cfgOf  *api.RuntimeConfig
 	// encodedBare is the same view without its runtime config: what a
 	// stream that already carried this config version is sent, so a view
 	// change (a leader moved) costs a stream a few hundred bytes whatever
@@ -55,7 +63,7 @@ func (c *clusterView) get() (*api.ClusterView, <-chan struct{}) {
 
 // getEncoded is get with the view's shared encodings, with and without its
 // runtime config.
-func (c *clusterView) getEncoded() (v *api.ClusterView, full, bare []byte, changed <-chan struct{}) {
+func (c *clusterView) getEncoded() (v *api.ClusterView, full [][]byte, bare []byte, changed <-chan struct{}) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.view, c.encoded, c.encodedBare, c.changed
@@ -73,22 +81,28 @@ func (c *clusterView) set(v *api.ClusterView) bool {
 	}
 	c.bare = v
 	pub := proto.Clone(v).(*api.ClusterView) // small without the config
-	pub.RuntimeConfig = cfg
 	if c.view != nil {
 		pub.Version = c.view.Version
 	}
 	pub.Version++
-	b, err := proto.Marshal(pub)
-	if err != nil {
-		b = nil // streams marshal it themselves
+	var full [][]byte
+	bare, err := proto.Marshal(pub) // without the config: not published yet
+	if err == nil && cfg != c.cfgOf {
+		c.cfgEnc, c.cfgOf = nil, cfg
+		if cfg != nil {
+			c.cfgEnc, err = proto.Marshal(&api.ClusterView{RuntimeConfig: cfg})
+		}
 	}
-	pub.RuntimeConfig = nil // not yet published: no reader sees the moment without it
-	bare, err := proto.Marshal(pub)
-	if err != nil {
-		bare = nil
+	switch {
+	case err != nil:
+		bare, c.cfgOf = nil, nil // streams marshal the view themselves
+	case len(c.cfgEnc) > 0:
+		full = [][]byte{bare, c.cfgEnc}
+	default:
+		full = [][]byte{bare}
 	}
 	pub.RuntimeConfig = cfg
-	c.view, c.encoded, c.encodedBare = pub, b, bare
+	c.view, c.encoded, c.encodedBare = pub, full, bare
 	close(c.changed)
 	c.changed = make(chan struct{})
 	return true
@@ -126,6 +140,13 @@ func (s *Server) startMembership() error {
 		return err
 	}
 	s.members = m
+	if s.decommissioned() {
+		// Drained before this restart: stay drained (placemove.go).
+		if err := m.SetDecommissioning(true); err != nil {
+			return err
+		}
+		s.log.Info("this node is decommissioned (tollgate node drain): its replicas move to other nodes; undo with tollgate node drain --undo")
+	}
 	return nil
 }
 
@@ -178,7 +199,7 @@ func (s *Server) buildView() *api.ClusterView {
 	for _, m := range ms {
 		byID[m.ID] = m
 		pm := &api.Member{Id: m.ID, Zone: m.Zone, GrpcAddress: m.GRPCAddr, RaftAddress: m.RaftAddr, Status: m.Status,
-			ClusterVersion: uint32(m.ClusterVersion)}
+			ClusterVersion: uint32(m.ClusterVersion), Decommissioning: m.Decommissioning}
 		for _, g := range m.GroupsLed {
 			pm.GroupsLed = append(pm.GroupsLed, uint32(g))
 		}
@@ -262,7 +283,20 @@ func (s *Server) clusterLoop() {
 	if s.members != nil {
 		changed = s.members.Changed()
 	}
-	joined := len(s.cfg.Join) == 0
+	// The seeds, then the members this node knew when it last ran: a node
+	// restarted without --join (the cluster's first node, typically) would
+	// otherwise wait to be contacted and, until a member pushed it the whole
+	// member list, not see every peer alive (membership/peers.go).
+	seeds := slices.Clone(s.cfg.Join)
+	if s.members != nil {
+		for _, a := range s.members.SavedPeers() {
+			if !slices.Contains(seeds, a) {
+				seeds = append(seeds, a)
+			}
+		}
+	}
+	joined := len(seeds) == 0
+	joinFailures := 0
 	everJoined := false
 	var nextJoin, nextBalance, nextLearners time.Time
 	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
@@ -292,16 +326,9 @@ func (s *Server) clusterLoop() {
 				s.log.Warn("gossip disk state", "err", err)
 			}
 			if !joined && now.After(nextJoin) {
-				if n, err := s.members.Join(s.cfg.Join); err != nil {
-					if strings.Contains(err.Error(), membership.ErrOtherCluster.Error()) {
-						why := fmt.Sprintf("join refused: %v", err)
-						s.joinRefused.Store(why)
-						s.log.Error("join refused: the seeds belong to another cluster; retrying", "seeds", s.cfg.Join, "err", err)
-					} else {
-						s.log.Warn("join failed; retrying", "seeds", s.cfg.Join, "err", err)
-					}
-					nextJoin = now.Add(time.Second)
-				} else {
+				n, err := s.members.Join(seeds)
+				switch {
+				case err == nil:
 					s.joinRefused.Store("")
 					lvl := slog.LevelInfo
 					if everJoined {
@@ -309,7 +336,27 @@ func (s *Server) clusterLoop() {
 					}
 					s.log.Log(context.Background(), lvl, "joined cluster", "contacted", n)
 					joined, everJoined = true, true
+					joinFailures = 0
 					nextJoin = now.Add(2 * time.Second)
+				case len(s.cfg.Join) == 0:
+					// Only recorded members, which may all be down or
+					// starting (a whole-cluster restart): they contact this
+					// node when they come. Retry more and more slowly, quietly.
+					joinFailures++
+					lvl := slog.LevelInfo
+					if joinFailures > 1 {
+						lvl = slog.LevelDebug
+					}
+					s.log.Log(context.Background(), lvl, "the members recorded in the data dir did not answer; retrying", "members", seeds, "err", err)
+					nextJoin = now.Add(min(time.Duration(joinFailures)*time.Second, 30*time.Second))
+				case strings.Contains(err.Error(), membership.ErrOtherCluster.Error()):
+					why := fmt.Sprintf("join refused: %v", err)
+					s.joinRefused.Store(why)
+					s.log.Error("join refused: the seeds belong to another cluster; retrying", "seeds", seeds, "err", err)
+					nextJoin = now.Add(time.Second)
+				default:
+					s.log.Warn("join failed; retrying", "seeds", seeds, "err", err)
+					nextJoin = now.Add(time.Second)
 				}
 			}
 			// While still waiting for bootstrap_expect members, contact the
@@ -341,6 +388,7 @@ func (s *Server) clusterLoop() {
 			} else if !s.cfg.DisableAutoPlace && now.After(nextLearners) {
 				nextLearners = now.Add(learnerResume)
 				s.resumeLearners(ms)
+				s.maybeMove(now) // placemove.go
 			}
 		}
 		s.enforceHalts()
@@ -439,8 +487,9 @@ func (s *Server) ledConfigs() []ledConfig {
 // reconcileAll executes planReconcile for every group led here, one group at a
 // time, so each plan starts from that group's current configuration.
 func (s *Server) reconcileAll(ms []membership.Member) {
+	targets := PlaceAll(s.cfg.Groups, placementCandidates(ms), s.cfg.Replicas)
 	for _, lc := range s.ledConfigs() {
-		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
+		for _, add := range planReconcile(ms, s.cfg.Replicas, targets[lc.group], groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			s.addVoter(add)
 		}
 	}
@@ -452,6 +501,7 @@ func (s *Server) reconcileAll(ms []membership.Member) {
 // additions wait for a member to become alive, as in reconcileAll, so a
 // server an operator removed stays out.
 func (s *Server) resumeLearners(ms []membership.Member) {
+	var targets [][]membership.Member
 	for _, lc := range s.ledConfigs() {
 		learners := map[string]bool{}
 		for _, srv := range lc.conf.Servers {
@@ -462,7 +512,10 @@ func (s *Server) resumeLearners(ms []membership.Member) {
 		if len(learners) == 0 {
 			continue
 		}
-		for _, add := range planReconcile(ms, s.cfg.Replicas, groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
+		if targets == nil {
+			targets = PlaceAll(s.cfg.Groups, placementCandidates(ms), s.cfg.Replicas)
+		}
+		for _, add := range planReconcile(ms, s.cfg.Replicas, targets[lc.group], groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			if learners[add.Member.ID] {
 				s.addVoter(add)
 			}

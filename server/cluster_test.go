@@ -25,14 +25,29 @@ import (
 
 const testToken = "s3cret"
 
+// skipClusterIfShort skips a test that starts an n-node cluster (n > 1) under
+// -short: elections, joins and failovers take seconds each and make up most of
+// this package's test time, so the fast loop leaves them to make test.
+func skipClusterIfShort(t testing.TB, n int) {
+	t.Helper()
+	if n > 1 && testing.Short() {
+		t.Skipf("cluster test (%d nodes): runs in make test, skipped with -short", n)
+	}
+}
+
 type testCluster struct {
 	t     *testing.T
 	nodes []*Server
 	dirs  []string
 }
 
+// startCluster starts n in-process nodes on loopback and waits until every
+// group has a leader. With -short (make test-fast) a test asking for more than
+// one node is skipped here, so every cluster test, present and future, stays
+// out of the fast loop and runs in make test without a per-test guard.
 func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster {
 	t.Helper()
+	skipClusterIfShort(t, n)
 	tc := &testCluster{t: t}
 	var seed string
 	for i := range n {
@@ -47,6 +62,13 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster 
 		}
 		if seed != "" {
 			cfg.Join = []string{seed}
+		}
+		if n == 1 {
+			// One voter: short raft timers, as in startServer (why there).
+			// Clusters of several nodes keep raftnode's defaults, the timers
+			// their elections and failovers are meant to be tested with.
+			cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+			cfg.RaftLeaderLeaseTimeout = 50 * time.Millisecond
 		}
 		if mod != nil {
 			mod(i, &cfg)
@@ -599,6 +621,10 @@ func TestBootstrapTwoNodesPerZone(t *testing.T) {
 	tc := startCluster(t, 6, func(i int, c *Config) {
 		c.Zone = fmt.Sprintf("zone-%c", 'a'+i/2)
 		c.Groups = 8
+		// What bootstrap placed, before elastic placement moves voters
+		// towards PlaceAll's choice (TestPlanMoves*, faulttest
+		// TestScaleOutAndIn); on a slow machine a move came first.
+		c.MoveInterval = -1
 	})
 	ms := alive(tc.nodes[0].memberList())
 	if len(ms) != 6 {

@@ -53,17 +53,26 @@ func (c *strictUTF8Codec) Name() string { return c.base.Name() }
 
 func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) {
 	if m, ok := v.(*sharedMsg); ok {
-		// A read-only slice buffer: its Ref and Free do nothing, and the
-		// transport only reads it, so every stream can queue the same bytes.
-		return mem.BufferSlice{mem.SliceBuffer(m.b)}, nil
+		// Read-only slice buffers: their Ref and Free do nothing, and the
+		// transport only reads them, so every stream can queue the same
+		// bytes. The parts are sent back to back as one message.
+		bs := make(mem.BufferSlice, 0, len(m.parts))
+		for _, p := range m.parts {
+			if len(p) > 0 {
+				bs = append(bs, mem.SliceBuffer(p))
+			}
+		}
+		return bs, nil
 	}
 	return c.base.Marshal(v)
 }
 
 // sharedMsg is a message marshalled once and sent as is on many streams
-// (the cluster view): a stream whose client does not read queues a
-// reference to the bytes, not a copy of them.
-type sharedMsg struct{ b []byte }
+// (the cluster view): a stream whose client does not read queues
+// references to the bytes, not a copy of them. Its parts are encodings
+// that concatenate into the message (a message's encoding followed by more
+// of its fields' encodings).
+type sharedMsg struct{ parts [][]byte }
 
 func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)

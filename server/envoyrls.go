@@ -12,6 +12,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -52,7 +53,7 @@ type ruleCounters struct{ ok, over, shadow, unlimited prometheus.Counter }
 // startEnvoyRLS registers the service and starts the node's lease client. It
 // runs before the gRPC server serves; the client's first streams retry
 // until it does.
-func (s *Server) startEnvoyRLS() error {
+func (s *Server) startEnvoyRLS(g *grpc.Server) error {
 	addr := s.cfg.GRPCAdvertise
 	if addr == "" {
 		addr = advertiseOf(s.grpcLis.Addr())
@@ -86,7 +87,7 @@ func (s *Server) startEnvoyRLS() error {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_envoy_ratelimit_update_age_seconds",
 			Help: "Longest time since an owner stream delivered a lease update to this node's lease client."},
 			func() float64 { return client.Stats().UpdateAge.Seconds() }))
-	rlsv3.RegisterRateLimitServiceServer(s.grpc, e)
+	rlsv3.RegisterRateLimitServiceServer(g, e)
 	s.rls = e
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); <-s.closing; _ = client.Close() }()

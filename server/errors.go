@@ -13,9 +13,9 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
-	"github.com/tollgate-io/tollgate/samplectl"
-	"github.com/tollgate-io/tollgate/sharemove"
-	"github.com/tollgate-io/tollgate/sketchhub"
+	"github.com/tollgate-io/tollgate/service/partitionlimit"
+	"github.com/tollgate-io/tollgate/service/sampling"
+	"github.com/tollgate-io/tollgate/service/shares"
 )
 
 // errorRule maps an internal or raft error, matched with errors.Is, to the gRPC
@@ -47,15 +47,15 @@ func errorRules() []errorRule {
 		{raft.ErrUnsupportedProtocol, codes.FailedPrecondition, "a member speaks an unsupported raft protocol version"},
 		{fsm.ErrHalted, codes.Unavailable, "this replica halted the group (see /readyz); retry: another node will lead it"},
 		{fsm.ErrSnapshotMismatch, codes.FailedPrecondition, "the snapshot was written for another partitions/shards layout"},
-		{sketchhub.ErrFull, codes.ResourceExhausted, "the push changed nothing; see tollgate_sketches_held"},
-		{sketchhub.ErrInvalid, codes.InvalidArgument, "the push changed nothing"},
+		{partitionlimit.ErrFull, codes.ResourceExhausted, "the push changed nothing; see tollgate_sketches_held"},
+		{partitionlimit.ErrInvalid, codes.InvalidArgument, "the push changed nothing"},
 		{api.ErrInvalidSketch, codes.InvalidArgument, "the push changed nothing"},
-		{samplectl.ErrUnknownKind, codes.FailedPrecondition, "report the kind the backlog_controller controls"},
-		{samplectl.ErrInvalidBacklog, codes.InvalidArgument, "the report was not recorded"},
-		{samplectl.ErrInvalidSource, codes.InvalidArgument, "the report was not recorded"},
-		{samplectl.ErrTooManySources, codes.ResourceExhausted, "reuse source names"},
-		{samplectl.ErrUnavailable, codes.Unavailable, "retry"},
-		{sharemove.ErrHeadroomUnreachable, codes.Unavailable, "nothing was rejected below the limit"},
+		{sampling.ErrUnknownKind, codes.FailedPrecondition, "report the kind the backlog_controller controls"},
+		{sampling.ErrInvalidBacklog, codes.InvalidArgument, "the report was not recorded"},
+		{sampling.ErrInvalidSource, codes.InvalidArgument, "the report was not recorded"},
+		{sampling.ErrTooManySources, codes.ResourceExhausted, "reuse source names"},
+		{sampling.ErrUnavailable, codes.Unavailable, "retry"},
+		{shares.ErrHeadroomUnreachable, codes.Unavailable, "nothing was rejected below the limit"},
 		{context.DeadlineExceeded, codes.DeadlineExceeded, "no reply before the deadline; retry is safe"},
 		{context.Canceled, codes.Canceled, ""},
 	}

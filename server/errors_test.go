@@ -15,9 +15,9 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
-	"github.com/tollgate-io/tollgate/samplectl"
-	"github.com/tollgate-io/tollgate/sharemove"
-	"github.com/tollgate-io/tollgate/sketchhub"
+	"github.com/tollgate-io/tollgate/service/partitionlimit"
+	"github.com/tollgate-io/tollgate/service/sampling"
+	"github.com/tollgate-io/tollgate/service/shares"
 )
 
 // The codes are wire behaviour: clientlib redirects on FailedPrecondition
@@ -36,15 +36,15 @@ func TestErrorTableCodes(t *testing.T) {
 		raft.ErrUnsupportedProtocol:          codes.FailedPrecondition,
 		fsm.ErrHalted:                        codes.Unavailable,
 		fsm.ErrSnapshotMismatch:              codes.FailedPrecondition,
-		sketchhub.ErrFull:                    codes.ResourceExhausted,
-		sketchhub.ErrInvalid:                 codes.InvalidArgument,
+		partitionlimit.ErrFull:               codes.ResourceExhausted,
+		partitionlimit.ErrInvalid:            codes.InvalidArgument,
 		api.ErrInvalidSketch:                 codes.InvalidArgument,
-		samplectl.ErrUnknownKind:             codes.FailedPrecondition,
-		samplectl.ErrInvalidBacklog:          codes.InvalidArgument,
-		samplectl.ErrInvalidSource:           codes.InvalidArgument,
-		samplectl.ErrTooManySources:          codes.ResourceExhausted,
-		samplectl.ErrUnavailable:             codes.Unavailable,
-		sharemove.ErrHeadroomUnreachable:     codes.Unavailable,
+		sampling.ErrUnknownKind:              codes.FailedPrecondition,
+		sampling.ErrInvalidBacklog:           codes.InvalidArgument,
+		sampling.ErrInvalidSource:            codes.InvalidArgument,
+		sampling.ErrTooManySources:           codes.ResourceExhausted,
+		sampling.ErrUnavailable:              codes.Unavailable,
+		shares.ErrHeadroomUnreachable:        codes.Unavailable,
 		raftnode.ErrDiskWrite:                codes.Unavailable,
 		context.DeadlineExceeded:             codes.DeadlineExceeded,
 		context.Canceled:                     codes.Canceled,

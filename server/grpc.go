@@ -15,7 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/forward"
+	"github.com/tollgate-io/tollgate/nodeport"
 )
 
 // trackerService implements api.TrackerServer.
@@ -38,22 +38,20 @@ func (s *Server) startGRPC() error {
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
 	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
-	api.RegisterTrackerServer(s.grpc, &trackerService{s: s})
-	s.admin = newAdminService(s)
+	token := ""
 	if s.creds != nil {
-		s.admin.token = s.cfg.AdminToken // peer calls authenticate as the node (peers.go)
+		token = s.cfg.AdminToken // the node's own calls to peers authenticate as the node
 	}
-	api.RegisterAdminServer(s.grpc, s.admin)
-	api.RegisterSharesServer(s.grpc, &sharesService{st: s.shares})
-	s.startRateLimit()                        // registers before Serve
-	if err := s.startEnvoyRLS(); err != nil { // envoyrls.go
-		return err
+	s.peers = nodeport.NewPool(s.peerCredentials(), token)
+	s.admin = newAdminService(s)
+	for _, c := range s.comps { // components.go
+		if c.grpc == nil {
+			continue
+		}
+		if err := c.grpc(s.grpc); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
 	}
-	s.registerSummaries()
-	s.registerSketches(s.grpc)
-	api.RegisterConfigServer(s.grpc, s.configServer()) // runtimeconfig.go; ReportBacklog: sampling.go
-	s.registerMetering(s.grpc)
-	api.RegisterClockServer(s.grpc, &clockService{s: s}) // clock.go
 	s.metrics.initMethods(s.grpc.GetServiceInfo())
 	go func() {
 		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
@@ -138,15 +136,11 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 	if !s.hostsGroup(g) {
 		// This node holds no replica of the group (clusters with more nodes
 		// than voters per group): ask the leader, once.
-		id, addr := s.leaderOf(g)
-		if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
-			return nil, status.Errorf(codes.Unavailable, "group %d: this node holds no replica and knows no leader; retry", g)
-		}
-		cc, err := s.admin.conn(addr)
+		cc, fctx, err := nodePort{s}.LeaderConn(ctx, g)
 		if err != nil {
 			return nil, err
 		}
-		return api.NewTrackerClient(cc).GetUsersCloseToLimit(forward.Outgoing(ctx), req)
+		return api.NewTrackerClient(cc).GetUsersCloseToLimit(fctx, req)
 	}
 	return &api.GetUsersCloseToLimitResponse{Tenants: s.closeToLimit(g), Group: uint32(g)}, nil
 }
@@ -193,18 +187,28 @@ func (s *Server) closeToLimit(g int) []string {
 // client goes away or the node stops. The runtime config travels once per
 // version on a stream: a view whose config version this stream already
 // carried is sent without it (clients keep the config they hold when a view
-// has none), so after the first message a stream's bytes do not grow with
-// the number of tenants.
-func (t *trackerService) WatchCluster(_ *api.WatchClusterRequest, stream grpc.ServerStreamingServer[api.ClusterView]) error {
+// has none), and a stream that asked for deltas gets a new version as what
+// changed since the previous one it carried (runtime_config_delta) — so after
+// the first message a stream's bytes grow with the changes, not with the
+// number of tenants.
+func (t *trackerService) WatchCluster(req *api.WatchClusterRequest, stream grpc.ServerStreamingServer[api.ClusterView]) error {
 	s := t.s
 	var sent, sentConfig uint64
 	for {
 		v, full, bare, changed := s.view.getEncoded()
 		if v != nil && v.Version != sent {
 			withConfig := v.RuntimeConfig != nil && v.ConfigVersion != sentConfig
-			enc := bare
+			var enc [][]byte
+			if bare != nil {
+				enc = [][]byte{bare}
+			}
 			if withConfig {
 				enc = full
+				if req.GetConfigDeltas() && sentConfig != 0 && bare != nil {
+					if d := s.viewConfigDelta(v, sentConfig); d != nil {
+						enc = [][]byte{bare, d} // both shared: no copy
+					}
+				}
 			}
 			var err error
 			switch {

@@ -20,8 +20,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/httpjson"
-	"github.com/tollgate-io/tollgate/meterserver"
-	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -53,14 +52,16 @@ func (s *Server) startHTTP() error {
 		fmt.Fprintln(w, "ready")
 	})
 	mux.HandleFunc("GET /api/v1/status", s.handleStatus)
-	mux.Handle(samplectl.BacklogPath, s.backlogHandler()) // sampling.go
-	mux.HandleFunc("GET /api/v1/sketches", s.handleSketches)
 	mux.HandleFunc("GET /api/v1/tenants", s.handleTenants)
 	mux.HandleFunc("GET /api/v1/tenants/{tenant}", s.handleTenant)
 	mux.HandleFunc("GET /{$}", s.handleIndex)
 	mux.Handle("GET /api/v1/overview", s.overviewHandler())
 	mux.Handle("GET /ui/", ui.Handler())
-	s.mountMetering(mux)
+	for _, c := range s.comps { // components.go
+		if c.http != nil {
+			c.http(mux)
+		}
+	}
 	if s.cfg.EnableDebugEndpoints {
 		mux.Handle("/debug/pprof/", s.requireAdmin(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/cmdline", s.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
@@ -141,7 +142,7 @@ type NodeStatus struct {
 	// Billing is every tenant's month-to-date active-series bill (p95 as
 	// `tollgate usage bill` computes it), at most 100 tenants; groups whose
 	// leader does not answer within 2s are listed in its errors.
-	Billing *meterserver.BillingSummary `json:"billing,omitempty"`
+	Billing *metering.BillingSummary `json:"billing,omitempty"`
 	// Clock: the maximum clock offset, this node's offset to the cluster's
 	// median clock and to each peer, and whether it may lead (clock.go).
 	Clock *ClockStatus `json:"clock,omitempty"`

@@ -112,12 +112,22 @@ func (id *nodeIdentity) save() error {
 	if err != nil {
 		return err
 	}
-	tmp := id.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
+	if err := writeFileDurable(id.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("node identity: %w", err)
 	}
-	_, err = f.Write(append(b, '\n'))
+	return nil
+}
+
+// writeFileDurable replaces path with data atomically and durably: a temp
+// file, fsync, rename, fsync of the directory. A crash leaves the old file
+// or the new one, never a torn one.
+func writeFileDurable(path string, data []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -125,12 +135,12 @@ func (id *nodeIdentity) save() error {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, id.path)
+		err = os.Rename(tmp, path)
 	}
 	if err != nil {
-		return fmt.Errorf("node identity: write %s: %w", id.path, err)
+		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if d, err := os.Open(filepath.Dir(id.path)); err == nil {
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
 		_ = d.Sync()
 		_ = d.Close()
 	}

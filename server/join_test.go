@@ -38,6 +38,7 @@ func freeGossipPort(t *testing.T) int {
 // (seeds a, b; b not up yet) and node b (seeds: itself only, as if a's name did
 // not resolve for it) would each stay alone and never bootstrap.
 func TestSeedListNamingItselfStillFormsCluster(t *testing.T) {
+	skipClusterIfShort(t, 2)
 	pa, pb := freeGossipPort(t), freeGossipPort(t)
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	start := func(id, zone string, gossip int, join ...string) *Server {

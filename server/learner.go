@@ -104,8 +104,25 @@ func (s *Server) addLearner(ctx context.Context, req learnerRequest) (learnerRes
 	addr := req.Addr
 	if addr == "" {
 		addr = target.RaftAddr
+		// Gossip can still show an earlier incarnation of the node for a
+		// while after its data dir was replaced (memberlist keeps the
+		// older, higher-numbered alive state until the node refutes it). A
+		// learner added at that address would be refused by the node until
+		// the catch-up bound: the node's own word decides.
+		self, err := s.peerNodeGroups(ctx, target.GRPCAddr)
+		switch {
+		case err != nil:
+			return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+				"add-voter: %q does not answer at %s (gRPC, gossiped): %v; nothing was changed", req.ID, target.GRPCAddr, status.Convert(err).Message())
+		case self.NodeId != req.ID:
+			return learnerResult{}, status.Errorf(codes.FailedPrecondition,
+				"add-voter: %s (gossiped gRPC address of %q) is node %q; nothing was changed", target.GRPCAddr, req.ID, self.NodeId)
+		case self.RaftAddr != "" && self.RaftAddr != addr:
+			s.log.Info("gossip lists an earlier raft address; using the node's own", "group", g, "node", req.ID, "gossiped", addr, "reported", self.RaftAddr)
+			addr = self.RaftAddr
+		}
 	}
-	if addr != target.RaftAddr {
+	if req.Addr != "" && addr != target.RaftAddr {
 		return learnerResult{}, status.Errorf(codes.FailedPrecondition,
 			"add-voter: %q listens for raft at %s (gossiped), not %s; nothing was changed (omit --address to use the gossiped one)", req.ID, target.RaftAddr, addr)
 	}
@@ -260,19 +277,9 @@ func (s *Server) waitCaughtUp(ctx context.Context, g int, grpcAddr, id string, a
 	}
 }
 
-// learnerState asks the node at grpcAddr (its Admin.NodeGroups, with this
-// node's admin token) for its replica of group g.
+// learnerState asks the node at grpcAddr for its replica of group g.
 func (s *Server) learnerState(ctx context.Context, grpcAddr string, g int) (*api.GroupState, error) {
-	c, err := s.admin.client(grpcAddr)
-	if err != nil {
-		return nil, err
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	if s.cfg.AdminToken != "" {
-		cctx = metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+s.cfg.AdminToken)
-	}
-	ng, err := c.NodeGroups(cctx, &api.NodeGroupsRequest{})
+	ng, err := s.peerNodeGroups(ctx, grpcAddr)
 	if err != nil {
 		return nil, err
 	}
@@ -282,6 +289,21 @@ func (s *Server) learnerState(ctx context.Context, grpcAddr string, g int) (*api
 		}
 	}
 	return nil, fmt.Errorf("it reports no group %d", g)
+}
+
+// peerNodeGroups asks the node at grpcAddr for its Admin.NodeGroups (with
+// this node's admin token): its id, raft address and replicas.
+func (s *Server) peerNodeGroups(ctx context.Context, grpcAddr string) (*api.NodeGroupsResponse, error) {
+	c, err := s.admin.client(grpcAddr)
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	if s.cfg.AdminToken != "" {
+		cctx = metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+s.cfg.AdminToken)
+	}
+	return c.NodeGroups(cctx, &api.NodeGroupsRequest{})
 }
 
 // learnerAdds tracks the additions in progress on this leader, at most one
@@ -335,15 +357,8 @@ func (l *learnerAdds) start(s *Server, add voterAdd) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithCancel(context.Background())
+		ctx, cancel := s.untilClosing()
 		defer cancel()
-		go func() {
-			select {
-			case <-s.closing:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
 		res, err := s.addLearner(ctx, learnerRequest{
 			Group: add.Group, ID: add.Member.ID, Addr: add.Member.RaftAddr,
 			Force:   true, // placement chose the zone; a zone-less cluster places several voters in one
@@ -360,4 +375,18 @@ func (l *learnerAdds) start(s *Server, add voterAdd) {
 				"catch_up", res.CatchUp.Round(time.Millisecond), "lag_entries", res.Lag)
 		}
 	}()
+}
+
+// untilClosing is a context for background work of the node: cancelled when
+// the node starts stopping, or by cancel.
+func (s *Server) untilClosing() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

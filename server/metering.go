@@ -1,60 +1,31 @@
 package server
 
 import (
-	"context"
-	"fmt"
-
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
-	"github.com/tollgate-io/tollgate/meterserver"
+	"github.com/tollgate-io/tollgate/service/metering"
 )
 
-// Continuous-usage metering (package meterserver) wired to this node: every
+// Continuous-usage metering (package service/metering) wired to this node: every
 // group's FSM carries a metering module, events and samplers propose through
 // proposeVersioned (cluster version 3), REST endpoints mount on the HTTP mux
 // and the Metering service on the gRPC server.
 
-// meteringHost adapts the server to meterserver.Host.
-type meteringHost struct{ s *Server }
-
-func (h meteringHost) Groups() int { return h.s.cfg.Groups }
+// meteringHost adapts the server to metering.Host: the node's port and
+// the metering state of each group.
+type meteringHost struct {
+	nodePort
+	s *Server
+}
 
 func (h meteringHost) GroupOf(hash uint64) int {
 	p := h.s.cfg.Partitions
 	return api.GroupOf(api.Partition(hash, p), p, h.s.cfg.Groups)
 }
 
-// IsLeader is Server.leads: the sampler plans from current state.
-func (h meteringHost) IsLeader(g int) bool { return h.s.leads(g) }
-
-func (h meteringHost) Hosts(g int) bool { return h.s.hostsGroup(g) }
-
-func (h meteringHost) LeaderGRPC(g int) (string, string) { return h.s.leaderOf(g) }
-
-func (h meteringHost) NodeID() string { return h.s.cfg.NodeID }
-
-func (h meteringHost) PeerConn(addr string) (*grpc.ClientConn, error) {
-	if h.s.admin == nil {
-		return nil, status.Error(codes.Unavailable, "node starting: no peer connections yet")
-	}
-	return h.s.admin.conn(addr)
-}
-
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }
-
-func (h meteringHost) Propose(ctx context.Context, g int, typ byte, payload []byte) (any, error) {
-	data, err := fsm.AppendModuleEntry(nil, typ, h.s.clock.groupMinute(g), payload)
-	if err != nil {
-		return nil, fmt.Errorf("group %d: encode metering entry: %w", g, err)
-	}
-	resp, _, err := h.s.proposeVersioned(ctx, g, typ, data)
-	return resp, err
-}
 
 func (h meteringHost) TenantsActive(g int) []fsmmeter.TenantActive {
 	ts := h.s.fsms[g].Tenants()
@@ -78,11 +49,11 @@ func (s *Server) startMetering() error {
 	mc := s.cfg.Metering
 	mc.Logger = s.log
 	mc.Registerer = s.metrics.reg
-	clk := meterserver.NewClock(s.cfg.Clock, mc.TestClock)
+	clk := metering.NewClock(s.cfg.Clock, mc.TestClock)
 	// Each group's entries carry its group time (clock.go), so the slack
 	// check, dedup expiry and sampler boundaries read one clock.
 	clk.SetGroupTime(func(g int) int64 { return s.clock.groups[g].Now() })
-	svc, err := meterserver.New(mc, meteringHost{s}, clk)
+	svc, err := metering.New(mc, meteringHost{nodePort{s}, s}, clk)
 	if err != nil {
 		return err
 	}
@@ -96,7 +67,7 @@ func (s *Server) registerMetering(gs *grpc.Server) {
 	}
 }
 
-func (s *Server) mountMetering(mux meterserver.Router) {
+func (s *Server) mountMetering(mux metering.Router) {
 	if s.meter != nil {
 		s.meter.Mount(mux, s.requireAdmin)
 	}
@@ -109,4 +80,4 @@ func (s *Server) stopMetering() {
 }
 
 // Metering is the node's metering service (tests, status).
-func (s *Server) Metering() *meterserver.Service { return s.meter }
+func (s *Server) Metering() *metering.Service { return s.meter }

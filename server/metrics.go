@@ -34,6 +34,10 @@ type metrics struct {
 	streamsRefused prometheus.Counter
 	// streamsSlow counts watch streams closed as slow readers (bounds.go).
 	streamsSlow prometheus.Counter
+	// moves counts replica moves by result; misplaced is the replicas of
+	// groups led here that placement wants elsewhere (placemove.go).
+	moves     *prometheus.CounterVec
+	misplaced prometheus.Gauge
 }
 
 func newMetrics(groupStats func() []groupStat) *metrics {
@@ -83,6 +87,13 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 		Name: "tollgate_watch_streams_slow_total", Help: "Watch streams closed because a message waited longer than the send timeout for the client to read (slow reader).",
 	})
 	reg.MustRegister(m.streamsSlow)
+	m.moves = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_placement_moves_total", Help: "Replica moves this node started as a group leader, by result (done, failed) and transfers of leadership made so that another leader moves this node's replica.",
+	}, []string{"result"})
+	m.misplaced = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "tollgate_placement_misplaced_replicas", Help: "Voters of the groups led here that placement wants on another node (sum over nodes: the moves left in the cluster).",
+	})
+	reg.MustRegister(m.moves, m.misplaced)
 	reg.MustRegister(m.requests, m.requestDur, m.seriesCreated, m.seriesRefresh, m.seriesReject,
 		m.entries, m.entryBytes, m.batchHashes, m.commitDur, m.limitsReloads)
 	reg.MustRegister(&groupCollector{stats: groupStats})

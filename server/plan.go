@@ -100,10 +100,13 @@ type voterAdd struct {
 // addition runs the learner path: non-voter first, promoted once caught up): a voter
 // whose raft address changed is re-added at the new one; a zone with alive
 // members but no alive voter gets placement's choice for that zone; voters are
-// topped up to replicas with placement's next choices. It never removes a
-// server: removal is an operator decision (raft remove-server), and a removed
-// node stays out until it joins again.
-func planReconcile(members []membership.Member, replicas int, gc groupConfig) []voterAdd {
+// topped up to replicas with placement's next choices. Placement's choice is
+// target (PlaceAll's for the group, what planMoves converges to) where that
+// member is alive, so a repair is not followed by a move; else Placement's
+// among the alive members. It never removes a server: removal is an operator
+// decision (raft remove-server), and a removed node stays out until it joins
+// again.
+func planReconcile(members []membership.Member, replicas int, target []membership.Member, gc groupConfig) []voterAdd {
 	if gc.Servers == nil {
 		return nil
 	}
@@ -134,7 +137,19 @@ func planReconcile(members []membership.Member, replicas int, gc groupConfig) []
 			}
 		}
 	}
-	for _, m := range Placement(gc.Group, ms, replicas) {
+	eligible := slices.DeleteFunc(slices.Clone(ms), func(m membership.Member) bool { return m.Decommissioning })
+	var order []membership.Member
+	for _, m := range target {
+		if a, ok := byID[m.ID]; ok && !a.Decommissioning {
+			order = append(order, a)
+		}
+	}
+	for _, m := range Placement(gc.Group, eligible, replicas) {
+		if !slices.ContainsFunc(order, func(o membership.Member) bool { return o.ID == m.ID }) {
+			order = append(order, m)
+		}
+	}
+	for _, m := range order {
 		if inConf[m.ID] {
 			continue
 		}
@@ -187,6 +202,9 @@ func planBalance(in balanceInput) (leaderMove, bool) {
 		if m.Draining {
 			continue // stopping: it would take the leadership down with it
 		}
+		if m.Decommissioning {
+			continue // its replicas are moving away
+		}
 		counts[m.ID] = len(m.GroupsLed)
 	}
 	// Raft knows this node's own count better than its gossiped tag does.
@@ -217,4 +235,190 @@ func planBalance(in balanceInput) (leaderMove, bool) {
 // instant.
 func balanceDelay(iv time.Duration, rnd func(time.Duration) time.Duration) time.Duration {
 	return iv*3/4 + rnd(iv/2+1)
+}
+
+// Why a replica moves; logged with the action.
+const (
+	reasonRebalance    = "rebalance: placement prefers another node of the zone"
+	reasonDecommission = "node is draining (tollgate node drain)"
+	reasonSurplus      = "group has a voter beyond its placement"
+)
+
+// moveInput is what a leader knows when it considers moving a replica.
+type moveInput struct {
+	Self     string
+	Groups   int                 // G
+	Replicas int                 // voters per group
+	Members  []membership.Member // every known member, any status
+	Led      []groupConfig       // the groups this node leads, ascending
+}
+
+// placementMove is one step towards PlaceAll's placement of one group. Exactly
+// one of three shapes:
+//   - Add set, Remove set: add Add through the learner path, then remove
+//     Remove (the group never has fewer than its voters: one more for the
+//     duration of the move);
+//   - Add zero, Remove set: remove a surplus voter;
+//   - Transfer set: this node is the one to remove, so it first hands the
+//     group's leadership to Transfer; the next leader makes the move.
+type placementMove struct {
+	Group    int
+	Add      membership.Member
+	Remove   string
+	Transfer *raft.Server
+	Reason   string
+}
+
+// placementCandidates are the members placement may choose: every member but
+// the decommissioned ones. A member that is down or restarting (failed,
+// left, leaving) keeps its place, so an outage or a rolling restart moves
+// nothing: the zone repair of planReconcile keeps the group whole meanwhile,
+// and the member's replicas stay where they are for when it is back.
+func placementCandidates(ms []membership.Member) []membership.Member {
+	var out []membership.Member
+	for _, m := range ms {
+		if !m.Decommissioning {
+			out = append(out, m)
+		}
+	}
+	slices.SortFunc(out, func(a, b membership.Member) int { return strings.Compare(a.ID, b.ID) })
+	return out
+}
+
+// healthy: a member a replica may move to, or whose voter makes another in
+// its zone surplus: alive, not stopping, its disk taking writes.
+func healthy(m membership.Member) bool {
+	return m.Status == membership.StatusAlive && !m.Draining && !m.DiskFull
+}
+
+// planMoves picks at most one move for the groups led here (lowest group
+// first): a target of PlaceAll that is healthy and not yet a voter replaces a
+// voter placement does not want (of its zone when there is one), or a surplus
+// voter goes once its zone has a healthy voter placement wants. Moves towards
+// a member that is down wait for it; repairs of a group that lacks a voter
+// are planReconcile's. One move at a time per leader, rate-limited by the
+// caller, keeps the extra catch-up traffic bounded.
+func planMoves(in moveInput) (placementMove, bool) {
+	cands := placementCandidates(in.Members)
+	if len(cands) == 0 {
+		return placementMove{}, false
+	}
+	targets := PlaceAll(in.Groups, cands, in.Replicas)
+	byID := map[string]membership.Member{}
+	for _, m := range in.Members {
+		byID[m.ID] = m
+	}
+	for _, gc := range in.Led {
+		if gc.Servers == nil || gc.Group >= len(targets) {
+			continue
+		}
+		target := map[string]bool{}
+		for _, m := range targets[gc.Group] {
+			target[m.ID] = true
+		}
+		var voters []raft.Server
+		isVoter := map[string]bool{}
+		for _, srv := range gc.Servers {
+			if srv.Suffrage == raft.Voter {
+				voters = append(voters, srv)
+				isVoter[string(srv.ID)] = true
+			}
+		}
+		// The voter a move removes: one placement does not want, of the
+		// new voter's zone when there is one, a decommissioned one first.
+		zoneVoters, zoneSlots := map[string]int{}, map[string]int{}
+		for _, v := range voters {
+			zoneVoters[byID[string(v.ID)].Zone]++
+		}
+		for _, m := range targets[gc.Group] {
+			zoneSlots[m.Zone]++
+		}
+		source := func(zone string) (string, bool) {
+			best, bestRank := "", 99
+			for _, v := range voters {
+				id := string(v.ID)
+				if target[id] {
+					continue
+				}
+				m, known := byID[id]
+				rank := 2
+				switch {
+				case known && m.Zone == zone:
+					rank = 0
+				case known && zoneVoters[m.Zone] <= zoneSlots[m.Zone]:
+					// Taking it would leave its zone short of what
+					// placement gives that zone.
+					continue
+				}
+				if known && m.Decommissioning {
+					rank--
+				}
+				if rank < bestRank {
+					best, bestRank = id, rank
+				}
+			}
+			return best, best != ""
+		}
+		handOff := func(remove, reason string) (placementMove, bool) {
+			// This node is to leave the group: a healthy target voter
+			// leads it next and makes the move.
+			// Failing that (every voter is to go, as when a whole
+			// cluster's nodes are drained onto new ones) another healthy
+			// voter does: it has a move to make that is not its own.
+			for _, wantTarget := range []bool{true, false} {
+				for _, v := range voters {
+					id := string(v.ID)
+					if id != in.Self && target[id] == wantTarget && healthy(byID[id]) {
+						return placementMove{Group: gc.Group, Remove: remove, Transfer: &v, Reason: reason}, true
+					}
+				}
+			}
+			return placementMove{}, false
+		}
+		reasonFor := func(remove string) string {
+			if byID[remove].Decommissioning {
+				return reasonDecommission
+			}
+			return reasonRebalance
+		}
+		for _, t := range targets[gc.Group] {
+			if isVoter[t.ID] || !healthy(byID[t.ID]) {
+				continue
+			}
+			rm, ok := source(t.Zone)
+			if !ok {
+				break // fewer voters than placement wants: planReconcile's
+			}
+			if rm == in.Self {
+				if mv, ok := handOff(rm, reasonFor(rm)); ok {
+					return mv, true
+				}
+				break
+			}
+			return placementMove{Group: gc.Group, Add: byID[t.ID], Remove: rm, Reason: reasonFor(rm)}, true
+		}
+		if len(voters) > in.Replicas {
+			covered := map[string]bool{} // zones with a healthy voter placement wants
+			for _, m := range targets[gc.Group] {
+				if isVoter[m.ID] && healthy(byID[m.ID]) {
+					covered[m.Zone] = true
+				}
+			}
+			for _, v := range voters {
+				id := string(v.ID)
+				m, known := byID[id]
+				if target[id] || !known || !covered[m.Zone] {
+					continue
+				}
+				if id == in.Self {
+					if mv, ok := handOff(id, reasonSurplus); ok {
+						return mv, true
+					}
+					continue
+				}
+				return placementMove{Group: gc.Group, Remove: id, Reason: reasonSurplus}, true
+			}
+		}
+	}
+	return placementMove{}, false
 }

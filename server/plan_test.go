@@ -164,6 +164,13 @@ func TestPlanReconcile(t *testing.T) {
 		}
 		return ""
 	}
+	other := func(id string) string { // the other z3 node of twoInZ3
+		if id == "c1" {
+			return "c2"
+		}
+		return "c1"
+	}
+	decom := func(m membership.Member) membership.Member { m.Decommissioning = true; return m }
 	twoInZ3 := []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM("c1", "z3"), aliveM("c2", "z3")}
 	failedVoter := []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), failedM("c", "z3"), aliveM("c2", "z3")}
 	oneZone := []membership.Member{aliveM("a", "z1"), aliveM("b", "z1"), aliveM("c", "z1"), aliveM("d", "z1")}
@@ -191,6 +198,7 @@ func TestPlanReconcile(t *testing.T) {
 		members []membership.Member
 		servers []raft.Server
 		group   int
+		target  []membership.Member // PlaceAll's choice for the group
 		want    []add
 	}{
 		{name: "a zone without a voter gets one, not every member placement names", members: z1Full, group: bothZ2,
@@ -225,10 +233,21 @@ func TestPlanReconcile(t *testing.T) {
 			members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM("c", "z3")},
 			servers: []raft.Server{voterS("a"), nonvoter}, want: []add{{"c", reasonZoneEmpty}, {"b", reasonZoneEmpty}}},
 		{name: "configuration unreadable", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2")}},
+		// PlaceAll's choice wins over the group's own Placement (planMoves
+		// would move the voter there next), while it is alive.
+		{name: "two joining nodes in one zone: PlaceAll's choice when it differs", members: twoInZ3, group: 3,
+			target:  []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM(other(pick(3, twoInZ3, "z3")), "z3")},
+			servers: []raft.Server{voterS("a"), voterS("b")}, want: []add{{other(pick(3, twoInZ3, "z3")), reasonZoneEmpty}}},
+		{name: "PlaceAll's choice is down: the alive one placement names", members: failedVoter,
+			target:  []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), failedM("c", "z3")},
+			servers: []raft.Server{voterS("a"), voterS("b"), voterS("c")}, want: []add{{"c2", reasonZoneEmpty}}},
+		{name: "PlaceAll's choice is decommissioning: the other", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), decom(aliveM("c1", "z3")), aliveM("c2", "z3")},
+			target:  []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM("c1", "z3")},
+			servers: []raft.Server{voterS("a"), voterS("b")}, want: []add{{"c2", reasonZoneEmpty}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []add
-			for _, a := range planReconcile(tc.members, 3, groupConfig{Group: tc.group, Servers: tc.servers}) {
+			for _, a := range planReconcile(tc.members, 3, tc.target, groupConfig{Group: tc.group, Servers: tc.servers}) {
 				if a.Group != tc.group || a.Member.Status != membership.StatusAlive {
 					t.Fatalf("action %+v: wrong group or not an alive member", a)
 				}

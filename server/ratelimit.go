@@ -2,32 +2,40 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/envoyrl"
-	"github.com/tollgate-io/tollgate/rateowner"
+	"github.com/tollgate-io/tollgate/service/ratelimit"
 )
 
-// startRateLimit wires the global rate-limit owner (package rateowner): the
+// startRateLimit wires the global rate-limit owner (package service/ratelimit): the
 // RateLimit gRPC service, its tick loop and metrics. A tenant's rate state
 // lives in the memory of the leader of group api.RateGroup(tenant); limits
 // come from the same source as max_series: the replicated runtime config.
-func (s *Server) startRateLimit() {
-	s.rates = rateowner.NewService(rateowner.ServiceConfig{
-		Owner:    rateowner.Config{Period: s.cfg.RatePeriod},
+func (s *Server) startRateLimit(g *grpc.Server) error {
+	rates, err := ratelimit.NewService(ratelimit.ServiceConfig{
+		Owner:    ratelimit.Config{Period: s.cfg.RatePeriod},
 		Owns:     s.leads,
 		LeaderOf: s.leaderOf,
 		Now:      s.cfg.Clock,
 		Logger:   s.log,
 	}, s.cfg.Partitions, s.cfg.Groups, s.rateLimits)
-	api.RegisterRateLimitServer(s.grpc, s.rates)
+	if err != nil {
+		return fmt.Errorf("rate-limit owner: %w", err)
+	}
+	s.rates = rates
+	api.RegisterRateLimitServer(g, s.rates)
 	s.metrics.reg.MustRegister(s.rates.Collector())
 	ctx, cancel := context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go func() { defer s.wg.Done(); s.rates.Run(ctx) }()
 	go func() { defer s.wg.Done(); <-s.closing; cancel() }()
+	return nil
 }
 
 // rateLimits reads a tenant's ingestion_rate / ingestion_burst (0 = off) from

@@ -89,6 +89,7 @@ var grpcRules = map[string]rule{
 	api.Admin_SnapshotGroup_FullMethodName:      {scope: ScopeAdmin},
 	api.Admin_RestoreGroup_FullMethodName:       {scope: ScopeAdmin},
 	api.Admin_DropTenant_FullMethodName:         {scope: ScopeAdmin},
+	api.Admin_DrainNode_FullMethodName:          {scope: ScopeAdmin},
 	api.Config_GetLimits_FullMethodName:         {scope: ScopeAdmin},
 	api.Config_SetLimits_FullMethodName:         {scope: ScopeAdmin},
 	api.Config_ApplyLimits_FullMethodName:       {scope: ScopeAdmin},

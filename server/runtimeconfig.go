@@ -14,18 +14,17 @@ import (
 	"time"
 
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/configsvc"
-	"github.com/tollgate-io/tollgate/forward"
-	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	runtimecfgsvc "github.com/tollgate-io/tollgate/service/runtimecfg"
 )
 
 // Wiring of the replicated runtime configuration (fsm/runtimecfg, served by
-// configsvc). Every group's FSM carries a replica; group 0 orders changes; the
+// service/runtimecfg). Every group's FSM carries a replica; group 0 orders changes; the
 // tracker of group g reads group g's replica, so a leader decides from what
 // its own log committed. Until some version is replicated (a new cluster, or
 // one below cluster version 3) the node's --limits-file and flags are in
@@ -47,9 +46,10 @@ import (
 const proposedFile = "limits-file-proposed"
 
 type runtimeConfig struct {
-	s    *Server
-	mods []*runtimecfg.Module
-	svc  *configsvc.Service
+	nodePort // runtimecfgsvc.Backend's node half
+	s        *Server
+	mods     []*runtimecfg.Module
+	svc      *runtimecfgsvc.Service
 
 	limits []atomic.Pointer[Limits] // per group: Limits over the group's replica, rebuilt when it changes
 	view   atomic.Pointer[viewConfig]
@@ -65,19 +65,49 @@ type runtimeConfig struct {
 	docHash   string
 }
 
-// viewConfig caches the wire form of the newest document for cluster views.
+// viewConfig caches the wire form of the newest document for cluster views,
+// and what changed since the one before it: a WatchCluster stream that asked
+// for deltas and carried version deltaFrom last gets deltaField (field
+// runtime_config_delta of ClusterView, encoded once for every stream)
+// instead of the whole document.
 type viewConfig struct {
-	doc *runtimecfg.Document
-	pb  *api.RuntimeConfig
+	doc        *runtimecfg.Document
+	pb         *api.RuntimeConfig
+	deltaFrom  uint64 // 0: no delta
+	deltaField []byte
+}
+
+// configDeltaField encodes d as field runtime_config_delta of a ClusterView:
+// appended to an encoded view without a runtime config, it makes the view
+// carry the delta (protobuf concatenation is merge).
+func configDeltaField(d *api.RuntimeConfigDelta) ([]byte, error) {
+	b, err := proto.Marshal(d)
+	if err != nil {
+		return nil, err
+	}
+	num := (&api.ClusterView{}).ProtoReflect().Descriptor().Fields().ByName("runtime_config_delta").Number()
+	out := protowire.AppendTag(nil, num, protowire.BytesType)
+	return protowire.AppendBytes(out, b), nil
+}
+
+// viewConfigDelta returns the encoded delta from version `from` to the
+// config of view v, or nil when the node holds none (the stream sends the
+// whole config).
+func (s *Server) viewConfigDelta(v *api.ClusterView, from uint64) []byte {
+	vc := s.rcfg.view.Load()
+	if vc == nil || vc.pb != v.RuntimeConfig || vc.deltaFrom == 0 || vc.deltaFrom != from {
+		return nil
+	}
+	return vc.deltaField
 }
 
 // setupRuntimeConfig creates the modules (before the FSMs, which carry them)
 // and the service.
 func (s *Server) setupRuntimeConfig() error {
-	rc := &runtimeConfig{s: s, mods: make([]*runtimecfg.Module, s.cfg.Groups), limits: make([]atomic.Pointer[Limits], s.cfg.Groups)}
+	rc := &runtimeConfig{nodePort: nodePort{s}, s: s, mods: make([]*runtimecfg.Module, s.cfg.Groups), limits: make([]atomic.Pointer[Limits], s.cfg.Groups)}
 	for g := range rc.mods {
 		var onChange func(*runtimecfg.Document)
-		if g == configsvc.OrderGroup {
+		if g == runtimecfgsvc.OrderGroup {
 			onChange = func(*runtimecfg.Document) {
 				if rc.svc != nil {
 					rc.svc.Changed()
@@ -86,7 +116,7 @@ func (s *Server) setupRuntimeConfig() error {
 		}
 		rc.mods[g] = runtimecfg.New(onChange)
 	}
-	svc, err := configsvc.New(rc, configsvc.Options{Logger: s.log, Registerer: s.metrics.reg})
+	svc, err := runtimecfgsvc.New(rc, runtimecfgsvc.Options{Logger: s.log, Registerer: s.metrics.reg})
 	if err != nil {
 		return fmt.Errorf("runtime config: %w", err)
 	}
@@ -156,68 +186,36 @@ func (s *Server) setViewConfig(v *api.ClusterView) {
 	}
 	vc := rc.view.Load()
 	if vc == nil || vc.doc != d {
-		pb := configsvc.ToProto(d)
+		pb := runtimecfgsvc.ToProto(d)
 		// Distributors have no use for the Envoy rate limit rules, which
 		// can be large: every view would carry them to every client.
 		pb.Envoy = nil
-		vc = &viewConfig{doc: d, pb: pb}
+		next := &viewConfig{doc: d, pb: pb}
+		if vc != nil && vc.pb.GetVersion() != 0 && vc.pb.GetVersion() < d.Version {
+			// Once per version, one comparison per tenant; every stream
+			// that holds the previous version then gets the change only.
+			if f, err := configDeltaField(api.ConfigDelta(vc.pb, pb)); err == nil {
+				next.deltaFrom, next.deltaField = vc.pb.GetVersion(), f
+			}
+		}
+		vc = next
 		rc.view.Store(vc)
 	}
 	v.ConfigVersion, v.RuntimeConfig = d.Version, vc.pb
 }
 
-// --- configsvc.Backend ---
+// --- runtimecfgsvc.Backend ---
 
-func (rc *runtimeConfig) NodeID() string                  { return rc.s.cfg.NodeID }
-func (rc *runtimeConfig) Groups() int                     { return rc.s.cfg.Groups }
 func (rc *runtimeConfig) Module(g int) *runtimecfg.Module { return rc.mods[g] }
-func (rc *runtimeConfig) Leads(g int) bool                { return rc.s.leads(g) }
 
 func (rc *runtimeConfig) Base() runtimecfg.Effective {
 	return runtimecfg.Effective{MaxSeries: rc.s.limits.base.MaxSeries}
 }
 
-func (rc *runtimeConfig) Propose(ctx context.Context, g int, typ byte, payload []byte) (runtimecfg.Result, error) {
-	s := rc.s
-	now := max(s.clock.groupMinute(g), s.fsms[g].Now())
-	data, err := fsm.AppendModuleEntry(nil, typ, now, payload)
-	if err != nil {
-		return runtimecfg.Result{}, status.Errorf(codes.Internal, "group %d: %v", g, err)
-	}
-	out, _, err := s.proposeVersioned(ctx, g, typ, data)
-	if err != nil {
-		return runtimecfg.Result{}, err
-	}
-	res, ok := out.(runtimecfg.Result)
-	if !ok {
-		return runtimecfg.Result{}, status.Errorf(codes.Internal, "group %d: runtime config entry applied with an unexpected result %T", g, out)
-	}
-	return res, nil
-}
-
-func (rc *runtimeConfig) Leader(ctx context.Context, g int) (api.ConfigClient, context.Context, error) {
-	s := rc.s
-	id, addr := s.leaderOf(g)
-	if forward.Was(ctx) || id == "" || id == s.cfg.NodeID || addr == "" {
-		return nil, nil, status.Errorf(codes.Unavailable, "group %d: no leader reachable from %s at the moment; retry", g, s.cfg.NodeID)
-	}
-	cc, err := s.admin.conn(addr)
-	if err != nil {
-		return nil, nil, err
-	}
-	out := forward.Outgoing(ctx)
-	// Calls this node makes on its own (reconciler, file proposer) carry the
-	// node's token; forwarded calls carry the caller's.
-	if md, _ := metadata.FromIncomingContext(ctx); len(md.Get("authorization")) == 0 && s.cfg.AdminToken != "" {
-		out = metadata.AppendToOutgoingContext(out, "authorization", "Bearer "+s.cfg.AdminToken)
-	}
-	return api.NewConfigClient(cc), out, nil
-}
-
 func (rc *runtimeConfig) Fallback() (*runtimecfg.Document, string) {
 	s := rc.s
 	why := "no runtime config has been replicated yet"
-	if ok, lag := s.groupSupports(configsvc.OrderGroup, 3); !ok && s.hostsGroup(configsvc.OrderGroup) {
+	if ok, lag := s.groupSupports(runtimecfgsvc.OrderGroup, 3); !ok && s.hostsGroup(runtimecfgsvc.OrderGroup) {
 		why = "the cluster is below version 3 (" + strings.Join(lag, "; ") + "): each node uses its own --limits-file and flags"
 	}
 	l := s.limits.Get()
@@ -291,7 +289,7 @@ func (rc *runtimeConfig) proposeFile(ctx context.Context) string {
 		return "read failed"
 	}
 	if cur.Source == "replicated" {
-		repl, err := configsvc.FromProto(cur.Config)
+		repl, err := runtimecfgsvc.FromProto(cur.Config)
 		if err == nil && runtimecfg.SameContent(repl, file) {
 			rc.record(h)
 			return "same"
@@ -307,7 +305,7 @@ func (rc *runtimeConfig) proposeFile(ctx context.Context) string {
 	if cur.Source != "replicated" {
 		exp = 0
 	}
-	resp, err := rc.svc.ApplyLimits(cctx, &api.ApplyLimitsRequest{Config: configsvc.ToProto(file), ExpectedVersion: &exp})
+	resp, err := rc.svc.ApplyLimits(cctx, &api.ApplyLimitsRequest{Config: runtimecfgsvc.ToProto(file), ExpectedVersion: &exp})
 	switch status.Code(err) {
 	case codes.OK:
 		rc.record(h)

@@ -15,16 +15,16 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/configsvc"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
-	"github.com/tollgate-io/tollgate/samplectl"
+	runtimecfgsvc "github.com/tollgate-io/tollgate/service/runtimecfg"
+	"github.com/tollgate-io/tollgate/service/sampling"
 )
 
-// Wiring of the backlog controller (package samplectl) that sets one kind's
+// Wiring of the backlog controller (package service/sampling) that sets one kind's
 // global sample percentage from the backlog reporters post.
 //
 // Placement: the controller runs on the leader of group 0, the group that
-// orders runtime-config changes (configsvc.OrderGroup), so the node that
+// orders runtime-config changes (runtimecfgsvc.OrderGroup), so the node that
 // computes the output is the one that commits it, without a hop. Every node
 // serves POST /api/v1/backlog and the Config.ReportBacklog RPC; a node that is
 // not the owner forwards the report over gRPC (peer pool, once), so reporters
@@ -39,7 +39,7 @@ import (
 //
 // Writing costs G raft entries (group 0's patch, then one install per other
 // group), so the output is written as global sample_rates.<kind> through
-// configsvc SetLimits only when it moved by at least minWriteDelta points
+// service/runtimecfg SetLimits only when it moved by at least minWriteDelta points
 // from the replicated value (or reached min/max percent exactly), and at most
 // once per max(period, 1s). While the controller is enabled it owns that
 // value: an operator's `limits set --global sample_rates.<kind>=P` lasts until
@@ -57,7 +57,7 @@ const (
 
 type samplingCtl struct {
 	s   *Server
-	ctl *samplectl.Controller
+	ctl *sampling.Controller
 
 	mu        sync.Mutex
 	owner     bool
@@ -79,7 +79,7 @@ type SamplingControllerState struct {
 	// nodes the rest describes the configuration only.
 	Owner   string `json:"owner"`
 	IsOwner bool   `json:"is_owner"`
-	samplectl.Status
+	sampling.Status
 	WrittenPercent float64 `json:"written_percent"`
 	Writes         uint64  `json:"writes"`
 	LastWriteError string  `json:"last_write_error,omitempty"`
@@ -88,9 +88,9 @@ type SamplingControllerState struct {
 var errNoController = errors.New("no backlog_controller in the runtime config (tollgate limits set --global backlog_controller.kind=… target=… period=… kp=…)")
 
 func (s *Server) setupSampling() {
-	sc := &samplingCtl{s: s, ctl: samplectl.New(samplectl.Params{})}
+	sc := &samplingCtl{s: s, ctl: sampling.New(sampling.Params{})}
 	s.sampling = sc
-	s.metrics.reg.MustRegister(samplectl.NewCollector(sc.ctl))
+	s.metrics.reg.MustRegister(sampling.NewCollector(sc.ctl))
 }
 
 func (s *Server) startSampling() {
@@ -111,32 +111,32 @@ func (s *Server) startSampling() {
 }
 
 // paramsOf converts the document's block to controller parameters.
-func paramsOf(bc *runtimecfg.BacklogController) samplectl.Params {
-	return samplectl.Params{Kind: bc.Kind, Target: bc.Target, Period: bc.Period, Kp: bc.Kp, Ki: bc.Ki, MinPercent: bc.MinPercent}
+func paramsOf(bc *runtimecfg.BacklogController) sampling.Params {
+	return sampling.Params{Kind: bc.Kind, Target: bc.Target, Period: bc.Period, Kp: bc.Kp, Ki: bc.Ki, MinPercent: bc.MinPercent}
 }
 
 // syncLocked follows ownership and the replicated parameters; it returns
 // group 0's document when this node is the owner.
 func (sc *samplingCtl) syncLocked() (*runtimecfg.Document, bool) {
-	owner := sc.s.rcfg.Leads(configsvc.OrderGroup)
+	owner := sc.s.rcfg.Leads(runtimecfgsvc.OrderGroup)
 	if !owner {
 		if sc.owner {
 			sc.owner, sc.bcSet, sc.hasOutput = false, false, false
-			sc.ctl.SetParams(samplectl.Params{}) // drop state: a later term starts afresh
+			sc.ctl.SetParams(sampling.Params{}) // drop state: a later term starts afresh
 			sc.s.log.Info("backlog controller: no longer the config owner; stopped")
 		}
 		return nil, false
 	}
-	doc := sc.s.rcfg.mods[configsvc.OrderGroup].Current()
+	doc := sc.s.rcfg.mods[runtimecfgsvc.OrderGroup].Current()
 	bc := doc.Global.BacklogController
 	became := !sc.owner
 	if became || !sc.bcSet || !sameBC(bc, sc.bc) {
 		if became {
-			sc.ctl.SetParams(samplectl.Params{}) // fresh state for this term
+			sc.ctl.SetParams(sampling.Params{}) // fresh state for this term
 		}
 		sc.owner, sc.bcSet, sc.bc = true, true, bc
 		if bc == nil {
-			sc.ctl.SetParams(samplectl.Params{})
+			sc.ctl.SetParams(sampling.Params{})
 			sc.hasOutput = false
 		} else {
 			prevKind := sc.ctl.Status().Kind
@@ -228,7 +228,7 @@ func (sc *samplingCtl) step(now time.Time) {
 
 // worthWriting: a move of minWriteDelta points or more, or one that reaches
 // a bound exactly (so the rate can get back to 100 % from 99.8 %).
-func worthWriting(want, cur float64, p samplectl.Params) bool {
+func worthWriting(want, cur float64, p sampling.Params) bool {
 	if want == cur {
 		return false
 	}
@@ -238,9 +238,9 @@ func worthWriting(want, cur float64, p samplectl.Params) bool {
 	return want == p.MinPercent || want == p.MaxPercent
 }
 
-// ReportBacklog implements samplectl.Reporter for the HTTP handler: on the
+// ReportBacklog implements sampling.Reporter for the HTTP handler: on the
 // owner into the controller, elsewhere forwarded to the owner.
-func (sc *samplingCtl) ReportBacklog(kind, source string, backlog float64, now time.Time) (samplectl.Status, error) {
+func (sc *samplingCtl) ReportBacklog(kind, source string, backlog float64, now time.Time) (sampling.Status, error) {
 	sc.mu.Lock()
 	_, owner := sc.syncLocked()
 	sc.mu.Unlock()
@@ -251,20 +251,20 @@ func (sc *samplingCtl) ReportBacklog(kind, source string, backlog float64, now t
 	defer cancel()
 	resp, err := sc.forward(ctx, &api.ReportBacklogRequest{Kind: kind, Backlog: backlog, Source: source})
 	if err != nil {
-		return samplectl.Status{}, reportError(err)
+		return sampling.Status{}, reportError(err)
 	}
 	return stateFromProto(resp.Status).Status, nil
 }
 
 func (sc *samplingCtl) forward(ctx context.Context, req *api.ReportBacklogRequest) (*api.ReportBacklogResponse, error) {
-	c, fctx, err := sc.s.rcfg.Leader(ctx, configsvc.OrderGroup)
+	cc, fctx, err := sc.s.rcfg.LeaderConn(ctx, runtimecfgsvc.OrderGroup)
 	if err != nil {
 		return nil, err
 	}
-	return c.ReportBacklog(fctx, req)
+	return api.NewConfigClient(cc).ReportBacklog(fctx, req)
 }
 
-// remoteReportError carries the owner's message and the samplectl sentinel
+// remoteReportError carries the owner's message and the service/sampling sentinel
 // its code stands for, so the HTTP handler answers the owner's status.
 type remoteReportError struct {
 	msg  string
@@ -279,13 +279,13 @@ func reportError(err error) error {
 	var kind error
 	switch st.Code() {
 	case codes.InvalidArgument:
-		kind = samplectl.ErrInvalidBacklog
+		kind = sampling.ErrInvalidBacklog
 	case codes.FailedPrecondition:
-		kind = samplectl.ErrUnknownKind
+		kind = sampling.ErrUnknownKind
 	case codes.ResourceExhausted:
-		kind = samplectl.ErrTooManySources
+		kind = sampling.ErrTooManySources
 	default:
-		kind = samplectl.ErrUnavailable
+		kind = sampling.ErrUnavailable
 	}
 	return &remoteReportError{msg: st.Message(), kind: kind}
 }
@@ -295,7 +295,7 @@ func (sc *samplingCtl) State() SamplingControllerState {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.syncLocked() // so a read right after a config change shows it
-	owner, _ := sc.s.leaderOf(configsvc.OrderGroup)
+	owner, _ := sc.s.leaderOf(runtimecfgsvc.OrderGroup)
 	out := SamplingControllerState{Owner: owner, IsOwner: sc.owner, WrittenPercent: sc.written, Writes: sc.writes}
 	if sc.owner {
 		out.Owner = sc.s.cfg.NodeID
@@ -311,7 +311,7 @@ func (sc *samplingCtl) State() SamplingControllerState {
 	// Not the owner: describe the replicated configuration only.
 	doc := sc.s.RuntimeConfig()
 	if bc := doc.Global.BacklogController; bc != nil {
-		out.Status = samplectl.New(paramsOf(bc)).Status()
+		out.Status = sampling.New(paramsOf(bc)).Status()
 		out.Status.OutputPercent = doc.GlobalSampleRate(bc.Kind)
 	} else {
 		out.Status.Reason = errNoController.Error()
@@ -328,17 +328,17 @@ func (st SamplingControllerState) proto() *api.SamplingControllerStatus {
 
 func stateFromProto(p *api.SamplingControllerStatus) SamplingControllerState {
 	return SamplingControllerState{Owner: p.GetOwner(), WrittenPercent: p.GetWrittenPercent(), Writes: p.GetWrites(), LastWriteError: p.GetLastWriteError(),
-		Status: samplectl.Status{Kind: p.GetKind(), Enabled: p.GetEnabled(), Reason: p.GetReason(), OutputPercent: p.GetOutputPercent(),
+		Status: sampling.Status{Kind: p.GetKind(), Enabled: p.GetEnabled(), Reason: p.GetReason(), OutputPercent: p.GetOutputPercent(),
 			InputBacklog: p.GetInputBacklog(), HasInput: p.GetHasInput(), Target: p.GetTargetBacklog(), Sources: int(p.GetSources()),
 			Steps: p.GetSteps(), Reports: p.GetReports(), Rejected: p.GetRejectedReports()}}
 }
 
 // --- gRPC: the Config service with ReportBacklog and the controller state ---
 
-// configServer is configsvc.Service plus what the controller adds: the
+// configServer is runtimecfgsvc.Service plus what the controller adds: the
 // ReportBacklog RPC and the owner's controller state in GetLimits.
 type configServer struct {
-	*configsvc.Service
+	*runtimecfgsvc.Service
 	sc *samplingCtl
 }
 
@@ -388,7 +388,7 @@ func (c configServer) GetLimits(ctx context.Context, req *api.GetLimitsRequest) 
 
 // backlogHandler serves POST /api/v1/backlog behind the admin rule.
 func (s *Server) backlogHandler() http.Handler {
-	h := samplectl.NewHandler(s.sampling, s.cfg.Clock)
+	h := sampling.NewHandler(s.sampling, s.cfg.Clock)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var remote net.IP
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {

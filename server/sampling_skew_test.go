@@ -8,7 +8,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/configsvc"
+	"github.com/tollgate-io/tollgate/service/runtimecfg"
 )
 
 // TestBacklogControllerSkewedClocks: the backlog controller with wrong node
@@ -35,7 +35,7 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	fast := tc.nodes[2]
 	waitFor(t, "n3 out of bound and not leading group 0", func() bool {
 		st := fast.clock.status()
-		return st != nil && !st.InBound && fast.Raft(configsvc.OrderGroup).State() != raft.Leader
+		return st != nil && !st.InBound && fast.Raft(runtimecfg.OrderGroup).State() != raft.Leader
 	})
 	cfg := api.NewConfigClient(dial(t, tc.nodes[0].GRPCAddr()))
 	setGlobal(t, cfg, map[string]string{"backlog_controller.kind": "locate", "backlog_controller.target": "1000",
@@ -64,7 +64,7 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	waitFor(t, "global locate rate driven to 5% from reports through the fast node", func() bool {
 		return report("3000") && globalRate() == 5
 	})
-	first := tc.leader(configsvc.OrderGroup)
+	first := tc.leader(runtimecfg.OrderGroup)
 	if first == fast {
 		t.Fatalf("the node 5 min fast runs the controller")
 	}
@@ -78,10 +78,10 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	}
 	adm := api.NewAdminClient(dial(t, first.GRPCAddr()))
 	waitFor(t, "group 0 led by "+second.cfg.NodeID, func() bool {
-		if second.Raft(configsvc.OrderGroup).State() == raft.Leader {
+		if second.Raft(runtimecfg.OrderGroup).State() == raft.Leader {
 			return true
 		}
-		_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: configsvc.OrderGroup, ToId: second.cfg.NodeID})
+		_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: runtimecfg.OrderGroup, ToId: second.cfg.NodeID})
 		time.Sleep(300 * time.Millisecond) // a transfer in flight: let it land
 		return false
 	})

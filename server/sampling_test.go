@@ -4,16 +4,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/clientlib"
-	"github.com/tollgate-io/tollgate/clientlib/sampling"
-	"github.com/tollgate-io/tollgate/configsvc"
-	"github.com/tollgate-io/tollgate/samplectl"
+	"github.com/tollgate-io/tollgate/service/runtimecfg"
+	samplingsvc "github.com/tollgate-io/tollgate/service/sampling"
 )
 
 // samplingCluster starts a 3-node cluster with HTTP listeners and returns it,
@@ -21,7 +22,7 @@ import (
 func samplingCluster(t *testing.T) (*testCluster, api.ConfigClient, *Server) {
 	t.Helper()
 	tc := startCluster(t, 3, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0" })
-	owner := tc.leader(configsvc.OrderGroup)
+	owner := tc.leader(runtimecfg.OrderGroup)
 	var other *Server
 	for _, s := range tc.live() {
 		if s != owner {
@@ -34,7 +35,13 @@ func samplingCluster(t *testing.T) (*testCluster, api.ConfigClient, *Server) {
 
 func setGlobal(t *testing.T, cfg api.ConfigClient, kv map[string]string) {
 	t.Helper()
-	if _, err := cfg.SetLimits(adminCtx(t), &api.SetLimitsRequest{Global: true, Set: kv}); err != nil {
+	_, err := cfg.SetLimits(adminCtx(t), &api.SetLimitsRequest{Global: true, Set: kv})
+	for deadline := time.Now().Add(30 * time.Second); status.Code(err) == codes.Unavailable && time.Now().Before(deadline); {
+		// Group 0 between leaders (a loaded machine): retry, as the CLI does.
+		time.Sleep(100 * time.Millisecond)
+		_, err = cfg.SetLimits(adminCtx(t), &api.SetLimitsRequest{Global: true, Set: kv})
+	}
+	if err != nil {
 		t.Fatalf("set global %v: %v", kv, err)
 	}
 }
@@ -62,56 +69,13 @@ func postBacklog(t *testing.T, s *Server, token, body string) (int, map[string]a
 	return resp.StatusCode, out
 }
 
-func newFedSampler(t *testing.T, addr string) (*clientlib.Client, *sampling.Sampler) {
-	t.Helper()
-	c, err := clientlib.New(clientlib.Config{Addrs: []string{addr}, Token: testToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	smp := sampling.New(sampling.Options{})
-	stop := c.FeedSampler(smp, func(v uint64, err error) { t.Errorf("sampler refused version %d: %v", v, err) })
-	t.Cleanup(stop)
-	return c, smp
-}
-
-// (a) A global and a tenant percentage set through the Config service reach
-// a client's sampler on its cluster stream: 50% × 40% = 20%.
-func TestSamplingRatesReachClientSampler(t *testing.T) {
-	tc, cfg, _ := samplingCluster(t)
-	_, smp := newFedSampler(t, tc.nodes[2].GRPCAddr())
-	setGlobal(t, cfg, map[string]string{"sample_rates.locate": "50"})
-	if _, err := cfg.SetLimits(adminCtx(t), &api.SetLimitsRequest{Tenant: "acme", Set: map[string]string{"sample_rates.locate": "40"}}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "acme's locate rate 20% in the client's sampler", func() bool {
-		return math.Abs(smp.Rate("acme", "locate")-20) < 1e-9
-	})
-	if r := smp.Rate("other", "locate"); r != 50 {
-		t.Fatalf("another tenant's locate rate %v, want the global 50", r)
-	}
-	if r := smp.Rate("acme", "submit"); r != 100 {
-		t.Fatalf("an unconfigured kind: %v, want 100", r)
-	}
-	// Deterministic item decisions follow the same rate: over 20,000 item
-	// hashes about 20% are kept.
-	kept := 0
-	for i := range uint64(20000) {
-		if smp.ShouldSampleItem("acme", "locate", i) {
-			kept++
-		}
-	}
-	if kept < 3600 || kept > 4400 {
-		t.Fatalf("%d of 20000 items kept at 20%%", kept)
-	}
-}
-
 // (b) The backlog controller, enabled through the config, runs on the config
 // owner; backlog reports posted over HTTP to another node drive the global
-// percentage down (in the replicated config and in a client) and back up.
+// percentage down (in every node's replica of the config) and back up. (That
+// a client's sampler follows the config: integration's
+// TestSamplingRatesReachClientSampler.)
 func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 	tc, cfg, other := samplingCluster(t)
-	_, smp := newFedSampler(t, tc.nodes[0].GRPCAddr())
 	setGlobal(t, cfg, map[string]string{"backlog_controller.kind": "locate", "backlog_controller.target": "1000",
 		"backlog_controller.period": "1s", "backlog_controller.kp": "0.5", "backlog_controller.min_percent": "5"})
 
@@ -135,7 +99,6 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		postBacklog(t, other, testToken, `{"kind":"locate","backlog":3000,"source":"q1"}`)
 		return globalRate() == 5
 	})
-	waitFor(t, "the client's sampler at 5%", func() bool { return smp.Rate("anyone", "locate") == 5 })
 	for _, s := range tc.live() { // every node's replica has it
 		waitFor(t, s.cfg.NodeID+"'s replica at 5%", func() bool { return s.RuntimeConfig().GlobalSampleRate("locate") == 5 })
 	}
@@ -143,9 +106,12 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	owner := tc.leader(configsvc.OrderGroup)
+	owner := tc.leader(runtimecfg.OrderGroup)
+	// Writes is not checked: the replicas at 5% above show the write, and a
+	// controller that took over after it (group 0's leadership moved under
+	// load; a CI run saw steps 1, writes 0) has nothing left to write.
 	if c := resp.Controller; c == nil || c.Owner != owner.cfg.NodeID || !c.Enabled || c.InputBacklog != 3000 || c.TargetBacklog != 1000 ||
-		c.OutputPercent != 5 || c.Writes == 0 {
+		c.OutputPercent != 5 {
 		t.Fatalf("controller state in GetLimits: %+v (owner %s)", resp.Controller, owner.cfg.NodeID)
 	}
 	// The Admin Status RPC, asked on a node that does not run the controller,
@@ -165,7 +131,6 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		postBacklog(t, other, testToken, `{"kind":"locate","backlog":0,"source":"q1"}`)
 		return globalRate() == 100
 	})
-	waitFor(t, "the client's sampler back at 100%", func() bool { return smp.Rate("anyone", "locate") == 100 })
 
 	// /api/v1/status on the non-owner names the owner.
 	code, body := getHTTP(t, other, "/api/v1/status")
@@ -176,41 +141,27 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 	}
 }
 
-// (c) Parameters the document accepts but the controller refuses disable it,
-// with the reason in GetLimits, /api/v1/status and the metrics; bad backlog
+// (c) Every controller the document accepts runs: a kind starting with a
+// digit, which the document took and the controller once refused (its
+// samplers' kind rule disagreed), is enabled, with its metric. Bad backlog
 // reports answer 4xx (also when forwarded), and the token is required.
 func TestBacklogControllerRejects(t *testing.T) {
 	tc, cfg, other := samplingCluster(t)
-	// A kind starting with a digit: valid in the document, refused by the
-	// controller (the client samplers' kind rules).
 	setGlobal(t, cfg, map[string]string{"backlog_controller.kind": "9locate", "backlog_controller.target": "1000",
 		"backlog_controller.period": "1s", "backlog_controller.kp": "0.5"})
 	var c *api.SamplingControllerStatus
-	waitFor(t, "the controller disabled with a reason", func() bool {
+	waitFor(t, "the controller of kind 9locate enabled", func() bool {
 		resp, err := cfg.GetLimits(adminCtx(t), &api.GetLimitsRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		c = resp.Controller
-		return c != nil && c.Kind == "9locate" && c.Owner != ""
+		return c != nil && c.Kind == "9locate" && c.Owner != "" && c.Enabled
 	})
-	if c.Enabled || !strings.Contains(c.Reason, "must start with a letter") {
-		t.Fatalf("controller %+v, want disabled naming the kind rule", c)
-	}
-	owner := tc.leader(configsvc.OrderGroup)
-	waitFor(t, "enabled metric 0", func() bool {
-		return gaugeValue(t, owner, "tollgate_sampling_controller_enabled", "kind", "9locate") == 0
+	owner := tc.leader(runtimecfg.OrderGroup)
+	waitFor(t, "enabled metric 1", func() bool {
+		return gaugeValue(t, owner, "tollgate_sampling_controller_enabled", "kind", "9locate") == 1
 	})
-	code, body := getHTTP(t, owner, "/api/v1/status")
-	var st NodeStatus
-	if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.SamplingController == nil ||
-		st.SamplingController.Enabled || !strings.Contains(st.SamplingController.Reason, "must start with a letter") {
-		t.Fatalf("/api/v1/status on the owner: %d %s", code, body)
-	}
-	// A disabled controller never writes.
-	if p := owner.RuntimeConfig().GlobalSampleRate("9locate"); p != 100 {
-		t.Fatalf("disabled controller wrote %v", p)
-	}
 
 	setGlobal(t, cfg, map[string]string{"backlog_controller.kind": "locate"})
 	waitFor(t, "the controller enabled on the owner", func() bool {
@@ -260,7 +211,7 @@ func getHTTP(t *testing.T, s *Server, path string) (int, string) {
 // worthWriting: moves under 0.5 points are not worth G raft entries, except
 // one that reaches a bound exactly (so the rate can return to 100%).
 func TestSamplingWorthWriting(t *testing.T) {
-	p := samplectl.Params{MinPercent: 5, MaxPercent: 100}
+	p := samplingsvc.Params{MinPercent: 5, MaxPercent: 100}
 	for _, c := range []struct {
 		want, cur float64
 		write     bool

@@ -22,11 +22,12 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
-	"github.com/tollgate-io/tollgate/meterserver"
+	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
-	"github.com/tollgate-io/tollgate/rateowner"
-	"github.com/tollgate-io/tollgate/sketchhub"
-	"github.com/tollgate-io/tollgate/summaries"
+	"github.com/tollgate-io/tollgate/service/metering"
+	"github.com/tollgate-io/tollgate/service/partitionlimit"
+	"github.com/tollgate-io/tollgate/service/ratelimit"
+	"github.com/tollgate-io/tollgate/service/summaries"
 )
 
 // Config configures one Tollgate node. Zero values take the defaults documented
@@ -57,6 +58,11 @@ type Config struct {
 	// DisableAutoPlace stops leaders from adding joining members to groups whose
 	// zone has no voter (operators then use the admin API).
 	DisableAutoPlace bool
+	// MoveInterval is the least time between two replica moves started by
+	// one leader (placemove.go): each move copies a group's state to a new
+	// node, so they run one at a time per leader and this far apart. Default
+	// 5s; negative disables moves (joins into empty zones still happen).
+	MoveInterval time.Duration
 	// LeaderBalanceInterval: how often a node checks whether it leads more than
 	// its share of groups; default 10s, negative disables.
 	LeaderBalanceInterval time.Duration
@@ -136,7 +142,7 @@ type Config struct {
 	// server/shares.go) or "static" (the fixed split of earlier builds).
 	ShareMode string
 	// Metering configures continuous-usage metering (server/metering.go).
-	Metering meterserver.Config
+	Metering metering.Config
 }
 
 // Validate fills defaults and checks ranges.
@@ -172,6 +178,9 @@ func (c *Config) Validate() error {
 	defInt(&c.MaxBatchHashes, 1<<16)
 	defInt(&c.MaxInFlight, 8)
 	defInt(&c.Replicas, 3)
+	if c.MoveInterval == 0 {
+		c.MoveInterval = 5 * time.Second
+	}
 	if c.LeaderBalanceInterval == 0 {
 		c.LeaderBalanceInterval = 10 * time.Second
 	}
@@ -271,11 +280,14 @@ type Server struct {
 	httpCap  *connCap       // HTTP connection cap (bounds.go)
 	creds    *credStore     // nil without any credential: no admin token, no credentials file (credentials.go)
 	admin    *adminService
-	learners learnerAdds // learner additions in progress while leading (learner.go)
+	learners learnerAdds    // learner additions in progress while leading (learner.go)
+	moves    moveState      // replica moves towards placement (placemove.go)
+	peers    *nodeport.Pool // connections to other nodes (peers.go; set with the gRPC server)
+	comps    []component    // the capabilities, in order (components.go)
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 	vers     versionState
-	rates    *rateowner.Service // global rate limits (ratelimit.go)
+	rates    *ratelimit.Service // global rate limits (ratelimit.go)
 	// ownerIndexes: Envoy rule matchers of the replicas' documents, for
 	// the limits of Envoy counter keys this node owns (envoyrls.go).
 	ownerIndexes indexCache
@@ -283,12 +295,12 @@ type Server struct {
 	sampling     *samplingCtl // backlog controller (sampling.go)
 	clock        *clockState  // peer clock offsets and group clocks (clock.go)
 
-	summaries *summaries.Hub // near-limit summary stream (summaries.go)
-	sketches  *sketchhub.Hub // sketches.go
-	shares    *shareState    // movable per-group shares (shares.go)
+	summaries *summaries.Hub      // near-limit summary stream (summaries.go)
+	sketches  *partitionlimit.Hub // sketches.go
+	shares    *shareState         // movable per-group shares (shares.go)
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
-	meter     *meterserver.Service
+	meter     *metering.Service
 
 	grpcLis    net.Listener
 	grpc       *grpc.Server
@@ -485,8 +497,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.shares.run(s.stop) }()
-	s.wg.Add(2)
-	go func() { defer s.wg.Done(); s.watchLeadership() }()
+	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
 
 	if err := s.startSummaries(); err != nil {
@@ -498,6 +509,7 @@ func New(cfg Config) (*Server, error) {
 	if err := s.startMetering(); err != nil {
 		return fail(err)
 	}
+	s.comps = s.components()
 	if err := s.startGRPC(); err != nil {
 		return fail(err)
 	}
@@ -507,9 +519,18 @@ func New(cfg Config) (*Server, error) {
 	if err := s.startMembership(); err != nil {
 		return fail(err)
 	}
+	// Leadership events wait in raftnode's queue until now: acting on one
+	// reads the node's addresses and members, which exist from here on (a
+	// restarted single node elects itself while the listeners are still
+	// being set up).
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); s.watchLeadership() }()
 	s.publishView()
-	s.startRuntimeConfig()
-	s.startSampling()
+	for _, c := range s.comps { // components.go
+		if c.start != nil {
+			c.start()
+		}
+	}
 	if !cfg.Bootstrap && cfg.BootstrapExpect == 0 {
 		empty := true
 		for g := range cfg.Groups {
@@ -526,7 +547,6 @@ func New(cfg Config) (*Server, error) {
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
 	go func() { defer s.wg.Done(); s.incarnationLoop() }()
 	go func() { defer s.wg.Done(); s.clock.run() }()
-	s.startSketchLoops()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
 		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.clusterID(),
@@ -740,12 +760,25 @@ func (s *Server) Stop(ctx context.Context) error {
 			}
 		}
 		close(s.stop)
-		s.stopMetering()
+		for i := len(s.comps) - 1; i >= 0; i-- { // components.go
+			if c := s.comps[i]; c.stop != nil {
+				c.stop()
+			}
+		}
 		for _, t := range s.trackers {
 			t.setLeader(false)
 		}
 		var errs []error
 		if s.host != nil {
+			// Requests have stopped: what the log holds past each group's
+			// snapshot is final, and a snapshot of it now saves the next
+			// start from re-applying it (raftnode.SnapshotForRestart).
+			start := time.Now()
+			if err := s.host.SnapshotForRestart(ctx, restartSnapshotEntries); err != nil {
+				s.log.Warn("snapshot before stopping", "err", err)
+			} else if took := time.Since(start); took > 100*time.Millisecond {
+				s.log.Info("snapshots taken before stopping", "took", took.Round(time.Millisecond))
+			}
 			if err := s.host.Shutdown(); err != nil {
 				errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 			}

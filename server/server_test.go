@@ -38,7 +38,14 @@ func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.Trac
 		NodeID: "n1", DataDir: dir, Bootstrap: true,
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
 		DefaultMaxSeries: 64, // group share 16 with P=64, G=4 (static ceil(64·16/64), movable base before moves)
-		Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		// A single voter elects itself one heartbeat timeout after start:
+		// 400–800 ms with raftnode's defaults, most of a single-node test's
+		// time. Short timers cost nothing here (no peers: no spurious
+		// elections, the lease needs no follower); the defaults are covered
+		// by raftnode's tests and by every multi-node cluster test.
+		RaftHeartbeatTimeout: 50 * time.Millisecond, RaftElectionTimeout: 50 * time.Millisecond,
+		RaftLeaderLeaseTimeout: 50 * time.Millisecond,
+		Logger:                 slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if mod != nil {
 		mod(&cfg)

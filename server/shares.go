@@ -17,16 +17,17 @@ import (
 
 	"github.com/tollgate-io/tollgate/admission"
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/shares"
-	"github.com/tollgate-io/tollgate/sharemove"
+	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
 // Share modes (Config.ShareMode).
 const (
 	// ShareMovable (the default): each group's share of a tenant's
 	// max_series starts at an exact split and headroom moves between groups
-	// on demand (sharemove), so max_series holds per tenant.
+	// on demand (service/shares), so max_series holds per tenant.
 	ShareMovable = "movable"
 	// ShareStatic: the fixed split ceil(max_series × partitions_in_group / P)
 	// of earlier builds; nothing moves. Kept selectable (--share-mode static)
@@ -36,41 +37,65 @@ const (
 	ShareStatic = "static"
 )
 
-// shareState wires fsm/shares and sharemove into the node.
+// shareState wires fsm/shares and service/shares into the node.
 type shareState struct {
-	s       *Server
-	mods    []*shares.Module
-	mover   *sharemove.Mover
-	metrics *shareMetrics
-	movesOK []movesCheck // per group (movesAllowed)
+	nodePort // sharessvc.Host's node half: leadership, proposals, the leader's connection
+	s        *Server
+	mods     []*shares.Module
+	mover    *sharessvc.Mover
+	metrics  *shareMetrics
+	movesOK  []movesCheck // per group (moveGate)
+	born     time.Time    // when this node started (moveGate's grace)
 }
 
-// movesCheck caches whether a group can take share-move entries.
+// versionsGrace bounds how long after its start a node treats a server
+// missing from its member list as "not heard of yet" (moveGate's
+// gateUnknown): gossip converges within seconds of a restart, and a server
+// missing for longer was reaped or never joined, which the static rule
+// covers as before.
+const versionsGrace = 30 * time.Second
+
+// movesCheck caches a group's share-move gate (moveGate).
 type movesCheck struct {
-	at atomic.Int64 // UnixNano of the last check; 0: never
-	ok atomic.Bool
+	at   atomic.Int64 // UnixNano of the last check; 0: never
+	gate atomic.Uint32
 }
 
 // shareMoveEntry is the first share-move entry type (shares-give): the
 // cluster version it needs is the one movable shares need.
 const shareMoveEntry = 8
 
-// movesAllowed reports whether group g can take share-move entries: every
-// voter supports their cluster version. During a rolling upgrade from a
-// build without movable shares they cannot, and the group decides by the
-// static rule (its share, no borrow, no cover) as that build did, instead
-// of refusing new series until the upgrade ends. Checked at most once a
-// second per group (the check reads the raft configuration).
-func (st *shareState) movesAllowed(g int) bool {
+// moveGate says whether group g can take share-move entries: gateOpen when
+// every server of the group supports their cluster version. During a rolling
+// upgrade from a build without movable shares (gateClosed) the group decides
+// by the static rule (its share, no borrow, no cover) as that build did,
+// instead of refusing new series until the upgrade ends. gateUnknown: a
+// server's version is not known yet (this leader restarted and has not
+// heard its peers' gossip): the group decides by the static rule too, but a
+// series refused at its share is a retryable error, not a rejection (the
+// other groups may well have headroom for it), unless the group has applied
+// a share-move entry already (its servers could all apply one then, and
+// still can: downgrades are unsupported), and only for versionsGrace after
+// the node's start. Checked at most once a second per
+// group (the check reads the raft configuration).
+func (st *shareState) moveGate(g int) gate {
 	c := &st.movesOK[g]
 	now := time.Now().UnixNano()
 	if at := c.at.Load(); at != 0 && now-at < int64(time.Second) {
-		return c.ok.Load()
+		return gate(c.gate.Load())
 	}
-	ok := st.s.checkEntryType(g, shareMoveEntry) == nil
-	c.ok.Store(ok)
+	info, _ := fsm.LookupEntryType(shareMoveEntry)
+	gt := st.s.versionGate(g, info.Since)
+	switch {
+	case gt != gateUnknown:
+	case st.mods[g].MovesApplied():
+		gt = gateOpen
+	case time.Since(st.born) > versionsGrace:
+		gt = gateClosed
+	}
+	c.gate.Store(uint32(gt))
 	c.at.Store(now)
-	return ok
+	return gt
 }
 
 type shareMetrics struct {
@@ -82,7 +107,7 @@ type shareMetrics struct {
 }
 
 func newShareState(s *Server) (*shareState, error) {
-	st := &shareState{s: s, mods: make([]*shares.Module, s.cfg.Groups), movesOK: make([]movesCheck, s.cfg.Groups)}
+	st := &shareState{nodePort: nodePort{s}, s: s, mods: make([]*shares.Module, s.cfg.Groups), movesOK: make([]movesCheck, s.cfg.Groups), born: time.Now()}
 	for g := range st.mods {
 		m, err := shares.New(g, s.cfg.Groups)
 		if err != nil {
@@ -106,7 +131,7 @@ func newShareState(s *Server) (*shareState, error) {
 	st.metrics.rejections.WithLabelValues("share") // at zero from the start (see initGroups)
 	st.metrics.rejections.WithLabelValues("limit")
 	if s.cfg.ShareMode == ShareMovable {
-		st.mover = sharemove.New(st, s.log, st.metrics)
+		st.mover = sharessvc.New(st, s.log, st.metrics)
 	}
 	return st, nil
 }
@@ -137,7 +162,7 @@ func (st *shareState) share(g, partitionsInGroup int) func(tenant string) int64 
 	}
 	return func(tenant string) int64 {
 		delta, res := st.mods[g].Delta(tenant)
-		return sharemove.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
+		return sharessvc.Share(s.groupLimits(g).For(tenant).MaxSeries, st.Base(g, tenant), delta, res)
 	}
 }
 
@@ -152,7 +177,7 @@ func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) i
 		return share
 	}
 	return func(tenant string) int64 {
-		if !st.mover.Settled(g, tenant) && st.movesAllowed(g) {
+		if !st.mover.Settled(g, tenant) && st.moveGate(g) != gateClosed {
 			return admission.NoHeadroom
 		}
 		return share(tenant)
@@ -164,11 +189,21 @@ func (st *shareState) admitShare(g, partitionsInGroup int) func(tenant string) i
 // and decide them again: a rejection then means every group answered that it
 // has none (at="limit"), and a borrow that cannot establish that (a group
 // has no leader) is an Unavailable error, never a rejection below the limit.
-// In static mode nothing moves and a share rejection is counted at="share".
+// In static mode nothing moves and a share rejection is counted at="share";
+// so it is while a rolling upgrade keeps share moves off (moveGate).
 func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error) {
-	if st.mover == nil || !st.movesAllowed(g) {
+	gt := gateOpen
+	if st.mover != nil {
+		gt = st.moveGate(g)
+	}
+	if st.mover == nil || gt != gateOpen {
 		rejected, atShare, err := t.TrackAtShare(ctx, tenant, hashes)
 		if err == nil && atShare > 0 {
+			if gt == gateUnknown {
+				// The accepted ones are committed; a retry refreshes them.
+				return nil, fmt.Errorf("%d series of tenant %s refused at the group's share while this leader does not know its peers' versions yet (it just started; share moves wait for them): %w",
+					atShare, tenant, sharessvc.ErrHeadroomUnreachable)
+			}
 			st.metrics.rejections.WithLabelValues("share").Add(float64(atShare))
 		}
 		return rejected, err
@@ -182,9 +217,8 @@ func (st *shareState) track(ctx context.Context, g int, t *admission.Tracker, te
 	return rejected, err
 }
 
-// --- sharemove.Host ---
+// --- sharessvc.Host ---
 
-func (st *shareState) Groups() int                          { return st.s.cfg.Groups }
 func (st *shareState) Module(g int) *shares.Module          { return st.mods[g] }
 func (st *shareState) Usage(g int, t string) (int64, int64) { return st.s.fsms[g].TenantUsage(t) }
 
@@ -205,97 +239,23 @@ func (st *shareState) Limit(g int, tenant string) (int64, uint64) {
 func (st *shareState) Exclusive(g int, fn func() error) error {
 	err := st.s.trackers[g].t.Exclusive(fn)
 	if errors.Is(err, admission.ErrNotLeader) {
-		return sharemove.ErrNotLeader
+		return sharessvc.ErrNotLeader
 	}
 	return err
 }
 
-func (st *shareState) Leads(g int) bool { return st.s.leads(g) }
-
-func (st *shareState) Append(g int, typ byte, data []byte) (func(context.Context) (any, error), error) {
-	s := st.s
-	if err := s.haltedStatus(g); err != nil {
-		return nil, err
-	}
-	if err := s.checkEntryType(g, typ); err != nil {
-		return nil, err
-	}
-	entry, err := fsm.AppendModuleEntry(nil, typ, s.fsms[g].Now(), data)
-	if err != nil {
-		return nil, err
-	}
-	fut := s.host.Raft(g).Apply(entry, s.cfg.ApplyTimeout)
-	return func(ctx context.Context) (any, error) {
-		done := make(chan error, 1)
-		go func() { done <- fut.Error() }()
-		select {
-		case err := <-done:
-			if err != nil {
-				return nil, raftStatus(g, "append shares entry", err)
-			}
-		case <-ctx.Done():
-			return nil, status.Errorf(codes.DeadlineExceeded, "group %d: %v before the shares entry applied", g, ctx.Err())
-		}
-		if err, ok := fut.Response().(error); ok {
-			return nil, status.Errorf(codes.Unavailable, "group %d: apply shares entry: %v", g, err)
-		}
-		return fut.Response(), nil
-	}, nil
-}
-
-func (st *shareState) Propose(ctx context.Context, g int, typ byte, data []byte) (any, error) {
-	if !st.Leads(g) {
-		return nil, sharemove.ErrNotLeader
-	}
-	wait, err := st.Append(g, typ, data)
-	if err != nil {
-		return nil, err
-	}
-	return wait(ctx)
-}
-
+// Peer is a client for group g's shares service: this node's own when it
+// leads g, else the leader's (nodeport: the mover calls for the node, so the
+// pool's calls carry the node's token).
 func (st *shareState) Peer(ctx context.Context, g int) (api.SharesClient, error) {
 	if st.Leads(g) {
 		return localShares{st}, nil
 	}
-	id, addr := st.s.leaderOf(g)
-	if id == "" || id == st.s.cfg.NodeID || addr == "" {
-		return nil, status.Errorf(codes.Unavailable, "group %d: no leader known", g)
-	}
-	cc, err := st.s.admin.conn(addr)
+	cc, _, err := st.LeaderConn(forward.Own(ctx), g)
 	if err != nil {
 		return nil, err
 	}
-	return tokenShares{api.NewSharesClient(cc), st.s.cfg.AdminToken}, nil
-}
-
-// tokenShares adds this node's admin token to calls on a peer.
-type tokenShares struct {
-	c     api.SharesClient
-	token string
-}
-
-func (t tokenShares) ctx(ctx context.Context) context.Context {
-	if t.token == "" {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+t.token)
-}
-
-func (t tokenShares) Give(ctx context.Context, in *api.GiveRequest, o ...grpc.CallOption) (*api.GiveResponse, error) {
-	return t.c.Give(t.ctx(ctx), in, o...)
-}
-func (t tokenShares) Receive(ctx context.Context, in *api.ReceiveRequest, o ...grpc.CallOption) (*api.ReceiveResponse, error) {
-	return t.c.Receive(t.ctx(ctx), in, o...)
-}
-func (t tokenShares) TenantShares(ctx context.Context, in *api.TenantSharesRequest, o ...grpc.CallOption) (*api.TenantSharesResponse, error) {
-	return t.c.TenantShares(t.ctx(ctx), in, o...)
-}
-func (t tokenShares) Complete(ctx context.Context, in *api.CompleteRequest, o ...grpc.CallOption) (*api.CompleteResponse, error) {
-	return t.c.Complete(t.ctx(ctx), in, o...)
-}
-func (t tokenShares) Cover(ctx context.Context, in *api.CoverRequest, o ...grpc.CallOption) (*api.CoverResponse, error) {
-	return t.c.Cover(t.ctx(ctx), in, o...)
+	return api.NewSharesClient(cc), nil
 }
 
 // localShares serves a call for a group this node leads without a network hop.
@@ -317,7 +277,7 @@ func (l localShares) Cover(ctx context.Context, in *api.CoverRequest, _ ...grpc.
 	return l.st.cover(ctx, in)
 }
 
-// --- sharemove.Metrics ---
+// --- sharessvc.Metrics ---
 
 func (m *shareMetrics) Moved(giver, receiver int, amount int64) {
 	m.moves.WithLabelValues(fmt.Sprint(giver), fmt.Sprint(receiver)).Inc()
@@ -335,7 +295,7 @@ type sharesService struct {
 	st *shareState
 }
 
-func (st *shareState) moverOrErr() (*sharemove.Mover, error) {
+func (st *shareState) moverOrErr() (*sharessvc.Mover, error) {
 	if st.mover == nil {
 		return nil, status.Error(codes.FailedPrecondition, "shares: this node runs with share mode static; headroom does not move")
 	}
@@ -349,7 +309,7 @@ func shareErr(err error) error {
 	if _, ok := status.FromError(err); ok {
 		return err
 	}
-	if errors.Is(err, sharemove.ErrNotLeader) {
+	if errors.Is(err, sharessvc.ErrNotLeader) {
 		return status.Errorf(codes.Unavailable, "shares: %v; retry at the group's leader", err)
 	}
 	return status.Errorf(codes.InvalidArgument, "shares: %v", err)

@@ -13,10 +13,10 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/membership"
-	"github.com/tollgate-io/tollgate/sketchhub"
+	"github.com/tollgate-io/tollgate/service/partitionlimit"
 )
 
-// This file wires package sketchhub (per-partition HyperLogLog sketches,
+// This file wires package service/partitionlimit (per-partition HyperLogLog sketches,
 // ) into the node: the Sketches gRPC service, the peer exchange over
 // the peer pool, the expiry ticker, metrics and /api/v1/sketches.
 
@@ -37,13 +37,13 @@ func (c *SketchConfig) validate() error {
 		return fmt.Errorf("config: sketch %w", err)
 	}
 	if c.WindowMinutes == 0 {
-		c.WindowMinutes = sketchhub.DefaultWindowMinutes
+		c.WindowMinutes = partitionlimit.DefaultWindowMinutes
 	}
 	if c.Partitions == 0 {
-		c.Partitions = sketchhub.DefaultPartitions
+		c.Partitions = partitionlimit.DefaultPartitions
 	}
 	if c.MaxSketches == 0 {
-		c.MaxSketches = sketchhub.DefaultMaxSketches
+		c.MaxSketches = partitionlimit.DefaultMaxSketches
 	}
 	if c.PeerInterval == 0 {
 		c.PeerInterval = 200 * time.Millisecond
@@ -58,7 +58,7 @@ func (c *SketchConfig) validate() error {
 // newSketches creates the hub (before the gRPC server registers services).
 func (s *Server) newSketches() error {
 	c := s.cfg.Sketches
-	h, err := sketchhub.New(sketchhub.Config{
+	h, err := partitionlimit.New(partitionlimit.Config{
 		NodeID: s.cfg.NodeID, Precision: c.Precision, WindowMinutes: c.WindowMinutes,
 		// The window follows the cluster's median clock (this node's wall
 		// clock corrected by its measured offset), so a node whose clock is
@@ -77,7 +77,7 @@ func (s *Server) newSketches() error {
 }
 
 func (s *Server) registerSketches(g *grpc.Server) {
-	svc := sketchhub.NewService(s.sketches, s.closing)
+	svc := partitionlimit.NewService(s.sketches, s.closing)
 	svc.MapError = func(err error) error {
 		code, hint := codeOf(err)
 		msg := err.Error()
@@ -96,7 +96,7 @@ func (s *Server) startSketchLoops() {
 	go func() { defer s.wg.Done(); <-s.stop; cancel() }()
 	go func() {
 		defer s.wg.Done()
-		s.sketches.RunPeers(ctx, sketchhub.PeerConfig{
+		s.sketches.RunPeers(ctx, partitionlimit.PeerConfig{
 			Peers:    s.sketchPeers,
 			Dial:     func(addr string) (grpc.ClientConnInterface, error) { return s.admin.conn(addr) },
 			Interval: s.cfg.Sketches.PeerInterval,
@@ -118,11 +118,11 @@ func (s *Server) startSketchLoops() {
 }
 
 // sketchPeers lists the other alive members with a gRPC address.
-func (s *Server) sketchPeers() []sketchhub.Peer {
-	var out []sketchhub.Peer
+func (s *Server) sketchPeers() []partitionlimit.Peer {
+	var out []partitionlimit.Peer
 	for _, m := range s.memberList() {
 		if m.ID != s.cfg.NodeID && m.Status == membership.StatusAlive && m.GRPCAddr != "" {
-			out = append(out, sketchhub.Peer{ID: m.ID, Addr: m.GRPCAddr})
+			out = append(out, partitionlimit.Peer{ID: m.ID, Addr: m.GRPCAddr})
 		}
 	}
 	return out
@@ -131,9 +131,9 @@ func (s *Server) sketchPeers() []sketchhub.Peer {
 // SketchStatus is /api/v1/sketches: the hub's counters and the largest
 // per-partition estimates (?top=N, default 20).
 type SketchStatus struct {
-	Node  string                        `json:"node"`
-	Stats sketchhub.Stats               `json:"stats"`
-	Top   []sketchhub.PartitionEstimate `json:"top_partitions"`
+	Node  string                             `json:"node"`
+	Stats partitionlimit.Stats               `json:"stats"`
+	Top   []partitionlimit.PartitionEstimate `json:"top_partitions"`
 }
 
 func (s *Server) handleSketches(w http.ResponseWriter, r *http.Request) {
@@ -150,10 +150,10 @@ func (s *Server) handleSketches(w http.ResponseWriter, r *http.Request) {
 }
 
 // Sketches exposes the node's sketch hub (tests, status).
-func (s *Server) Sketches() *sketchhub.Hub { return s.sketches }
+func (s *Server) Sketches() *partitionlimit.Hub { return s.sketches }
 
 // sketchCollector exports the hub's counters at scrape time.
-type sketchCollector struct{ h *sketchhub.Hub }
+type sketchCollector struct{ h *partitionlimit.Hub }
 
 var (
 	sketchHeldDesc      = prometheus.NewDesc("tollgate_sketches_held", "(tenant, partition, minute) HLL sketches held by this node, by encoding.", []string{"encoding"}, nil)

@@ -3,17 +3,11 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
-	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/clientlib/partitionlimit"
 )
 
 const sketchLimits = "defaults:\n  max_series_per_partition: 0\ntenants:\n  t1:\n    max_series_per_partition: 1000000\n  conv:\n    max_series_per_partition: 1000000\n"
@@ -150,143 +143,6 @@ func getJSON(tb testing.TB, url string, v any) {
 	}
 	if err := json.NewDecoder(r.Body).Decode(v); err != nil {
 		tb.Fatal(err)
-	}
-}
-
-// startSketchNodes starts n real nodes (raft, serf, gRPC on loopback) for a
-// benchmark; startCluster needs a *testing.T.
-func startSketchNodes(tb testing.TB, n int) []*Server {
-	limits := writeSketchLimits(tb)
-	var nodes []*Server
-	seed := ""
-	for i := range n {
-		cfg := Config{
-			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: tb.TempDir(),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: n, RaftNoSync: true, LimitsFile: limits,
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
-		}
-		if seed != "" {
-			cfg.Join = []string{seed}
-		}
-		s, err := New(cfg)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if seed == "" {
-			seed = s.GossipAddr()
-		}
-		nodes = append(nodes, s)
-	}
-	tb.Cleanup(func() {
-		var wg sync.WaitGroup
-		for _, s := range nodes {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				defer cancel()
-				_ = s.Stop(ctx)
-			}()
-		}
-		wg.Wait()
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ready := 0
-		for _, s := range nodes {
-			if s.Ready() && len(s.sketchPeers()) == n-1 {
-				ready++
-			}
-		}
-		if ready == n {
-			return nodes
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("nodes not ready")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// BenchmarkSketchConvergence measures the the product rules convergence bar: 3 real
-// nodes, 10 clients pushing every second (each to a node of its own choice,
-// failing over to the others); per round every client adds 1,000 new series
-// to one partition, then the time until each client's window registers equal
-// the union of all clients' (the merged state) is recorded. After `rounds`
-// rounds node n1 is stopped and the rounds repeat. Reports median and max
-// per phase. Run: go test ./server -run '^$' -bench SketchConvergence -benchtime 1x
-func BenchmarkSketchConvergence(b *testing.B) {
-	const clients, rounds = 10, 10
-	for b.Loop() {
-		nodes := startSketchNodes(b, 3)
-		addrs := []string{nodes[0].GRPCAddr(), nodes[1].GRPCAddr(), nodes[2].GRPCAddr()}
-		lims := make([]*partitionlimit.Limiter, clients)
-		for i := range lims {
-			a := slices.Clone(addrs) // client i prefers node i%3 first in its list; the start is random anyway
-			l, err := partitionlimit.New(partitionlimit.Config{Addrs: a, PushInterval: time.Second, RPCTimeout: 500 * time.Millisecond,
-				ReconnectMax: 200 * time.Millisecond, Limits: partitionlimit.LimitsFunc(func(string) int64 { return 1 << 40 })})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer l.Close()
-			lims[i] = l
-		}
-		r := rand.New(rand.NewPCG(7, 7))
-		phase := func(name string) {
-			var lat []time.Duration
-			for range rounds {
-				for _, l := range lims {
-					hs := make([]uint64, 1000)
-					for k := range hs {
-						hs[k] = r.Uint64()
-					}
-					if err := l.Check("conv", []partitionlimit.Series{{Partition: 5, Hashes: hs}}); err != nil {
-						b.Fatal(err)
-					}
-				}
-				t0 := time.Now()
-				target := make([]uint8, 2048)
-				for _, l := range lims {
-					for i, v := range l.WindowRegisters("conv", 5) {
-						target[i] = max(target[i], v)
-					}
-				}
-				done := make([]time.Duration, clients)
-				for left := clients; left > 0; {
-					if time.Since(t0) > 30*time.Second {
-						b.Fatalf("%s: %d clients did not converge within 30s", name, left)
-					}
-					for i, l := range lims {
-						if done[i] == 0 && slices.Equal(l.WindowRegisters("conv", 5), target) {
-							done[i] = time.Since(t0)
-							left--
-						}
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
-				lat = append(lat, done...)
-			}
-			sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-			med, mx := lat[len(lat)/2], lat[len(lat)-1]
-			b.ReportMetric(float64(med.Milliseconds()), name+"-p50-ms")
-			b.ReportMetric(float64(mx.Milliseconds()), name+"-max-ms")
-			fmt.Fprintf(os.Stderr, "%s: %d samples, median %v, max %v\n", name, len(lat), med, mx)
-		}
-		phase("3nodes")
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		_ = nodes[0].Stop(ctx)
-		cancel()
-		phase("after-stop")
-		unreach := 0
-		for _, l := range lims {
-			if st := l.Stats(); st.Remote == partitionlimit.RemoteUnreachable {
-				unreach++
-			}
-		}
-		if unreach > 0 {
-			b.Fatalf("%d clients report the remote unreachable with two nodes up", unreach)
-		}
 	}
 }
 

@@ -7,9 +7,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/summaries"
+	"github.com/tollgate-io/tollgate/service/summaries"
 )
 
 // summaryMaxSilence: a follower that heard nothing from its group's leader for
@@ -74,8 +75,8 @@ func (s *Server) startSummaries() error {
 }
 
 // registerSummaries adds the Summaries service to the gRPC server.
-func (s *Server) registerSummaries() {
+func (s *Server) registerSummaries(g *grpc.Server) {
 	if s.summaries != nil {
-		api.RegisterSummariesServer(s.grpc, summaries.NewService(s.summaries, s.closing))
+		api.RegisterSummariesServer(g, summaries.NewService(s.summaries, s.closing))
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 )
 
@@ -111,13 +110,13 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 // when this node leads g, else forwarded once.
 func (a *adminService) dropTenantGroup(ctx context.Context, g int, tenant string) (*api.GroupDrop, error) {
 	s := a.s
-	c, err := a.leaderClient(ctx, g)
+	c, fctx, err := a.leaderClient(ctx, g)
 	if err != nil {
 		return nil, err
 	}
 	if c != nil {
 		gr := uint32(g)
-		resp, err := c.DropTenant(forward.Outgoing(ctx), &api.DropTenantRequest{Tenant: tenant, Group: &gr})
+		resp, err := c.DropTenant(fctx, &api.DropTenantRequest{Tenant: tenant, Group: &gr})
 		if err != nil {
 			return nil, err
 		}

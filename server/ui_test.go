@@ -171,9 +171,11 @@ func TestDashboard(t *testing.T) {
 	shot(t, bctx, "tenants")
 
 	// Tenant page: reached by clicking the tenant, per-group usage against shares.
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`tr[data-tenant="acme"] a`))); err != nil {
-		t.Fatalf("click acme: %v", err)
-	}
+	// The tenants table is re-rendered on every poll: a click that lands
+	// while its row is replaced is lost (seen on a loaded machine), so the
+	// link is clicked again until the page changes.
+	clickUntil(t, bctx, `tr[data-tenant="acme"] a`, `[document.querySelector("h1") ? document.querySelector("h1").innerText : ""]`,
+		func(h []string) bool { return strings.Contains(h[0], "acme") })
 	waitPage(t, bctx, "acme's page: 360 of 400, near limit", `[document.querySelector("h1") ? document.querySelector("h1").innerText : "", ...Array.from(document.querySelectorAll(".card")).map(c => c.innerText)]`,
 		func(parts []string) bool {
 			all := strings.Join(parts, "\n")
@@ -294,6 +296,29 @@ func dashboardLoad(ctx context.Context, tc *testCluster) {
 // waitPage evaluates js (returning a list of strings) in the page until check
 // accepts it. The deadline is generous: it only catches a page that never gets
 // there, and the last value seen is in the failure.
+// clickUntil clicks the element at sel until check holds for js's value
+// (up to a minute), at most every 2 s.
+func clickUntil(t *testing.T, ctx context.Context, sel, js string, check func([]string) bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		// Click waits for the element: bounded, since the page may have
+		// changed already.
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := chromedp.Do(cctx, chromedp.Click(chromedp.CSS(sel)))
+		cancel()
+		for until := time.Now().Add(2 * time.Second); time.Now().Before(until); time.Sleep(100 * time.Millisecond) {
+			if v, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](js)); err == nil && check(v) {
+				return
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			t.Fatalf("click %s: the page did not change (last click: %v)", sel, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 func waitPage(t *testing.T, ctx context.Context, what, js string, check func([]string) bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)

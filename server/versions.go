@@ -103,6 +103,15 @@ func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 // cluster restart: serf's snapshot keeps addresses, not tags) has no known
 // version and lags.
 func versionLag(servers []raft.Server, members []membership.Member, self string, selfVersion, version int) (lagging []string) {
+	lagging, _ = versionLagUnknown(servers, members, self, selfVersion, version)
+	return lagging
+}
+
+// versionLagUnknown is versionLag, also counting how many of the lagging
+// servers lag only because their version is not known (absent from the
+// member list): a leader that has just restarted sees its peers that way
+// until it rejoins gossip, which is no reason to treat them as older builds.
+func versionLagUnknown(servers []raft.Server, members []membership.Member, self string, selfVersion, version int) (lagging []string, unknown int) {
 	byID := make(map[string]membership.Member, len(members))
 	for _, m := range members {
 		byID[m.ID] = m
@@ -119,6 +128,7 @@ func versionLag(servers []raft.Server, members []membership.Member, self string,
 		switch {
 		case !known:
 			lagging = append(lagging, fmt.Sprintf("%s is not in the member list (cluster version unknown)", id))
+			unknown++
 		case m.ClusterVersion >= version:
 		case m.Status == membership.StatusAlive:
 			lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, m.ClusterVersion))
@@ -126,8 +136,40 @@ func versionLag(servers []raft.Server, members []membership.Member, self string,
 			lagging = append(lagging, fmt.Sprintf("%s is %s and last advertised cluster version %d", id, m.Status, m.ClusterVersion))
 		}
 	}
-	return lagging
+	return lagging, unknown
 }
+
+// versionGate is what an entry of cluster version `version` may do in group
+// g on this node: gateOpen (every server applies it), gateClosed (a server
+// advertises an older build: a rolling upgrade) or gateUnknown (only
+// versions not known yet stand in the way; they usually are within a second
+// of a restart).
+func (s *Server) versionGate(g, version int) gate {
+	if s.vers.skipGate.Load() {
+		return gateOpen
+	}
+	fut := s.host.Raft(g).GetConfiguration()
+	if fut.Error() != nil {
+		return gateUnknown
+	}
+	lagging, unknown := versionLagUnknown(fut.Configuration().Servers, s.memberList(), s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	switch {
+	case len(lagging) == 0:
+		return gateOpen
+	case unknown == len(lagging):
+		return gateUnknown
+	}
+	return gateClosed
+}
+
+// gate is versionGate's answer.
+type gate uint8
+
+const (
+	gateOpen gate = iota
+	gateClosed
+	gateUnknown
+)
 
 // checkEntryType returns FailedPrecondition when group g cannot take an entry
 // of type typ yet.
@@ -150,35 +192,47 @@ func (s *Server) checkEntryType(g int, typ byte) error {
 // this node, which must lead g, after the version check, and waits until it is
 // applied here. It returns the FSM's response and the entry's raft index.
 func (s *Server) proposeVersioned(ctx context.Context, g int, typ byte, data []byte) (any, uint64, error) {
-	if err := s.haltedStatus(g); err != nil {
+	wait, err := s.appendVersioned(g, typ, data)
+	if err != nil {
 		return nil, 0, err
+	}
+	return wait(ctx)
+}
+
+// appendVersioned is proposeVersioned without the wait: the checks, then the
+// entry handed to raft; wait returns the module's result and the index.
+func (s *Server) appendVersioned(g int, typ byte, data []byte) (wait func(context.Context) (any, uint64, error), err error) {
+	if err := s.haltedStatus(g); err != nil {
+		return nil, err
 	}
 	r := s.host.Raft(g)
 	if r.State() != raft.Leader {
-		return nil, 0, status.Errorf(codes.Unavailable, "group %d: %s no longer leads it; retry", g, s.cfg.NodeID)
+		return nil, status.Errorf(codes.Unavailable, "group %d: %s no longer leads it; retry", g, s.cfg.NodeID)
 	}
 	if err := s.checkEntryType(g, typ); err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	fut := r.Apply(data, s.cfg.ApplyTimeout)
-	done := make(chan error, 1)
-	go func() { done <- fut.Error() }()
-	select {
-	case err := <-done:
-		if err != nil {
-			return nil, 0, raftStatus(g, "append", err)
+	return func(ctx context.Context) (any, uint64, error) {
+		done := make(chan error, 1)
+		go func() { done <- fut.Error() }()
+		select {
+		case err := <-done:
+			if err != nil {
+				return nil, 0, raftStatus(g, "append", err)
+			}
+		case <-ctx.Done():
+			return nil, 0, status.Errorf(codes.DeadlineExceeded, "group %d: %v before the entry applied; it may still apply (retrying is safe)", g, ctx.Err())
 		}
-	case <-ctx.Done():
-		return nil, 0, status.Errorf(codes.DeadlineExceeded, "group %d: %v before the entry applied; it may still apply (retrying is safe)", g, ctx.Err())
-	}
-	resp := fut.Response()
-	if err, ok := resp.(error); ok {
-		if errors.Is(err, fsm.ErrHalted) {
-			return nil, 0, status.Errorf(codes.Unavailable, "group %d: %v", g, err)
+		resp := fut.Response()
+		if err, ok := resp.(error); ok {
+			if errors.Is(err, fsm.ErrHalted) {
+				return nil, 0, status.Errorf(codes.Unavailable, "group %d: %v", g, err)
+			}
+			return nil, 0, status.Errorf(codes.Internal, "group %d: apply: %v", g, err)
 		}
-		return nil, 0, status.Errorf(codes.Internal, "group %d: apply: %v", g, err)
-	}
-	return resp, fut.Index(), nil
+		return resp, fut.Index(), nil
+	}, nil
 }
 
 // haltedStatus is Unavailable naming the reason when group g's FSM is halted

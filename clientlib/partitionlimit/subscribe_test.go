@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/sketchhub"
+	"github.com/tollgate-io/tollgate/service/partitionlimit"
 )
 
 // TestWatchFollowsCheckedTenants: two clients on one real hub (gRPC on
@@ -18,7 +18,7 @@ import (
 // t1's sketches and never t2's; once B checks t2 it subscribes again and
 // receives t2's sketches from the hub.
 func TestWatchFollowsCheckedTenants(t *testing.T) {
-	hub, err := sketchhub.New(sketchhub.Config{NodeID: "n1"})
+	hub, err := partitionlimit.New(partitionlimit.Config{NodeID: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +27,7 @@ func TestWatchFollowsCheckedTenants(t *testing.T) {
 		t.Fatal(err)
 	}
 	gs := grpc.NewServer()
-	api.RegisterSketchesServer(gs, sketchhub.NewService(hub, make(chan struct{})))
+	api.RegisterSketchesServer(gs, partitionlimit.NewService(hub, make(chan struct{})))
 	go gs.Serve(lis)
 	t.Cleanup(gs.Stop)
 	limits := limitsOf(map[string]int64{"t1": 1 << 40, "t2": 1 << 40})

@@ -222,7 +222,7 @@ func TestValidation(t *testing.T) {
 		{"NaN key", Rates{Version: 6, Keys: map[string]map[string]float64{"k": {"submit": math.NaN()}}}, `keys["k"].submit`},
 		{"empty kind", Rates{Version: 6, Global: map[string]float64{"": 5}}, "kind is empty"},
 		{"bad kind", Rates{Version: 6, Global: map[string]float64{"lo cate": 5}}, "not allowed"},
-		{"kind digit first", Rates{Version: 6, Global: map[string]float64{"1x": 5}}, "start with a letter"},
+		{"kind with a dot", Rates{Version: 6, Global: map[string]float64{"a.x": 5}}, "not allowed"},
 		{"long kind", Rates{Version: 6, Global: map[string]float64{"a" + strings.Repeat("b", 64): 5}}, "longer than 64"},
 		{"empty key", Rates{Version: 6, Keys: map[string]map[string]float64{"": {"locate": 5}}}, "a key must be"},
 		{"version 0", Rates{Global: map[string]float64{"locate": 5}}, "version 0 is reserved"},

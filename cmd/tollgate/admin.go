@@ -461,13 +461,19 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		return strings.Compare(a.Id, b.Id)
 	})
 	// VER: the highest cluster version the member's build supports.
-	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tVER\tGRPC\tRAFT\tLEADS")
+	// REPLICAS: the groups the member is a voter of, per the groups' leaders.
+	replicas := replicaCounts(st)
+	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tVER\tGRPC\tRAFT\tREPLICAS\tLEADS")
 	for _, m := range members {
 		ver := "?" // a server from before the field
 		if m.ClusterVersion > 0 {
 			ver = fmt.Sprint(m.ClusterVersion)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.Zone, m.Id, m.Status, ver, m.GrpcAddress, m.RaftAddress, groupList(m.GroupsLed))
+		stat := m.Status
+		if m.Decommissioning {
+			stat += ",draining" // tollgate node drain
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Zone, m.Id, stat, ver, m.GrpcAddress, m.RaftAddress, replicas[m.Id], groupList(m.GroupsLed))
 	}
 	w.Flush()
 	fmt.Fprintln(out)
@@ -504,6 +510,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", gi.Group, leader, strings.Join(gi.Voters, ","), strings.Join(applied, " "), series, tenants)
 	}
 	w.Flush()
+	printPlacement(out, st) // node.go
 	if len(st.Unreachable) > 0 {
 		fmt.Fprintf(out, "\nunreachable: %s\n", strings.Join(st.Unreachable, ", "))
 	}

@@ -79,6 +79,7 @@ func (s *serverSettings) options() []option {
 		{"raft-heartbeat-timeout", &c.RaftHeartbeatTimeout, "silence from the leader after which a follower calls an election (randomised in [T, 2T)); 0: raftnode's default"},
 		{"raft-election-timeout", &c.RaftElectionTimeout, "how long a candidate waits for votes before retrying; ≥ --raft-heartbeat-timeout; 0: default"},
 		{"raft-leader-lease-timeout", &c.RaftLeaderLeaseTimeout, "a leader that has not heard from a quorum this long steps down; ≤ --raft-heartbeat-timeout; 0: default"},
+		{"move-interval", &c.MoveInterval, "least time between two replica moves a group leader starts to follow placement (joins, tollgate node drain); negative disables moves"},
 		{"leader-balance-interval", &c.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
 		{"admin-token", &c.AdminToken, "admin credential (satisfies every scope); when set, every endpoint that writes or reveals tenant data needs a credential (docs/access-control.md); prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: the dev default, admin API from loopback only"},
 		{"admin-token-file", &s.adminTokenFile, "read the admin token from this file"},
@@ -359,6 +360,9 @@ func (s *serverSettings) validate() []error {
 	}
 	if c.LeaderBalanceInterval == 0 {
 		bad("leader-balance-interval", "0s: give a positive interval, or a negative one to disable balancing")
+	}
+	if c.MoveInterval == 0 {
+		bad("move-interval", "0s: give a positive interval, or a negative one to disable replica moves")
 	}
 	if err := layout.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
 		bad("partitions", "partitions=%d groups=%d shards=%d: %v", c.Partitions, c.Groups, c.Shards, err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/testports"
 )
 
 // buildBinary compiles the tollgate binary once per test run.
@@ -34,14 +34,20 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
+// ports: this package's range, below the ephemeral range and apart from
+// faulttest's (20000–32000), whose nodes restart on their ports while these
+// tests run beside them (testports says why not port 0).
+var ports = testports.Range{Lo: 10000, Hi: 20000}
+
+// freePort returns a loopback address whose port is free for TCP and UDP
+// (gossip needs both).
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.Pick()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
+	return fmt.Sprintf("127.0.0.1:%d", p)
 }
 
 type proc struct {

@@ -13,8 +13,8 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/configsvc"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	runtimecfgsvc "github.com/tollgate-io/tollgate/service/runtimecfg"
 )
 
 // `tollgate limits …`: the replicated runtime configuration through the
@@ -76,7 +76,7 @@ func newLimitsGetCmd() *cobra.Command {
 					return err
 				}
 				printSource(out, resp)
-				doc, err := configsvc.FromProto(resp.Config)
+				doc, err := runtimecfgsvc.FromProto(resp.Config)
 				if err != nil {
 					return fmt.Errorf("the server sent an invalid document: %w", err)
 				}
@@ -266,7 +266,7 @@ func currentDoc(ctx context.Context, c api.ConfigClient) (*runtimecfg.Document, 
 	if resp.Source != "replicated" {
 		return &runtimecfg.Document{}, resp, nil
 	}
-	d, err := configsvc.FromProto(resp.Config)
+	d, err := runtimecfgsvc.FromProto(resp.Config)
 	if err != nil {
 		return nil, nil, fmt.Errorf("the server sent an invalid document: %w", err)
 	}
@@ -336,7 +336,7 @@ by tollgate limits get — so a concurrent change is never overwritten silently.
 				for _, l := range diffLines(cur, want) {
 					fmt.Fprintln(out, l)
 				}
-				resp, err := c.ApplyLimits(ctx, &api.ApplyLimitsRequest{Config: configsvc.ToProto(want), ExpectedVersion: &expected})
+				resp, err := c.ApplyLimits(ctx, &api.ApplyLimitsRequest{Config: runtimecfgsvc.ToProto(want), ExpectedVersion: &expected})
 				if err != nil {
 					return changeError("apply "+file, err)
 				}

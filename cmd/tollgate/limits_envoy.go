@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/configsvc"
 	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/service/runtimecfg"
 )
 
 func newLimitsApplyEnvoyCmd() *cobra.Command {
@@ -80,7 +80,7 @@ naming the field and line, and nothing is applied.`,
 					return nil
 				}
 				expected := cur.Version
-				resp, err := c.ApplyLimits(ctx, &api.ApplyLimitsRequest{Config: configsvc.ToProto(want), ExpectedVersion: &expected})
+				resp, err := c.ApplyLimits(ctx, &api.ApplyLimitsRequest{Config: runtimecfg.ToProto(want), ExpectedVersion: &expected})
 				if err != nil {
 					return changeError("apply-envoy", err)
 				}

@@ -31,5 +31,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTLSCmd(), newHealthCmd())
 	root.AddCommand(newLimitsCmd())
 	root.AddCommand(newUsageCmd())
+	root.AddCommand(newNodeCmd())
+	root.AddCommand(newScaleBenchCmd())
 	return root
 }

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -48,6 +49,25 @@ type tlsNode struct {
 // --bootstrap-expect 3, and returns once each printed its ready banner.
 func startTLSCluster(t *testing.T, bin, certs, token string) []*tlsNode {
 	t.Helper()
+	for attempt := 1; ; attempt++ {
+		nodes, err := startTLSClusterOnce(t, bin, certs, token)
+		if err == nil {
+			return nodes
+		}
+		// freePort closes the port it found before the node binds it:
+		// with other suites running, another process can take it first.
+		if attempt < 3 && errors.Is(err, errPortTaken) {
+			t.Logf("attempt %d: %v; starting again on other ports", attempt, err)
+			continue
+		}
+		t.Fatal(err)
+	}
+}
+
+var errPortTaken = errors.New("a port was taken before the node bound it")
+
+func startTLSClusterOnce(t *testing.T, bin, certs, token string) ([]*tlsNode, error) {
+	t.Helper()
 	base := t.TempDir()
 	var nodes []*tlsNode
 	for i := range 3 {
@@ -56,7 +76,11 @@ func startTLSCluster(t *testing.T, bin, certs, token string) []*tlsNode {
 			dir: filepath.Join(base, id), logPath: filepath.Join(base, id+".log")})
 	}
 	p := filepath.Join
-	readies := make([]chan error, len(nodes))
+	type readiness struct {
+		i   int
+		err error
+	}
+	readies := make(chan readiness, len(nodes))
 	for i, n := range nodes {
 		args := []string{"server", "--node-id", n.id, "--zone", fmt.Sprintf("zone-%c", 'a'+i), "--data-dir", n.dir,
 			"--grpc-addr", n.grpc, "--raft-addr", n.raft, "--gossip-addr", n.gossip, "--http-addr", n.http,
@@ -81,8 +105,6 @@ func startTLSCluster(t *testing.T, bin, certs, token string) []*tlsNode {
 			t.Fatal(err)
 		}
 		n.cmd, n.exited = cmd, make(chan struct{})
-		ready := make(chan error, 1)
-		readies[i] = ready
 		go func() {
 			sc := bufio.NewScanner(stdout)
 			seen := false
@@ -90,11 +112,11 @@ func startTLSCluster(t *testing.T, bin, certs, token string) []*tlsNode {
 				fmt.Fprintln(logf, sc.Text())
 				if !seen && strings.Contains(sc.Text(), "ready") {
 					seen = true
-					ready <- nil
+					readies <- readiness{i, nil}
 				}
 			}
 			if !seen {
-				ready <- fmt.Errorf("%s exited before it was ready (log %s)", n.id, n.logPath)
+				readies <- readiness{i, fmt.Errorf("%s exited before it was ready (log %s)", n.id, n.logPath)}
 			}
 			_ = cmd.Wait()
 			logf.Close()
@@ -109,17 +131,31 @@ func startTLSCluster(t *testing.T, bin, certs, token string) []*tlsNode {
 			}
 		})
 	}
-	for i, r := range readies {
-		select {
-		case err := <-r:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-time.After(120 * time.Second):
-			t.Fatalf("%s not ready after 120s", nodes[i].id)
+	killAll := func() {
+		for _, n := range nodes {
+			_ = n.cmd.Process.Signal(syscall.SIGKILL)
+			<-n.exited
 		}
 	}
-	return nodes
+	deadline := time.After(120 * time.Second)
+	for range nodes {
+		select {
+		case r := <-readies:
+			if r.err != nil {
+				// The log file is complete once the process exited.
+				killAll()
+				b, _ := os.ReadFile(nodes[r.i].logPath)
+				if strings.Contains(string(b), "address already in use") {
+					return nil, fmt.Errorf("%w: %s: %s", errPortTaken, nodes[r.i].id, strings.TrimSpace(tailLines(string(b), 1)))
+				}
+				return nil, r.err
+			}
+		case <-deadline:
+			killAll()
+			return nil, errors.New("the cluster was not ready after 120s")
+		}
+	}
+	return nodes, nil
 }
 
 func tailLines(s string, n int) string {

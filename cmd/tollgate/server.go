@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tollgate-io/tollgate/gctune"
 	"github.com/tollgate-io/tollgate/server"
 )
 
@@ -74,6 +75,14 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 	}
 	cfg := s.cfg
 	cfg.Logger = log
+	// Before New: restoring a large node's tables is when the heap grows.
+	gctx, gcancel := context.WithCancel(context.Background())
+	defer gcancel()
+	go func() {
+		if err := gctune.Run(gctx, gctune.Config{Logger: log}); err != nil {
+			log.Warn("GC tuning", "err", err)
+		}
+	}()
 	srv, err := server.New(cfg)
 	if err != nil {
 		return err

@@ -16,7 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	climeter "github.com/tollgate-io/tollgate/clientlib/metering"
-	"github.com/tollgate-io/tollgate/meterserver"
+	"github.com/tollgate-io/tollgate/service/metering"
 )
 
 // newUsageCmd is `tollgate usage`: ledger queries and active-series bills
@@ -136,7 +136,7 @@ milliseconds or RFC 3339. The last column is the duration measure in ms
 			if tenant == "" || bfrom == "" || bto == "" {
 				return fmt.Errorf("usage bill: --tenant, --from and --to are required")
 			}
-			var b meterserver.Bill
+			var b metering.Bill
 			if err := get(cmd, "/v1/usage/bill", url.Values{"tenant": {tenant}, "from": {bfrom}, "to": {bto}}, &b); err != nil || asJSON {
 				return err
 			}

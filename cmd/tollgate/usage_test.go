@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/tollgate-io/tollgate/metering/interval"
-	"github.com/tollgate-io/tollgate/meterserver"
 	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/service/metering"
 )
 
 // TestUsageCommands runs `tollgate usage query` and `usage bill` against a
 // real single-node server whose metering clock the test drives.
 func TestUsageCommands(t *testing.T) {
 	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true, Metering: meterserver.Config{Granularity: interval.Hour, TestClock: true}})
+		RaftAddr: "127.0.0.1:0", RaftNoSync: true, Metering: metering.Config{Granularity: interval.Hour, TestClock: true}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +77,7 @@ func TestUsageCommands(t *testing.T) {
 func TestUsageClock(t *testing.T) {
 	start := func(testClock bool, token string) *server.Server {
 		s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: token, Metering: meterserver.Config{TestClock: testClock}})
+			RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: token, Metering: metering.Config{TestClock: testClock}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -53,4 +53,20 @@
 //	varint last now_ms
 //
 // The open-target index is not stored: it is every span without an end.
+//
+// # Active-series samples in memory
+//
+// A tenant's samples of the open billing period (the UTC calendar month of
+// the latest time an entry carried: any entry's now, a series entry's
+// minute) are held at full resolution, 16 bytes each. When an entry moves
+// that time into a later month, the samples before it are compacted, one
+// block of delta varints per tenant and calendar month (series.go), a
+// bounded number of samples per series or tick entry (tenants in name
+// order), so the change of month costs no long pause of the apply goroutine.
+// Compaction is lossless and in memory only: queries answer, and the section
+// above is written, sample by sample exactly as without it, and a restore
+// compacts what the section holds. Neither the entries nor the section
+// changed: builds that hold every sample at full resolution read and write
+// the same bytes and answer the same, so mixed builds cannot diverge and no
+// cluster version gates it.
 package metering

@@ -3,7 +3,7 @@ package metering
 import (
 	"fmt"
 	"hash/fnv"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -127,13 +127,25 @@ type Module struct {
 	ledger   map[string][]Record // target key → records in execution order
 	nrec     int
 	dead     []DeadLetter
-	series   map[string][]sample // tenant → samples by minute
-	lastNow  int64
-	planned  int64 // counters since start (metrics), not replicated state
-	executed int64
-	changes  atomic.Uint64  // bumped by every applied entry and restore
-	due      dueIndex       // derived: which spans have work when (the sampler's Due)
-	observe  func(ms int64) // SetTimeObserver; nil: none
+	series   map[string]*tenantSeries // tenant → samples by minute (series.go)
+	// openMonth is the first minute of the open billing period: the UTC
+	// calendar month of the latest time an entry carried (its now, or a
+	// series entry's minute).
+	// Samples before it are compacted (series.go). It only moves forward.
+	openMonth int64
+	// compactQ lists (sorted) the tenants whose samples before openMonth
+	// are still at full resolution; each series or tick entry compacts
+	// from its head up to compactBudget samples, so the month's turn does
+	// not stall the apply goroutine for a pass over every tenant's month
+	// (1–2 ms a tenant-month sampled every minute; BENCHMARKS.md).
+	compactQ      []string
+	compactBudget int
+	lastNow       int64
+	planned       int64 // counters since start (metrics), not replicated state
+	executed      int64
+	changes       atomic.Uint64  // bumped by every applied entry and restore
+	due           dueIndex       // derived: which spans have work when (the sampler's Due)
+	observe       func(ms int64) // SetTimeObserver; nil: none
 }
 
 // SetTimeObserver installs fn, called on the apply goroutine with the time
@@ -150,7 +162,7 @@ var _ fsm.Module = (*Module)(nil)
 
 // New returns an empty module for group g.
 func New(group int) *Module {
-	m := &Module{group: group}
+	m := &Module{group: group, compactBudget: defaultCompactBudget}
 	m.reset()
 	return m
 }
@@ -163,7 +175,9 @@ func (m *Module) reset() {
 	m.ledger = map[string][]Record{}
 	m.nrec = 0
 	m.dead = nil
-	m.series = map[string][]sample{}
+	m.series = map[string]*tenantSeries{}
+	m.openMonth = 0
+	m.compactQ = nil
 	m.lastNow = 0
 	m.due.invalidate()
 }
@@ -229,6 +243,7 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		defer m.mu.Unlock()
 		m.tick(now)
 		m.gc(cutoff)
+		m.compactSome()
 		return nil, nil
 	case EntrySeries:
 		minute, rows, err := DecodeSeries(e.Payload)
@@ -238,15 +253,15 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		for _, r := range rows {
-			s := m.series[r.Tenant]
-			if n := len(s); n > 0 && s[n-1].minute >= minute {
-				if s[n-1].minute == minute {
-					s[n-1].active = r.Active
-				}
-				continue // an older minute than recorded: ignored
+			ts := m.series[r.Tenant]
+			if ts == nil {
+				ts = &tenantSeries{}
+				m.series[r.Tenant] = ts
 			}
-			m.series[r.Tenant] = append(s, sample{minute, r.Active})
+			ts.put(sample{minute, r.Active}) // an older minute than recorded is ignored
 		}
+		m.advanceMonth(minute)
+		m.compactSome()
 		return len(rows), nil
 	}
 	return nil, fmt.Errorf("%w: entry type %d is not a metering type", ErrBadPayload, e.Type)
@@ -260,6 +275,10 @@ func (m *Module) tick(now int64) {
 		if m.observe != nil {
 			m.observe(now)
 		}
+		// The month turning on the group's clock closes the billing
+		// period even when no count changes (an idle cluster writes no
+		// series entry).
+		m.advanceMonth(floorDiv(now, 60_000))
 	}
 }
 
@@ -287,14 +306,65 @@ func (m *Module) gc(ledgerCutoff int64) {
 		}
 	}
 	cutMinute := ledgerCutoff / 60_000
-	for t, ss := range m.series {
-		i := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= cutMinute })
-		if i == len(ss) {
+	for t, ts := range m.series {
+		if ts.dropBefore(cutMinute) {
 			delete(m.series, t)
-		} else if i > 0 {
-			m.series[t] = append([]sample(nil), ss[i:]...)
 		}
 	}
+}
+
+// defaultCompactBudget is how many full-resolution samples one series or
+// tick entry compacts at most: about 18 ms of the apply goroutine's time on a
+// loaded 2-core VM (BENCHMARKS.md). Ticks come once a minute while there
+// are samples, so a month of 1,000 tenants sampled every minute (44.6M
+// samples) is compacted within the first one or two hours of the next
+// month.
+const defaultCompactBudget = 1 << 19
+
+// advanceMonth moves the open billing period to the month of minute when
+// that is later, and queues every tenant with samples before it for
+// compaction. It runs in Apply on times the entries carry, so every replica
+// closes the month at the same entry; compaction changes no answer
+// (series.go), only memory.
+func (m *Module) advanceMonth(minute int64) {
+	start := monthStart(minute)
+	if start <= m.openMonth {
+		return
+	}
+	m.openMonth = start
+	m.compactQ = m.compactQ[:0]
+	for t, ts := range m.series {
+		if len(ts.open) > 0 && ts.open[0].minute < start {
+			m.compactQ = append(m.compactQ, t)
+		}
+	}
+	slices.Sort(m.compactQ) // the same order on every replica
+}
+
+// compactSome compacts queued tenants, in order, until compactBudget
+// samples were compacted or none is left.
+func (m *Module) compactSome() {
+	budget := m.compactBudget
+	for len(m.compactQ) > 0 && budget > 0 {
+		ts := m.series[m.compactQ[0]]
+		m.compactQ = m.compactQ[1:]
+		if ts != nil { // else dropped by the retention since
+			budget -= ts.compact(m.openMonth)
+		}
+	}
+	if len(m.compactQ) == 0 {
+		m.compactQ = nil
+	}
+}
+
+// floorDiv is a / b rounded down (b > 0): times before 1970 fall in the
+// minute they are in.
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 // fingerprint identifies an event's content, so that a retry with the same

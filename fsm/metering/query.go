@@ -3,7 +3,6 @@ package metering
 import (
 	"cmp"
 	"slices"
-	"sort"
 
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
@@ -80,6 +79,11 @@ type Stats struct {
 	LastNow      int64 // latest leader time applied
 	PlannedTotal int64 // intervals planned / executed by this replica since it started (metrics)
 	Executed     int64
+	// SeriesTenants counts the tenants with active-series samples;
+	// SeriesBytes is the memory their samples hold (SeriesBytes per tenant,
+	// summed): the open month at full resolution, closed months compacted.
+	SeriesTenants int
+	SeriesBytes   int
 }
 
 // Stats returns the module's state summary at now under grid.
@@ -87,7 +91,10 @@ func (m *Module) Stats(grid interval.Grid, now int64) Stats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	st := Stats{SpansOpen: len(m.open), Spans: len(m.spans), Records: m.nrec, DeadLetters: len(m.dead), LastNow: m.lastNow,
-		PlannedTotal: m.planned, Executed: m.executed}
+		PlannedTotal: m.planned, Executed: m.executed, SeriesTenants: len(m.series)}
+	for _, ts := range m.series {
+		st.SeriesBytes += ts.bytes()
+	}
 	for _, s := range m.spans {
 		if st.OldestCursor == 0 || s.Cursor < st.OldestCursor {
 			st.OldestCursor = s.Cursor
@@ -197,57 +204,27 @@ type Sample struct {
 func (m *Module) SeriesSamples(tenant string, from, to int64, withPrior bool) []Sample {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if to != 0 && to <= from {
+	ts := m.series[tenant]
+	if ts == nil {
 		return nil
 	}
-	ss := m.series[tenant]
-	lo := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= from })
-	hi := len(ss)
-	if to != 0 {
-		hi = sort.Search(len(ss), func(i int) bool { return ss[i].minute >= to })
-	}
-	if withPrior && lo > 0 && (lo == len(ss) || ss[lo].minute > from) {
-		lo-- // no sample at from: the one before is the count in force
-	}
-	if lo >= hi {
-		return nil
-	}
-	out := make([]Sample, 0, hi-lo)
-	for _, s := range ss[lo:hi] {
-		out = append(out, Sample{s.minute, s.active})
-	}
-	return out
+	return ts.window(from, to, withPrior)
 }
 
 // SeriesWindow returns every tenant's samples with minute in [from, to),
 // each tenant's list led by its latest sample before from when there is one
 // (the count in force at from: a sample holds until the next). Tenants with
-// no sample before to are left out. It reads only the window (binary search),
-// so a month's bills do not walk the whole retained history.
+// no sample before to are left out. It reads only the window (binary search;
+// compacted months only when the window reaches into them), so a month's
+// bills do not walk the whole retained history.
 func (m *Module) SeriesWindow(from, to int64) map[string][]Sample {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := map[string][]Sample{}
-	if to != 0 && to <= from {
-		return out
-	}
-	for t, ss := range m.series {
-		lo := sort.Search(len(ss), func(i int) bool { return ss[i].minute >= from })
-		hi := len(ss)
-		if to != 0 {
-			hi = sort.Search(len(ss), func(i int) bool { return ss[i].minute >= to })
+	for t, ts := range m.series {
+		if w := ts.window(from, to, true); len(w) > 0 {
+			out[t] = w
 		}
-		if lo > 0 && (lo == len(ss) || ss[lo].minute > from) {
-			lo-- // no sample at from: the one before is the count in force
-		}
-		if lo >= hi {
-			continue
-		}
-		w := make([]Sample, 0, hi-lo)
-		for _, s := range ss[lo:hi] {
-			w = append(w, Sample{s.minute, s.active})
-		}
-		out[t] = w
 	}
 	return out
 }
@@ -256,11 +233,27 @@ func (m *Module) SeriesWindow(from, to int64) map[string][]Sample {
 func (m *Module) LastSample(tenant string) (int64, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	ss := m.series[tenant]
-	if len(ss) == 0 {
+	ts := m.series[tenant]
+	if ts == nil {
 		return 0, false
 	}
-	return ss[len(ss)-1].active, true
+	s, ok := ts.latest()
+	return s.active, ok
+}
+
+// SeriesBytes is the memory (bytes) the tenant's active-series samples hold
+// in this group: the open month at 16 bytes a sample (plus the slack of its
+// array), closed months compacted (series.go). The map entry and the
+// tenant's name are not counted. It is how the memory bound per tenant and
+// retained month is checked.
+func (m *Module) SeriesBytes(tenant string) int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	ts := m.series[tenant]
+	if ts == nil {
+		return 0
+	}
+	return ts.bytes()
 }
 
 // HasState reports whether anything could expire: dedup ids, ledger

@@ -100,16 +100,18 @@ func (m *Module) encodeLocked() []byte {
 		e.String(d.Reason)
 		e.Varint(d.At)
 	}
+	// Compacted samples are written as every sample: the section is the one
+	// builds without compaction write and read.
 	tenants := make([]string, 0, len(m.series))
 	n := 0
-	for t, ss := range m.series {
+	for t, ts := range m.series {
 		tenants = append(tenants, t)
-		n += len(ss)
+		n += ts.count()
 	}
 	slices.Sort(tenants)
 	e.Uvarint(uint64(n))
 	for _, t := range tenants {
-		for _, s := range m.series[t] {
+		for _, s := range m.series[t].all() {
 			e.String(t)
 			e.Varint(s.minute)
 			e.Uvarint(uint64(s.active))
@@ -139,20 +141,21 @@ func readRecord(d *wire.Decoder) Record {
 }
 
 type state struct {
-	nextSpan uint64
-	spans    map[uint64]*Span
-	open     map[string]uint64
-	dedup    map[dedupKey]dedupRec
-	ledger   map[string][]Record
-	nrec     int
-	dead     []DeadLetter
-	series   map[string][]sample
-	lastNow  int64
+	nextSpan  uint64
+	spans     map[uint64]*Span
+	open      map[string]uint64
+	dedup     map[dedupKey]dedupRec
+	ledger    map[string][]Record
+	nrec      int
+	dead      []DeadLetter
+	series    map[string]*tenantSeries
+	openMonth int64
+	lastNow   int64
 }
 
 func decodeSection(b []byte) (*state, error) {
 	st := &state{nextSpan: 1, spans: map[uint64]*Span{}, open: map[string]uint64{}, dedup: map[dedupKey]dedupRec{},
-		ledger: map[string][]Record{}, series: map[string][]sample{}}
+		ledger: map[string][]Record{}, series: map[string]*tenantSeries{}}
 	if b == nil {
 		return st, nil
 	}
@@ -228,21 +231,40 @@ func decodeSection(b []byte) (*state, error) {
 		st.dead = append(st.dead, DeadLetter{Record: r, Code: int(d.Uvarint("code")), Reason: d.String("reason", maxReason), At: d.Varint("at")})
 	}
 	n = d.Count("sample count", len(b))
+	latest := int64(math.MinInt64)
 	for range n {
 		if d.Err() != nil {
 			break
 		}
 		t := d.String("tenant", MaxIDLen)
 		s := sample{minute: d.Varint("minute"), active: int64(d.Uvarint("active") & math.MaxInt64)}
-		if ss := st.series[t]; len(ss) > 0 && ss[len(ss)-1].minute >= s.minute {
+		ts := st.series[t]
+		if ts == nil {
+			ts = &tenantSeries{}
+			st.series[t] = ts
+		}
+		if n := len(ts.open); n > 0 && ts.open[n-1].minute >= s.minute {
 			d.Failf("series samples of %q out of order", t)
 			break
 		}
-		st.series[t] = append(st.series[t], s)
+		ts.open = append(ts.open, s)
+		latest = max(latest, s.minute)
 	}
 	st.lastNow = d.Varint("now")
 	if err := d.Finish(); err != nil {
 		return nil, err
+	}
+	// The section holds every sample: compact the months before the open
+	// one (the month of the latest now or sample), as the replica that wrote
+	// it had, or as this build would have had it been the writer.
+	if st.lastNow > 0 {
+		st.openMonth = max(st.openMonth, monthStart(floorDiv(st.lastNow, 60_000)))
+	}
+	if len(st.series) > 0 {
+		st.openMonth = max(st.openMonth, monthStart(latest))
+	}
+	for _, ts := range st.series {
+		ts.compact(st.openMonth)
 	}
 	return st, nil
 }
@@ -258,6 +280,7 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		defer m.mu.Unlock()
 		m.nextSpan, m.spans, m.open, m.dedup = st.nextSpan, st.spans, st.open, st.dedup
 		m.ledger, m.nrec, m.dead, m.series, m.lastNow = st.ledger, st.nrec, st.dead, st.series, st.lastNow
+		m.openMonth, m.compactQ = st.openMonth, nil // the restore compacted every closed month
 		m.due.invalidate()
 		m.changes.Add(1)
 		if m.observe != nil && m.lastNow > 0 {

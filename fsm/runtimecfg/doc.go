@@ -11,5 +11,5 @@
 // field, as in "tenants.acme.ingestion_rate: -1 must be ≥ 0"), its canonical
 // byte form (format.md) and its YAML form (the limits file and the CLI). It
 // knows nothing of gRPC or of which group orders changes: that is the serving
-// side (package configsvc) and the server's wiring.
+// side (package service/runtimecfg) and the server's wiring.
 package runtimecfg

@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/limits"
+	"github.com/tollgate-io/tollgate/sampleconf"
 )
 
 // Bounds that keep a document (and so a log entry and a snapshot section)
@@ -286,16 +287,22 @@ func validateRates(where string, rates map[string]float64) error {
 	return nil
 }
 
-// ValidateKind checks a traffic kind name: 1..32 bytes of [a-z0-9_-].
+// ValidateKind checks a traffic kind name in the replicated config: the
+// samplers' rule (sampleconf.ValidateKind) narrowed to 1..32 bytes of
+// [a-z0-9_-], so every kind a config names is one every sampler takes. The
+// narrowing is what replicas have always applied: entries validate the same
+// on every version.
 func ValidateKind(k string) error {
 	if len(k) < 1 || len(k) > MaxKindLength {
 		return fmt.Errorf("kind %q must be 1..%d bytes", k, MaxKindLength)
 	}
 	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+		if c := k[i]; c >= 'A' && c <= 'Z' {
 			return fmt.Errorf("kind %q: byte %d is not one of [a-z0-9_-]", k, i)
 		}
+	}
+	if err := sampleconf.ValidateKind(k); err != nil {
+		return fmt.Errorf("kind %q: not one of [a-z0-9_-]: %w", k, err)
 	}
 	return nil
 }

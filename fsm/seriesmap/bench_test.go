@@ -247,6 +247,22 @@ func BenchmarkLookup(b *testing.B) {
 			sink = s
 			reportPerKey(b, len(w.keys))
 		})
+		b.Run(l+"/seriesmap-many", func(b *testing.B) {
+			w := getWorkload(l)
+			ts := w.fillTables(false)
+			mins := make([]uint8, len(w.keys))
+			found := make([]bool, len(w.keys))
+			b.ResetTimer()
+			s := 0
+			for range b.N {
+				for _, r := range w.runs {
+					ts[r.table].GetMany(w.keys[r.off:r.end], mins[r.off:r.end], found[r.off:r.end])
+				}
+				s += int(mins[0])
+			}
+			sink = s
+			reportPerKey(b, len(w.keys))
+		})
 		b.Run(l+"/builtin", func(b *testing.B) {
 			w := getWorkload(l)
 			ms := w.fillMaps()

@@ -347,6 +347,79 @@ func (t *Table) Get(h uint64) (min uint8, ok bool) {
 	}
 }
 
+// getChunk is how many lookups GetMany starts before finishing any: enough
+// cache misses in flight to cover a memory round trip (a core tracks about
+// ten), few enough for the per-chunk state to stay in registers and L1.
+const getChunk = 8
+
+// GetMany is Get for every hash of hs: mins[i] and found[i] are Get(hs[i]).
+// mins and found must be at least as long as hs.
+//
+// Why not Get in a loop: in a table larger than the CPU caches nearly every
+// lookup misses the cache twice (its key bucket, then its minutes), and a
+// loop of Get waits for most of those misses one after the other. GetMany
+// works in chunks: it first computes each hash's home bucket and loads the
+// bucket's first key (independent loads, so their misses overlap), then scans
+// the buckets, now cached, and reads the minutes of the hits, again without
+// any load depending on another hash's.
+func (t *Table) GetMany(hs []uint64, mins []uint8, found []bool) {
+	mins, found = mins[:len(hs)], found[:len(hs)]
+	var segs [getChunk]*seg
+	var homes [getChunk]uint32
+	var first [getChunk]uint64
+	for base := 0; base < len(hs); base += getChunk {
+		chunk := hs[base:min(base+getChunk, len(hs))]
+		for j, h := range chunk {
+			x := h * mixer
+			s := t.segFor(x)
+			segs[j] = s
+			if s.nb == 0 {
+				continue
+			}
+			b := s.home(x)
+			homes[j] = b
+			first[j] = s.data[uint(b)*slotsPerBucket]
+		}
+		for j, h := range chunk {
+			i := base + j
+			s := segs[j]
+			switch {
+			case h == 0:
+				mins[i], found[i] = t.zeroMin, t.hasZero
+				continue
+			case s.nb == 0:
+				mins[i], found[i] = 0, false
+				continue
+			case first[j] == h:
+				mins[i], found[i] = s.mins(homes[j])[0], true
+				continue
+			}
+			b, nb := homes[j], s.nb
+			mins[i], found[i] = 0, false
+		probe:
+			for {
+				k := s.bucket(b)
+				empty := false
+				for slot, v := range k {
+					if v == h {
+						mins[i], found[i] = s.mins(b)[slot], true
+						break probe
+					}
+					if v == 0 {
+						empty = true
+					}
+				}
+				if empty {
+					break
+				}
+				if b++; b == nb {
+					b = 0
+				}
+			}
+		}
+	}
+}
+
 // Put sets the minute of h to m, inserting h if absent. It reports whether h
 // was inserted.
 func (t *Table) Put(h uint64, m uint8) (created bool) {

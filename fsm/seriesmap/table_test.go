@@ -714,3 +714,50 @@ func ExampleTable() {
 	// 2 1 1
 	// 9 true
 }
+
+// TestGetManyMatchesGet: GetMany answers as Get does for present, absent and
+// zero hashes, in a table small enough to be one segment and in one grown
+// into a directory of segments, for every chunk remainder.
+func TestGetManyMatchesGet(t *testing.T) {
+	r := rand.New(rand.NewPCG(11, 12))
+	for _, n := range []int{0, 5, 1000, 200_000} {
+		tbl := New(0)
+		var present []uint64
+		for range n {
+			h := r.Uint64()
+			tbl.Put(h, uint8(h>>56))
+			present = append(present, h)
+		}
+		if n > 0 {
+			tbl.Put(0, 77)
+		}
+		if n == 200_000 && tbl.dir == nil {
+			t.Fatal("200,000 entries in one segment: the test means to cover a directory")
+		}
+		for _, size := range []int{1, 7, 8, 9, 1000} {
+			hs := make([]uint64, size)
+			for i := range hs {
+				switch i % 3 {
+				case 0:
+					if n > 0 {
+						hs[i] = present[r.IntN(len(present))]
+					}
+				case 1:
+					hs[i] = r.Uint64()
+				}
+			}
+			mins := make([]uint8, size)
+			found := make([]bool, size)
+			for i := range mins {
+				mins[i], found[i] = 0xAA, true // must be overwritten
+			}
+			tbl.GetMany(hs, mins, found)
+			for i, h := range hs {
+				m, ok := tbl.Get(h)
+				if mins[i] != m || found[i] != ok {
+					t.Fatalf("n=%d size=%d: GetMany(%#x) = (%d, %v), Get = (%d, %v)", n, size, h, mins[i], found[i], m, ok)
+				}
+			}
+		}
+	}
+}

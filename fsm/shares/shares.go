@@ -131,7 +131,7 @@ type Module struct {
 	resSum map[string]int64
 	nonce  uint64
 	// leader-local: tenant → the limit at which this leader session saw
-	// every group covered (sharemove.Mover.Admit)
+	// every group covered (service/shares.Mover.Admit)
 	settled map[string]Settled
 }
 
@@ -396,6 +396,20 @@ func (m *Module) SetSettled(tenant string, limit Settled) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.settled[tenant] = limit
+}
+
+// MovesApplied reports whether this replica has applied a give or receive
+// entry: every server of the group could apply share-move entries when it
+// was committed, and, downgrades being unsupported, still can.
+func (m *Module) MovesApplied() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, t := range m.tenants {
+		if t.moves > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Tenants lists the tenants the module holds state for, sorted.

@@ -1,0 +1,267 @@
+package metering
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/httpjson"
+)
+
+// MaxBatchEvents bounds the events of one batch call (REST or gRPC).
+const MaxBatchEvents = 10_000
+
+// maxBatchBody bounds a REST batch body.
+const maxBatchBody = 16 << 20
+
+// batchOutcome is one event's answer in a batch: resp when err is nil.
+type batchOutcome struct {
+	resp *api.MeterEventResponse
+	err  error
+}
+
+// SubmitBatch records many events and answers each on its own. Events are
+// split by raft group: a group this node leads goes straight into its
+// batcher (all of them queued before any is awaited, so they share entries),
+// every other group's share goes in one forwarded call to its leader. Why
+// not one call per event: the per-call gRPC cost and the forward hop were
+// the largest costs of the single-event path.
+func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batchOutcome {
+	out := make([]batchOutcome, len(evs))
+	byGroup := map[int][]int{}
+	for i := range evs {
+		g := s.host.GroupOf(fsmmeter.TargetHash(evs[i].Target))
+		byGroup[g] = append(byGroup[g], i)
+	}
+	var wg sync.WaitGroup
+	for g, idx := range byGroup {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if s.host.Leads(g) {
+				s.batchers[g].submitMany(ctx, evs, idx, out)
+				return
+			}
+			s.forwardBatch(ctx, g, evs, idx, out)
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// submitMany queues the events evs[idx] and waits for their answers. Events
+// of one target are applied in request order: the batcher may propose its
+// entries concurrently, so the k-th event of each target goes in wave k,
+// queued only once wave k-1 has been answered.
+func (b *batcher) submitMany(ctx context.Context, evs []fsmmeter.Event, idx []int, out []batchOutcome) {
+	seen := map[fsmmeter.Target]int{}
+	var waves [][]int
+	for _, i := range idx {
+		k := seen[evs[i].Target]
+		seen[evs[i].Target] = k + 1
+		if k == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[k] = append(waves[k], i)
+	}
+	for _, w := range waves {
+		b.submitWave(ctx, evs, w, out)
+	}
+}
+
+func (b *batcher) submitWave(ctx context.Context, evs []fsmmeter.Event, idx []int, out []batchOutcome) {
+	ps := make([]*pendingEvent, 0, len(idx))
+	var fail error
+	for _, i := range idx {
+		p := &pendingEvent{ev: evs[i], done: make(chan struct{})}
+		select {
+		case b.in <- p:
+			ps = append(ps, p)
+			continue
+		case <-ctx.Done():
+			fail = status.FromContextError(ctx.Err()).Err()
+		case <-b.s.stop:
+			fail = status.Error(codes.Unavailable, "node is shutting down; retry on another node")
+		}
+		break
+	}
+	for k, i := range idx {
+		if k >= len(ps) {
+			out[i].err = fail
+			continue
+		}
+		p := ps[k]
+		select {
+		case <-p.done:
+			if p.err != nil {
+				out[i].err = p.err
+			} else {
+				out[i].resp, out[i].err = resultToResponse(b.g, p.res)
+			}
+		case <-ctx.Done():
+			out[i].err = status.Errorf(codes.DeadlineExceeded, "%v before the event was recorded; it may still be (retrying with the same id is safe)", ctx.Err())
+		}
+	}
+}
+
+func (s *Service) forwardBatch(ctx context.Context, g int, evs []fsmmeter.Event, idx []int, out []batchOutcome) {
+	fail := func(err error) {
+		for _, i := range idx {
+			out[i].err = err
+		}
+	}
+	cc, fctx, err := s.host.LeaderConn(ctx, g) // at most once (nodeport)
+	if err != nil {
+		fail(err)
+		return
+	}
+	req := &api.MeterEventsRequest{Events: make([]*api.MeterEventItem, len(idx))}
+	for k, i := range idx {
+		req.Events[k] = &api.MeterEventItem{Stop: evs[i].Kind == fsmmeter.Stop, Event: eventToProto(&evs[i])}
+	}
+	resp, err := api.NewMeteringClient(cc).Events(fctx, req)
+	if err == nil && len(resp.Results) != len(idx) {
+		err = status.Errorf(codes.Internal, "group %d: its leader answered %d results for %d events", g, len(resp.Results), len(idx))
+	}
+	if err != nil {
+		st := status.Convert(err)
+		if st.Code() != codes.DeadlineExceeded && st.Code() != codes.Internal {
+			err = status.Errorf(codes.Unavailable, "group %d: forward to its leader: %s; retry", g, st.Message())
+		}
+		fail(err)
+		return
+	}
+	for k, i := range idx {
+		r := resp.Results[k]
+		if codes.Code(r.Code) == codes.OK {
+			out[i].resp = r.Response
+		} else {
+			out[i].err = status.Error(codes.Code(r.Code), r.Message)
+		}
+	}
+}
+
+// Events is the batch gRPC call: per-event results, in order.
+func (g *grpcService) Events(ctx context.Context, req *api.MeterEventsRequest) (*api.MeterEventsResponse, error) {
+	if len(req.Events) > MaxBatchEvents {
+		return nil, status.Errorf(codes.ResourceExhausted, "%d events in one call, at most %d", len(req.Events), MaxBatchEvents)
+	}
+	resp := &api.MeterEventsResponse{Results: make([]*api.MeterEventResult, len(req.Events))}
+	var evs []fsmmeter.Event
+	var pos []int
+	for i, it := range req.Events {
+		kind := fsmmeter.Start
+		if it.Stop {
+			kind = fsmmeter.Stop
+		}
+		ev, err := eventFromProto(kind, it.GetEvent())
+		if err != nil {
+			g.s.metrics.events.WithLabelValues(kindLabel(kind), "400").Inc()
+			resp.Results[i] = &api.MeterEventResult{Code: uint32(codes.InvalidArgument), Message: status.Convert(err).Message()}
+			continue
+		}
+		evs = append(evs, ev)
+		pos = append(pos, i)
+	}
+	for k, o := range g.s.SubmitBatch(ctx, evs) {
+		g.s.metrics.events.WithLabelValues(kindLabel(evs[k].Kind), itoa(httpCode(o.err))).Inc()
+		r := &api.MeterEventResult{Response: o.resp}
+		if o.err != nil {
+			st := status.Convert(o.err)
+			r = &api.MeterEventResult{Code: uint32(st.Code()), Message: st.Message()}
+		}
+		resp.Results[pos[k]] = r
+	}
+	return resp, nil
+}
+
+// BatchItemDoc is one event of POST /v1/events: an event document plus its kind.
+type BatchItemDoc struct {
+	Kind string `json:"kind"` // "start" or "stop"
+	EventDoc
+}
+
+// BatchResultDoc is one event's answer in POST /v1/events: status is the HTTP
+// code the single-event endpoint would have answered.
+type BatchResultDoc struct {
+	Status int    `json:"status"`
+	Result string `json:"result,omitempty"` // created or duplicate
+	SpanID uint64 `json:"span_id,omitempty"`
+	Group  uint32 `json:"group"`
+	Error  string `json:"error,omitempty"`
+}
+
+// handleBatch is POST /v1/events: {"events": [{"kind": "start", …}, …]}.
+// The answer is 200 with one result per event, in order, unless the body as
+// a whole is unusable (415, 413, 400).
+func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
+	if e := httpjson.RequireJSON(r); e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	body, e := httpjson.ReadBody(w, r, maxBatchBody) // refuses invalid UTF-8 before decoding
+	if e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	var req struct {
+		Events []json.RawMessage `json:"events"`
+	}
+	if e := httpjson.DecodeObject(body, &req); e != nil {
+		e.Msg += ` (want {"events": [...]})`
+		httpjson.WriteErr(w, e)
+		return
+	}
+	if len(req.Events) > MaxBatchEvents {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("%d events in one call, at most %d", len(req.Events), MaxBatchEvents))
+		return
+	}
+	results := make([]BatchResultDoc, len(req.Events))
+	var evs []fsmmeter.Event
+	var pos []int
+	for i, raw := range req.Events {
+		var kind struct {
+			Kind string `json:"kind"`
+		}
+		_ = json.Unmarshal(raw, &kind)
+		k := fsmmeter.Start
+		switch kind.Kind {
+		case "start":
+		case "stop":
+			k = fsmmeter.Stop
+		default:
+			results[i] = BatchResultDoc{Status: http.StatusBadRequest, Error: fmt.Sprintf(`field kind: %q, want "start" or "stop"`, kind.Kind)}
+			continue
+		}
+		ev, code, err := decodeEventJSON(raw, k, true)
+		if err != nil {
+			results[i] = BatchResultDoc{Status: code, Error: err.Error()}
+			s.metrics.events.WithLabelValues(kindLabel(k), itoa(code)).Inc()
+			continue
+		}
+		evs = append(evs, ev)
+		pos = append(pos, i)
+	}
+	for k, o := range s.SubmitBatch(forward.FromHTTP(r), evs) {
+		code := httpCode(o.err)
+		s.metrics.events.WithLabelValues(kindLabel(evs[k].Kind), itoa(code)).Inc()
+		if o.err != nil {
+			results[pos[k]] = BatchResultDoc{Status: code, Error: status.Convert(o.err).Message()}
+			continue
+		}
+		d := BatchResultDoc{Status: http.StatusCreated, Result: "created", SpanID: o.resp.SpanId, Group: o.resp.Group}
+		if o.resp.Duplicate {
+			d.Result = "duplicate"
+		}
+		results[pos[k]] = d
+	}
+	s.writeJSON(w, http.StatusOK, map[string]any{"results": results})
+}

@@ -1,0 +1,43 @@
+package testports
+
+import (
+	"fmt"
+	"net"
+	"testing"
+)
+
+func TestPickIsFreeAndNeverRepeats(t *testing.T) {
+	r := &Range{Lo: 40000, Hi: 40050}
+	seen := map[int]bool{}
+	for range 20 {
+		p, err := r.Pick()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p < r.Lo || p >= r.Hi || seen[p] {
+			t.Fatalf("port %d: outside [%d, %d) or repeated", p, r.Lo, r.Hi)
+		}
+		seen[p] = true
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Fatalf("picked port %d is not free: %v", p, err)
+		}
+		_ = l.Close()
+	}
+}
+
+func TestPickRefusesBadRangeAndExhaustion(t *testing.T) {
+	if _, err := (&Range{Lo: 10, Hi: 10}).Pick(); err == nil {
+		t.Fatal("empty range: want an error")
+	}
+	// A port held open is never picked: a range of one held port is exhausted.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p := l.Addr().(*net.TCPAddr).Port
+	if got, err := (&Range{Lo: p, Hi: p + 1}).Pick(); err == nil {
+		t.Fatalf("picked %d, which is in use", got)
+	}
+}
