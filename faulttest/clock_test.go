@@ -620,8 +620,22 @@ func TestClockRestartedFastLeader(t *testing.T) {
 			t.Errorf("group %d is led by node-1, whose clock is 30 minutes fast", g)
 		}
 	}
-	if _, body := statusText(n1); !strings.Contains(body, "clock out of bound") {
-		t.Errorf("node-1's /api/v1/status does not name its clock: %.300s", body)
+	// The refusal above is the group leaders' measurement of node-1. node-1
+	// judges itself against the median of the clocks it measured, which
+	// needs both peers' samples: after its restart that can lag the
+	// leaders' judgement by a probe round or two (CI saw the status read
+	// in that gap once).
+	refusedAt := time.Now()
+	var body string
+	waitUntil(t, "node-1's /api/v1/status to name its clock", func() bool {
+		_, body = statusText(n1)
+		return strings.Contains(body, "clock out of bound")
+	})
+	t.Logf("node-1 named its own clock out of bound %v after the leaders refused it", time.Since(refusedAt).Round(time.Millisecond))
+	for g, l := range c.leaders() {
+		if l == n1 {
+			t.Errorf("group %d is led by node-1 once it knows its clock is 30 minutes fast", g)
+		}
 	}
 	if rej := trackAll(t, cl, live, acked); len(rej) != 0 {
 		t.Errorf("re-send after the restart: %d of %d acknowledged series rejected", len(rej), len(acked))
