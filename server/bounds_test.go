@@ -192,6 +192,21 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 		v, full, _, _ := s.view.getEncoded()
 		return v != nil && len(v.GetRuntimeConfig().GetTenants()) == tenants && full != nil
 	})
+	// Group 0 orders the config and then copies it into every other group;
+	// until that is done a copy of the 100,000-tenant document is being
+	// encoded per group (tens of MB, transient), which a loaded machine
+	// stretched into the measurement below (runs beside another suite read
+	// 100–300 MB "held by the streams", the profile showing the config
+	// service's replication).
+	v0 := s.rcfg.mods[0].Current().Version
+	waitFor(t, "the config in every group", func() bool {
+		for g := range s.rcfg.mods {
+			if s.rcfg.mods[g].Current().Version != v0 {
+				return false
+			}
+		}
+		return true
+	})
 	_, parts, _, _ := s.view.getEncoded()
 	encLen := 0
 	for _, p := range parts {
@@ -258,18 +273,17 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	without := liveHeap()
 	growth := int64(with) - int64(without)
 	t.Logf("live heap: %d MB with %d unread streams, %d MB after they closed (their cost %d MB)", with>>20, streams, without>>20, growth>>20)
-	// What is checked is that the streams share the view's encoding: a copy
-	// per WatchCluster stream would take streams/2 × the encoding (1.1 GB
-	// here), and the bound is half of that. What the streams hold beside the
-	// config does not depend on it: 38 MB on a quiet machine, but 206–298 MB
-	// in runs beside another test suite (load 11–12), whose cause is not
-	// pinned down yet; a fixed 100 MB bound failed there.
-	// The race detector's shadow memory inflates every allocation: the bound
-	// is checked in the ordinary run (make test runs both).
-	copies := int64(encLen) * streams / 2
-	if growth > copies/2 && !raceEnabled {
-		t.Fatalf("%d unread streams hold %d MB, more than half of a copy of the view per WatchCluster stream (%d MB): do they still share the view's encoding?",
-			streams, growth>>20, copies>>20)
+	// 38 MB here, quiet or beside another suite (load 4–8), once the
+	// config is in every group before the measure: about 33 MB of it is
+	// the test's own client side, the frames each unread stream's 64 KB
+	// window let in. A copy of the view per WatchCluster stream would take
+	// streams/2 × the encoding (1.1 GB here). The race detector's shadow
+	// memory inflates every allocation: the bound is checked in the
+	// ordinary run (make test runs both).
+	const bound = 100 << 20
+	if growth > bound && !raceEnabled {
+		t.Fatalf("%d unread streams hold %d MB, more than %d MB (a copy of the view per WatchCluster stream would be %d MB): do they still share the view's encoding?",
+			streams, growth>>20, bound>>20, int64(encLen)*streams/2>>20)
 	}
 }
 
