@@ -30,6 +30,7 @@ type benchOpts struct {
 	newFraction     float64
 	requestSize     int
 	concurrency     int
+	rate            float64 // series per second offered (open loop); 0: closed loop
 	duration        time.Duration
 	prefill         bool
 	partitions      int // learned from the cluster
@@ -50,29 +51,34 @@ type benchOpts struct {
 // failed: series of requests that failed (error or timeout): their outcome is
 // unknown. Rates are per second of the measured run.
 type BenchSummary struct {
-	DurationSec    float64  `json:"duration_s"`
-	Requests       int64    `json:"requests"`        // completed requests: succeeded + failed
-	RequestsFailed int64    `json:"requests_failed"` // requests that returned an error
-	Sent           int64    `json:"sent"`
-	New            int64    `json:"new"`
-	Refresh        int64    `json:"refresh"`
-	Accepted       int64    `json:"accepted"`
-	Rejected       int64    `json:"rejected"`
-	Failed         int64    `json:"failed"`
-	NewAccepted    int64    `json:"new_accepted"`   // new series the cluster accepted (created)
-	NewRejected    int64    `json:"new_rejected"`   // new series rejected (tenant at its limit)
-	SeriesPerSec   float64  `json:"series_per_sec"` // (accepted + rejected) / s: series answered
-	NewPerSec      float64  `json:"new_accepted_per_sec"`
-	RefreshPerSec  float64  `json:"refresh_per_sec"` // refreshes answered / s
-	P50Ms          float64  `json:"p50_ms"`
-	P90Ms          float64  `json:"p90_ms"`
-	P99Ms          float64  `json:"p99_ms"`
-	MaxMs          float64  `json:"max_ms"`
-	Tenants        int      `json:"tenants"`
-	RequestSize    int      `json:"request_size"`
-	Concurrency    int      `json:"concurrency"`
-	NewFraction    float64  `json:"new_fraction"`
-	FirstErrors    []string `json:"first_errors,omitempty"`
+	DurationSec    float64 `json:"duration_s"`
+	Requests       int64   `json:"requests"`        // completed requests: succeeded + failed
+	RequestsFailed int64   `json:"requests_failed"` // requests that returned an error
+	Sent           int64   `json:"sent"`
+	New            int64   `json:"new"`
+	Refresh        int64   `json:"refresh"`
+	Accepted       int64   `json:"accepted"`
+	Rejected       int64   `json:"rejected"`
+	Failed         int64   `json:"failed"`
+	NewAccepted    int64   `json:"new_accepted"`   // new series the cluster accepted (created)
+	NewRejected    int64   `json:"new_rejected"`   // new series rejected (tenant at its limit)
+	SeriesPerSec   float64 `json:"series_per_sec"` // (accepted + rejected) / s: series answered
+	NewPerSec      float64 `json:"new_accepted_per_sec"`
+	RefreshPerSec  float64 `json:"refresh_per_sec"` // refreshes answered / s
+	P50Ms          float64 `json:"p50_ms"`
+	P90Ms          float64 `json:"p90_ms"`
+	P99Ms          float64 `json:"p99_ms"`
+	MaxMs          float64 `json:"max_ms"`
+	Tenants        int     `json:"tenants"`
+	RequestSize    int     `json:"request_size"`
+	Concurrency    int     `json:"concurrency"`
+	// Open loop (--rate): the offered rate, and the requests that were due
+	// before the run ended but never sent because every slot was busy
+	// (more than a handful means the offered rate was not sustained).
+	OfferedPerSec float64  `json:"offered_series_per_sec,omitempty"`
+	Unsent        int64    `json:"unsent,omitempty"`
+	NewFraction   float64  `json:"new_fraction"`
+	FirstErrors   []string `json:"first_errors,omitempty"`
 	// What the client library did to get the answers, from its own counters
 	// (clientlib.Stats): re-sent RPCs, NotLeader answers, and requests that
 	// failed and were answered "no rejections" (--fail-open).
@@ -284,7 +290,8 @@ early and prints the summary.`,
 	f.Int64Var(&o.seriesPerTenant, "series-per-tenant", 100_000, "series universe per tenant: once a tenant created this many, it only refreshes")
 	f.Float64Var(&o.newFraction, "new-fraction", 1, "fraction of each request that is new series (0 = refresh only)")
 	f.IntVar(&o.requestSize, "request-size", 1000, "hashes per request")
-	f.IntVar(&o.concurrency, "concurrency", 16, "concurrent requests in flight")
+	f.IntVar(&o.concurrency, "concurrency", 16, "concurrent requests in flight (with --rate: the most in flight)")
+	f.Float64Var(&o.rate, "rate", 0, "open loop: offer this many series per second whatever the answers' latency (0: closed loop, each of --concurrency slots sends its next request when answered)")
 	f.DurationVar(&o.duration, "duration", 10*time.Second, "measured duration")
 	f.BoolVar(&o.prefill, "prefill", false, "create every tenant's series before measuring")
 	f.Uint64Var(&o.seed, "seed", 1, "series generator seed")
@@ -321,8 +328,8 @@ func (b *benchState) hash(t, p int, k int64) uint64 {
 }
 
 func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error {
-	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 || o.duration <= 0 || o.timeout <= 0 {
-		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1, --duration and --timeout > 0, and --new-fraction in [0,1]")
+	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 || o.duration <= 0 || o.timeout <= 0 || o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0) {
+		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1, --duration and --timeout > 0, --rate ≥ 0 and finite, and --new-fraction in [0,1]")
 	}
 	// ModeSync: the load generator measures the servers' answers (and needs no
 	// near-limit polling); TrackPartition waits for them in any mode.
@@ -372,6 +379,15 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 			fmt.Fprintf(stderr, "error: %s\n", msg)
 		}
 	}
+	// Open loop: a pacer puts each request's due time on a queue at the
+	// offered rate, whether or not earlier requests have been answered, and
+	// a request's latency counts from its due time, so time spent waiting
+	// for a free slot is not hidden (no coordinated omission).
+	var due chan time.Time
+	if o.rate > 0 {
+		due = make(chan time.Time, benchDueQueue)
+		go pace(runCtx, start, time.Duration(float64(time.Second)*float64(o.requestSize)/o.rate), due)
+	}
 	var wg sync.WaitGroup
 	for w := range o.concurrency {
 		wg.Add(1)
@@ -381,6 +397,16 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 			hashes := make([]uint64, 0, o.requestSize)
 			var local []float64
 			for i := 0; runCtx.Err() == nil; i++ {
+				var t0 time.Time
+				if due != nil {
+					select {
+					case t0 = <-due:
+					case <-runCtx.Done():
+					}
+					if runCtx.Err() != nil {
+						break
+					}
+				}
 				t := (w + i*o.concurrency) % o.tenants
 				p := r.IntN(o.partitions)
 				hashes, nNew := b.request(t, p, r, hashes[:0])
@@ -390,7 +416,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 				// the deadline fires first, so such errors could not be told apart
 				// from real ones).
 				rctx, rcancel := context.WithTimeout(ctx, o.timeout)
-				t0 := time.Now()
+				if due == nil {
+					t0 = time.Now()
+				}
 				rej, err := c.TrackPartition(rctx, b.tenants[t], p, hashes)
 				d := time.Since(t0)
 				rcancel()
@@ -440,6 +468,9 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	slices.Sort(lats)
 	sum := counts.summary(elapsed, lats)
 	sum.Tenants, sum.RequestSize, sum.Concurrency, sum.NewFraction = o.tenants, o.requestSize, o.concurrency, o.newFraction
+	if due != nil {
+		sum.OfferedPerSec, sum.Unsent = o.rate, int64(len(due))
+	}
 	sum.FirstErrors = firstErrs
 	d := statsDelta(stats0, c.Stats())
 	sum.Retries, sum.NotLeaderRedirects, sum.FailedOpen = d.Retries, d.NotLeaderRedirects, d.FailedOpen
@@ -471,6 +502,10 @@ func printBenchSummary(out io.Writer, s BenchSummary) {
 	fmt.Fprintf(out, "  new series: %d accepted, %d rejected (tenant at its limit)\n", s.NewAccepted, s.NewRejected)
 	fmt.Fprintf(out, "  %.0f series/s answered (%.0f new accepted/s, %.0f refresh/s); latency p50 %.2fms p90 %.2fms p99 %.2fms max %.2fms\n",
 		s.SeriesPerSec, s.NewPerSec, s.RefreshPerSec, s.P50Ms, s.P90Ms, s.P99Ms, s.MaxMs)
+	if s.OfferedPerSec > 0 {
+		fmt.Fprintf(out, "  open loop: %.0f series/s offered; latency counted from each request's due time; %d due requests never sent (all %d slots busy)\n",
+			s.OfferedPerSec, s.Unsent, s.Concurrency)
+	}
 	fmt.Fprintf(out, "  client: %d retries, %d NotLeader answers, %d fail-open decisions", s.Retries, s.NotLeaderRedirects, s.FailedOpen)
 	if len(s.ErrorsByCode) > 0 {
 		keys := slices.Sorted(maps.Keys(s.ErrorsByCode))
@@ -494,6 +529,33 @@ func printBenchSummary(out io.Writer, s BenchSummary) {
 		}
 		slices.Sort(p99s)
 		fmt.Fprintf(out, "  per-second p99: median %.2fms, worst %.2fms (t=%ds)\n", p99s[n/2], worst.P99Ms, worst.T)
+	}
+}
+
+// benchDueQueue bounds the open-loop backlog of due requests; when it is
+// full the pacer waits, and the summary's unsent count shows the shortfall.
+const benchDueQueue = 1 << 16
+
+// pace puts due times on out, one per interval from start, until ctx ends.
+// Due times follow the schedule, not the moment they were queued, so a late
+// wake-up neither drifts the rate nor hides the lateness.
+func pace(ctx context.Context, start time.Time, interval time.Duration, out chan<- time.Time) {
+	if interval <= 0 {
+		interval = time.Nanosecond
+	}
+	for next := start; ; next = next.Add(interval) {
+		if d := time.Until(next); d > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(d):
+			}
+		}
+		select {
+		case out <- next:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -97,4 +98,25 @@ func TestBenchSecond(t *testing.T) {
 	if n, errs, lats := w.take(); n != 0 || errs != nil || lats != nil {
 		t.Fatalf("window not reset: %d %v %v", n, errs, lats)
 	}
+}
+
+// The pacer's due times follow the schedule exactly (start + k·interval),
+// whenever the receiver takes them, and it stops with its context.
+func TestBenchPaceFollowsTheSchedule(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	start := time.Now()
+	const interval = 3 * time.Millisecond
+	out := make(chan time.Time, 4)
+	done := make(chan struct{})
+	go func() { pace(ctx, start, interval, out); close(done) }()
+	for k := range 20 {
+		if d := <-out; !d.Equal(start.Add(time.Duration(k) * interval)) {
+			t.Fatalf("due time %d: %v after start, want %v", k, d.Sub(start), time.Duration(k)*interval)
+		}
+		if k == 5 {
+			time.Sleep(5 * interval) // a slow receiver: the schedule does not shift
+		}
+	}
+	cancel()
+	<-done
 }

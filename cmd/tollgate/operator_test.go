@@ -160,6 +160,28 @@ func TestBenchAgainstDevNode(t *testing.T) {
 	if used := usage(t, p, "bench-0") + usage(t, p, "bench-1"); used < s.NewAccepted || s.NewAccepted == 0 {
 		t.Fatalf("server holds %d series, bench accepted %d new", used, s.NewAccepted)
 	}
+
+	// Open loop: 20,000 series/s in 100-hash requests is 200 requests a
+	// second, and the pacer never sends more than the schedule allows
+	// however fast the node answers.
+	cmd = exec.Command(bin, "bench", "--duration", "2s", "--tenants", "2", "--series-per-tenant", "5000", "--concurrency", "4",
+		"--request-size", "100", "--rate", "20000", "--json")
+	cmd.Env = append(cmd.Environ(), "TOLLGATE_ADDR="+p.grpc)
+	if out, err = cmd.Output(); err != nil {
+		t.Fatalf("bench --rate: %v\n%s", err, out)
+	}
+	s = BenchSummary{}
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if most := int64(s.DurationSec*200) + 1; s.OfferedPerSec != 20000 || s.Requests == 0 || s.Requests > most || s.RequestsFailed != 0 {
+		t.Fatalf("open loop at 200 requests/s for %.2fs: %d requests (at most %d), offered %v, %d failed",
+			s.DurationSec, s.Requests, most, s.OfferedPerSec, s.RequestsFailed)
+	}
+	out, err = exec.Command(bin, "bench", "--rate", "-1", "--addr", p.grpc).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--rate") {
+		t.Fatalf("bench --rate -1: err=%v\n%s", err, out)
+	}
 }
 
 // status shows the cluster version of each member and of the cluster, the
