@@ -442,3 +442,54 @@ func TestNoSessionWaitWithoutLeadership(t *testing.T) {
 		t.Fatalf("never led: err = %v, want ErrNotLeader", err)
 	}
 }
+
+// TestBatchWindowOnlyWhileBusy: the decider waits for a batch window's worth
+// of requests only while an earlier batch is unanswered (its entry is then
+// being appended, and what arrives meanwhile shares the next entry). An idle
+// leader appends a request at once: a timer-driven wait there bought nothing
+// and cost about a millisecond, the Go runtime's timer resolution when idle.
+func TestBatchWindowOnlyWhileBusy(t *testing.T) {
+	gate := make(chan struct{})
+	h := newHarness(t, nil, func(l *fakeLog) { l.gate = gate }, func(c *Config) {
+		c.BatchWindow = time.Hour
+		c.MaxBatchHashes = 4
+	})
+	h.tr.SetLeader(true)
+	h.waitReady()
+	ctx := context.Background()
+	appended := func(n int, what string) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { h.log.waitApplies(n); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second): // a hang guard; the window is an hour
+			t.Fatalf("%s: not appended; held for the batch window", what)
+		}
+	}
+	first := h.trackAsync(ctx, "a", 1, 2)
+	appended(1, "a request to an idle leader")
+	// The first entry is unanswered (the gate holds its commit): these two
+	// wait for each other, up to the window, and fill one entry.
+	second := h.trackAsync(ctx, "a", 3, 4)
+	third := h.trackAsync(ctx, "a", 5, 6)
+	appended(2, "requests behind an unanswered batch")
+	close(gate)
+	for i, ch := range []<-chan reply{first, second, third} {
+		if r := <-ch; r.err != nil || len(r.rejected) != 0 {
+			t.Fatalf("request %d: %+v, want accepted", i, r)
+		}
+	}
+	entries, _ := h.log.snapshot()
+	if len(entries) != 2 {
+		t.Fatalf("%d entries, want 2 (the first request alone, then the other two together)", len(entries))
+	}
+	if got := loggedHashes(entries[:1]); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("first entry logged %v, want [1 2]", got)
+	}
+	got := loggedHashes(entries[1:])
+	slices.Sort(got)
+	if !slices.Equal(got, []uint64{3, 4, 5, 6}) {
+		t.Fatalf("second entry logged %v, want 3, 4, 5, 6", got)
+	}
+}

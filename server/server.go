@@ -88,7 +88,7 @@ type Config struct {
 	NearLimitFraction   float64       // tenants ≥ this fraction of their share are "close to limit"; default 0.85
 	MaxHashesPerRequest int           // default 100,000
 
-	BatchWindow    time.Duration // how long the leader gathers requests into one entry; default 200µs
+	BatchWindow    time.Duration // how long the leader gathers requests into one entry while an earlier one is unanswered; default 200µs
 	MaxBatchHashes int           // entry size cap; default 65,536
 	MaxInFlight    int           // entries pipelined per group before backpressure; default 8
 	ApplyTimeout   time.Duration // raft enqueue timeout; default 5s

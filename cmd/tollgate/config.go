@@ -100,7 +100,7 @@ func (s *serverSettings) options() []option {
 		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (the default: headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P) of earlier builds); use the same on every node"},
 		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
 		{"max-hashes-per-request", &c.MaxHashesPerRequest, "largest TrackSeries request accepted"},
-		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry"},
+		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry while an earlier entry is unanswered (an idle leader appends at once)"},
 		{"sketch-precision", &c.Sketches.Precision, "HLL precision of per-partition sketches, 4..18 (clients must use the same)"},
 		{"sketch-window", &c.Sketches.WindowMinutes, "per-partition sketch window in minutes (clients must use the same)"},
 		{"sketch-partitions", &c.Sketches.Partitions, "ingest partitions accepted in sketches: 0 ≤ partition < this"},
