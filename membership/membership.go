@@ -152,8 +152,10 @@ type Membership struct {
 	clusterID atomic.Value
 
 	// saved: the peers recorded in the data dir when New ran; lastSaved:
-	// what the loop last wrote there (peers.go).
+	// what the loop last wrote there (peers.go), read under savedMu by
+	// RecordedVersion.
 	saved     []savedPeer
+	savedMu   sync.Mutex
 	lastSaved []savedPeer
 
 	events  chan serf.Event
@@ -367,9 +369,7 @@ func (m *Membership) loop() {
 					m.log.Log(context.Background(), lvl, "member "+me.Type.String(), "member", mem.Name,
 						"zone", mem.Tags["z"], "addr", net.JoinHostPort(mem.Addr.String(), strconv.Itoa(int(mem.Port))))
 				}
-				if me.Type != serf.EventMemberUpdate {
-					m.recordPeers()
-				}
+				m.recordPeers() // an update may carry a new version tag
 				m.notify()
 			}
 		}

@@ -28,7 +28,13 @@ import (
 //
 // Format (JSON, rewritten whole through a temporary file, fsync and rename):
 //
-//	{"version":1,"peers":[{"name":"node-2","addr":"10.0.0.6:7302"}, ...]}
+//	{"version":1,"peers":[{"name":"node-2","addr":"10.0.0.6:7302","ver":3}, ...]}
+//
+// "ver" is the cluster version the member last advertised (absent in files
+// of earlier builds). Versions only rise (downgrades are unsupported), so a
+// recorded version is a lower bound on the member's: the server's version
+// gate counts it for a raft peer that gossip does not list yet, as it counts
+// the last tag of a member that is down (RecordedVersion).
 //
 // The file is a hint: one that cannot be read is reported and ignored (the
 // node then waits to be contacted, as without the file).
@@ -41,6 +47,7 @@ const maxSavedPeers = 16
 type savedPeer struct {
 	Name string `json:"name"`
 	Addr string `json:"addr"`
+	Ver  int    `json:"ver,omitempty"`
 }
 
 type peersFile struct {
@@ -106,7 +113,8 @@ func currentPeers(self string, ms []serf.Member) []savedPeer {
 		if sm.Name == self || sm.Status == serf.StatusLeft || sm.Status == serf.StatusLeaving {
 			continue
 		}
-		p := savedPeer{Name: sm.Name, Addr: net.JoinHostPort(sm.Addr.String(), strconv.Itoa(int(sm.Port)))}
+		p := savedPeer{Name: sm.Name, Addr: net.JoinHostPort(sm.Addr.String(), strconv.Itoa(int(sm.Port))),
+			Ver: ParseClusterVersion(sm.Tags[verTag])}
 		if sm.Status == serf.StatusAlive {
 			alive = append(alive, p)
 		} else {
@@ -159,5 +167,22 @@ func (m *Membership) recordPeers() {
 		m.log.Warn("membership: record the known members (used to rejoin them after a restart)", "err", err)
 		return
 	}
+	m.savedMu.Lock()
 	m.lastSaved = peers
+	m.savedMu.Unlock()
+}
+
+// RecordedVersion is the cluster version member id last advertised as this
+// node's peers record holds it, 0 when the record does not name it (or names
+// no version: a file of an earlier build). After a restart that lets the
+// version gate count a raft peer that gossip does not list yet.
+func (m *Membership) RecordedVersion(id string) int {
+	m.savedMu.Lock()
+	defer m.savedMu.Unlock()
+	for _, p := range m.lastSaved {
+		if p.Name == id {
+			return p.Ver
+		}
+	}
+	return 0
 }

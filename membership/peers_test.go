@@ -25,7 +25,13 @@ func TestRestartRejoinsRecordedPeers(t *testing.T) {
 	if got := a.SavedPeers(); len(got) != 0 {
 		t.Fatalf("fresh data dir: saved peers %v, want none", got)
 	}
-	b, c := start(t, "b", "z2"), start(t, "c", "z3")
+	b := start(t, "b", "z2")
+	c, err := New(Config{NodeID: "c", Zone: "z3", GRPCAddr: "c:1", RaftAddr: "c:2", BindAddr: "127.0.0.1:0",
+		ProbeInterval: 200 * time.Millisecond, DataDir: t.TempDir(), ClusterVersion: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Shutdown() })
 	for _, m := range []*Membership{b, c} {
 		if _, err := m.Join([]string{a.GossipAddr()}); err != nil {
 			t.Fatal(err)
@@ -61,6 +67,10 @@ func TestRestartRejoinsRecordedPeers(t *testing.T) {
 	t.Cleanup(func() { _ = a2.Shutdown() })
 	if got := a2.SavedPeers(); !slices.Equal(got, want) {
 		t.Fatalf("restarted: saved peers %v, want %v", got, want)
+	}
+	// Before gossip lists anyone, the record holds each member's version.
+	if b, c, x := a2.RecordedVersion("b"), a2.RecordedVersion("c"), a2.RecordedVersion("x"); b != 1 || c != 3 || x != 0 {
+		t.Fatalf("recorded versions b=%d c=%d x=%d, want 1, 3 and 0 (not recorded)", b, c, x)
 	}
 	if _, err := a2.Join(a2.SavedPeers()); err != nil {
 		t.Fatal(err)

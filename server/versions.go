@@ -80,7 +80,7 @@ func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 	if err := fut.Error(); err != nil {
 		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.NodeID, err)}
 	}
-	lagging = versionLag(fut.Configuration().Servers, s.memberList(), s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging = versionLag(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
 	return len(lagging) == 0, lagging
 }
 
@@ -99,11 +99,13 @@ func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 // Treating a down voter as "unknown" instead blocked every newer entry type
 // (runtime config, share moves, metering) for the whole outage of one node.
 //
-// A server absent from the member list (reaped, or not rejoined since a full
-// cluster restart: serf's snapshot keeps addresses, not tags) has no known
-// version and lags.
-func versionLag(servers []raft.Server, members []membership.Member, self string, selfVersion, version int) (lagging []string) {
-	lagging, _ = versionLagUnknown(servers, members, self, selfVersion, version)
+// A server absent from the member list (reaped, or not rejoined since a
+// restart: serf's snapshot keeps addresses, not tags) counts with the version
+// this node's peers record holds for it (recorded, 0 for none): by the same
+// argument, it is what its build supported when last seen. Without one its
+// version is unknown and it lags.
+func versionLag(servers []raft.Server, members []membership.Member, recorded func(id string) int, self string, selfVersion, version int) (lagging []string) {
+	lagging, _ = versionLagUnknown(servers, members, recorded, self, selfVersion, version)
 	return lagging
 }
 
@@ -111,7 +113,7 @@ func versionLag(servers []raft.Server, members []membership.Member, self string,
 // servers lag only because their version is not known (absent from the
 // member list): a leader that has just restarted sees its peers that way
 // until it rejoins gossip, which is no reason to treat them as older builds.
-func versionLagUnknown(servers []raft.Server, members []membership.Member, self string, selfVersion, version int) (lagging []string, unknown int) {
+func versionLagUnknown(servers []raft.Server, members []membership.Member, recorded func(id string) int, self string, selfVersion, version int) (lagging []string, unknown int) {
 	byID := make(map[string]membership.Member, len(members))
 	for _, m := range members {
 		byID[m.ID] = m
@@ -126,6 +128,7 @@ func versionLagUnknown(servers []raft.Server, members []membership.Member, self 
 		}
 		m, known := byID[id]
 		switch {
+		case !known && recorded != nil && recorded(id) >= version:
 		case !known:
 			lagging = append(lagging, fmt.Sprintf("%s is not in the member list (cluster version unknown)", id))
 			unknown++
@@ -152,7 +155,7 @@ func (s *Server) versionGate(g, version int) gate {
 	if fut.Error() != nil {
 		return gateUnknown
 	}
-	lagging, unknown := versionLagUnknown(fut.Configuration().Servers, s.memberList(), s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging, unknown := versionLagUnknown(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
 	switch {
 	case len(lagging) == 0:
 		return gateOpen
@@ -160,6 +163,15 @@ func (s *Server) versionGate(g, version int) gate {
 		return gateUnknown
 	}
 	return gateClosed
+}
+
+// recordedVersion is the cluster version member id last advertised, as this
+// node's gossip peers record holds it (0: not recorded, or no gossip).
+func (s *Server) recordedVersion(id string) int {
+	if s.members == nil {
+		return 0
+	}
+	return s.members.RecordedVersion(id)
 }
 
 // gate is versionGate's answer.

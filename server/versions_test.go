@@ -398,7 +398,7 @@ func TestVersionLag(t *testing.T) {
 			[]string{"a supports cluster version 1", "b is failed and last advertised cluster version 2", "c is not in the member list"}},
 	}
 	for _, tt := range cases {
-		got, unknown := versionLagUnknown(servers("a", "b", "c"), tt.members, "a", tt.selfVersion, tt.version)
+		got, unknown := versionLagUnknown(servers("a", "b", "c"), tt.members, nil, "a", tt.selfVersion, tt.version)
 		absent := 0
 		for _, w := range tt.want {
 			if strings.Contains(w, "not in the member list") {
@@ -418,6 +418,34 @@ func TestVersionLag(t *testing.T) {
 			if !strings.Contains(got[i], tt.want[i]) {
 				t.Errorf("%s: lagging[%d] = %q, want it to mention %q", tt.name, i, got[i], tt.want[i])
 			}
+		}
+	}
+
+	// After a restart, a raft peer that gossip does not list yet counts with
+	// the version this node's peers record holds for it; gossip, once it
+	// lists the member, wins over the record.
+	recorded := func(vers map[string]int) func(string) int {
+		return func(id string) int { return vers[id] }
+	}
+	b3 := []membership.Member{member("b", membership.StatusAlive, 3)}
+	for _, tc := range []struct {
+		name    string
+		members []membership.Member
+		record  map[string]int
+		version int
+		want    string // "" none lagging; else a substring of the one lagging server
+		unknown int
+	}{
+		{"recorded current", b3, map[string]int{"c": 3}, 3, "", 0},
+		{"recorded above", b3, map[string]int{"c": 4}, 3, "", 0},
+		{"recorded below: still unknown", b3, map[string]int{"c": 2}, 3, "c is not in the member list", 1},
+		{"recorded without a version", b3, map[string]int{}, 3, "c is not in the member list", 1},
+		{"gossip wins", []membership.Member{member("b", membership.StatusAlive, 3), member("c", membership.StatusAlive, 2)},
+			map[string]int{"c": 3}, 3, "c supports cluster version 2", 0},
+	} {
+		got, unknown := versionLagUnknown(servers("a", "b", "c"), tc.members, recorded(tc.record), "a", 3, tc.version)
+		if unknown != tc.unknown || (tc.want == "") != (len(got) == 0) || (tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want))) {
+			t.Errorf("%s: lagging %q (%d unknown), want %q (%d unknown)", tc.name, got, unknown, tc.want, tc.unknown)
 		}
 	}
 }
