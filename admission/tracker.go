@@ -447,8 +447,9 @@ func (s *session) run() {
 // takes only what is already queued. An idle leader so appends a request at
 // once: a timer there delays it by the window rounded up to the runtime's
 // timer resolution when idle, about a millisecond on Linux, and gathers
-// nothing (measured in BENCHMARKS.md). It returns false when the session stopped while
-// waiting; the gathered requests were then answered NotLeader (nothing logged).
+// nothing (measured in BENCHMARKS.md). It returns false when the session
+// stopped while waiting; the gathered requests were then answered NotLeader
+// (nothing logged).
 func (s *session) gather(reqs []*request, window *time.Timer) ([]*request, bool) {
 	n := 0
 	for _, r := range reqs {
