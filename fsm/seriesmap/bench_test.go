@@ -282,6 +282,38 @@ func BenchmarkLookup(b *testing.B) {
 	}
 }
 
+// BenchmarkLookupAbsent reads keys that are not in the tables, as the leader
+// does for every new series before it admits it: each key is a stored key
+// with bit 30 flipped, so it belongs to the same table. A lookup that misses
+// must probe until it can rule the key out, which at high load costs several
+// times a hit (compare BenchmarkLookup's seriesmap-many).
+func BenchmarkLookupAbsent(b *testing.B) {
+	for _, l := range layouts {
+		b.Run(l+"/seriesmap-many", func(b *testing.B) {
+			w := getWorkload(l)
+			ts := w.fillTables(false)
+			absent := make([]uint64, len(w.keys))
+			for i, h := range w.keys {
+				absent[i] = h ^ 1<<30
+			}
+			mins := make([]uint8, len(w.keys))
+			found := make([]bool, len(w.keys))
+			b.ResetTimer()
+			n := 0
+			for range b.N {
+				for _, r := range w.runs {
+					ts[r.table].GetMany(absent[r.off:r.end], mins[r.off:r.end], found[r.off:r.end])
+				}
+				if found[0] {
+					n++
+				}
+			}
+			sink = n
+			reportPerKey(b, len(w.keys))
+		})
+	}
+}
+
 func heapAlloc() uint64 {
 	runtime.GC()
 	runtime.GC()
