@@ -1,6 +1,7 @@
 package seriesmap
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"runtime"
 	"sync"
@@ -380,4 +381,39 @@ func BenchmarkMapMemory(b *testing.B) {
 	build(b, "tables/builtin", false, true)
 	build(b, "single/seriesmap", true, false)
 	build(b, "single/builtin", true, true)
+}
+
+// BenchmarkMissProbe reports how many buckets a lookup that misses (and an
+// insert) crosses at a segment's load, from a random home bucket: the cost of
+// linear probing near the growth load, which is why a lookup of a new series
+// costs several times a hit. One op is 100,000 probes.
+//
+//	go test -run='^$' -bench=MissProbe -benchtime=1x ./fsm/seriesmap/
+func BenchmarkMissProbe(b *testing.B) {
+	for _, load := range []int{70, 80, 85, 90, 95} {
+		b.Run(fmt.Sprintf("load=%d%%", load), func(b *testing.B) {
+			r := rand.New(rand.NewPCG(1, 2))
+			s := &seg{}
+			s.alloc(3000)
+			s.growAt = s.nb * slotsPerBucket // no growth: fill to the load asked
+			for int(s.count)*100 < int(s.nb)*slotsPerBucket*load {
+				h := r.Uint64() | 1
+				s.put(h, h*mixer, 1)
+			}
+			total := 0
+			for range b.N {
+				for range 100_000 {
+					bk := uint32(r.IntN(int(s.nb)))
+					total++
+					for match(s.bucket(bk), 0) == 0 {
+						total++
+						if bk++; bk == s.nb {
+							bk = 0
+						}
+					}
+				}
+			}
+			b.ReportMetric(float64(total)/float64(b.N*100_000), "buckets/miss")
+		})
+	}
 }
