@@ -1,0 +1,533 @@
+package wal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// DefaultSegmentSize is the size past which a new segment file is started.
+const DefaultSegmentSize = 64 << 20
+
+const (
+	segMagic      = "TGWAL\x00\x00\x01"
+	segHeaderLen  = 16
+	frameHdrLen   = 12
+	recHdrLen     = 8
+	bodyFixedLen  = 2 + 1 + 1 + 8 + 8 + 8 + 4
+	maxFrameLen   = 1 << 30
+	kindEntry     = 1
+	kindTruncate  = 2 // entries after index are void
+	kindCompact   = 3 // entries up to and including index are void
+	segmentSuffix = ".wal"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// ErrClosed is returned by every operation after Close.
+var ErrClosed = errors.New("wal: closed")
+
+// ErrCorrupt wraps every error Open returns for a log it cannot trust.
+var ErrCorrupt = errors.New("wal: corrupt")
+
+// Options configure Open.
+type Options struct {
+	// SegmentSize: a new segment file is started once the active one is
+	// larger (default DefaultSegmentSize).
+	SegmentSize int64
+	// NoSync skips fdatasync. Tests only: a crash can lose acknowledged
+	// entries.
+	NoSync bool
+	// ReadOnly opens the log for reading only (offline tools): nothing is
+	// written, not even the cut of a torn tail, and every write fails.
+	ReadOnly bool
+}
+
+// Recovered is what Open found.
+type Recovered struct {
+	Segments int
+	Records  int
+	// TornFile/TornOffset/TornBytes: the torn write cut off the last
+	// segment (TornBytes 0 when there was none).
+	TornFile   string
+	TornOffset int64
+	TornBytes  int64
+}
+
+// WAL is the node's shared log. Its methods are safe for concurrent use.
+type WAL struct {
+	dir  string
+	opts Options
+	lock *os.File
+
+	// mu guards groups, segs and the published state; readers (GetLog,
+	// FirstIndex, LastIndex) take it shared.
+	mu     sync.RWMutex
+	groups map[uint16]*groupState
+	segs   []*segment // oldest first; the last is the active one
+
+	// qmu guards the queue the writer drains.
+	qmu     sync.Mutex
+	qcond   *sync.Cond
+	queue   []*request
+	closing bool
+	done    chan struct{}
+
+	recovered Recovered
+}
+
+type segment struct {
+	seq  uint64
+	path string
+	f    *os.File
+	size int64
+	// maxIdx: per group, the highest index of an entry record in this
+	// segment (a segment pins a group's entries up to it).
+	maxIdx map[uint16]uint64
+}
+
+type loc struct {
+	seg *segment
+	off int64 // of the record header
+	n   uint32
+}
+
+// groupState is one group's live log: first..last, locs[i] is first+i.
+// Empty is first == 0.
+type groupState struct {
+	first, last uint64
+	locs        []loc
+}
+
+func (s *groupState) empty() bool { return s.first == 0 }
+
+// request is one caller's append or delete, waiting for its round.
+type request struct {
+	group uint16
+	kind  uint8
+	index uint64   // truncate/compact: the index; entry: first index
+	count int      // entries
+	buf   []byte   // encoded records
+	offs  []uint32 // entry: offset of each record in buf
+	err   error
+	done  chan struct{}
+}
+
+// Open opens (creating if needed) the log in dir and replays it.
+func Open(dir string, opts Options) (*WAL, error) {
+	if opts.SegmentSize <= 0 {
+		opts.SegmentSize = DefaultSegmentSize
+	}
+	if !opts.ReadOnly {
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			return nil, fmt.Errorf("wal: create %s: %w", dir, err)
+		}
+	}
+	w := &WAL{dir: dir, opts: opts, groups: map[uint16]*groupState{}, done: make(chan struct{})}
+	w.qcond = sync.NewCond(&w.qmu)
+	if !opts.ReadOnly {
+		lf, err := os.OpenFile(filepath.Join(dir, "LOCK"), os.O_CREATE|os.O_RDWR, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("wal: open lock: %w", err)
+		}
+		if err := syscall.Flock(int(lf.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+			_ = lf.Close()
+			return nil, fmt.Errorf("wal: %s is locked (is a node running on this data dir?): %w", dir, err)
+		}
+		w.lock = lf
+	}
+	if err := w.replay(); err != nil {
+		w.closeFiles()
+		return nil, err
+	}
+	if !opts.ReadOnly {
+		if len(w.segs) == 0 {
+			if err := w.newSegment(1); err != nil {
+				w.closeFiles()
+				return nil, err
+			}
+		}
+		go w.writer()
+	} else {
+		close(w.done)
+	}
+	return w, nil
+}
+
+// Recovered reports what Open found.
+func (w *WAL) Recovered() Recovered { return w.recovered }
+
+// Dir is the log's directory.
+func (w *WAL) Dir() string { return w.dir }
+
+// Close waits for queued writes, then closes the files. Later calls fail
+// with ErrClosed.
+func (w *WAL) Close() error {
+	w.qmu.Lock()
+	if w.closing {
+		w.qmu.Unlock()
+		<-w.done
+		return nil
+	}
+	w.closing = true
+	w.qcond.Broadcast()
+	w.qmu.Unlock()
+	<-w.done
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.closeFiles()
+}
+
+func (w *WAL) closeFiles() error {
+	var first error
+	for _, s := range w.segs {
+		if s.f != nil {
+			if err := s.f.Close(); err != nil && first == nil {
+				first = err
+			}
+			s.f = nil
+		}
+	}
+	if w.lock != nil {
+		_ = w.lock.Close()
+		w.lock = nil
+	}
+	return first
+}
+
+func segName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentSuffix) }
+
+// newSegment creates segment seq, durable (file and directory) before any
+// frame is written to it. Caller holds mu or is single-threaded.
+func (w *WAL) newSegment(seq uint64) error {
+	path := filepath.Join(w.dir, segName(seq))
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("wal: create segment: %w", err)
+	}
+	var hdr [segHeaderLen]byte
+	copy(hdr[:], segMagic)
+	binary.LittleEndian.PutUint64(hdr[8:], seq)
+	if _, err := f.WriteAt(hdr[:], 0); err == nil {
+		err = w.sync(f)
+	}
+	if err == nil {
+		err = syncDir(w.dir)
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(path)
+		return fmt.Errorf("wal: create segment: %w", err)
+	}
+	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen, maxIdx: map[uint16]uint64{}})
+	return nil
+}
+
+func (w *WAL) sync(f *os.File) error {
+	if w.opts.NoSync {
+		return nil
+	}
+	return fdatasync(f)
+}
+
+func fdatasync(f *os.File) error {
+	for {
+		err := syscall.Fdatasync(int(f.Fd()))
+		if err != syscall.EINTR {
+			return err
+		}
+	}
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// listSegments returns the segment files of dir in order.
+func listSegments(dir string) ([]uint64, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("wal: read %s: %w", dir, err)
+	}
+	var seqs []uint64
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, segmentSuffix) {
+			continue
+		}
+		seq, err := strconv.ParseUint(strings.TrimSuffix(name, segmentSuffix), 16, 64)
+		if err != nil || len(name) != 16+len(segmentSuffix) {
+			return nil, fmt.Errorf("%w: unexpected file %s in %s", ErrCorrupt, name, dir)
+		}
+		seqs = append(seqs, seq)
+	}
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	return seqs, nil
+}
+
+// ---- encoding ----
+
+func appendRecord(dst []byte, group uint16, kind, typ uint8, index, term uint64, appendedAt int64, ext, data []byte) []byte {
+	blen := bodyFixedLen + len(ext) + len(data)
+	start := len(dst)
+	dst = slices.Grow(dst, recHdrLen+blen)
+	dst = dst[:start+recHdrLen+bodyFixedLen]
+	b := dst[start:]
+	binary.LittleEndian.PutUint32(b[0:], uint32(blen))
+	body := b[recHdrLen:]
+	binary.LittleEndian.PutUint16(body[0:], group)
+	body[2] = kind
+	body[3] = typ
+	binary.LittleEndian.PutUint64(body[4:], index)
+	binary.LittleEndian.PutUint64(body[12:], term)
+	binary.LittleEndian.PutUint64(body[20:], uint64(appendedAt))
+	binary.LittleEndian.PutUint32(body[28:], uint32(len(ext)))
+	dst = append(dst, ext...)
+	dst = append(dst, data...)
+	binary.LittleEndian.PutUint32(dst[start+4:], crc32.Checksum(dst[start+recHdrLen:], castagnoli))
+	return dst
+}
+
+type record struct {
+	group      uint16
+	kind, typ  uint8
+	index      uint64
+	term       uint64
+	appendedAt int64
+	ext, data  []byte // alias the buffer they were decoded from
+}
+
+// decodeRecord decodes the record at the start of b; it returns the record
+// and its total length.
+func decodeRecord(b []byte) (record, int, error) {
+	var r record
+	if len(b) < recHdrLen {
+		return r, 0, errors.New("short record header")
+	}
+	blen := int(binary.LittleEndian.Uint32(b[0:]))
+	if blen < bodyFixedLen || blen > len(b)-recHdrLen {
+		return r, 0, fmt.Errorf("record length %d out of range", blen)
+	}
+	body := b[recHdrLen : recHdrLen+blen]
+	if crc32.Checksum(body, castagnoli) != binary.LittleEndian.Uint32(b[4:]) {
+		return r, 0, errors.New("record checksum mismatch")
+	}
+	r.group = binary.LittleEndian.Uint16(body[0:])
+	r.kind = body[2]
+	r.typ = body[3]
+	r.index = binary.LittleEndian.Uint64(body[4:])
+	r.term = binary.LittleEndian.Uint64(body[12:])
+	r.appendedAt = int64(binary.LittleEndian.Uint64(body[20:]))
+	extLen := int(binary.LittleEndian.Uint32(body[28:]))
+	if extLen > blen-bodyFixedLen {
+		return r, 0, fmt.Errorf("extension length %d out of range", extLen)
+	}
+	r.ext = body[bodyFixedLen : bodyFixedLen+extLen]
+	r.data = body[bodyFixedLen+extLen:]
+	if r.kind < kindEntry || r.kind > kindCompact {
+		return r, 0, fmt.Errorf("unknown record kind %d", r.kind)
+	}
+	return r, recHdrLen + blen, nil
+}
+
+func putFrameHeader(b []byte, payload []byte) {
+	binary.LittleEndian.PutUint32(b[0:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(b[4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(b[8:], crc32.Checksum(b[0:8], castagnoli))
+}
+
+// frameAt checks the frame at off in data: it returns the payload length,
+// or an error saying what is wrong.
+func frameAt(data []byte, off int64) (int, error) {
+	rest := data[off:]
+	if len(rest) < frameHdrLen {
+		return 0, fmt.Errorf("%d bytes left, a frame header needs %d", len(rest), frameHdrLen)
+	}
+	if crc32.Checksum(rest[0:8], castagnoli) != binary.LittleEndian.Uint32(rest[8:]) {
+		return 0, errors.New("frame header checksum mismatch")
+	}
+	n := int(binary.LittleEndian.Uint32(rest[0:]))
+	if n > len(rest)-frameHdrLen {
+		return 0, fmt.Errorf("frame of %d bytes runs past the end of the file", n)
+	}
+	if crc32.Checksum(rest[frameHdrLen:frameHdrLen+n], castagnoli) != binary.LittleEndian.Uint32(rest[4:]) {
+		return 0, errors.New("frame checksum mismatch")
+	}
+	return n, nil
+}
+
+// ---- replay ----
+
+func (w *WAL) replay() error {
+	seqs, err := listSegments(w.dir)
+	if err != nil {
+		return err
+	}
+	for i, seq := range seqs {
+		last := i == len(seqs)-1
+		path := filepath.Join(w.dir, segName(seq))
+		flag := os.O_RDWR
+		if w.opts.ReadOnly {
+			flag = os.O_RDONLY
+		}
+		f, err := os.OpenFile(path, flag, 0)
+		if err != nil {
+			return fmt.Errorf("wal: open %s: %w", path, err)
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			_ = f.Close()
+			return fmt.Errorf("wal: read %s: %w", path, err)
+		}
+		seg := &segment{seq: seq, path: path, f: f, maxIdx: map[uint16]uint64{}}
+		if len(data) < segHeaderLen || string(data[:8]) != segMagic || binary.LittleEndian.Uint64(data[8:]) != seq {
+			if last && !w.opts.ReadOnly && len(data) < segHeaderLen+frameHdrLen {
+				// Created but its header never made durable: a crash
+				// inside newSegment. Nothing was written to it.
+				_ = f.Close()
+				if err := os.Remove(path); err != nil {
+					return fmt.Errorf("wal: remove unfinished segment %s: %w", path, err)
+				}
+				w.recovered.TornFile, w.recovered.TornBytes = path, int64(len(data))
+				continue
+			}
+			_ = f.Close()
+			return fmt.Errorf("%w: %s: bad segment header", ErrCorrupt, path)
+		}
+		w.segs = append(w.segs, seg)
+		off := int64(segHeaderLen)
+		for off < int64(len(data)) {
+			n, ferr := frameAt(data, off)
+			if ferr != nil {
+				if !last || validFrameAfter(data, off+1) {
+					return fmt.Errorf("%w: %s offset %d: %v", ErrCorrupt, path, off, ferr)
+				}
+				// A torn write at the tail: never acknowledged.
+				w.recovered.TornFile, w.recovered.TornOffset, w.recovered.TornBytes = path, off, int64(len(data))-off
+				if !w.opts.ReadOnly {
+					if err := f.Truncate(off); err != nil {
+						return fmt.Errorf("wal: cut torn tail of %s at %d: %w", path, off, err)
+					}
+					if err := w.sync(f); err != nil {
+						return fmt.Errorf("wal: cut torn tail of %s: %w", path, err)
+					}
+				}
+				data = data[:off]
+				break
+			}
+			payload := data[off+frameHdrLen : off+frameHdrLen+int64(n)]
+			p := 0
+			for p < len(payload) {
+				r, rn, rerr := decodeRecord(payload[p:])
+				if rerr != nil {
+					// The frame's checksum held, so this is not a torn write.
+					return fmt.Errorf("%w: %s offset %d: %v", ErrCorrupt, path, off+frameHdrLen+int64(p), rerr)
+				}
+				at := loc{seg: seg, off: off + frameHdrLen + int64(p), n: uint32(rn)}
+				if err := w.applyRecord(r, at); err != nil {
+					return fmt.Errorf("%w: %s offset %d: %v", ErrCorrupt, path, at.off, err)
+				}
+				w.recovered.Records++
+				p += rn
+			}
+			off += frameHdrLen + int64(n)
+		}
+		seg.size = int64(len(data))
+	}
+	w.recovered.Segments = len(w.segs)
+	return nil
+}
+
+// validFrameAfter reports whether a whole valid frame starts anywhere at or
+// after from: if one does, the bad frame before it is not a torn tail.
+func validFrameAfter(data []byte, from int64) bool {
+	for o := from; o+frameHdrLen <= int64(len(data)); o++ {
+		if binary.LittleEndian.Uint32(data[o+8:]) != crc32.Checksum(data[o:o+8], castagnoli) {
+			continue
+		}
+		if _, err := frameAt(data, o); err == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// applyRecord applies a replayed record to the group states.
+func (w *WAL) applyRecord(r record, at loc) error {
+	st := w.group(r.group)
+	switch r.kind {
+	case kindEntry:
+		if !st.empty() && r.index != st.last+1 {
+			return fmt.Errorf("group %d: entry %d does not follow %d", r.group, r.index, st.last)
+		}
+		if r.index == 0 {
+			return fmt.Errorf("group %d: entry index 0", r.group)
+		}
+		st.appendLoc(r.index, at)
+		if r.index > at.seg.maxIdx[r.group] {
+			at.seg.maxIdx[r.group] = r.index
+		}
+	case kindTruncate:
+		st.truncateAfter(r.index)
+	case kindCompact:
+		st.compactThrough(r.index)
+	}
+	return nil
+}
+
+func (w *WAL) group(g uint16) *groupState {
+	st := w.groups[g]
+	if st == nil {
+		st = &groupState{}
+		w.groups[g] = st
+	}
+	return st
+}
+
+func (s *groupState) appendLoc(index uint64, at loc) {
+	if s.empty() {
+		s.first = index
+		s.locs = s.locs[:0]
+	}
+	s.last = index
+	s.locs = append(s.locs, at)
+}
+
+func (s *groupState) truncateAfter(k uint64) {
+	switch {
+	case s.empty() || k >= s.last:
+	case k < s.first:
+		*s = groupState{}
+	default:
+		s.locs = s.locs[:k-s.first+1]
+		s.last = k
+	}
+}
+
+func (s *groupState) compactThrough(k uint64) {
+	switch {
+	case s.empty() || k < s.first:
+	case k >= s.last:
+		*s = groupState{}
+	default:
+		s.locs = slices.Clone(s.locs[k-s.first+1:])
+		s.first = k + 1
+	}
+}

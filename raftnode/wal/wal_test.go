@@ -1,0 +1,309 @@
+package wal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func open(t *testing.T, dir string, opts Options) *WAL {
+	t.Helper()
+	w, err := Open(dir, opts)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return w
+}
+
+func entry(g uint16, i uint64) *raft.Log {
+	return &raft.Log{Index: i, Term: i/10 + 1, Type: raft.LogCommand,
+		Data: []byte(fmt.Sprintf("g%d-e%d-%s", g, i, bytes.Repeat([]byte{'x'}, int(i%37)))),
+		Extensions: func() []byte {
+			if i%3 == 0 {
+				return []byte{byte(i)}
+			}
+			return nil
+		}(),
+		AppendedAt: time.Unix(1700000000, int64(i)).UTC()}
+}
+
+// checkLog asserts that group g holds exactly first..last as written by entry.
+func checkLog(t *testing.T, w *WAL, g uint16, first, last uint64) {
+	t.Helper()
+	l := w.Group(g)
+	f, _ := l.FirstIndex()
+	la, _ := l.LastIndex()
+	if f != first || la != last {
+		t.Fatalf("group %d: log %d..%d, want %d..%d", g, f, la, first, last)
+	}
+	if first == 0 {
+		return
+	}
+	for i := first; i <= last; i++ {
+		var got raft.Log
+		if err := l.GetLog(i, &got); err != nil {
+			t.Fatalf("group %d GetLog(%d): %v", g, i, err)
+		}
+		want := entry(g, i)
+		if got.Index != want.Index || got.Term != want.Term || got.Type != want.Type ||
+			!bytes.Equal(got.Data, want.Data) || !bytes.Equal(got.Extensions, want.Extensions) || !got.AppendedAt.Equal(want.AppendedAt) {
+			t.Fatalf("group %d entry %d: got %+v, want %+v", g, i, got, *want)
+		}
+	}
+	var x raft.Log
+	if err := l.GetLog(first-1, &x); first > 1 && !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("group %d GetLog(%d) before the log: %v", g, first-1, err)
+	}
+	if err := l.GetLog(last+1, &x); !errors.Is(err, raft.ErrLogNotFound) {
+		t.Fatalf("group %d GetLog(%d) after the log: %v", g, last+1, err)
+	}
+}
+
+func store(t *testing.T, w *WAL, g uint16, from, to uint64) {
+	t.Helper()
+	var ls []*raft.Log
+	for i := from; i <= to; i++ {
+		ls = append(ls, entry(g, i))
+	}
+	if err := w.Group(g).StoreLogs(ls); err != nil {
+		t.Fatalf("group %d StoreLogs(%d..%d): %v", g, from, to, err)
+	}
+}
+
+// Many groups appending at once share rounds, and everything survives a
+// reopen.
+func TestGroupCommitConcurrentAndReopen(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{SegmentSize: 64 << 10})
+	const groups, batches, per = 8, 60, 5
+	var wg sync.WaitGroup
+	for g := uint16(0); g < groups; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := 0; b < batches; b++ {
+				store(t, w, g, uint64(b*per+1), uint64(b*per+per))
+			}
+		}()
+	}
+	wg.Wait()
+	for g := uint16(0); g < groups; g++ {
+		checkLog(t, w, g, 1, batches*per)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Group(0).StoreLog(entry(0, batches*per+1)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("StoreLog after Close: %v, want ErrClosed", err)
+	}
+	w = open(t, dir, Options{})
+	defer w.Close()
+	if rec := w.Recovered(); rec.TornBytes != 0 || rec.Records != groups*batches*per || rec.Segments < 2 {
+		t.Fatalf("Recovered %+v: want %d records in several segments, no torn tail", rec, groups*batches*per)
+	}
+	for g := uint16(0); g < groups; g++ {
+		checkLog(t, w, g, 1, batches*per)
+	}
+}
+
+// Entries must follow the last one; a refused append changes nothing and
+// does not fail the others of its round.
+func TestAppendMustFollow(t *testing.T) {
+	w := open(t, t.TempDir(), Options{})
+	defer w.Close()
+	store(t, w, 1, 5, 9) // an empty log starts anywhere
+	if err := w.Group(1).StoreLog(entry(1, 11)); err == nil {
+		t.Fatal("entry 11 after 9 was accepted")
+	}
+	if err := w.Group(1).StoreLogs([]*raft.Log{entry(1, 10), entry(1, 12)}); err == nil {
+		t.Fatal("non-consecutive entries were accepted")
+	}
+	if err := w.Group(1).StoreLog(&raft.Log{Index: 0}); err == nil {
+		t.Fatal("index 0 was accepted")
+	}
+	store(t, w, 1, 10, 10)
+	checkLog(t, w, 1, 5, 10)
+	if err := w.Group(1).DeleteRange(7, 8); err == nil {
+		t.Fatal("deleting from the middle was accepted")
+	}
+	checkLog(t, w, 1, 5, 10)
+}
+
+// Suffix truncation, prefix compaction and whole-log removal replay the
+// same after a reopen, and dead segments are deleted.
+func TestDeleteRangeReplaysAndFreesSegments(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{SegmentSize: 8 << 10})
+	store(t, w, 0, 1, 400)
+	store(t, w, 1, 1, 100)
+	mustDel := func(g uint16, a, b uint64) {
+		t.Helper()
+		if err := w.Group(g).DeleteRange(a, b); err != nil {
+			t.Fatalf("group %d DeleteRange(%d, %d): %v", g, a, b, err)
+		}
+	}
+	mustDel(0, 351, 400) // conflict: suffix
+	store(t, w, 0, 351, 420)
+	mustDel(0, 1, 300) // compaction: prefix
+	mustDel(1, 1, 100) // snapshot installed: the whole log
+	store(t, w, 1, 500, 510)
+	checkLog(t, w, 0, 301, 420)
+	checkLog(t, w, 1, 500, 510)
+	before := len(w.segs)
+	for i := uint64(421); i <= 2000; i += 100 {
+		store(t, w, 0, i, i+99)
+	}
+	mustDel(0, 301, 1900)
+	segs, _ := listSegments(dir)
+	if len(segs) >= before+15 || len(w.segs) != len(segs) {
+		t.Fatalf("%d segment files (%d in memory) after compacting nearly everything; %d before appending", len(segs), len(w.segs), before)
+	}
+	checkLog(t, w, 0, 1901, 2020)
+	checkLog(t, w, 1, 500, 510)
+	w.Close()
+	w = open(t, dir, Options{})
+	defer w.Close()
+	checkLog(t, w, 0, 1901, 2020)
+	checkLog(t, w, 1, 500, 510)
+	checkLog(t, w, 2, 0, 0)
+}
+
+// lastFrameBounds writes two rounds and returns the file and where the
+// second frame starts and ends.
+func twoRounds(t *testing.T, dir string) (path string, start, end int64) {
+	t.Helper()
+	w := open(t, dir, Options{})
+	store(t, w, 3, 1, 10)
+	start = w.segs[0].size
+	store(t, w, 3, 11, 13)
+	end = w.segs[0].size
+	path = w.segs[0].path
+	w.Close()
+	return path, start, end
+}
+
+// A crash can leave any prefix of the last round on disk: every one is cut
+// off and the earlier round is intact.
+func TestTornTailAtEveryOffset(t *testing.T) {
+	src := t.TempDir()
+	path, start, end := twoRounds(t, src)
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cut := start; cut < end; cut++ {
+		for _, fill := range []string{"cut", "zeros", "garbage"} {
+			dir := t.TempDir()
+			data := append([]byte(nil), full[:cut]...)
+			switch fill { // what the rest of the unfinished write left behind
+			case "zeros":
+				data = append(data, make([]byte, end-cut)...)
+			case "garbage":
+				g := make([]byte, end-cut)
+				for i := range g {
+					g[i] = byte(rand.IntN(256))
+				}
+				data = append(data, g...)
+			}
+			if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			w, err := Open(dir, Options{})
+			if err != nil {
+				t.Fatalf("cut at %d (%s): %v", cut, fill, err)
+			}
+			checkLog(t, w, 3, 1, 10)
+			rec := w.Recovered()
+			if cut > start || fill != "cut" {
+				if rec.TornBytes != int64(len(data))-start || rec.TornOffset != start {
+					t.Fatalf("cut at %d (%s): Recovered %+v, want a torn tail of %d bytes at %d", cut, fill, rec, int64(len(data))-start, start)
+				}
+			}
+			// The log carries on where the torn write began.
+			store(t, w, 3, 11, 11)
+			w.Close()
+			w = open(t, dir, Options{})
+			checkLog(t, w, 3, 1, 11)
+			w.Close()
+		}
+	}
+}
+
+// A bad frame followed by a good one is not a torn write: Open refuses the
+// log and names the file and offset.
+func TestCorruptionBeforeTheTailIsRefused(t *testing.T) {
+	src := t.TempDir()
+	path, start, _ := twoRounds(t, src)
+	full, _ := os.ReadFile(path)
+	for _, at := range []int64{segHeaderLen, segHeaderLen + 3, segHeaderLen + 9, segHeaderLen + frameHdrLen + 5, start - 1} {
+		dir := t.TempDir()
+		data := append([]byte(nil), full...)
+		data[at] ^= 0x40
+		if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := Open(dir, Options{})
+		if !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("flipped byte %d: Open = %v, want ErrCorrupt", at, err)
+		}
+		if !bytes.Contains([]byte(err.Error()), []byte(filepath.Base(path))) {
+			t.Fatalf("error does not name the file: %v", err)
+		}
+	}
+	// A damaged segment that is not the last one is refused even at its end.
+	dir := t.TempDir()
+	data := append([]byte(nil), full...)
+	data[len(data)-1] ^= 1
+	os.WriteFile(filepath.Join(dir, segName(1)), data, 0o600)
+	w := open(t, t.TempDir(), Options{}) // a valid second segment to copy
+	w.Close()
+	hdr, _ := os.ReadFile(filepath.Join(w.dir, segName(1)))
+	hdr[8] = 2
+	os.WriteFile(filepath.Join(dir, segName(2)), hdr, 0o600)
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("damaged end of a middle segment: Open = %v, want ErrCorrupt", err)
+	}
+}
+
+// An entry read back from disk is checked: a flipped byte is an error, not
+// wrong data.
+func TestGetLogChecksEntries(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{})
+	defer w.Close()
+	store(t, w, 0, 1, 3)
+	at := w.groups[0].locs[1]
+	b := []byte{0}
+	at.seg.f.ReadAt(b, at.off+int64(at.n)-1)
+	b[0] ^= 1
+	at.seg.f.WriteAt(b, at.off+int64(at.n)-1)
+	var l raft.Log
+	if err := w.Group(0).GetLog(2, &l); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("GetLog of a damaged entry: %v, want ErrCorrupt", err)
+	}
+}
+
+// One process at a time; a read-only open needs no lock and writes nothing.
+func TestLockAndReadOnly(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{})
+	store(t, w, 0, 1, 2)
+	if _, err := Open(dir, Options{}); err == nil {
+		t.Fatal("a second writer opened a locked log")
+	}
+	ro := open(t, dir, Options{ReadOnly: true})
+	checkLog(t, ro, 0, 1, 2)
+	if err := ro.Group(0).StoreLog(entry(0, 3)); err == nil {
+		t.Fatal("a read-only log accepted an append")
+	}
+	ro.Close()
+	w.Close()
+}

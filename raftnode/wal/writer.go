@@ -1,0 +1,219 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"os"
+)
+
+// submit queues r for the next round and waits for its outcome.
+func (w *WAL) submit(r *request) error {
+	if w.opts.ReadOnly {
+		return errors.New("wal: opened read-only")
+	}
+	r.done = make(chan struct{})
+	w.qmu.Lock()
+	if w.closing {
+		w.qmu.Unlock()
+		return ErrClosed
+	}
+	w.queue = append(w.queue, r)
+	w.qcond.Signal()
+	w.qmu.Unlock()
+	<-r.done
+	return r.err
+}
+
+// writer runs the rounds: it takes everything queued, writes it as one
+// frame with one fdatasync, publishes it and wakes the callers. While it
+// syncs, new requests queue for the next round, so rounds grow with load
+// and no timer is needed.
+func (w *WAL) writer() {
+	defer close(w.done)
+	var frame []byte
+	for {
+		w.qmu.Lock()
+		for len(w.queue) == 0 && !w.closing {
+			w.qcond.Wait()
+		}
+		batch := w.queue
+		w.queue = nil
+		closing := w.closing
+		w.qmu.Unlock()
+		if len(batch) == 0 && closing {
+			return
+		}
+		frame = w.round(batch, frame[:0])
+		for _, r := range batch {
+			close(r.done)
+		}
+		if cap(frame) > 16<<20 {
+			frame = nil // do not keep one huge round's buffer for ever
+		}
+	}
+}
+
+// shadow is a group's bounds while a round is checked, before it is written.
+type shadow struct{ first, last uint64 }
+
+// round writes one batch. Requests that do not fit the group's log (an
+// entry that does not follow the last one) fail alone.
+func (w *WAL) round(batch []*request, frame []byte) []byte {
+	w.mu.RLock()
+	seg := w.segs[len(w.segs)-1]
+	shadows := map[uint16]*shadow{}
+	for _, r := range batch {
+		sh := shadows[r.group]
+		if sh == nil {
+			sh = &shadow{}
+			if st := w.groups[r.group]; st != nil {
+				sh.first, sh.last = st.first, st.last
+			}
+			shadows[r.group] = sh
+		}
+		if r.kind == kindEntry {
+			if sh.first != 0 && r.index != sh.last+1 {
+				r.err = fmt.Errorf("wal: group %d: entry %d does not follow the last entry %d", r.group, r.index, sh.last)
+				continue
+			}
+			if sh.first == 0 {
+				sh.first = r.index
+			}
+			sh.last = r.index + uint64(r.count) - 1
+			continue
+		}
+		st := groupState{first: sh.first, last: sh.last}
+		if r.kind == kindTruncate {
+			st.truncateBounds(r.index)
+		} else {
+			st.compactBounds(r.index)
+		}
+		sh.first, sh.last = st.first, st.last
+	}
+	w.mu.RUnlock()
+
+	// One frame: header, then every valid request's records.
+	frame = append(frame, make([]byte, frameHdrLen)...)
+	for _, r := range batch {
+		if r.err == nil {
+			frame = append(frame, r.buf...)
+		}
+	}
+	if len(frame) == frameHdrLen {
+		return frame
+	}
+	putFrameHeader(frame, frame[frameHdrLen:])
+	base := seg.size
+	_, err := seg.f.WriteAt(frame, base)
+	if err == nil {
+		err = w.sync(seg.f)
+	}
+	if err != nil {
+		// Cut the round off again so the file holds only what was
+		// acknowledged; the next round writes at the same offset.
+		if terr := seg.f.Truncate(base); terr != nil {
+			err = fmt.Errorf("%w (and cutting it off failed: %v)", err, terr)
+		}
+		for _, r := range batch {
+			if r.err == nil {
+				r.err = fmt.Errorf("wal: write: %w", err)
+			}
+		}
+		return frame
+	}
+
+	// Durable: publish.
+	w.mu.Lock()
+	seg.size = base + int64(len(frame))
+	off := base + frameHdrLen
+	compacted := false
+	for _, r := range batch {
+		if r.err != nil {
+			continue
+		}
+		st := w.group(r.group)
+		switch r.kind {
+		case kindEntry:
+			for i := 0; i < r.count; i++ {
+				end := len(r.buf)
+				if i+1 < r.count {
+					end = int(r.offs[i+1])
+				}
+				st.appendLoc(r.index+uint64(i), loc{seg: seg, off: off + int64(r.offs[i]), n: uint32(end - int(r.offs[i]))})
+			}
+			if last := r.index + uint64(r.count) - 1; last > seg.maxIdx[r.group] {
+				seg.maxIdx[r.group] = last
+			}
+		case kindTruncate:
+			st.truncateAfter(r.index)
+			compacted = true
+		case kindCompact:
+			st.compactThrough(r.index)
+			compacted = true
+		}
+		off += int64(len(r.buf))
+	}
+	var rotateErr error
+	if seg.size >= w.opts.SegmentSize {
+		rotateErr = w.newSegment(seg.seq + 1)
+	}
+	var dead []*segment
+	if compacted || rotateErr == nil {
+		dead = w.deadSegments()
+	}
+	w.mu.Unlock()
+	for _, s := range dead {
+		// Every entry in it is void and so is every entry before it; its
+		// reads are over (callers hold mu while reading).
+		_ = s.f.Close()
+		_ = os.Remove(s.path)
+	}
+	return frame
+}
+
+// deadSegments removes from w.segs, and returns, the oldest segments whose
+// entries are all void. Only a prefix goes, so a record that voids entries
+// never disappears before them. Caller holds mu.
+func (w *WAL) deadSegments() []*segment {
+	n := 0
+	for n < len(w.segs)-1 { // never the active one
+		s := w.segs[n]
+		live := false
+		for g, max := range s.maxIdx {
+			if st := w.groups[g]; st != nil && !st.empty() && st.first <= max {
+				live = true
+				break
+			}
+		}
+		if live {
+			break
+		}
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	dead := append([]*segment(nil), w.segs[:n]...)
+	w.segs = append(w.segs[:0:0], w.segs[n:]...)
+	return dead
+}
+
+func (s *groupState) truncateBounds(k uint64) {
+	switch {
+	case s.empty() || k >= s.last:
+	case k < s.first:
+		s.first, s.last = 0, 0
+	default:
+		s.last = k
+	}
+}
+
+func (s *groupState) compactBounds(k uint64) {
+	switch {
+	case s.empty() || k < s.first:
+	case k >= s.last:
+		s.first, s.last = 0, 0
+	default:
+		s.first = k + 1
+	}
+}
