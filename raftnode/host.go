@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/tollgate-io/tollgate/raftnode/wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -32,6 +33,7 @@ type Host struct {
 
 	closing      chan struct{} // closed when Shutdown starts
 	disk         *diskState    // write health of DataDir (disk.go)
+	wal          *wal.WAL      // every group's raft log (package wal)
 	bg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -43,8 +45,8 @@ type group struct {
 	dir   string
 	layer *GroupLayer
 	trans *raft.NetworkTransport
-	store *raftboltdb.BoltStore
-	logs  raft.LogStore // LogCache in front of store (watched: disk.go)
+	store *raftboltdb.BoltStore // raft.db: term and vote (the stable store)
+	logs  raft.LogStore         // LogCache in front of the group's WAL log (watched: disk.go)
 	// held is set while raft's loop is parked in a stable-store write that
 	// the disk refuses (disk.go); Shutdown does not wait for such a group.
 	held      atomic.Bool
@@ -120,6 +122,16 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		addr:    raft.ServerAddress(adv),
 		closing: make(chan struct{}),
 		disk:    newDiskState(cfg.DataDir),
+	}
+	w, err := wal.Open(walDir(cfg.DataDir), wal.Options{NoSync: cfg.NoSync})
+	if err != nil {
+		_ = h.Shutdown()
+		return nil, fmt.Errorf("raftnode: open the raft log: %w", err)
+	}
+	h.wal = w
+	if rec := w.Recovered(); rec.TornBytes > 0 {
+		h.log.Warn("raftnode: cut off a torn write at the end of the raft log (a crash during a write that was never acknowledged)",
+			"file", rec.TornFile, "offset", rec.TornOffset, "bytes", rec.TornBytes)
 	}
 	fsms := make([]raft.FSM, cfg.Groups)
 	for g := range fsms {
@@ -226,9 +238,13 @@ func (h *Host) buildGroup(g *group) error {
 		return fmt.Errorf("open raft.db (is another process using %s?): %w", g.dir, err)
 	}
 	g.store = store
+	groupLogs, err := groupLog(h.wal, id, store, h.log)
+	if err != nil {
+		return err
+	}
 	// Every write to the stores is watched (disk.go): a full disk makes the
 	// node not ready and hands its leaderships away instead of crashing it.
-	cache, err := raft.NewLogCache(logCacheSize, store)
+	cache, err := raft.NewLogCache(logCacheSize, groupLogs)
 	if err != nil {
 		return err
 	}
@@ -569,6 +585,11 @@ func (h *Host) shutdown() error {
 			if err := g.store.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: close raft.db: %w", g.id, err))
 			}
+		}
+	}
+	if h.wal != nil {
+		if err := h.wal.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close the raft log: %w", err))
 		}
 	}
 	if len(errs) == 0 {

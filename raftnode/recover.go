@@ -10,6 +10,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/tollgate-io/tollgate/raftnode/wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -47,12 +48,12 @@ func InspectGroup(dataDir string, g int) (OfflineGroup, error) {
 			return out, err // no raft.db and no snapshot: nothing here
 		}
 	}
-	st, err := openOfflineGroup(dir)
+	st, err := openOfflineGroup(dataDir, g, false)
 	if err != nil {
 		return out, fmt.Errorf("raftnode: group %d: %w", g, err)
 	}
 	defer st.close()
-	if out.HasState, err = raft.HasExistingState(st.store, st.store, st.snaps); err != nil {
+	if out.HasState, err = raft.HasExistingState(st.logs, st.store, st.snaps); err != nil {
 		return out, fmt.Errorf("raftnode: group %d: inspect state: %w", g, err)
 	}
 	if out.CurrentTerm, err = st.store.GetUint64([]byte(keyCurrentTerm)); err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
@@ -68,11 +69,11 @@ func InspectGroup(dataDir string, g int) (OfflineGroup, error) {
 		out.Configuration, out.ConfigurationIndex = s.Configuration.Clone(), s.ConfigurationIndex
 		out.LastIndex, out.LastTerm = s.Index, s.Term
 	}
-	first, err := st.store.FirstIndex()
+	first, err := st.logs.FirstIndex()
 	if err != nil {
 		return out, fmt.Errorf("raftnode: group %d: read log: %w", g, err)
 	}
-	last, err := st.store.LastIndex()
+	last, err := st.logs.LastIndex()
 	if err != nil {
 		return out, fmt.Errorf("raftnode: group %d: read log: %w", g, err)
 	}
@@ -84,7 +85,7 @@ func InspectGroup(dataDir string, g int) (OfflineGroup, error) {
 	// then every configuration entry after the snapshot, in order.
 	for i := max(first, out.SnapshotIndex+1); i <= last; i++ {
 		var l raft.Log
-		if err := st.store.GetLog(i, &l); err != nil {
+		if err := st.logs.GetLog(i, &l); err != nil {
 			return out, fmt.Errorf("raftnode: group %d: read log entry %d: %w", g, i, err)
 		}
 		if l.Type != raft.LogConfiguration {
@@ -98,7 +99,7 @@ func InspectGroup(dataDir string, g int) (OfflineGroup, error) {
 	}
 	if last >= out.LastIndex {
 		var l raft.Log
-		if err := st.store.GetLog(last, &l); err != nil {
+		if err := st.logs.GetLog(last, &l); err != nil {
 			return out, fmt.Errorf("raftnode: group %d: read log entry %d: %w", g, last, err)
 		}
 		out.LastIndex, out.LastTerm = last, l.Term
@@ -139,7 +140,7 @@ func RecoverGroup(dataDir string, g int, nodeID string, fsm raft.FSM, conf raft.
 			}
 		}
 	}
-	st, err := openOfflineGroup(groupDir(dataDir, g))
+	st, err := openOfflineGroup(dataDir, g, true)
 	if err != nil {
 		return fmt.Errorf("raftnode: recover group %d: %w", g, err)
 	}
@@ -148,7 +149,7 @@ func RecoverGroup(dataDir string, g int, nodeID string, fsm raft.FSM, conf raft.
 	rc.LocalID = raft.ServerID(nodeID)
 	rc.Logger = newHCLogAdapter(logger.With("group", g), slog.LevelWarn, "raft-recover")
 	rc.NoLegacyTelemetry = true
-	if err := raft.RecoverCluster(rc, fsm, st.store, st.store, st.snaps, peerEncoder{}, conf); err != nil {
+	if err := raft.RecoverCluster(rc, fsm, st.logs, st.store, st.snaps, peerEncoder{}, conf); err != nil {
 		return fmt.Errorf("raftnode: recover group %d: %w", g, err)
 	}
 	return nil
@@ -156,11 +157,18 @@ func RecoverGroup(dataDir string, g int, nodeID string, fsm raft.FSM, conf raft.
 
 // offlineGroup is a group's stores opened without raft.
 type offlineGroup struct {
-	store *raftboltdb.BoltStore
+	store *raftboltdb.BoltStore // term and vote
+	logs  raft.LogStore         // the group's log
+	wal   *wal.WAL              // nil when the log is still in raft.db
 	snaps *raft.FileSnapshotStore
 }
 
-func openOfflineGroup(dir string) (*offlineGroup, error) {
+// openOfflineGroup opens group g of dataDir without raft. With write, the
+// shared log is opened for writing (its lock held) and a log an older
+// version left in raft.db is moved into it first, as a starting node would;
+// without, nothing is written and such a log is read where it is.
+func openOfflineGroup(dataDir string, g int, write bool) (*offlineGroup, error) {
+	dir := groupDir(dataDir, g)
 	boltOpts := *bbolt.DefaultOptions
 	boltOpts.Timeout = boltOpenTimeout
 	store, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db"), BoltOptions: &boltOpts})
@@ -170,15 +178,38 @@ func openOfflineGroup(dir string) (*offlineGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", filepath.Join(dir, "raft.db"), err)
 	}
-	snaps, err := raft.NewFileSnapshotStore(dir, DefaultSnapshotRetain, io.Discard)
-	if err != nil {
-		_ = store.Close()
-		return nil, fmt.Errorf("open snapshot store: %w", err)
+	o := &offlineGroup{store: store, logs: store}
+	fail := func(err error) (*offlineGroup, error) {
+		o.close()
+		return nil, err
 	}
-	return &offlineGroup{store: store, snaps: snaps}, nil
+	if write {
+		if o.wal, err = wal.Open(walDir(dataDir), wal.Options{}); err != nil {
+			return fail(fmt.Errorf("open the raft log: %w", err))
+		}
+		if o.logs, err = groupLog(o.wal, g, store, slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil {
+			return fail(err)
+		}
+	} else if last, err := store.LastIndex(); err != nil {
+		return fail(fmt.Errorf("read %s: %w", filepath.Join(dir, "raft.db"), err))
+	} else if last == 0 {
+		if o.wal, err = wal.Open(walDir(dataDir), wal.Options{ReadOnly: true}); err != nil {
+			return fail(fmt.Errorf("open the raft log: %w", err))
+		}
+		o.logs = o.wal.Group(uint16(g))
+	}
+	if o.snaps, err = raft.NewFileSnapshotStore(dir, DefaultSnapshotRetain, io.Discard); err != nil {
+		return fail(fmt.Errorf("open snapshot store: %w", err))
+	}
+	return o, nil
 }
 
-func (o *offlineGroup) close() { _ = o.store.Close() }
+func (o *offlineGroup) close() {
+	if o.wal != nil {
+		_ = o.wal.Close()
+	}
+	_ = o.store.Close()
+}
 
 // decodeConfiguration is raft.DecodeConfiguration, which panics on bad input.
 func decodeConfiguration(b []byte) (c raft.Configuration, err error) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/tollgate-io/tollgate/raftnode/wal"
 	"go.etcd.io/bbolt"
 )
 
@@ -67,6 +68,11 @@ func SeedGroup(dataDir string, group int, nodeID, raftAddr string, index, term u
 	index, term = max(index, 1), max(term, 1)
 
 	dir := groupDir(dataDir, group)
+	if logged, err := walGroups(dataDir); err != nil {
+		return fmt.Errorf("raftnode: SeedGroup group %d: %w", group, err)
+	} else if logged[group] {
+		return fmt.Errorf("raftnode: SeedGroup group %d: %s has raft log entries of the group (seeding is for an empty data dir only): %w", group, walDir(dataDir), ErrHasState)
+	}
 	if state, err := groupState(dir); err != nil {
 		return fmt.Errorf("raftnode: SeedGroup group %d: %w", group, err)
 	} else if state != "" {
@@ -172,7 +178,14 @@ func HasState(dataDir string, groups int) (bool, error) {
 	if groups < 1 || groups > MaxGroups {
 		return false, fmt.Errorf("raftnode: HasState: groups = %d, want 1..%d", groups, MaxGroups)
 	}
+	logged, err := walGroups(dataDir)
+	if err != nil {
+		return false, fmt.Errorf("raftnode: HasState: %w", err)
+	}
 	for g := 0; g < groups; g++ {
+		if logged[g] {
+			return true, nil
+		}
 		state, err := groupState(groupDir(dataDir, g))
 		if err != nil {
 			return false, fmt.Errorf("raftnode: HasState group %d: %w", g, err)
@@ -182,6 +195,24 @@ func HasState(dataDir string, groups int) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// walGroups returns the groups with entries in dataDir's shared raft log,
+// reading it without writing anything.
+func walGroups(dataDir string) (map[int]bool, error) {
+	if _, err := os.Stat(walDir(dataDir)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	w, err := wal.Open(walDir(dataDir), wal.Options{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("read the raft log: %w", err)
+	}
+	defer w.Close()
+	out := map[int]bool{}
+	for _, g := range w.Groups() {
+		out[int(g)] = true
+	}
+	return out, nil
 }
 
 func groupDir(dataDir string, g int) string {
