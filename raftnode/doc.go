@@ -32,13 +32,22 @@
 // # Disk layout
 //
 //	<DataDir>/
+//	  wal/             every group's raft log, one shared write-ahead log
+//	                   (package wal: <seq>.wal segments, LOCK)
 //	  group-0/
-//	    raft.db        raft-boltdb/v2: raft log + stable store (term, vote)
+//	    raft.db        raft-boltdb/v2: stable store only (term, vote)
 //	    snapshots/     raft file snapshot store (<term>-<index>-<ms>/{meta.json,state.bin})
 //	  group-1/
 //	  ...
 //
-// The log store is wrapped in an in-memory raft.LogCache (512 entries). On
+// All groups append to the one log, and whatever they append while a write
+// is being made durable goes into the next write: one fdatasync per round
+// for all groups, where a log per group in bbolt paid two per group. A
+// data dir of the previous version, whose logs are in raft.db, has each
+// group's log moved into the shared one when the group opens (logstore.go;
+// idempotent, raft.db's copy is deleted last).
+//
+// Each group's log is wrapped in an in-memory raft.LogCache (512 entries). On
 // restart raft restores the newest readable snapshot into the FSM and
 // replays the committed log entries that follow it; a group is bootstrapped
 // only if raft.HasExistingState reports nothing on disk.

@@ -64,3 +64,11 @@ func groupLog(w *wal.WAL, g int, bolt *raftboltdb.BoltStore, log *slog.Logger) (
 	log.Info("raftnode: moved the group's raft log from raft.db into the shared log", "group", g, "first", first, "last", last)
 	return l, nil
 }
+
+// LogStats returns the counters of the node's shared raft log.
+func (h *Host) LogStats() wal.Stats {
+	if h.wal == nil {
+		return wal.Stats{}
+	}
+	return h.wal.Stats()
+}

@@ -13,9 +13,31 @@ import (
 var descDiskWritable = prometheus.NewDesc("tollgate_disk_writable",
 	"1 if this node can write its raft state (data dir probe and every raft log/term write succeeding); 0 while the disk refuses writes (see /readyz for the reason).", nil, nil)
 
+// The node's shared raft log (raftnode/wal): every group's appends that
+// arrive while a write is being made durable share the next write and its
+// fdatasync, so appends/rounds is the batching it achieves.
+var (
+	descLogRounds = prometheus.NewDesc("tollgate_raft_log_rounds_total",
+		"Writes of the node's shared raft log: one write and one fdatasync each, carrying the appends and deletes of every group that arrived meanwhile.", nil, nil)
+	descLogFailed = prometheus.NewDesc("tollgate_raft_log_failed_rounds_total",
+		"Writes of the shared raft log whose write or fdatasync failed (cut off again; their appends failed).", nil, nil)
+	descLogAppends = prometheus.NewDesc("tollgate_raft_log_appends_total",
+		"Appends and deletes of all groups written to the shared raft log; divided by rounds, the group commit's batching.", nil, nil)
+	descLogBytes = prometheus.NewDesc("tollgate_raft_log_written_bytes_total",
+		"Bytes written to the shared raft log.", nil, nil)
+	descLogSync = prometheus.NewDesc("tollgate_raft_log_sync_seconds_total",
+		"Time the shared raft log spent in write and fdatasync.", nil, nil)
+	descLogSegments = prometheus.NewDesc("tollgate_raft_log_segments",
+		"Segment files of the shared raft log on disk.", nil, nil)
+)
+
 type diskCollector struct{ s *Server }
 
-func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descDiskWritable }
+func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descDiskWritable, descLogRounds, descLogFailed, descLogAppends, descLogBytes, descLogSync, descLogSegments} {
+		ch <- d
+	}
+}
 
 func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 	v := 1.0
@@ -23,6 +45,16 @@ func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 		v = 0
 	}
 	ch <- prometheus.MustNewConstMetric(descDiskWritable, prometheus.GaugeValue, v)
+	if c.s.host == nil {
+		return
+	}
+	st := c.s.host.LogStats()
+	ch <- prometheus.MustNewConstMetric(descLogRounds, prometheus.CounterValue, float64(st.Rounds))
+	ch <- prometheus.MustNewConstMetric(descLogFailed, prometheus.CounterValue, float64(st.FailedRounds))
+	ch <- prometheus.MustNewConstMetric(descLogAppends, prometheus.CounterValue, float64(st.Requests))
+	ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.CounterValue, float64(st.Bytes))
+	ch <- prometheus.MustNewConstMetric(descLogSync, prometheus.CounterValue, st.SyncSeconds)
+	ch <- prometheus.MustNewConstMetric(descLogSegments, prometheus.GaugeValue, float64(st.Segments))
 }
 
 // diskNotReady is the readiness reason of a disk that refuses raft writes,

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -83,6 +84,34 @@ type WAL struct {
 	done    chan struct{}
 
 	recovered Recovered
+	stats     counters
+}
+
+// counters are updated by the writer only.
+type counters struct {
+	rounds, failed, requests, bytes, syncNanos atomic.Uint64
+}
+
+// Stats are the log's counters since Open.
+type Stats struct {
+	Rounds       uint64  // frames written: one write and one fdatasync each
+	FailedRounds uint64  // rounds whose write or fdatasync failed
+	Requests     uint64  // appends and deletes written (Requests/Rounds is the batching)
+	Bytes        uint64  // bytes written
+	SyncSeconds  float64 // time spent in write + fdatasync
+	Segments     int     // segment files now
+}
+
+// Stats returns the log's counters.
+func (w *WAL) Stats() Stats {
+	w.mu.RLock()
+	n := len(w.segs)
+	w.mu.RUnlock()
+	return Stats{
+		Rounds: w.stats.rounds.Load(), FailedRounds: w.stats.failed.Load(),
+		Requests: w.stats.requests.Load(), Bytes: w.stats.bytes.Load(),
+		SyncSeconds: float64(w.stats.syncNanos.Load()) / 1e9, Segments: n,
+	}
 }
 
 type segment struct {

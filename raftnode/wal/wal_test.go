@@ -98,6 +98,11 @@ func TestGroupCommitConcurrentAndReopen(t *testing.T) {
 	for g := uint16(0); g < groups; g++ {
 		checkLog(t, w, g, 1, batches*per)
 	}
+	st := w.Stats()
+	if st.Requests != groups*batches || st.Rounds == 0 || st.Rounds > st.Requests || st.FailedRounds != 0 || st.Bytes == 0 || st.Segments != len(w.segs) {
+		t.Fatalf("Stats %+v: want %d requests in at most as many rounds", st, groups*batches)
+	}
+	t.Logf("%d appends in %d rounds", st.Requests, st.Rounds)
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 )
 
 // submit queues r for the next round and waits for its outcome.
@@ -104,11 +105,15 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	}
 	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
+	start := time.Now()
 	_, err := seg.f.WriteAt(frame, base)
 	if err == nil {
 		err = w.sync(seg.f)
 	}
+	w.stats.syncNanos.Add(uint64(time.Since(start)))
+	w.stats.rounds.Add(1)
 	if err != nil {
+		w.stats.failed.Add(1)
 		// Cut the round off again so the file holds only what was
 		// acknowledged; the next round writes at the same offset.
 		if terr := seg.f.Truncate(base); terr != nil {
@@ -123,6 +128,7 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	}
 
 	// Durable: publish.
+	w.stats.bytes.Add(uint64(len(frame)))
 	w.mu.Lock()
 	seg.size = base + int64(len(frame))
 	off := base + frameHdrLen
@@ -152,6 +158,7 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 			compacted = true
 		}
 		off += int64(len(r.buf))
+		w.stats.requests.Add(1)
 	}
 	var rotateErr error
 	if seg.size >= w.opts.SegmentSize {
