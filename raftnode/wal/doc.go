@@ -15,7 +15,12 @@
 // segment is started once the active one passes SegmentSize; a segment is
 // deleted once every entry it holds is dead (compacted or truncated) and
 // every older segment is deleted too, so that a record that voids entries
-// is never deleted before the entries it voids.
+// is never deleted before the entries it voids. raft never compacts a group
+// that stopped appending, so the groups still holding live entries in the
+// oldest segment have their whole log copied to the end (one frame: a
+// compact-through of the group's last index, then the same entry records)
+// when that costs at most a quarter of the segment it frees; a busy group
+// is left to raft's compaction.
 //
 // Byte format, all integers little-endian:
 //

@@ -119,9 +119,9 @@ type segment struct {
 	path string
 	f    *os.File
 	size int64
-	// maxIdx: per group, the highest index of an entry record in this
-	// segment (a segment pins a group's entries up to it).
-	maxIdx map[uint16]uint64
+	// live counts the entries of the groups' logs stored here; the
+	// segment may go once it is 0 (and it is the oldest).
+	live int
 }
 
 type loc struct {
@@ -257,7 +257,7 @@ func (w *WAL) newSegment(seq uint64) error {
 		_ = os.Remove(path)
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
-	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen, maxIdx: map[uint16]uint64{}})
+	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen})
 	return nil
 }
 
@@ -425,7 +425,7 @@ func (w *WAL) replay() error {
 			_ = f.Close()
 			return fmt.Errorf("wal: read %s: %w", path, err)
 		}
-		seg := &segment{seq: seq, path: path, f: f, maxIdx: map[uint16]uint64{}}
+		seg := &segment{seq: seq, path: path, f: f}
 		if len(data) < segHeaderLen || string(data[:8]) != segMagic || binary.LittleEndian.Uint64(data[8:]) != seq {
 			if last && !w.opts.ReadOnly && len(data) < segHeaderLen+frameHdrLen {
 				// Created but its header never made durable: a crash
@@ -510,9 +510,6 @@ func (w *WAL) applyRecord(r record, at loc) error {
 			return fmt.Errorf("group %d: entry index 0", r.group)
 		}
 		st.appendLoc(r.index, at)
-		if r.index > at.seg.maxIdx[r.group] {
-			at.seg.maxIdx[r.group] = r.index
-		}
 	case kindTruncate:
 		st.truncateAfter(r.index)
 	case kindCompact:
@@ -537,14 +534,29 @@ func (s *groupState) appendLoc(index uint64, at loc) {
 	}
 	s.last = index
 	s.locs = append(s.locs, at)
+	at.seg.live++
+}
+
+// drop voids the entries at locs (their segments hold one live entry less).
+func drop(locs []loc) {
+	for _, at := range locs {
+		at.seg.live--
+	}
+}
+
+// reset voids the whole log.
+func (s *groupState) reset() {
+	drop(s.locs)
+	*s = groupState{}
 }
 
 func (s *groupState) truncateAfter(k uint64) {
 	switch {
 	case s.empty() || k >= s.last:
 	case k < s.first:
-		*s = groupState{}
+		s.reset()
 	default:
+		drop(s.locs[k-s.first+1:])
 		s.locs = s.locs[:k-s.first+1]
 		s.last = k
 	}
@@ -554,9 +566,11 @@ func (s *groupState) compactThrough(k uint64) {
 	switch {
 	case s.empty() || k < s.first:
 	case k >= s.last:
-		*s = groupState{}
+		s.reset()
 	default:
-		s.locs = slices.Clone(s.locs[k-s.first+1:])
+		n := k - s.first + 1
+		drop(s.locs[:n])
+		s.locs = slices.Clone(s.locs[n:])
 		s.first = k + 1
 	}
 }

@@ -312,3 +312,35 @@ func TestLockAndReadOnly(t *testing.T) {
 	ro.Close()
 	w.Close()
 }
+
+// An idle group's few entries do not keep the log's files for ever: raft
+// never compacts a log that stopped growing, so the log carries them
+// forward and the segments behind them go, while a busy group compacts.
+func TestIdleGroupDoesNotPinSegments(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{SegmentSize: 16 << 10})
+	store(t, w, 7, 1, 3) // then idle
+	maxSegs := 0
+	for i := uint64(1); i <= 10000; i += 10 {
+		store(t, w, 1, i, i+9)
+		if i > 200 && i%100 == 1 { // compaction after a snapshot, keeping 100
+			if err := w.Group(1).DeleteRange(1, i-100); err != nil {
+				t.Fatal(err)
+			}
+		}
+		maxSegs = max(maxSegs, w.Stats().Segments)
+	}
+	segs, _ := listSegments(dir)
+	t.Logf("%d segment files at the end, %d at most", len(segs), maxSegs)
+	if len(segs) > 8 || maxSegs > 12 {
+		t.Fatalf("%d segment files at the end, %d at most, for an idle group of 3 entries and a busy one of ~200", len(segs), maxSegs)
+	}
+	checkLog(t, w, 7, 1, 3)
+	first, _ := w.Group(1).FirstIndex()
+	checkLog(t, w, 1, first, 10000)
+	w.Close()
+	w = open(t, dir, Options{})
+	defer w.Close()
+	checkLog(t, w, 7, 1, 3)
+	checkLog(t, w, 1, first, 10000)
+}

@@ -147,9 +147,6 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 				}
 				st.appendLoc(r.index+uint64(i), loc{seg: seg, off: off + int64(r.offs[i]), n: uint32(end - int(r.offs[i]))})
 			}
-			if last := r.index + uint64(r.count) - 1; last > seg.maxIdx[r.group] {
-				seg.maxIdx[r.group] = last
-			}
 		case kindTruncate:
 			st.truncateAfter(r.index)
 			compacted = true
@@ -164,18 +161,124 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	if seg.size >= w.opts.SegmentSize {
 		rotateErr = w.newSegment(seg.seq + 1)
 	}
-	var dead []*segment
-	if compacted || rotateErr == nil {
-		dead = w.deadSegments()
-	}
+	dead := w.deadSegments()
+	pinned := len(w.segs) > 2
 	w.mu.Unlock()
+	removeSegments(dead)
+	if pinned && (compacted || rotateErr == nil) {
+		w.carryForward()
+	}
+	return frame
+}
+
+func removeSegments(dead []*segment) {
 	for _, s := range dead {
 		// Every entry in it is void and so is every entry before it; its
 		// reads are over (callers hold mu while reading).
 		_ = s.f.Close()
 		_ = os.Remove(s.path)
 	}
-	return frame
+}
+
+// carryForward rewrites, at the end of the log, the live entries of the
+// groups that keep the oldest segment from being deleted, if together they
+// are at most a quarter of that segment.
+//
+// Why: a segment can only go once every entry in it is void, and only after
+// every older one. raft compacts a group's log only after a snapshot, which
+// it takes after SnapshotThreshold new entries, and it keeps TrailingLogs
+// entries even then; so an idle group's last entries would never die, and
+// would keep every later segment on disk for ever. Copying them forward in
+// one frame (compact-through the group's last index, then the same entry
+// records again: on replay the copy replaces the group's log) frees the
+// oldest segment. A group whose live entries are large is left to raft's
+// compaction, which is coming: it is busy. Runs on the writer goroutine, so
+// no append of the group can interleave.
+func (w *WAL) carryForward() {
+	w.mu.RLock()
+	oldest := w.segs[0]
+	seg := w.segs[len(w.segs)-1]
+	var frame []byte
+	type carried struct {
+		g     uint16
+		first uint64
+		offs  []int64 // of each entry's record in frame
+		ns    []uint32
+	}
+	var moves []carried
+	// Carry only if it pays: everything the pinning groups hold, together,
+	// at most a quarter of what deleting the oldest segment frees.
+	var pinning []uint16
+	var total int64
+	for g, st := range w.groups {
+		// A group's entries are in file order, so it holds live entries in
+		// the oldest segment if its first one is there.
+		if st.empty() || st.locs[0].seg != oldest {
+			continue
+		}
+		pinning = append(pinning, g)
+		for _, at := range st.locs {
+			total += int64(at.n)
+		}
+	}
+	if len(pinning) == 0 || total > oldest.size/4 {
+		w.mu.RUnlock()
+		return
+	}
+	for _, g := range pinning {
+		st := w.groups[g]
+		if frame == nil {
+			frame = make([]byte, frameHdrLen)
+		}
+		frame = appendRecord(frame, g, kindCompact, 0, st.last, 0, 0, nil, nil)
+		mv := carried{g: g, first: st.first}
+		for i, at := range st.locs {
+			start := len(frame)
+			frame = append(frame, make([]byte, at.n)...)
+			if _, err := at.seg.f.ReadAt(frame[start:], at.off); err != nil {
+				w.mu.RUnlock()
+				return // reported by the reads that need it; try again later
+			}
+			if r, _, err := decodeRecord(frame[start:]); err != nil || r.index != st.first+uint64(i) || r.group != g {
+				w.mu.RUnlock()
+				return // a damaged entry is not copied: GetLog reports it
+			}
+			mv.offs = append(mv.offs, int64(start))
+			mv.ns = append(mv.ns, at.n)
+		}
+		moves = append(moves, mv)
+	}
+	w.mu.RUnlock()
+	if len(moves) == 0 {
+		return
+	}
+	putFrameHeader(frame, frame[frameHdrLen:])
+	base := seg.size
+	start := time.Now()
+	_, err := seg.f.WriteAt(frame, base)
+	if err == nil {
+		err = w.sync(seg.f)
+	}
+	w.stats.syncNanos.Add(uint64(time.Since(start)))
+	w.stats.rounds.Add(1)
+	if err != nil {
+		w.stats.failed.Add(1)
+		_ = seg.f.Truncate(base)
+		return // the entries stay where they are; nothing is lost
+	}
+	w.stats.bytes.Add(uint64(len(frame)))
+	w.mu.Lock()
+	seg.size = base + int64(len(frame))
+	for _, mv := range moves {
+		st := w.groups[mv.g]
+		st.reset()
+		for i, off := range mv.offs {
+			st.appendLoc(mv.first+uint64(i), loc{seg: seg, off: base + off, n: mv.ns[i]})
+		}
+	}
+	dead := w.deadSegments()
+	w.mu.Unlock()
+	removeSegments(dead)
 }
 
 // deadSegments removes from w.segs, and returns, the oldest segments whose
@@ -183,18 +286,7 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 // never disappears before them. Caller holds mu.
 func (w *WAL) deadSegments() []*segment {
 	n := 0
-	for n < len(w.segs)-1 { // never the active one
-		s := w.segs[n]
-		live := false
-		for g, max := range s.maxIdx {
-			if st := w.groups[g]; st != nil && !st.empty() && st.first <= max {
-				live = true
-				break
-			}
-		}
-		if live {
-			break
-		}
+	for n < len(w.segs)-1 && w.segs[n].live == 0 { // never the active one
 		n++
 	}
 	if n == 0 {
