@@ -19,8 +19,9 @@
 // that stopped appending, so the groups still holding live entries in the
 // oldest segment have their whole log copied to the end (one frame: a
 // compact-through of the group's last index, then the same entry records)
-// when that costs at most a quarter of the segment it frees; a busy group
-// is left to raft's compaction.
+// once the files hold more than twice the live entries plus two segments:
+// disk use stays within about twice the live log, and no more is copied
+// than is freed.
 //
 // Byte format, all integers little-endian:
 //

@@ -121,7 +121,8 @@ type segment struct {
 	size int64
 	// live counts the entries of the groups' logs stored here; the
 	// segment may go once it is 0 (and it is the oldest).
-	live int
+	live      int
+	liveBytes int64 // their records' bytes
 }
 
 type loc struct {
@@ -535,12 +536,14 @@ func (s *groupState) appendLoc(index uint64, at loc) {
 	s.last = index
 	s.locs = append(s.locs, at)
 	at.seg.live++
+	at.seg.liveBytes += int64(at.n)
 }
 
 // drop voids the entries at locs (their segments hold one live entry less).
 func drop(locs []loc) {
 	for _, at := range locs {
 		at.seg.live--
+		at.seg.liveBytes -= int64(at.n)
 	}
 }
 

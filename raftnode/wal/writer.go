@@ -181,8 +181,8 @@ func removeSegments(dead []*segment) {
 }
 
 // carryForward rewrites, at the end of the log, the live entries of the
-// groups that keep the oldest segment from being deleted, if together they
-// are at most a quarter of that segment.
+// groups that keep the oldest segment from being deleted, once the files
+// hold more than twice the live entries.
 //
 // Why: a segment can only go once every entry in it is void, and only after
 // every older one. raft compacts a group's log only after a snapshot, which
@@ -191,9 +191,10 @@ func removeSegments(dead []*segment) {
 // would keep every later segment on disk for ever. Copying them forward in
 // one frame (compact-through the group's last index, then the same entry
 // records again: on replay the copy replaces the group's log) frees the
-// oldest segment. A group whose live entries are large is left to raft's
-// compaction, which is coming: it is busy. Runs on the writer goroutine, so
-// no append of the group can interleave.
+// oldest segment. The copy waits until the files hold more than twice the
+// live entries, so a busy group, which raft compacts soon anyway, is rarely
+// copied, and nothing is copied more than it frees. Runs on the writer
+// goroutine, so no append of the group can interleave.
 func (w *WAL) carryForward() {
 	w.mu.RLock()
 	oldest := w.segs[0]
@@ -206,22 +207,24 @@ func (w *WAL) carryForward() {
 		ns    []uint32
 	}
 	var moves []carried
-	// Carry only if it pays: everything the pinning groups hold, together,
-	// at most a quarter of what deleting the oldest segment frees.
+	// Carry only once the files hold more than twice the live entries (and
+	// two segments more): then what is copied is at most what is freed, and
+	// the log's disk use stays within about twice its live entries, however
+	// large an idle group's last entries are.
+	var disk, live int64
+	for _, sg := range w.segs {
+		disk += sg.size
+		live += sg.liveBytes
+	}
 	var pinning []uint16
-	var total int64
 	for g, st := range w.groups {
 		// A group's entries are in file order, so it holds live entries in
 		// the oldest segment if its first one is there.
-		if st.empty() || st.locs[0].seg != oldest {
-			continue
-		}
-		pinning = append(pinning, g)
-		for _, at := range st.locs {
-			total += int64(at.n)
+		if !st.empty() && st.locs[0].seg == oldest {
+			pinning = append(pinning, g)
 		}
 	}
-	if len(pinning) == 0 || total > oldest.size/4 {
+	if len(pinning) == 0 || disk <= 2*live+2*w.opts.SegmentSize {
 		w.mu.RUnlock()
 		return
 	}
