@@ -54,6 +54,31 @@ func (w *WAL) writer() {
 	}
 }
 
+// writeFrame seals frame (its header) and appends it to seg, the active
+// segment, with one write and one fdatasync. On failure it cuts the frame
+// off again, so the file holds only what was acknowledged and the next
+// frame is written at the same offset. The caller publishes seg.size.
+func (w *WAL) writeFrame(seg *segment, frame []byte) error {
+	putFrameHeader(frame, frame[frameHdrLen:])
+	base := seg.size
+	start := time.Now()
+	_, err := seg.f.WriteAt(frame, base)
+	if err == nil {
+		err = w.sync(seg.f)
+	}
+	w.stats.syncNanos.Add(uint64(time.Since(start)))
+	w.stats.rounds.Add(1)
+	if err != nil {
+		w.stats.failed.Add(1)
+		if terr := seg.f.Truncate(base); terr != nil {
+			return fmt.Errorf("%w (and cutting it off failed: %v)", err, terr)
+		}
+		return err
+	}
+	w.stats.bytes.Add(uint64(len(frame)))
+	return nil
+}
+
 // shadow is a group's bounds while a round is checked, before it is written.
 type shadow struct{ first, last uint64 }
 
@@ -103,22 +128,8 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	if len(frame) == frameHdrLen {
 		return frame
 	}
-	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
-	start := time.Now()
-	_, err := seg.f.WriteAt(frame, base)
-	if err == nil {
-		err = w.sync(seg.f)
-	}
-	w.stats.syncNanos.Add(uint64(time.Since(start)))
-	w.stats.rounds.Add(1)
-	if err != nil {
-		w.stats.failed.Add(1)
-		// Cut the round off again so the file holds only what was
-		// acknowledged; the next round writes at the same offset.
-		if terr := seg.f.Truncate(base); terr != nil {
-			err = fmt.Errorf("%w (and cutting it off failed: %v)", err, terr)
-		}
+	if err := w.writeFrame(seg, frame); err != nil {
 		for _, r := range batch {
 			if r.err == nil {
 				r.err = fmt.Errorf("wal: write: %w", err)
@@ -128,7 +139,6 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	}
 
 	// Durable: publish.
-	w.stats.bytes.Add(uint64(len(frame)))
 	w.mu.Lock()
 	seg.size = base + int64(len(frame))
 	off := base + frameHdrLen
@@ -255,21 +265,10 @@ func (w *WAL) carryForward() {
 	if len(moves) == 0 {
 		return
 	}
-	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
-	start := time.Now()
-	_, err := seg.f.WriteAt(frame, base)
-	if err == nil {
-		err = w.sync(seg.f)
-	}
-	w.stats.syncNanos.Add(uint64(time.Since(start)))
-	w.stats.rounds.Add(1)
-	if err != nil {
-		w.stats.failed.Add(1)
-		_ = seg.f.Truncate(base)
+	if err := w.writeFrame(seg, frame); err != nil {
 		return // the entries stay where they are; nothing is lost
 	}
-	w.stats.bytes.Add(uint64(len(frame)))
 	w.mu.Lock()
 	seg.size = base + int64(len(frame))
 	for _, mv := range moves {
