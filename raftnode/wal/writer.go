@@ -142,7 +142,6 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	w.mu.Lock()
 	seg.size = base + int64(len(frame))
 	off := base + frameHdrLen
-	compacted := false
 	for _, r := range batch {
 		if r.err != nil {
 			continue
@@ -159,23 +158,22 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 			}
 		case kindTruncate:
 			st.truncateAfter(r.index)
-			compacted = true
 		case kindCompact:
 			st.compactThrough(r.index)
-			compacted = true
 		}
 		off += int64(len(r.buf))
 		w.stats.requests.Add(1)
 	}
-	var rotateErr error
 	if seg.size >= w.opts.SegmentSize {
-		rotateErr = w.newSegment(seg.seq + 1)
+		// On failure (a full disk) the active segment grows on; the next
+		// round tries again.
+		_ = w.newSegment(seg.seq + 1)
 	}
 	dead := w.deadSegments()
 	pinned := len(w.segs) > 2
 	w.mu.Unlock()
 	removeSegments(dead)
-	if pinned && (compacted || rotateErr == nil) {
+	if pinned {
 		w.carryForward()
 	}
 	return frame
