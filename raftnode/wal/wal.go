@@ -196,9 +196,6 @@ func Open(dir string, opts Options) (*WAL, error) {
 // Recovered reports what Open found.
 func (w *WAL) Recovered() Recovered { return w.recovered }
 
-// Dir is the log's directory.
-func (w *WAL) Dir() string { return w.dir }
-
 // Close waits for queued writes, then closes the files. Later calls fail
 // with ErrClosed.
 func (w *WAL) Close() error {
@@ -553,27 +550,49 @@ func (s *groupState) reset() {
 	*s = groupState{}
 }
 
+// truncateAfter voids the entries after k. The bounds follow
+// truncateBounds, which the writer also checks a round against before
+// writing it.
 func (s *groupState) truncateAfter(k uint64) {
+	if s.empty() || k >= s.last {
+		return
+	}
+	keep := uint64(0)
+	if k >= s.first {
+		keep = k - s.first + 1
+	}
+	drop(s.locs[keep:])
+	s.locs = s.locs[:keep]
+	s.truncateBounds(k)
+}
+
+// compactThrough voids the entries up to k (bounds: compactBounds).
+func (s *groupState) compactThrough(k uint64) {
+	if s.empty() || k < s.first {
+		return
+	}
+	n := min(k, s.last) - s.first + 1
+	drop(s.locs[:n])
+	s.locs = slices.Clone(s.locs[n:])
+	s.compactBounds(k)
+}
+
+func (s *groupState) truncateBounds(k uint64) {
 	switch {
 	case s.empty() || k >= s.last:
 	case k < s.first:
-		s.reset()
+		s.first, s.last = 0, 0
 	default:
-		drop(s.locs[k-s.first+1:])
-		s.locs = s.locs[:k-s.first+1]
 		s.last = k
 	}
 }
 
-func (s *groupState) compactThrough(k uint64) {
+func (s *groupState) compactBounds(k uint64) {
 	switch {
 	case s.empty() || k < s.first:
 	case k >= s.last:
-		s.reset()
+		s.first, s.last = 0, 0
 	default:
-		n := k - s.first + 1
-		drop(s.locs[:n])
-		s.locs = slices.Clone(s.locs[n:])
 		s.first = k + 1
 	}
 }

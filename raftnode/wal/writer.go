@@ -296,23 +296,3 @@ func (w *WAL) deadSegments() []*segment {
 	w.segs = append(w.segs[:0:0], w.segs[n:]...)
 	return dead
 }
-
-func (s *groupState) truncateBounds(k uint64) {
-	switch {
-	case s.empty() || k >= s.last:
-	case k < s.first:
-		s.first, s.last = 0, 0
-	default:
-		s.last = k
-	}
-}
-
-func (s *groupState) compactBounds(k uint64) {
-	switch {
-	case s.empty() || k < s.first:
-	case k >= s.last:
-		s.first, s.last = 0, 0
-	default:
-		s.first = k + 1
-	}
-}
