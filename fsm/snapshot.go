@@ -232,9 +232,9 @@ func (f *FSM) restore(r io.Reader) error {
 			if int(ts.Tenant) >= len(tenants) || tables[s][ts.Tenant] != nil {
 				return fmt.Errorf("restore group %d: %w: shard %d names tenant %d twice or out of range", f.cfg.Group, snapfmt.ErrCorrupt, s, ts.Tenant)
 			}
-			t := seriesmap.New(len(ts.Hashes))
-			for i, hash := range ts.Hashes {
-				t.Put(hash, ts.Minutes[i])
+			t, err := seriesmap.FromSorted(ts.Hashes, ts.Minutes)
+			if err != nil {
+				return fmt.Errorf("restore group %d: %w: shard %d tenant %d: %w", f.cfg.Group, snapfmt.ErrCorrupt, s, ts.Tenant, err)
 			}
 			tables[s][ts.Tenant] = t
 			tenants[ts.Tenant].active += int64(t.Len())

@@ -63,4 +63,17 @@
 // towards home, into buckets already walked, so the walk never breaks what it
 // has fixed. (The full argument is at seg.cleanup.) Then underfull segments
 // are rebuilt smaller.
+//
+// # Bulk build
+//
+// A snapshot restore builds every table of a group from its hashes, stored
+// ascending. Put for each would miss the cache on every key of a table larger
+// than the caches (ascending hashes land on random buckets). FromSorted
+// instead counts the keys per segment of the directory the table will have,
+// copies them into one contiguous run per segment, and fills each segment from
+// its run, so the random writes stay inside one segment's array: about 5×
+// less time per key at 1.5 M series (BenchmarkRestore). The result is the
+// table a split would leave (segments at 85%), or for a small table the single
+// segment New would allocate. Input that is not strictly ascending is refused,
+// never stored twice.
 package seriesmap

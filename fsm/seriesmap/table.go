@@ -1,6 +1,7 @@
 package seriesmap
 
 import (
+	"fmt"
 	"math/bits"
 	"runtime"
 	"slices"
@@ -653,50 +654,166 @@ func (s *seg) resize(minBuckets int) {
 
 // fill inserts into s, which must be freshly allocated (empty) and large
 // enough, every key of the segments srcs whose mixed hash x has x&mask == want.
-//
-// While s only gains keys, the used slots of a bucket are a prefix, so a byte
-// per bucket counting them tells where the next key goes without reading keys.
-// Homes are monotone in x for any bucket count, so walking the sources' buckets
-// in order fills s nearly sequentially.
+// Homes are monotone in x for any bucket count, so walking the sources'
+// buckets in order fills s nearly sequentially.
 func (s *seg) fill(mask, want uint64, srcs ...*seg) {
 	var buf [512]uint8
-	used := buf[:]
-	if s.nb > uint32(len(buf)) {
-		used = make([]uint8, s.nb)
-	}
-	nb := uint(s.nb)
-	used = used[:nb]
-	keys := s.data[:nb*slotsPerBucket]
-	mins := unsafe.Slice((*uint8)(unsafe.Pointer(&s.data[nb*slotsPerBucket])), nb*slotsPerBucket)
-	ld := s.ld & 63
-	n := s.count
+	p := s.placer(&buf)
 	for _, src := range srcs {
 		if src.nb == 0 {
 			continue
 		}
 		snb := uint(src.nb)
-		skeys := src.data[:snb*slotsPerBucket]
-		smins := unsafe.Slice((*uint8)(unsafe.Pointer(&src.data[snb*slotsPerBucket])), snb*slotsPerBucket)
-		for i, h := range skeys {
-			x := h * mixer
-			if h == 0 || x&mask != want {
-				continue
+		p.add(src.data[:snb*slotsPerBucket], unsafe.Slice((*uint8)(unsafe.Pointer(&src.data[snb*slotsPerBucket])), snb*slotsPerBucket), mask, want)
+	}
+	s.count = p.n
+}
+
+// placer inserts keys known to be distinct and absent into a segment that only
+// gains keys (a fresh one being filled). While a segment only gains keys, the
+// used slots of a bucket are a prefix, so a byte per bucket counting them
+// tells where the next key goes without reading keys.
+type placer struct {
+	used []uint8 // used slots per bucket
+	keys []uint64
+	mins []uint8
+	ld   uint8
+	n    uint32 // keys in the segment
+}
+
+// placer returns a placer for the empty segment s, counting in buf when it is
+// large enough.
+func (s *seg) placer(buf *[512]uint8) placer {
+	nb := uint(s.nb)
+	var used []uint8
+	if nb <= uint(len(buf)) {
+		used = buf[:nb]
+		clear(used)
+	} else {
+		used = make([]uint8, nb)
+	}
+	return placer{
+		used: used,
+		keys: s.data[:nb*slotsPerBucket],
+		mins: unsafe.Slice((*uint8)(unsafe.Pointer(&s.data[nb*slotsPerBucket])), nb*slotsPerBucket),
+		ld:   s.ld & 63,
+		n:    s.count,
+	}
+}
+
+// add places every non-zero key of hs whose mixed hash x has x&mask == want,
+// with its minute from ms, in the first bucket from its home with a free slot.
+func (p *placer) add(hs []uint64, ms []uint8, mask, want uint64) {
+	used, keys, mins := p.used, p.keys, p.mins
+	nb := uint(len(used))
+	ms = ms[:len(hs)]
+	for i, h := range hs {
+		x := h * mixer
+		if h == 0 || x&mask != want {
+			continue
+		}
+		hb, _ := bits.Mul64(x<<p.ld, uint64(nb))
+		b := uint(hb)
+		for used[b] == slotsPerBucket {
+			if b++; b == nb {
+				b = 0
 			}
-			hb, _ := bits.Mul64(x<<ld, uint64(nb))
-			b := uint(hb)
-			for used[b] == slotsPerBucket {
-				if b++; b == nb {
-					b = 0
-				}
-			}
-			j := b*slotsPerBucket + uint(used[b])
-			used[b]++
-			keys[j] = h
-			mins[j] = smins[i]
-			n++
+		}
+		j := b*slotsPerBucket + uint(used[b])
+		used[b]++
+		keys[j] = h
+		mins[j] = ms[i]
+		p.n++
+	}
+}
+
+// FromSorted returns a table mapping hashes[i] to minutes[i], as Put for each
+// in turn would, or an error if hashes is not strictly ascending (how a
+// snapshot stores a table) or the lengths differ.
+//
+// Why not Put in a loop: ascending hashes land on random buckets, so on a
+// table larger than the CPU caches every Put misses the cache, one after the
+// other; restoring a node's snapshots was mostly that. FromSorted instead
+// counts the keys per segment, copies them into one contiguous run per
+// segment, and fills each segment from its run, so random writes stay within
+// one segment's array (at most maxSegBytes). A large table comes out as a
+// directory of segments sized as a split leaves them (85% full); a small one
+// as the single segment New would give it. (Keys crafted to crowd one segment
+// are inserted one by one.)
+func FromSorted(hashes []uint64, minutes []uint8) (*Table, error) {
+	if len(minutes) != len(hashes) {
+		return nil, fmt.Errorf("seriesmap: %d hashes but %d minutes", len(hashes), len(minutes))
+	}
+	for i := 1; i < len(hashes); i++ {
+		if hashes[i] <= hashes[i-1] {
+			return nil, fmt.Errorf("seriesmap: hash %d (%#x) not above the one before it (%#x)", i, hashes[i], hashes[i-1])
 		}
 	}
-	s.count = n
+	t := &Table{}
+	if len(hashes) > 0 && hashes[0] == 0 {
+		t.hasZero, t.zeroMin = true, minutes[0]
+		hashes, minutes = hashes[1:], minutes[1:]
+	}
+	n := len(hashes)
+	if n == 0 {
+		return t, nil
+	}
+	// Entries of a split half in a segment at the size limit.
+	perSeg := maxSegBytes / 8 / wordsPerBucket * slotsPerBucket * splitLoad256 / 256
+	if n <= perSeg {
+		t.seg.alloc(bucketsFor(n, maxLoad256))
+		var buf [512]uint8
+		p := t.seg.placer(&buf)
+		p.add(hashes, minutes, 0, 0)
+		t.count = p.n
+		return t, nil
+	}
+	depth := uint8(bits.Len(uint((n - 1) / perSeg))) // ≥ 1: 2^depth segments of ≤ perSeg expected entries
+	shift := (64 - depth) & 63
+	starts := make([]int, 1<<depth+1)
+	for _, h := range hashes {
+		starts[(h*mixer)>>shift+1]++
+	}
+	for i := 1; i < len(starts); i++ {
+		if starts[i] > 2*perSeg {
+			// Keys crafted to share a prefix of h*mixer would crowd one
+			// segment's home buckets into a fraction of it, and filling that
+			// probes quadratically. Insert them one by one instead: growth
+			// splits such a segment by its deeper bits as it fills.
+			nt := New(0)
+			nt.hasZero, nt.zeroMin = t.hasZero, t.zeroMin
+			for j, h := range hashes {
+				nt.Put(h, minutes[j])
+			}
+			return nt, nil
+		}
+		starts[i] += starts[i-1]
+	}
+	// Copy the keys grouped by segment, then fill each segment from its group.
+	hs := make([]uint64, n)
+	ms := make([]uint8, n)
+	next := slices.Clone(starts[:len(starts)-1])
+	for i, h := range hashes {
+		si := (h * mixer) >> shift
+		j := next[si]
+		next[si]++
+		hs[j], ms[j] = h, minutes[i]
+	}
+	d := &directory{segs: make([]*seg, 1<<depth), depth: depth, count: n}
+	var buf [512]uint8
+	for i := range d.segs {
+		s := &seg{ld: depth}
+		lo, hi := starts[i], starts[i+1]
+		if hi > lo {
+			s.alloc(bucketsFor(hi-lo, splitLoad256))
+			p := s.placer(&buf)
+			p.add(hs[lo:hi], ms[lo:hi], 0, 0)
+			s.count = p.n
+		}
+		d.segs[i] = s
+	}
+	t.dir = d
+	return t, nil
 }
 
 // Cleanup removes every entry whose minute m has expired[m] set, and returns how
