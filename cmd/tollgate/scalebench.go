@@ -228,6 +228,9 @@ type RestartInfo struct {
 	ReadySec    float64 `json:"ready_s"`
 	ReadyzSec   float64 `json:"readyz_s"`
 	SeriesAfter int64   `json:"series_after"`
+	// Memory once ready again: tables rebuilt from snapshots, no garbage
+	// from a load yet.
+	MemoryAfter Memory `json:"memory_after"`
 }
 
 func (o *scaleOpts) validate() error {
@@ -1406,6 +1409,9 @@ func (o *scaleOpts) restart(ctx context.Context, n *benchNode) (*RestartInfo, er
 	}
 	r.ReadySec, r.ReadyzSec = n.readySec, n.readyzSec
 	o.logf("restart: stopped in %.2fs, ready in %.2fs, /readyz in %.2fs", r.StopSec, r.ReadySec, r.ReadyzSec)
+	if r.MemoryAfter, err = n.memory(ctx); err != nil {
+		return r, err
+	}
 	if o.has("series") {
 		if r.SeriesAfter, err = o.seriesCount(ctx, n); err != nil {
 			return r, err
@@ -1467,6 +1473,10 @@ func (r *ScaleResult) print(out io.Writer) {
 			note = fmt.Sprintf("%d series after (bar ≤ 5 s at 100M: %s)", x.SeriesAfter, verdict(x.ReadyzSec <= 5))
 		}
 		fmt.Fprintf(tw, "5 restart\tSIGTERM → exit; start → ready banner; → /readyz, s\t\t%.2f; %.2f; %.2f\t%s\n", x.StopSec, x.ReadySec, x.ReadyzSec, note)
+		if s := r.Series; s != nil && s.Series > 0 {
+			m := x.MemoryAfter
+			fmt.Fprintf(tw, "5 restart\tonce ready: Go heap; RssAnon, MB\t\t%.0f; %.0f\t%.1f; %.1f B/series\n", mb(m.HeapBytes), mb(m.RssAnonBytes), float64(m.HeapBytes)/float64(s.Series), float64(m.RssAnonBytes)/float64(s.Series))
+		}
 	}
 	tw.Flush()
 }

@@ -81,7 +81,7 @@ func TestScaleBenchTinyRun(t *testing.T) {
 		t.Errorf("series stage: %+v", s)
 	}
 	r := res.Restart
-	if r == nil || r.ReadySec <= 0 || r.ReadyzSec < r.ReadySec {
+	if r == nil || r.ReadySec <= 0 || r.ReadyzSec < r.ReadySec || r.MemoryAfter.RssAnonBytes <= 0 || r.MemoryAfter.HeapBytes <= 0 {
 		t.Fatalf("restart: %+v", r)
 	}
 	if r.SeriesAfter != s.Series {

@@ -72,8 +72,8 @@
 // instead counts the keys per segment of the directory the table will have,
 // copies them into one contiguous run per segment, and fills each segment from
 // its run, so the random writes stay inside one segment's array: about 5×
-// less time per key at 1.5 M series (BenchmarkRestore). The result is the
-// table a split would leave (segments at 85%), or for a small table the single
-// segment New would allocate. Input that is not strictly ascending is refused,
-// never stored twice.
+// less time per key at 1.5 M series (BenchmarkRestore). Segments are sized
+// at 95% full, as New sizes a table, and each is at most 85% of the size
+// limit, so they grow one at a time as inserts arrive. Input that is not
+// strictly ascending is refused, never stored twice.
 package seriesmap

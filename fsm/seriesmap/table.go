@@ -736,10 +736,11 @@ func (p *placer) add(hs []uint64, ms []uint8, mask, want uint64) {
 // other; restoring a node's snapshots was mostly that. FromSorted instead
 // counts the keys per segment, copies them into one contiguous run per
 // segment, and fills each segment from its run, so random writes stay within
-// one segment's array (at most maxSegBytes). A large table comes out as a
-// directory of segments sized as a split leaves them (85% full); a small one
-// as the single segment New would give it. (Keys crafted to crowd one segment
-// are inserted one by one.)
+// one segment's array (at most maxSegBytes). Segments are sized as New sizes
+// a table (95% full, so a restored node holds no more memory than the one
+// that wrote the snapshot) and hold at most 85% of a segment at the size
+// limit, so each grows on its own when inserts come, never all at once.
+// (Keys crafted to crowd one segment are inserted one by one.)
 func FromSorted(hashes []uint64, minutes []uint8) (*Table, error) {
 	if len(minutes) != len(hashes) {
 		return nil, fmt.Errorf("seriesmap: %d hashes but %d minutes", len(hashes), len(minutes))
@@ -805,7 +806,7 @@ func FromSorted(hashes []uint64, minutes []uint8) (*Table, error) {
 		s := &seg{ld: depth}
 		lo, hi := starts[i], starts[i+1]
 		if hi > lo {
-			s.alloc(bucketsFor(hi-lo, splitLoad256))
+			s.alloc(bucketsFor(hi-lo, maxLoad256))
 			p := s.placer(&buf)
 			p.add(hs[lo:hi], ms[lo:hi], 0, 0)
 			s.count = p.n
