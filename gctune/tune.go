@@ -13,9 +13,9 @@ import (
 // Config bounds the tuning. Zero values take the defaults noted.
 type Config struct {
 	// Headroom is the garbage a heap may gather between collections once it
-	// is large: the percentage becomes 100·Headroom/live. Default 256 MiB.
+	// is large: the percentage becomes 100·Headroom/live. Default 128 MiB.
 	Headroom uint64
-	// MinPercent and MaxPercent clamp the percentage. Defaults 20 and 100.
+	// MinPercent and MaxPercent clamp the percentage. Defaults 10 and 100.
 	MinPercent, MaxPercent int
 	// Every is how often the live heap is read. Default 1s.
 	Every  time.Duration
@@ -24,10 +24,10 @@ type Config struct {
 
 func (c *Config) validate() error {
 	if c.Headroom == 0 {
-		c.Headroom = 256 << 20
+		c.Headroom = 128 << 20
 	}
 	if c.MinPercent == 0 {
-		c.MinPercent = 20
+		c.MinPercent = 10
 	}
 	if c.MaxPercent == 0 {
 		c.MaxPercent = 100

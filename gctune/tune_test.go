@@ -17,24 +17,24 @@ func TestPercent(t *testing.T) {
 		want int
 	}{
 		{0, 100},
-		{64 << 20, 100},    // small heap: the runtime's default
-		{256 << 20, 100},   // headroom = live
-		{512 << 20, 50},    // half
-		{1 << 30, 25},      // a quarter
-		{1400 << 20, 20},   // 100 M series: clamped at the floor
-		{100 << 30, 20},    // far past it
-		{300 << 20, 85},    // in between, rounded down
-		{2560 << 20, 20},   // 10 % would be below the floor
-		{1280 << 20, 20},   // exactly the floor
-		{1100 << 20, 23},   // just above it
-		{257 << 20, 99},    // just past the headroom
-		{255 << 20, 100},   // just below it
-		{1, 100},           // tiny
-		{1 << 62, 20},      // huge
-		{768 << 20, 33},    // a third
-		{384 << 20, 66},    // two thirds
-		{2048 << 20, 20},   // 12.5 %: floor
-		{1024<<20 + 1, 24}, // rounding down
+		{64 << 20, 100},   // small heap: the runtime's default
+		{128 << 20, 100},  // headroom = live
+		{256 << 20, 50},   // half
+		{512 << 20, 25},   // a quarter
+		{1400 << 20, 10},  // 100 M series: clamped at the floor
+		{100 << 30, 10},   // far past it
+		{150 << 20, 85},   // in between, rounded down
+		{2560 << 20, 10},  // 5 % would be below the floor
+		{1280 << 20, 10},  // exactly the floor
+		{1100 << 20, 11},  // just above it
+		{129 << 20, 99},   // just past the headroom
+		{127 << 20, 100},  // just below it
+		{1, 100},          // tiny
+		{1 << 62, 10},     // huge
+		{384 << 20, 33},   // a third
+		{192 << 20, 66},   // two thirds
+		{1024 << 20, 12},  // 12.5 %, rounded down
+		{512<<20 + 1, 24}, // rounding down
 	} {
 		if got := c.Percent(tc.live); got != tc.want {
 			t.Errorf("Percent(%d MiB) = %d, want %d", tc.live>>20, got, tc.want)
