@@ -763,6 +763,23 @@ func TestGetManyMatchesGet(t *testing.T) {
 	}
 }
 
+// fromMap builds a table with FromSorted from want's entries in ascending
+// order, as a snapshot holds them, and checks it against want.
+func fromMap(t *testing.T, want map[uint64]uint8) *Table {
+	t.Helper()
+	hs := slices.Sorted(maps.Keys(want))
+	ms := make([]uint8, len(hs))
+	for i, h := range hs {
+		ms[i] = want[h]
+	}
+	tb, err := FromSorted(hs, ms)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEqual(t, tb, want)
+	return tb
+}
+
 // TestFromSorted builds tables from ascending hashes of every key family, at
 // sizes around one segment and across several, and checks them against a map,
 // then keeps using them (inserts, refreshes, cleanups) to check that what
@@ -777,16 +794,7 @@ func TestFromSorted(t *testing.T) {
 				for i := 0; len(want) < n && i < 50*n; i++ {
 					want[fam.gen(r, i)] = uint8(r.IntN(120))
 				}
-				hs := slices.Sorted(maps.Keys(want))
-				ms := make([]uint8, len(hs))
-				for i, h := range hs {
-					ms[i] = want[h]
-				}
-				tb, err := FromSorted(hs, ms)
-				if err != nil {
-					t.Fatal(err)
-				}
-				checkEqual(t, tb, want)
+				tb := fromMap(t, want)
 				if d := tb.dir; d != nil {
 					for _, s := range d.segs {
 						if cap(s.data)*8 > maxSegBytes && fam.name == "random" {
@@ -824,16 +832,7 @@ func TestFromSortedCraftedPrefix(t *testing.T) {
 		x := uint64(0x5a)<<56 | r.Uint64()>>8
 		want[x*inv] = uint8(r.IntN(120))
 	}
-	hs := slices.Sorted(maps.Keys(want))
-	ms := make([]uint8, len(hs))
-	for i, h := range hs {
-		ms[i] = want[h]
-	}
-	tb, err := FromSorted(hs, ms)
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkEqual(t, tb, want)
+	tb := fromMap(t, want)
 	for _, s := range tb.dir.segs {
 		// Homes spread over the segment: crowded keys would use 1/32 of them.
 		homes := map[uint32]bool{}
