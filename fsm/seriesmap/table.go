@@ -46,6 +46,9 @@ const (
 	// large table grows in steps of at most ~300 KB, rebuilt within the CPU
 	// caches, instead of rehashing everything into a fresh array at once.
 	maxSegBytes = 256 << 10
+	// splitEntries is what each half of a split segment at the size limit
+	// holds: FromSorted gives a segment no more on average.
+	splitEntries = maxSegBytes / 8 / wordsPerBucket * slotsPerBucket * splitLoad256 / 256
 	// mergeEntries: two buddy segments holding at most this many entries
 	// together are merged by Cleanup. It is well below a split's size (95% of
 	// maxSegBytes/9 slots), so that merges and splits cannot alternate.
@@ -704,7 +707,9 @@ func (s *seg) placer(buf *[512]uint8) placer {
 // add places every non-zero key of hs whose mixed hash x has x&mask == want,
 // with its minute from ms, in the first bucket from its home with a free slot.
 func (p *placer) add(hs []uint64, ms []uint8, mask, want uint64) {
-	used, keys, mins := p.used, p.keys, p.mins
+	// Locals, not p's fields, in the loop: a store through p per key would
+	// keep ld and n in memory (this is growth's inner loop).
+	used, keys, mins, ld, n := p.used, p.keys, p.mins, p.ld, p.n
 	nb := uint(len(used))
 	ms = ms[:len(hs)]
 	for i, h := range hs {
@@ -712,7 +717,7 @@ func (p *placer) add(hs []uint64, ms []uint8, mask, want uint64) {
 		if h == 0 || x&mask != want {
 			continue
 		}
-		hb, _ := bits.Mul64(x<<p.ld, uint64(nb))
+		hb, _ := bits.Mul64(x<<ld, uint64(nb))
 		b := uint(hb)
 		for used[b] == slotsPerBucket {
 			if b++; b == nb {
@@ -723,8 +728,9 @@ func (p *placer) add(hs []uint64, ms []uint8, mask, want uint64) {
 		used[b]++
 		keys[j] = h
 		mins[j] = ms[i]
-		p.n++
+		n++
 	}
+	p.n = n
 }
 
 // FromSorted returns a table mapping hashes[i] to minutes[i], as Put for each
@@ -759,8 +765,7 @@ func FromSorted(hashes []uint64, minutes []uint8) (*Table, error) {
 	if n == 0 {
 		return t, nil
 	}
-	// Entries of a split half in a segment at the size limit.
-	perSeg := maxSegBytes / 8 / wordsPerBucket * slotsPerBucket * splitLoad256 / 256
+	perSeg := splitEntries
 	if n <= perSeg {
 		t.seg.alloc(bucketsFor(n, maxLoad256))
 		var buf [512]uint8

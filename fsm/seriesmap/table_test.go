@@ -785,7 +785,7 @@ func fromMap(t *testing.T, want map[uint64]uint8) *Table {
 // then keeps using them (inserts, refreshes, cleanups) to check that what
 // FromSorted builds grows, splits and merges like any other table.
 func TestFromSorted(t *testing.T) {
-	perSeg := maxSegBytes / 8 / wordsPerBucket * slotsPerBucket * splitLoad256 / 256
+	perSeg := splitEntries
 	for _, fam := range keyFamilies {
 		for _, n := range []int{0, 1, 2, 100, perSeg - 1, perSeg, perSeg + 1, 3*perSeg + 7, 9 * perSeg} {
 			t.Run(fmt.Sprintf("%s/%d", fam.name, n), func(t *testing.T) {
