@@ -157,29 +157,7 @@ func newServerSettings() (*serverSettings, error) {
 // bind registers every option as a flag whose default is the current value.
 func (s *serverSettings) bind(f *pflag.FlagSet) {
 	f.StringVar(&s.configFile, "config", "", "YAML config file; keys are the flag names with underscores (env TOLLGATE_CONFIG)")
-	for _, o := range s.options() {
-		help := o.help + " (env " + o.env() + ")"
-		switch p := o.ptr.(type) {
-		case *string:
-			f.StringVar(p, o.flag, *p, help)
-		case *int:
-			f.IntVar(p, o.flag, *p, help)
-		case *int64:
-			f.Int64Var(p, o.flag, *p, help)
-		case *bool:
-			f.BoolVar(p, o.flag, *p, help)
-		case *float64:
-			f.Float64Var(p, o.flag, *p, help)
-		case *time.Duration:
-			f.DurationVar(p, o.flag, *p, help)
-		case *[]string:
-			f.StringSliceVar(p, o.flag, *p, help)
-		default:
-			// A programming error in the table above; TestEveryFlagHasKeyAndEnv
-			// catches it before a user can.
-			f.String(o.flag, "", "UNSUPPORTED OPTION TYPE")
-		}
-	}
+	bindOptions(f, s.options())
 	// Fault tests only, so a hidden flag and neither a YAML key nor an
 	// environment variable: a production node never runs with a shifted clock.
 	f.DurationVar(&s.cfg.TestClockOffset, "test-clock-offset", 0, "test only: shift this node's wall clock by this much (monotonic time unchanged)")
@@ -191,43 +169,8 @@ func (s *serverSettings) bind(f *pflag.FlagSet) {
 // set (precedence: flag > environment > file > default), then --dev, the token
 // file, and validation of every field at once.
 func (s *serverSettings) load(f *pflag.FlagSet, lookupEnv func(string) (string, bool)) error {
-	if !f.Changed("config") {
-		if v, ok := lookupEnv("TOLLGATE_CONFIG"); ok && v != "" {
-			s.configFile = v
-		}
-	}
-	var file map[string]*yaml.Node
-	if s.configFile != "" {
-		var err error
-		if file, err = readConfigFile(s.configFile, s.options()); err != nil {
-			return err
-		}
-	}
-	var errs []error
-	for _, o := range s.options() {
-		switch {
-		case f.Changed(o.flag):
-			s.source[o.flag] = "--" + o.flag
-		case hasEnv(lookupEnv, o.env()):
-			v, _ := lookupEnv(o.env())
-			if err := f.Lookup(o.flag).Value.Set(v); err != nil {
-				errs = append(errs, fmt.Errorf("%s=%q: %w", o.env(), v, err))
-				continue
-			}
-			s.source[o.flag] = "env " + o.env()
-		case file[o.key()] != nil:
-			n := file[o.key()]
-			if err := n.Decode(o.ptr); err != nil {
-				errs = append(errs, fmt.Errorf("%s:%d: %s: %s", s.configFile, n.Line, o.key(), yamlErr(err)))
-				continue
-			}
-			s.source[o.flag] = s.configFile
-		default:
-			s.source[o.flag] = "default"
-		}
-	}
-	if len(errs) > 0 {
-		return configError(errs)
+	if err := loadOptions(f, lookupEnv, &s.configFile, s.options(), s.source); err != nil {
+		return err
 	}
 	s.applyDev()
 	if s.cfg.GossipAddr == "-" {
@@ -496,3 +439,77 @@ func (e *configErr) Error() string {
 }
 
 func (e *configErr) Unwrap() []error { return slices.Clone(e.errs) }
+
+// bindOptions registers every option as a flag whose default is the current
+// value, with its environment variable in the help.
+func bindOptions(f *pflag.FlagSet, opts []option) {
+	for _, o := range opts {
+		help := o.help + " (env " + o.env() + ")"
+		switch p := o.ptr.(type) {
+		case *string:
+			f.StringVar(p, o.flag, *p, help)
+		case *int:
+			f.IntVar(p, o.flag, *p, help)
+		case *int64:
+			f.Int64Var(p, o.flag, *p, help)
+		case *bool:
+			f.BoolVar(p, o.flag, *p, help)
+		case *float64:
+			f.Float64Var(p, o.flag, *p, help)
+		case *time.Duration:
+			f.DurationVar(p, o.flag, *p, help)
+		case *[]string:
+			f.StringSliceVar(p, o.flag, *p, help)
+		default:
+			// A programming error in an options table; TestEveryFlagHasKeyAndEnv
+			// catches it before a user can.
+			f.String(o.flag, "", "UNSUPPORTED OPTION TYPE")
+		}
+	}
+}
+
+// loadOptions fills every option the command line did not set from the
+// environment, then from the YAML file (*configFile, or TOLLGATE_CONFIG):
+// precedence flag > environment > file > default. source records where each
+// value came from (flag name → "--flag", "env TOLLGATE_X", the file, "default").
+func loadOptions(f *pflag.FlagSet, lookupEnv func(string) (string, bool), configFile *string, opts []option, source map[string]string) error {
+	if !f.Changed("config") {
+		if v, ok := lookupEnv("TOLLGATE_CONFIG"); ok && v != "" {
+			*configFile = v
+		}
+	}
+	var file map[string]*yaml.Node
+	if *configFile != "" {
+		var err error
+		if file, err = readConfigFile(*configFile, opts); err != nil {
+			return err
+		}
+	}
+	var errs []error
+	for _, o := range opts {
+		switch {
+		case f.Changed(o.flag):
+			source[o.flag] = "--" + o.flag
+		case hasEnv(lookupEnv, o.env()):
+			v, _ := lookupEnv(o.env())
+			if err := f.Lookup(o.flag).Value.Set(v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", o.env(), v, err))
+				continue
+			}
+			source[o.flag] = "env " + o.env()
+		case file[o.key()] != nil:
+			n := file[o.key()]
+			if err := n.Decode(o.ptr); err != nil {
+				errs = append(errs, fmt.Errorf("%s:%d: %s: %s", *configFile, n.Line, o.key(), yamlErr(err)))
+				continue
+			}
+			source[o.flag] = *configFile
+		default:
+			source[o.flag] = "default"
+		}
+	}
+	if len(errs) > 0 {
+		return configError(errs)
+	}
+	return nil
+}

@@ -33,5 +33,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newUsageCmd())
 	root.AddCommand(newNodeCmd())
 	root.AddCommand(newScaleBenchCmd())
+	root.AddCommand(newGatewayCmd())
 	return root
 }
