@@ -34,7 +34,9 @@ func TestStateLinksNoRPC(t *testing.T) {
 // TestServerSideImportsNoClientlib keeps the client library a leaf: no package
 // of the server side links clientlib, directly or through another package, so
 // a change made for clients can never change what a node decides. Only
-// clientlib itself and the binary (cmd/..., whose client commands use it) may.
+// clientlib itself, the remote-write gateway (gateway/..., a client of the
+// cluster) and the binary (cmd/..., whose client commands use it) may; no
+// server-side package links the gateway either.
 // Test files are not counted: a test may drive a real node with the client.
 func TestServerSideImportsNoClientlib(t *testing.T) {
 	goBin, err := exec.LookPath("go")
@@ -50,13 +52,16 @@ func TestServerSideImportsNoClientlib(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		f := strings.Fields(line)
 		pkg := f[0]
-		if isUnder(pkg, mod+"clientlib") || isUnder(pkg, mod+"cmd") {
+		if isUnder(pkg, mod+"clientlib") || isUnder(pkg, mod+"cmd") || isUnder(pkg, mod+"gateway") {
 			continue
 		}
 		checked++
 		for _, dep := range f[1:] {
 			if isUnder(dep, mod+"clientlib") {
 				t.Errorf("%s depends on %s: the server side must not link the client library (move what both need into a package of its own, as sampleconf)", pkg, dep)
+			}
+			if isUnder(dep, mod+"gateway") {
+				t.Errorf("%s depends on %s: the server side must not link the remote-write gateway", pkg, dep)
 			}
 		}
 	}
