@@ -369,13 +369,13 @@ func (g *Gateway) decide(r *http.Request, tenant string, body []byte, b *batch) 
 	if err != nil {
 		if !clientlib.IsFailOpenable(err) {
 			m.count(tenant, "rejected", "tollgate_error", n, b.total)
-			return answer{code: http.StatusInternalServerError, msg: fmt.Sprintf("user=%s: tollgate refused the request: %v", tenant, err)}
+			return answer{code: http.StatusInternalServerError, msg: fmt.Sprintf("user=%s: Tollgate refused the request: %v", tenant, err)}
 		}
 		if !g.failOpen(tenant) {
 			m.failOpen.WithLabelValues(tenant, "closed").Inc()
 			m.count(tenant, "rejected", "tollgate_unavailable", n, b.total)
 			return answer{code: http.StatusServiceUnavailable, retryAfter: "1",
-				msg: fmt.Sprintf("user=%s: tollgate could not decide on the series (the tenant fails closed): %v; retry", tenant, err)}
+				msg: fmt.Sprintf("user=%s: Tollgate could not decide on the series (the tenant fails closed): %v; retry", tenant, err)}
 		}
 		m.failOpen.WithLabelValues(tenant, "open").Inc()
 		failedOpen = true

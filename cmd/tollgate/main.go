@@ -33,6 +33,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newUsageCmd())
 	root.AddCommand(newNodeCmd())
 	root.AddCommand(newScaleBenchCmd())
-	root.AddCommand(newGatewayCmd())
+	root.AddCommand(newGatewayCmd(), newRWBenchCmd())
 	return root
 }
