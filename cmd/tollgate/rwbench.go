@@ -20,18 +20,18 @@ import (
 
 // rwbenchOpts are the flags of `tollgate rwbench`.
 type rwbenchOpts struct {
-	url, baseline     string
-	tenants           int
-	seriesPerTenant   int
-	seriesPerRequest  int
-	concurrency       int
-	duration          time.Duration
-	rounds            int
-	rate              float64
-	tenantHeader      string
-	asJSON            bool
-	requestTimeout    time.Duration
-	metricName        string
+	url, baseline    string
+	tenants          int
+	seriesPerTenant  int
+	seriesPerRequest int
+	concurrency      int
+	duration         time.Duration
+	rounds           int
+	rate             float64
+	tenantHeader     string
+	asJSON           bool
+	requestTimeout   time.Duration
+	metricName       string
 }
 
 // rwbenchResult is one run against one URL.
