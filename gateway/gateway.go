@@ -48,6 +48,7 @@ const (
 	DefaultMaxInflight          = 256
 	DefaultTrackTimeout         = 5 * time.Second
 	DefaultUpstreamTimeout      = 30 * time.Second
+	DefaultMaxFreshSeries       = 2_000_000
 )
 
 // Config configures a Gateway. Zero values take the defaults above.
@@ -96,6 +97,13 @@ type Config struct {
 	// more get 503 with Retry-After at once, before their body is read.
 	MaxInflight int
 
+	// RefreshInterval: a series Tollgate accepted is tracked again only
+	// after one to two intervals, not on every request (see fresh.go for why
+	// the limits stay exact); 0 tracks every series of every request. At most
+	// MaxFreshSeries accepted series are remembered per interval.
+	RefreshInterval time.Duration
+	MaxFreshSeries  int
+
 	// ClusterReady reports whether Tollgate can decide (nil: always).
 	ClusterReady func() error
 
@@ -114,6 +122,7 @@ type Gateway struct {
 	m        *metrics
 	gatherer prometheus.Gatherer
 	stopping atomic.Bool
+	fresh    *fresh // nil: track every request
 }
 
 // New checks cfg and returns a gateway.
@@ -165,6 +174,15 @@ func New(cfg Config) (*Gateway, error) {
 		client = &http.Client{Transport: tr}
 	}
 	g := &Gateway{cfg: cfg, up: up, client: client, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInflight)}
+	if cfg.RefreshInterval < 0 || cfg.RefreshInterval > 30*time.Second {
+		return nil, fmt.Errorf("gateway: refresh interval %v: must be in [0, 30s] (a series must be refreshed within a minute to stay active)", cfg.RefreshInterval)
+	}
+	if cfg.RefreshInterval > 0 {
+		if cfg.MaxFreshSeries <= 0 {
+			cfg.MaxFreshSeries = DefaultMaxFreshSeries
+		}
+		g.fresh = newFresh(cfg.RefreshInterval, cfg.MaxFreshSeries, time.Now)
+	}
 	reg := cfg.Registerer
 	gath := cfg.Gatherer
 	if reg == nil {
@@ -360,11 +378,21 @@ func (g *Gateway) decide(r *http.Request, tenant string, body []byte, b *batch) 
 	}
 
 	hashes := unique(b.hashes)
-	ctx, cancel := context.WithTimeout(r.Context(), g.cfg.TrackTimeout)
-	t0 := time.Now()
-	rejected, err := g.cfg.Tracker.TrackSeries(ctx, tenant, hashes)
-	cancel()
-	m.trackDuration.Observe(time.Since(t0).Seconds())
+	if g.fresh != nil {
+		hashes = g.fresh.stale(tenant, hashes)
+	}
+	var rejected []uint64
+	var err error
+	if len(hashes) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), g.cfg.TrackTimeout)
+		t0 := time.Now()
+		rejected, err = g.cfg.Tracker.TrackSeries(ctx, tenant, hashes)
+		cancel()
+		m.trackDuration.Observe(time.Since(t0).Seconds())
+		if err == nil && g.fresh != nil {
+			g.fresh.accepted(tenant, hashes, rejected)
+		}
+	}
 	failedOpen := false
 	if err != nil {
 		if !clientlib.IsFailOpenable(err) {

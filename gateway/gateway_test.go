@@ -226,9 +226,29 @@ func keys(m map[string]int) []string {
 // keep going in on every later request. The gateway's ids are Prometheus'
 // label hashes: Tollgate holds labels.Labels.Hash of each accepted series.
 func TestSeriesLimit(t *testing.T) {
+	// With RefreshInterval, accepted series are not tracked again on every
+	// request: the outcome must be the same, with fewer calls.
+	for _, refresh := range []time.Duration{0, 30 * time.Second} {
+		t.Run(fmt.Sprint("refresh=", refresh), func(t *testing.T) { testSeriesLimit(t, refresh) })
+	}
+}
+
+// countingTracker counts the series sent to Tollgate.
+type countingTracker struct {
+	gateway.Tracker
+	sent atomic.Int64
+}
+
+func (c *countingTracker) TrackSeries(ctx context.Context, tenant string, hs []uint64) ([]uint64, error) {
+	c.sent.Add(int64(len(hs)))
+	return c.Tracker.TrackSeries(ctx, tenant, hs)
+}
+
+func testSeriesLimit(t *testing.T, refresh time.Duration) {
 	_, c := startTollgate(t, "tenants:\n  small:\n    max_series: 10\n  big:\n    max_series: 1000\n")
 	rcv := newReceiver(t)
-	_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: c, Limits: limitsOf(c)})
+	ct := &countingTracker{Tracker: c}
+	_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: ct, Limits: limitsOf(c), RefreshInterval: refresh})
 
 	code, msg, _ := post(t, gw.URL+"/api/v1/push", "big", "", encodeV1(t, seriesV1("up", 0, 50)))
 	if code != http.StatusNoContent {
@@ -278,6 +298,16 @@ func TestSeriesLimit(t *testing.T) {
 	}
 	if strings.Join(now, ",") != strings.Join(first, ",") {
 		t.Fatalf("accepted set changed:\n%v\nthen\n%v", first, now)
+	}
+	// Sent to Tollgate: 50 + 15 + 15 + 15 + 30 series without remembering;
+	// with it the 10 accepted ones are not sent again (15 − 10 in round 0,
+	// 30 − 10 in round 2).
+	want := int64(50 + 15 + 15 + 15 + 30)
+	if refresh > 0 {
+		want = 50 + 15 + 5 + 15 + 20
+	}
+	if got := ct.sent.Load(); got != want {
+		t.Errorf("series sent to Tollgate: %d, want %d", got, want)
 	}
 	// Tollgate holds labels.Labels.Hash of the accepted series: sending
 	// them again directly is accepted at the limit, a new one is not.

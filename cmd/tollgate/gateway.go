@@ -49,6 +49,8 @@ type gatewaySettings struct {
 	closedTenants []string
 	trackMode     string
 	trackTimeout  time.Duration
+	refresh       time.Duration
+	maxFresh      int
 	rateStrategy  string
 	maxRequest    int64
 	maxDecomp     int64
@@ -70,6 +72,7 @@ func newGatewaySettings() *gatewaySettings {
 		listen: "127.0.0.1:7390", addrs: "127.0.0.1:7300", upstreamTO: gateway.DefaultUpstreamTimeout,
 		passHeaders: []string{"Authorization"}, tenantHeader: gateway.DefaultTenantHeader,
 		trackMode: "sync", trackTimeout: gateway.DefaultTrackTimeout, rateStrategy: "lease",
+		refresh: 30 * time.Second, maxFresh: gateway.DefaultMaxFreshSeries,
 		maxRequest: gateway.DefaultMaxRequestBytes, maxDecomp: gateway.DefaultMaxDecompressedBytes,
 		maxInflight: gateway.DefaultMaxInflight, lClientAuth: "none", shutdownTimeout: 30 * time.Second,
 		logLevel: "info", logFormat: "text", source: map[string]string{},
@@ -95,6 +98,8 @@ func (s *gatewaySettings) options() []option {
 		{"fail-closed-tenants", &s.closedTenants, "tenants that fail closed whatever --fail-open says"},
 		{"track-mode", &s.trackMode, "sync (wait for every partition's answer: the limit is exact) or auto (clientlib's near-limit mode: tenants far from their limit are answered without waiting, a rare bounded overshoot)"},
 		{"track-timeout", &s.trackTimeout, "bound of Tollgate's decision on one request; past it the request fails open or closed"},
+		{"refresh-interval", &s.refresh, "a series Tollgate accepted is tracked again after one to two of these, not on every request (≤ 30s, so an active series is refreshed every minute); 0: track every series of every request"},
+		{"max-fresh-series", &s.maxFresh, "most accepted series remembered per refresh interval (about 16 bytes each, two intervals kept); beyond, series are tracked on every request"},
 		{"rate-strategy", &s.rateStrategy, "samples/s limits (ingestion_rate, ingestion_burst): lease, blocklist, local, or off"},
 		{"max-request-bytes", &s.maxRequest, "largest compressed body accepted (413 beyond)"},
 		{"max-decompressed-bytes", &s.maxDecomp, "largest decompressed body accepted (413 beyond)"},
@@ -168,6 +173,12 @@ func (s *gatewaySettings) load(f *pflag.FlagSet, lookupEnv func(string) (string,
 		if d.v <= 0 {
 			bad(d.flag, "%v: must be > 0", d.v)
 		}
+	}
+	if s.refresh < 0 || s.refresh > 30*time.Second {
+		bad("refresh-interval", "%v: must be in [0, 30s]", s.refresh)
+	}
+	if s.maxFresh < 1 {
+		bad("max-fresh-series", "%d: must be ≥ 1", s.maxFresh)
 	}
 	if s.maxRequest < 1 {
 		bad("max-request-bytes", "%d: must be ≥ 1", s.maxRequest)
@@ -267,7 +278,7 @@ func (s *gatewaySettings) build(ctx context.Context, log *slog.Logger, reg *prom
 		Upstream: s.upstream, UpstreamTimeout: s.upstreamTO, UpstreamReadyURL: s.upstreamReady,
 		PassHeaders: s.passHeaders, TenantHeader: s.tenantHeader, DefaultTenant: s.defaultTenant,
 		FailOpen: s.failOpen, FailOpenTenants: map[string]bool{},
-		Tracker: c, TrackTimeout: s.trackTimeout,
+		Tracker: c, TrackTimeout: s.trackTimeout, RefreshInterval: s.refresh, MaxFreshSeries: s.maxFresh,
 		MaxRequestBytes: s.maxRequest, MaxDecompressedBytes: s.maxDecomp, MaxInflight: s.maxInflight,
 		Registerer: reg, Gatherer: reg, Logger: log,
 		Limits: func(tenant string) gateway.Limits {
