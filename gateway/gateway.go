@@ -516,7 +516,7 @@ func (g *Gateway) forward(r *http.Request, tenant string, body []byte, b *batch,
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	g.m.upstream.WithLabelValues(strconv.Itoa(resp.StatusCode)).Observe(time.Since(t0).Seconds())
+	g.m.upstream.WithLabelValues(strconv.Itoa(resp.StatusCode/100) + "xx").Observe(time.Since(t0).Seconds())
 	a := answer{code: resp.StatusCode, header: resp.Header}
 	if resp.StatusCode/100 != 2 {
 		a.msg = fmt.Sprintf("upstream answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))

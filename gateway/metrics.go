@@ -38,7 +38,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_fail_open_total",
 			Help: "Requests Tollgate could not decide, by tenant and what the gateway did (open: forwarded, closed: 503)."}, []string{"tenant", "decision"}),
 		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "tollgate_gateway_upstream_duration_seconds",
-			Help: "Time to forward one request to the upstream, by its status code (or timeout, unreachable).", Buckets: buckets}, []string{"code"}),
+			Help: "Time to forward one request to the upstream, by the class of its answer: 2xx, 4xx, 5xx, timeout, unreachable.", Buckets: buckets}, []string{"code"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_request_duration_seconds",
 			Help: "Time from a remote-write request's arrival to its answer.", Buckets: buckets}),
 		trackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_track_duration_seconds",
@@ -53,6 +53,15 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		}
 		return 1
 	})
+	// Known label values exist from the start, so panels and alerts see 0
+	// rather than no data (per-tenant series appear with a tenant's first
+	// request).
+	for _, code := range []string{"200", "204", "400", "401", "413", "415", "429", "500", "502", "503", "504"} {
+		m.requests.WithLabelValues(code)
+	}
+	for _, class := range []string{"2xx", "4xx", "5xx", "timeout", "unreachable"} {
+		m.upstream.WithLabelValues(class)
+	}
 	for _, c := range []prometheus.Collector{m.requests, m.series, m.samples, m.invalid, m.forwarded, m.failOpen, m.upstream, m.duration, m.trackDuration, m.inflight, ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
