@@ -75,7 +75,7 @@ up() {
     fi
     sleep 1
   done
-  "${compose[@]}" up -d loadgen
+  "${compose[@]}" up -d loadgen rwsink gateway rwgen
   cat <<MSG
 
 Tollgate demo is up: three nodes in zones a/b/c, load generator running.
@@ -84,6 +84,7 @@ the development CA is $certs/ca.pem (import it in a browser, or accept the warni
   node-1 (zone-a)  https://127.0.0.1:7581   grpc 127.0.0.1:7510
   node-2 (zone-b)  https://127.0.0.1:7582   grpc 127.0.0.1:7520
   node-3 (zone-c)  https://127.0.0.1:7583   grpc 127.0.0.1:7530
+  remote-write gateway  http://127.0.0.1:7590/api/v1/push (metrics on /metrics), its receiver http://127.0.0.1:7592/metrics
 
   docker exec ${project}_node-1_1 /tollgate status          # members, groups, leaders (TLS + token from the container's env)
   ${tls_env[*]} TOLLGATE_ADMIN_TOKEN=$token $bin status --addr 127.0.0.1:7510   # the same from this host

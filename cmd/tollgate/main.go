@@ -33,6 +33,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newUsageCmd())
 	root.AddCommand(newNodeCmd())
 	root.AddCommand(newScaleBenchCmd())
-	root.AddCommand(newGatewayCmd(), newRWBenchCmd())
+	root.AddCommand(newGatewayCmd(), newRWBenchCmd(), newRWSinkCmd())
 	return root
 }
