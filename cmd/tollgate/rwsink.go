@@ -61,7 +61,12 @@ measure the gateway without a backend's cost.`,
 				return err
 			}
 			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-			go func() { <-ctx.Done(); sctx, c := context.WithTimeout(context.Background(), 5*time.Second); defer c(); srv.Shutdown(sctx) }()
+			go func() {
+				<-ctx.Done()
+				sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+				defer c()
+				srv.Shutdown(sctx)
+			}()
 			fmt.Fprintf(cmd.OutOrStdout(), "tollgate rwsink: http://%s/api/v1/write\n", l.Addr())
 			if err := srv.Serve(l); err != http.ErrServerClosed {
 				return err
@@ -76,7 +81,7 @@ measure the gateway without a backend's cost.`,
 
 func newRWSink(tenantHeader string, reg prometheus.Registerer) *rwsink {
 	s := &rwsink{tenantHeader: tenantHeader, series: map[string]map[uint64]struct{}{},
-		samples: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rwsink_samples_total", Help: "Samples received, by tenant."}, []string{"tenant"}),
+		samples:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_rwsink_samples_total", Help: "Samples received, by tenant."}, []string{"tenant"}),
 		distinct: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_rwsink_series", Help: "Distinct series received since the start, by tenant."}, []string{"tenant"}),
 	}
 	reg.MustRegister(s.samples, s.distinct)
