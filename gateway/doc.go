@@ -24,6 +24,9 @@
 //  4. Samples (float and histogram) are charged to the tenant's ingestion rate
 //     through Config.Rate (clientlib/ratelimit leases: a local decision, no
 //     network call): over it, 429 with Retry-After and nothing forwarded.
+//     With Config.PartitionLimit (a partitioned upstream), the ids are checked
+//     per partition against max_series_per_partition (clientlib/partitionlimit,
+//     local): a partition over it refuses the whole request (429).
 //  5. The distinct ids go to Tollgate in one TrackSeries call (clientlib: one
 //     RPC per partition, all in parallel, each to its group's leader, which
 //     batches them into its next raft entry). Rejected series are removed and

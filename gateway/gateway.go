@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/clientlib/partitionlimit"
 )
 
 // Tracker decides which series of a tenant may go in: clientlib.Client.
@@ -31,6 +32,12 @@ type Tracker interface {
 // clientlib/ratelimit.Client (leases from the tenant's rate owner).
 type RateLimiter interface {
 	Allow(tenant string, n int) bool
+}
+
+// PartitionLimiter decides a request against per-partition series limits:
+// clientlib/partitionlimit.Limiter.
+type PartitionLimiter interface {
+	Check(tenant string, req []partitionlimit.Series) error
 }
 
 // Limits are a tenant's limits as the gateway names them in its answers.
@@ -97,6 +104,14 @@ type Config struct {
 	// more get 503 with Retry-After at once, before their body is read.
 	MaxInflight int
 
+	// PartitionLimit, when set, caps the distinct series a tenant writes to
+	// one ingest partition of a partitioned upstream over a sliding window
+	// (max_series_per_partition; clientlib/partitionlimit.Limiter): a request
+	// that would take a partition over it is refused whole (429), before
+	// anything is tracked. Partition maps a series id to its partition.
+	PartitionLimit PartitionLimiter
+	Partition      func(hash uint64) int32
+
 	// RefreshInterval: a series Tollgate accepted is tracked again only
 	// after one to two intervals, not on every request (see fresh.go for why
 	// the limits stay exact); 0 tracks every series of every request. At most
@@ -129,6 +144,9 @@ type Gateway struct {
 func New(cfg Config) (*Gateway, error) {
 	if cfg.Tracker == nil {
 		return nil, errors.New("gateway: Config.Tracker is nil")
+	}
+	if (cfg.PartitionLimit == nil) != (cfg.Partition == nil) {
+		return nil, errors.New("gateway: PartitionLimit and Partition go together")
 	}
 	up, err := url.Parse(cfg.Upstream)
 	if err != nil || (up.Scheme != "http" && up.Scheme != "https") || up.Host == "" {
@@ -378,6 +396,26 @@ func (g *Gateway) decide(r *http.Request, tenant string, body []byte, b *batch) 
 	}
 
 	hashes := unique(b.hashes)
+	if g.cfg.PartitionLimit != nil {
+		byPart := map[int32][]uint64{}
+		for _, h := range hashes {
+			p := g.cfg.Partition(h)
+			byPart[p] = append(byPart[p], h)
+		}
+		req := make([]partitionlimit.Series, 0, len(byPart))
+		for p, hs := range byPart {
+			req = append(req, partitionlimit.Series{Partition: p, Hashes: hs})
+		}
+		if err := g.cfg.PartitionLimit.Check(tenant, req); err != nil {
+			if !errors.Is(err, partitionlimit.ErrLimitExceeded) {
+				m.count(tenant, "rejected", "tollgate_error", n, b.total)
+				return answer{code: http.StatusInternalServerError, msg: fmt.Sprintf("user=%s: per-partition limit: %v", tenant, err)}
+			}
+			m.count(tenant, "rejected", "partition_limit", n, b.total)
+			return answer{code: http.StatusTooManyRequests, retryAfter: "60",
+				msg: fmt.Sprintf("user=%s: per-partition series limit exceeded: %v", tenant, err)}
+		}
+	}
 	if g.fresh != nil {
 		hashes = g.fresh.stale(tenant, hashes)
 	}

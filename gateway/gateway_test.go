@@ -26,6 +26,7 @@ import (
 	writev2 "github.com/prometheus/prometheus/prompb/io/prometheus/write/v2"
 
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/clientlib/partitionlimit"
 	"github.com/tollgate-io/tollgate/clientlib/ratelimit"
 	"github.com/tollgate-io/tollgate/gateway"
 	"github.com/tollgate-io/tollgate/server"
@@ -644,4 +645,35 @@ func newRateClient(t *testing.T, c *clientlib.Client) *ratelimit.Client {
 	}
 	t.Cleanup(func() { rl.Close() })
 	return rl
+}
+
+// TestPartitionLimit: with a partitioned upstream, a request that would take
+// one ingest partition over max_series_per_partition is refused whole with
+// 429 naming the partition, nothing is forwarded and nothing tracked; a
+// request within the limits goes through.
+func TestPartitionLimit(t *testing.T) {
+	_, c := startTollgate(t, "defaults:\n  max_series: 1000\n")
+	rcv := newReceiver(t)
+	pl, err := partitionlimit.New(partitionlimit.Config{Partitions: 2,
+		Limits: partitionlimit.LimitsFunc(func(string) int64 { return 20 })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pl.Close() })
+	ct := &countingTracker{Tracker: c}
+	_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: ct, PartitionLimit: pl,
+		Partition: func(h uint64) int32 { return int32(h % 2) }})
+	if code, msg, _ := post(t, gw.URL+"/api/v1/push", "t", "", encodeV1(t, seriesV1("m", 0, 10))); code != http.StatusNoContent {
+		t.Fatalf("10 series over 2 partitions of 20: %d %s", code, msg)
+	}
+	code, msg, hdr := post(t, gw.URL+"/api/v1/push", "t", "", encodeV1(t, seriesV1("m", 10, 110)))
+	if code != http.StatusTooManyRequests || !strings.Contains(msg, "max_series_per_partition of 20") || hdr.Get("Retry-After") == "" {
+		t.Fatalf("100 more series: %d %q, want 429 naming the partition limit", code, msg)
+	}
+	if got, _ := rcv.snapshot(); len(got) != 10 {
+		t.Fatalf("receiver holds %d series, want the first 10 only", len(got))
+	}
+	if n := ct.sent.Load(); n != 10 {
+		t.Fatalf("%d series tracked, want 10: a refused request is not tracked", n)
+	}
 }

@@ -26,7 +26,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_requests_total",
 			Help: "Remote-write requests answered, by HTTP status code."}, []string{"code"}),
 		series: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_series_total",
-			Help: "Series of remote-write requests by tenant, decision (accepted, rejected) and reason (within_limit, fail_open, series_limit, rate_limit, tollgate_unavailable, tollgate_error)."},
+			Help: "Series of remote-write requests by tenant, decision (accepted, rejected) and reason (within_limit, fail_open, series_limit, partition_limit, rate_limit, tollgate_unavailable, tollgate_error)."},
 			[]string{"tenant", "decision", "reason"}),
 		samples: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_samples_total",
 			Help: "Samples (float and histogram) of remote-write requests by tenant, decision and reason, as tollgate_gateway_series_total."},

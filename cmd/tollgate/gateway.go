@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
 	"net"
 	"net/http"
 	"net/url"
@@ -24,6 +25,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/clientlib/partitionlimit"
 	"github.com/tollgate-io/tollgate/clientlib/ratelimit"
 	"github.com/tollgate-io/tollgate/gateway"
 	"github.com/tollgate-io/tollgate/tlsutil"
@@ -52,6 +54,8 @@ type gatewaySettings struct {
 	refresh       time.Duration
 	maxFresh      int
 	rateStrategy  string
+	upParts       int
+	partFunc      string
 	maxRequest    int64
 	maxDecomp     int64
 	maxInflight   int
@@ -72,7 +76,7 @@ func newGatewaySettings() *gatewaySettings {
 		listen: "127.0.0.1:7390", addrs: "127.0.0.1:7300", upstreamTO: gateway.DefaultUpstreamTimeout,
 		passHeaders: []string{"Authorization"}, tenantHeader: gateway.DefaultTenantHeader,
 		trackMode: "sync", trackTimeout: gateway.DefaultTrackTimeout, rateStrategy: "lease",
-		refresh: 30 * time.Second, maxFresh: gateway.DefaultMaxFreshSeries,
+		refresh: 30 * time.Second, partFunc: "range", maxFresh: gateway.DefaultMaxFreshSeries,
 		maxRequest: gateway.DefaultMaxRequestBytes, maxDecomp: gateway.DefaultMaxDecompressedBytes,
 		maxInflight: gateway.DefaultMaxInflight, lClientAuth: "none", shutdownTimeout: 30 * time.Second,
 		logLevel: "info", logFormat: "text", source: map[string]string{},
@@ -100,6 +104,8 @@ func (s *gatewaySettings) options() []option {
 		{"track-timeout", &s.trackTimeout, "bound of Tollgate's decision on one request; past it the request fails open or closed"},
 		{"refresh-interval", &s.refresh, "a series Tollgate accepted is tracked again after one to two of these, not on every request (≤ 30s, so an active series is refreshed every minute); 0: track every series of every request"},
 		{"max-fresh-series", &s.maxFresh, "most accepted series remembered per refresh interval (about 16 bytes each, two intervals kept); beyond, series are tracked on every request"},
+		{"upstream-partitions", &s.upParts, "ingest partitions of a partitioned upstream: with N > 0, max_series_per_partition is enforced per partition over the nodes' sketch window (429 for the whole request); 0: off"},
+		{"partition-function", &s.partFunc, "how a series id maps to an upstream partition: range (⌊id·N / 2^64⌋, contiguous ranges of the hash space) or modulo (id mod N)"},
 		{"rate-strategy", &s.rateStrategy, "samples/s limits (ingestion_rate, ingestion_burst): lease, blocklist, local, or off"},
 		{"max-request-bytes", &s.maxRequest, "largest compressed body accepted (413 beyond)"},
 		{"max-decompressed-bytes", &s.maxDecomp, "largest decompressed body accepted (413 beyond)"},
@@ -176,6 +182,12 @@ func (s *gatewaySettings) load(f *pflag.FlagSet, lookupEnv func(string) (string,
 	}
 	if s.refresh < 0 || s.refresh > 30*time.Second {
 		bad("refresh-interval", "%v: must be in [0, 30s]", s.refresh)
+	}
+	if s.upParts < 0 {
+		bad("upstream-partitions", "%d is negative (0: off)", s.upParts)
+	}
+	if s.partFunc != "range" && s.partFunc != "modulo" {
+		bad("partition-function", "%q: use range or modulo", s.partFunc)
 	}
 	if s.maxFresh < 1 {
 		bad("max-fresh-series", "%d: must be ≥ 1", s.maxFresh)
@@ -328,11 +340,7 @@ func (s *gatewaySettings) build(ctx context.Context, log *slog.Logger, reg *prom
 	}
 	if s.rateStrategy != "off" {
 		st, _ := ratelimit.ParseStrategy(s.rateStrategy)
-		creds := insecure.NewCredentials()
-		if tc != nil {
-			creds = credentials.NewTLS(tc)
-		}
-		dial := []grpc.DialOption{grpc.WithTransportCredentials(creds)}
+		dial := tlsDial(tc)
 		if s.token != "" {
 			dial = append(dial, grpc.WithPerRPCCredentials(bearerCreds(s.token)))
 		}
@@ -345,12 +353,38 @@ func (s *gatewaySettings) build(ctx context.Context, log *slog.Logger, reg *prom
 		reg.MustRegister(rl.Collector())
 		cfg.Rate = rl
 	}
+	if s.upParts > 0 {
+		pl, err := partitionlimit.New(partitionlimit.Config{Addrs: addrs, Partitions: s.upParts, Limits: c,
+			DialOptions: tlsDial(tc), Token: s.token, Logger: log})
+		if err != nil {
+			closeAll()
+			return nil, nil, fmt.Errorf("upstream_partitions: %w", err)
+		}
+		closers = append(closers, func() { pl.Close() })
+		n := uint64(s.upParts)
+		cfg.PartitionLimit = pl
+		if s.partFunc == "modulo" {
+			cfg.Partition = func(h uint64) int32 { return int32(h % n) }
+		} else {
+			cfg.Partition = func(h uint64) int32 { hi, _ := bits.Mul64(h, n); return int32(hi) }
+		}
+	}
 	g, err := gateway.New(cfg)
 	if err != nil {
 		closeAll()
 		return nil, nil, err
 	}
 	return g, closeAll, nil
+}
+
+// tlsDial is the transport of the gateway's own gRPC streams (rate leases,
+// sketches): TLS with the client commands' settings, or plaintext.
+func tlsDial(tc *tls.Config) []grpc.DialOption {
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
+	return []grpc.DialOption{grpc.WithTransportCredentials(creds)}
 }
 
 // bearerCreds sends the client token on the rate limiter's streams.
