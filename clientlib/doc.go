@@ -56,7 +56,13 @@
 // call waits for their answer. The other partitions are async: the call waits
 // at most Config.AsyncWait for them and then returns without their rejections
 // and without error, while the request keeps running in the background for at
-// most Config.AsyncTimeout; answers that come late are counted in Stats. A
+// most Config.AsyncTimeout; answers that come late are counted in Stats. Only
+// the sync parts can fail the call: an async part's failure is dropped (and
+// counted in Stats.AsyncLateErrors), even when the call was still waiting for
+// a slow sync part when it came, unless it came within AsyncWait and is a
+// refusal every part would meet (not IsFailOpenable: a bad token or
+// argument); it is never a fail-open decision. An async part that answered
+// while the call was still waiting adds its rejections. A
 // tenant far from its limit almost never has series rejected, so async trades
 // a rare, bounded overshoot for latency. ModeSync waits for everything.
 // TrackPartition always waits.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -644,5 +645,64 @@ func TestAttemptTimeoutMovesOn(t *testing.T) {
 	}
 	if st := c.Stats(); st.AttemptTimeouts < 1 || st.Retries < 1 {
 		t.Errorf("stats %+v: want at least 1 attempt timeout and 1 retry", st)
+	}
+}
+
+// TestAsyncPartsNeverSurfaceBehindSlowSync: in ModeAuto a call whose sync
+// part (a group where the tenant is near its limit) answers only after the
+// async parts' background deadline (AsyncTimeout) has passed. The async
+// parts, whose group keeps answering Unavailable, timed out in the
+// background meanwhile; they must not come back as the call's error (nor, with
+// FailOpen, as fail-open decisions): only the sync part decides the answer,
+// and the dropped background failures are counted as late errors.
+func TestAsyncPartsNeverSurfaceBehindSlowSync(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failopen=%v", failOpen), func(t *testing.T) {
+			n := newFakeNode(t)
+			const p, g = 4, 2 // partitions 0-1: group 0; 2-3: group 1
+			n.setNear(func(req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {
+				grp := api.GroupOf(int(req.Partition), p, g)
+				var near []string
+				if grp == 0 {
+					near = []string{"t"} // sync in group 0, async in group 1
+				}
+				return &api.GetUsersCloseToLimitResponse{Tenants: near, Group: uint32(grp)}, nil
+			})
+			n.setTrack(func(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+				if api.GroupOf(int(req.Partition), p, g) == 1 {
+					return nil, status.Error(codes.Unavailable, "scripted: group 1 has no leader")
+				}
+				// The sync part answers after the async parts' deadline.
+				select {
+				case <-time.After(600 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return &api.TrackSeriesResponse{RejectedHashes: req.Hashes[:1]}, nil
+			})
+			cfg := testConfig(n.addr)
+			cfg.Mode = ModeAuto
+			cfg.FailOpen = failOpen
+			cfg.Partitions, cfg.Groups = p, g
+			cfg.NearLimitRefresh = time.Hour
+			cfg.AsyncWait = 50 * time.Millisecond
+			cfg.AsyncTimeout = 150 * time.Millisecond
+			cfg.AttemptTimeout = 5 * time.Second
+			c := newTestClient(t, cfg)
+			waitFor(t, "the first near-limit poll", func() bool { return c.isSync(0, "t") && !c.isSync(1, "t") })
+			hs := append(append(hashesIn(0, p, 3), hashesIn(2, p, 3)...), hashesIn(3, p, 3)...)
+			rej, err := c.TrackSeries(context.Background(), "t", hs)
+			if err != nil {
+				t.Fatalf("call failed with a background part's failure: %v", err)
+			}
+			if want := hashesIn(0, p, 1); !slices.Equal(rej, want) {
+				t.Errorf("rejected %x, want the sync part's %x", rej, want)
+			}
+			st := c.Stats()
+			if st.FailedOpen != 0 || st.Errors != 0 {
+				t.Errorf("stats %+v: a background part became a fail-open decision or an error", st)
+			}
+			waitFor(t, "both background failures counted", func() bool { return c.Stats().AsyncLateErrors == 2 })
+		})
 	}
 }

@@ -133,7 +133,7 @@ func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64
 		if !expired {
 			select {
 			case r := <-s.done:
-				rejs[i], errs[i] = r.rejected, r.err
+				rejs[i], errs[i] = c.asyncResult(tenant, s.part, start, r)
 				continue
 			case <-timerC:
 				expired = true
@@ -145,9 +145,29 @@ func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64
 			continue // no answer in time: no rejections for this part
 		}
 		r := <-s.done // delivered just now
-		rejs[i], errs[i] = r.rejected, r.err
+		rejs[i], errs[i] = c.asyncResult(tenant, s.part, start, r)
 	}
 	return c.settle(tenant, ss, rejs, errs)
+}
+
+// asyncResult is what an async part's answer adds to the call. Its
+// rejections always count (they are the leader's decision, however late
+// they were read). A failure counts only when it came within AsyncWait and
+// Tollgate did answer it (not IsFailOpenable: a refused token, a bad
+// argument), which every part of the call would meet; any other failure —
+// one that came after AsyncWait because the caller was still waiting for a
+// sync part, or the background deadline (AsyncTimeout) that expired
+// meanwhile — is background work: counted in Stats.AsyncLateErrors and
+// dropped, never the caller's error nor a fail-open decision.
+func (c *Client) asyncResult(tenant string, p part, start time.Time, r result) ([]uint64, error) {
+	if r.err == nil {
+		return r.rejected, nil
+	}
+	if time.Since(start) < c.cfg.AsyncWait && !IsFailOpenable(r.err) {
+		return nil, r.err
+	}
+	c.late(tenant, p, nil, r.err)
+	return nil, nil
 }
 
 // TrackPartition sends hashes, which must all belong to partition, to the
