@@ -51,6 +51,10 @@ type Client struct {
 	summaryPolling atomic.Bool  // a node answered Unimplemented: polling instead
 
 	stats stats
+
+	// onBackoff, when set (tests only), sees every backoff wait send
+	// requests before it starts.
+	onBackoff func(time.Duration)
 }
 
 type member struct {

@@ -35,7 +35,11 @@
 // deadline has not passed; other errors (InvalidArgument, ResourceExhausted…)
 // are returned at once. Waits between attempts grow exponentially from
 // Config.RetryInitial to Config.RetryMax with jitter, and a wait that would end
-// past the caller's deadline is not started. Calls without a deadline get
+// past the caller's deadline is not started. Each partition retries on its
+// own; a new leader learned from an answer (a NotLeader hint, or the leader
+// table updated by the cluster watch or another partition of the group) is
+// progress and starts the backoff again from RetryInitial, so calls that span
+// every group stay short while leaderships move often. Calls without a deadline get
 // Config.Timeout. Re-sending is always safe: tracking is idempotent, and a
 // series that was accepted is never rejected while it stays active.
 //

@@ -706,3 +706,46 @@ func TestAsyncPartsNeverSurfaceBehindSlowSync(t *testing.T) {
 		})
 	}
 }
+
+// TestLeaderHintResetsBackoff: a group whose leadership moves while a call
+// retries. Node A answers Unavailable five times (an election), which grows
+// the backoff; then it names B as the new leader, and B answers Unavailable
+// once more (it is still taking over) before it answers. The leader learned
+// from A's answer is progress: the wait after B's Unavailable starts again
+// from RetryInitial instead of continuing the doubling (the earlier client
+// waited 16–32 ms there, and with dense moves every such wait stacked up to
+// seconds per call). Asserted on the waits the client asked for, not on time.
+func TestLeaderHintResetsBackoff(t *testing.T) {
+	a, b := newFakeNode(t), newFakeNode(t)
+	var aCalls, bCalls atomic.Int64
+	a.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if aCalls.Add(1) <= 5 {
+			return nil, status.Error(codes.Unavailable, "scripted: electing")
+		}
+		return nil, notLeaderErr(0, b.addr)
+	})
+	b.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if bCalls.Add(1) == 1 {
+			return nil, status.Error(codes.Unavailable, "scripted: taking over")
+		}
+		return &api.TrackSeriesResponse{}, nil
+	})
+	cfg := testConfig(a.addr)
+	cfg.Partitions, cfg.Groups = 4, 1
+	cfg.RetryInitial, cfg.RetryMax = time.Millisecond, time.Second
+	c := newTestClient(t, cfg)
+	var mu sync.Mutex
+	var waits []time.Duration
+	c.onBackoff = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
+	if _, err := c.TrackPartition(context.Background(), "t", 0, hashesIn(0, 4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) < 6 || bCalls.Load() != 2 {
+		t.Fatalf("waits %v, calls to B %d: want 5 waits while A elects, then one after B's Unavailable", waits, bCalls.Load())
+	}
+	if last := waits[len(waits)-1]; last > cfg.RetryInitial {
+		t.Errorf("after learning the new leader the client waited %v (waits %v); want at most RetryInitial %v", last, waits, cfg.RetryInitial)
+	}
+}

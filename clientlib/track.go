@@ -360,6 +360,10 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 				c.setLeader(group, hint)
 				addr = hint
 				redirects++
+				// A leader learned from the answer is progress: the
+				// backoff starts again from RetryInitial, so a group whose
+				// leadership moves often is not waited on for ever longer.
+				backoff = c.cfg.RetryInitial
 				if redirects <= maxImmediateRedirects {
 					continue
 				}
@@ -370,6 +374,13 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		case code == codes.Unavailable || code == codes.Aborted:
 			c.forgetLeader(group, addr)
 			addr = ""
+			// The table may name a newer leader already (the cluster
+			// watch, or another partition of this group that was
+			// redirected): that is progress too.
+			if l := c.leaderOf(group); l != "" && l != lastAddr {
+				addr = l
+				backoff = c.cfg.RetryInitial
+			}
 		case attemptTimedOut:
 			// No answer within AttemptTimeout: the node may be cut off (a
 			// partitioned leader drops packets). Try another node; it knows
@@ -383,7 +394,11 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		default:
 			return nil, fail(err)
 		}
-		if !c.sleep(ctx, jitter(backoff)) {
+		wait := jitter(backoff)
+		if c.onBackoff != nil {
+			c.onBackoff(wait)
+		}
+		if !c.sleep(ctx, wait) {
 			return nil, fail(lastErr)
 		}
 		backoff = min(2*backoff, c.cfg.RetryMax)
