@@ -39,7 +39,10 @@
 // own; a new leader learned from an answer (a NotLeader hint, or the leader
 // table updated by the cluster watch or another partition of the group) is
 // progress and starts the backoff again from RetryInitial, so calls that span
-// every group stay short while leaderships move often. Calls without a deadline get
+// every group stay short while leaderships move often. A retry waiting out its
+// backoff goes at once when its group's new leader becomes known (after a
+// failover the cluster watch names it; Stats.LeaderWakes), so the backoff
+// grown during an election does not delay the first request after it. Calls without a deadline get
 // Config.Timeout. Re-sending is always safe: tracking is idempotent, and a
 // series that was accepted is never rejected while it stays active.
 //

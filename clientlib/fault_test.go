@@ -749,3 +749,60 @@ func TestLeaderHintResetsBackoff(t *testing.T) {
 		t.Errorf("after learning the new leader the client waited %v (waits %v); want at most RetryInitial %v", last, waits, cfg.RetryInitial)
 	}
 }
+
+// TestRetryWakesOnNewLeader: a request whose group has no leader waits out
+// a backoff (here RetryInitial is 10 minutes, so the wait is at least 5);
+// when the cluster watch names the new leader, the wait ends at once and the
+// request goes there. Asserted by completion, not by time: on the earlier
+// client the call would still be asleep when the test gives up.
+func TestRetryWakesOnNewLeader(t *testing.T) {
+	seed, l := newFakeNode(t), newFakeNode(t)
+	nodes := []*fakeNode{seed, l}
+	cl := newFakeCluster()
+	const p, g = 4, 1
+	cl.set(view(p, g, nodes, []int{-1})) // no leader yet
+	for _, n := range nodes {
+		n.setCluster(cl)
+	}
+	seed.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		return nil, status.Error(codes.Unavailable, "scripted: group 0 has no leader at the moment")
+	})
+	var leads atomic.Bool
+	l.setTrack(func(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if !leads.Load() {
+			return nil, status.Error(codes.Unavailable, "scripted: still electing")
+		}
+		return rejectAll(ctx, req)
+	})
+	cfg := testConfig(seed.addr)
+	cfg.Timeout = time.Hour
+	cfg.RetryInitial, cfg.RetryMax = 10*time.Minute, 10*time.Minute
+	c := newTestClient(t, cfg)
+	if err := c.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := hashesIn(1, p, 3)
+	type res struct {
+		rej []uint64
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		rej, err := c.TrackPartition(context.Background(), "t", 1, hs)
+		done <- res{rej, err}
+	}()
+	waitFor(t, "the first attempt to fail", func() bool { return seed.trackCalls.Load()+l.trackCalls.Load() >= 1 })
+	leads.Store(true)
+	cl.set(view(p, g, nodes, []int{1})) // the election is over: l leads
+	select {
+	case r := <-done:
+		if r.err != nil || !slices.Equal(r.rej, hs) {
+			t.Fatalf("got %x, %v; want every hash rejected by the new leader", r.rej, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request still waits out its backoff after the new leader became known")
+	}
+	if st := c.Stats(); st.LeaderWakes != 1 {
+		t.Errorf("stats %+v: want 1 leader wake", st)
+	}
+}

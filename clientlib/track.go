@@ -336,6 +336,9 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			c.stats.retries.Add(1)
 		}
 		attempts++
+		// Taken before the attempt, so that a leader learned while it runs
+		// still cuts the backoff after it short.
+		wake := c.leaderChanged(group)
 		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		resp, err := tc.TrackSeries(actx, req)
 		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
@@ -398,11 +401,39 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		if c.onBackoff != nil {
 			c.onBackoff(wait)
 		}
-		if !c.sleep(ctx, wait) {
+		woken, ok := c.sleepOrWake(ctx, wait, wake)
+		if !ok {
 			return nil, fail(lastErr)
 		}
-		backoff = min(2*backoff, c.cfg.RetryMax)
 		redirects = 0
+		if woken {
+			// A new leader is known (the cluster watch, or a redirect of
+			// another partition of the group): go there now.
+			c.stats.leaderWakes.Add(1)
+			addr, backoff = c.leaderOf(group), c.cfg.RetryInitial
+			continue
+		}
+		backoff = min(2*backoff, c.cfg.RetryMax)
+	}
+}
+
+// sleepOrWake is sleep, cut short when wake is closed (woken: true, ok:
+// true).
+func (c *Client) sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, ok bool) {
+	if dl, has := ctx.Deadline(); has && time.Until(dl) <= d {
+		return false, false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false, true
+	case <-wake:
+		return true, true
+	case <-ctx.Done():
+		return false, false
+	case <-c.ctx.Done():
+		return false, false
 	}
 }
 
