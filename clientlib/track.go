@@ -310,6 +310,13 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 	attempts, redirects := 0, 0
 	var lastErr error
 	var addr, lastAddr string
+	// down: nodes that failed this request as unreachable or leaderless
+	// (Unavailable, Aborted, no answer). A leader named by a hint or the
+	// table counts as progress only if it is not one of them: right after a
+	// leader dies, followers still name it, and treating that as news would
+	// retry it in a tight loop.
+	var down map[string]bool
+	news := func(l string) bool { return l != "" && !down[l] }
 	fail := func(err error) error {
 		if err == nil {
 			err = ctxStatusErr(ctx)
@@ -358,7 +365,7 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		case code == codes.FailedPrecondition:
 			c.stats.notLeader.Add(1)
 			hint := LeaderHint(err)
-			if hint != "" && hint != addr {
+			if hint != "" && hint != addr && news(hint) {
 				c.log.Debug("clientlib: following NotLeader hint", "group", group, "from", addr, "to", hint)
 				c.setLeader(group, hint)
 				addr = hint
@@ -376,11 +383,15 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			}
 		case code == codes.Unavailable || code == codes.Aborted:
 			c.forgetLeader(group, addr)
+			if down == nil {
+				down = map[string]bool{}
+			}
+			down[addr] = true
 			addr = ""
 			// The table may name a newer leader already (the cluster
 			// watch, or another partition of this group that was
 			// redirected): that is progress too.
-			if l := c.leaderOf(group); l != "" && l != lastAddr {
+			if l := c.leaderOf(group); news(l) {
 				addr = l
 				backoff = c.cfg.RetryInitial
 			}
@@ -390,6 +401,10 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			// the current leader or redirects to it.
 			c.stats.attemptTimeouts.Add(1)
 			c.forgetLeader(group, addr)
+			if down == nil {
+				down = map[string]bool{}
+			}
+			down[addr] = true
 			addr = ""
 		case code == codes.DeadlineExceeded && ctx.Err() == nil:
 			// A deadline shorter than the caller's (a proxy, the server): the
@@ -406,11 +421,13 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			return nil, fail(lastErr)
 		}
 		redirects = 0
-		if woken {
-			// A new leader is known (the cluster watch, or a redirect of
-			// another partition of the group): go there now.
+		if l := c.leaderOf(group); woken && l != "" {
+			// The table changed to a new leader (the cluster watch, a
+			// success or a redirect of another partition of the group): go
+			// there now. What failed before may lead now (a follower that
+			// had no leader won the election): forget it.
 			c.stats.leaderWakes.Add(1)
-			addr, backoff = c.leaderOf(group), c.cfg.RetryInitial
+			addr, backoff, down = l, c.cfg.RetryInitial, nil
 			continue
 		}
 		backoff = min(2*backoff, c.cfg.RetryMax)
