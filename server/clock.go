@@ -328,34 +328,31 @@ func (c *clockState) voterCount() (int, map[string]bool) {
 	return n, ids
 }
 
-// refresh recomputes the bound from the samples held and the members alive
-// now, without probing.
+// refresh recomputes the bound from the samples held, without probing.
 func (c *clockState) refresh() {
 	if c.host.Load() == nil {
 		return // membership and raft not started yet: keep "not confirmed"
 	}
-	aliveIDs := map[string]bool{}
-	for _, m := range alive(c.s.memberList()) {
-		if m.ID != c.s.cfg.NodeID && m.GRPCAddr != "" {
-			aliveIDs[m.ID] = true
-		}
-	}
 	voters, voterIDs := c.voterCount()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.recomputeLocked(aliveIDs, voters, voterIDs)
+	c.recomputeLocked(voters, voterIDs)
 }
 
 // recomputeLocked derives the median and whether this node's clock is
-// confirmed, from the fresh samples of the voters alive. voterIDs empty: no
-// configuration known, every alive peer counts.
-func (c *clockState) recomputeLocked(aliveIDs map[string]bool, voters int, voterIDs map[string]bool) {
+// confirmed, from the voters' fresh samples (voterIDs empty: no
+// configuration known, every peer counts). Freshness, not serf's view, says
+// whether a peer's clock still counts: only alive members are probed, so a
+// peer serf calls failed stops counting within clockFreshAge, and one that
+// serf wrongly suspects on a loaded host keeps counting meanwhile (the
+// leader does not drop its groups over a gossip hiccup).
+func (c *clockState) recomputeLocked(voters int, voterIDs map[string]bool) {
 	now := time.Now()
 	offs := []time.Duration{0}
 	agree := 1
 	var far []string
 	for id, p := range c.peers {
-		if !aliveIDs[id] || (len(voterIDs) > 0 && !voterIDs[id]) || !p.fresh(now) {
+		if (len(voterIDs) > 0 && !voterIDs[id]) || !p.fresh(now) {
 			continue
 		}
 		b, ok := p.best(now)
@@ -429,14 +426,8 @@ func (c *clockState) probeAll() {
 	voters, voterIDs := c.voterCount()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// A member that is not alive keeps its entry (a flapping member must not
-	// count as never measured) but its clock does not count.
-	aliveIDs := map[string]bool{}
-	for _, o := range others {
-		aliveIDs[o.id] = true
-	}
 	wasWhy := c.reason
-	c.recomputeLocked(aliveIDs, voters, voterIDs)
+	c.recomputeLocked(voters, voterIDs)
 	if reasonKind(wasWhy) != reasonKind(c.reason) {
 		if c.inBound {
 			c.s.log.Info("clock confirmed: within bound of a majority of the voters' clocks; this node may lead", "median_offset", c.median,
