@@ -26,6 +26,31 @@ import (
 // load average, not asserted; every probe call must succeed.
 //
 //	TOLLGATE_FAILOVER_KILLS=20 TOLLGATE_CPU_HOG=6 go test -count=1 -run TestFailoverThroughClientlib -v ./faulttest/
+// logSince returns n's log lines (stderr) stamped at or after since that
+// contain any of subs (text log format: time=RFC3339 first).
+func logSince(t *testing.T, n *node, since time.Time, subs ...string) []string {
+	t.Helper()
+	data, err := os.ReadFile(n.errPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, line := range strings.Split(string(data), "\n") {
+		ts, _, ok := strings.Cut(strings.TrimPrefix(line, "time="), " ")
+		at, err := time.Parse(time.RFC3339Nano, ts)
+		if !ok || err != nil || at.Before(since) {
+			continue
+		}
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				out = append(out, line)
+				break
+			}
+		}
+	}
+	return out
+}
+
 func TestFailoverThroughClientlib(t *testing.T) {
 	kills, hog := 3, 0
 	for name, dst := range map[string]*int{"TOLLGATE_FAILOVER_KILLS": &kills, "TOLLGATE_CPU_HOG": &hog} {
@@ -78,6 +103,16 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		}
 		t.Logf("kill %d/%d: %s → next success through clientlib after %v (%d retries, %d leader wakes)",
 			round, kills, l.id, d.Round(time.Millisecond), st1.Retries-st0.Retries, st1.LeaderWakes-st0.LeaderWakes)
+		if d > 2*time.Second {
+			// What the survivors' logs say of the elections in between.
+			for _, n := range c.nodes {
+				if n != l {
+					for _, line := range logSince(t, n, killAt, "heartbeat timeout", "election", "leadership changed", "lost leadership") {
+						t.Logf("  %s: %s", n.id, line)
+					}
+				}
+			}
+		}
 		l.restart(t)
 		c.waitHealthy()
 	}
