@@ -14,18 +14,6 @@ import (
 	"github.com/tollgate-io/tollgate/clientlib"
 )
 
-// TestFailoverThroughClientlib measures what a distributor sees of a leader
-// kill: under clientlib load (8 workers, FailOpen off), group 0's leader is
-// SIGKILLed; right after the kill one TrackPartition call to a partition of
-// group 0 is made (it retries inside clientlib until it succeeds, within a
-// 10 s deadline), and kill → its success is the failover. The killed node
-// is restarted and the cluster healthy again before the next kill.
-// TOLLGATE_FAILOVER_KILLS (default 3; the bar is 20) kills,
-// TOLLGATE_CPU_HOG (default 0; the bar is load near 8, about 6 on 2 cores)
-// spinning processes beside the cluster. Median and max are logged with the
-// load average, not asserted; every probe call must succeed.
-//
-//	TOLLGATE_FAILOVER_KILLS=20 TOLLGATE_CPU_HOG=6 go test -count=1 -run TestFailoverThroughClientlib -v ./faulttest/
 // logSince returns n's log lines (stderr) stamped at or after since that
 // contain any of subs (text log format: time=RFC3339 first).
 func logSince(t *testing.T, n *node, since time.Time, subs ...string) []string {
@@ -51,6 +39,18 @@ func logSince(t *testing.T, n *node, since time.Time, subs ...string) []string {
 	return out
 }
 
+// TestFailoverThroughClientlib measures what a distributor sees of a leader
+// kill: under clientlib load (8 workers), group 0's leader is SIGKILLed;
+// right after the kill one TrackPartition call to a partition of group 0 is
+// made by another client (FailOpen off: it retries inside clientlib until it
+// succeeds, within a 10 s deadline), and kill → its success is the failover. The killed node
+// is restarted and the cluster healthy again before the next kill.
+// TOLLGATE_FAILOVER_KILLS (default 3; the bar is 20) kills,
+// TOLLGATE_CPU_HOG (default 0; the bar is load near 8, about 6 on 2 cores)
+// spinning processes beside the cluster. Median and max are logged with the
+// load average, not asserted; every probe call must succeed.
+//
+//	TOLLGATE_FAILOVER_KILLS=20 TOLLGATE_CPU_HOG=6 go test -count=1 -run TestFailoverThroughClientlib -v ./faulttest/
 func TestFailoverThroughClientlib(t *testing.T) {
 	kills, hog := 3, 0
 	for name, dst := range map[string]*int{"TOLLGATE_FAILOVER_KILLS": &kills, "TOLLGATE_CPU_HOG": &hog} {
