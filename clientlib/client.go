@@ -37,9 +37,14 @@ type Client struct {
 	p, g      int   // layout; 0 until known
 	layoutErr error // permanent: layout mismatch
 	leaders   []string
-	nodes     []string   // seeds, then alive members (deduplicated)
-	members   []member   // from the latest view
-	voters    [][]string // per group: raft ids of its voters, from the latest view
+	// leaderWake[g] is closed (and replaced) when group g's leader becomes a
+	// new, known address: retries of g's requests waiting out a backoff go
+	// at once (a failover is over when the new leader is known, not when
+	// the longest backoff ends).
+	leaderWake []chan struct{}
+	nodes      []string   // seeds, then alive members (deduplicated)
+	members    []member   // from the latest view
+	voters     [][]string // per group: raft ids of its voters, from the latest view
 
 	rcfg runtimeConfigState // runtimeconfig.go
 
@@ -51,6 +56,10 @@ type Client struct {
 	summaryPolling atomic.Bool  // a node answered Unimplemented: polling instead
 
 	stats stats
+
+	// onBackoff, when set (tests only), sees every backoff wait send
+	// requests before it starts.
+	onBackoff func(time.Duration)
 }
 
 type member struct {
@@ -59,6 +68,7 @@ type member struct {
 
 type stats struct {
 	requests, retries, notLeader, attemptTimeouts atomic.Uint64
+	leaderWakes                                   atomic.Uint64
 	syncReq, asyncReq                             atomic.Uint64
 	failedOpen, errors                            atomic.Uint64
 	asyncLate, asyncLateRejected, asyncLateErrors atomic.Uint64
@@ -84,6 +94,10 @@ type Stats struct {
 	// AttemptTimeouts counts attempts abandoned after Config.AttemptTimeout
 	// without an answer (a node cut off by a partition, or frozen).
 	AttemptTimeouts uint64
+	// LeaderWakes counts backoff waits cut short because the group's new
+	// leader became known (from the cluster watch or another request's
+	// redirect).
+	LeaderWakes uint64
 	// FailedOpen counts partition requests that failed and, with FailOpen,
 	// were answered "no rejections" (plus whole calls made before the layout
 	// could be learned).
@@ -247,6 +261,10 @@ func (c *Client) layoutFromConfig() {
 func (c *Client) setLayoutLocked(p, g int) {
 	c.p, c.g = p, g
 	c.leaders = make([]string, g)
+	c.leaderWake = make([]chan struct{}, g)
+	for i := range c.leaderWake {
+		c.leaderWake[i] = make(chan struct{})
+	}
 	if len(c.voters) != g {
 		c.voters = make([][]string, g)
 	}
@@ -309,13 +327,35 @@ func (c *Client) leaderOf(g int) string {
 	return ""
 }
 
+// setLeaderLocked records addr as leader of g and wakes g's waiting retries
+// when it is a new known leader.
+func (c *Client) setLeaderLocked(g int, addr string) {
+	if g >= len(c.leaders) {
+		return
+	}
+	if addr != "" && c.leaders[g] != addr && g < len(c.leaderWake) {
+		close(c.leaderWake[g])
+		c.leaderWake[g] = make(chan struct{})
+	}
+	c.leaders[g] = addr
+}
+
+// leaderChanged is closed when group g's leader next becomes a new known
+// address (nil before the layout is known: never).
+func (c *Client) leaderChanged(g int) <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g < len(c.leaderWake) {
+		return c.leaderWake[g]
+	}
+	return nil
+}
+
 // setLeader records addr as leader of g ("" = unknown).
 func (c *Client) setLeader(g int, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if g < len(c.leaders) {
-		c.leaders[g] = addr
-	}
+	c.setLeaderLocked(g, addr)
 	if addr != "" && !slices.Contains(c.nodes, addr) {
 		c.nodes = append(c.nodes, addr)
 	}
@@ -351,6 +391,7 @@ func (c *Client) Stats() Stats {
 		AsyncRequests:        s.asyncReq.Load(),
 		Retries:              s.retries.Load(),
 		AttemptTimeouts:      s.attemptTimeouts.Load(),
+		LeaderWakes:          s.leaderWakes.Load(),
 		NotLeaderRedirects:   s.notLeader.Load(),
 		FailedOpen:           s.failedOpen.Load(),
 		Errors:               s.errors.Load(),

@@ -35,7 +35,14 @@
 // deadline has not passed; other errors (InvalidArgument, ResourceExhausted…)
 // are returned at once. Waits between attempts grow exponentially from
 // Config.RetryInitial to Config.RetryMax with jitter, and a wait that would end
-// past the caller's deadline is not started. Calls without a deadline get
+// past the caller's deadline is not started. Each partition retries on its
+// own; a new leader learned from an answer (a NotLeader hint, or the leader
+// table updated by the cluster watch or another partition of the group) is
+// progress and starts the backoff again from RetryInitial, so calls that span
+// every group stay short while leaderships move often. A retry waiting out its
+// backoff goes at once when its group's new leader becomes known (after a
+// failover the cluster watch names it; Stats.LeaderWakes), so the backoff
+// grown during an election does not delay the first request after it. Calls without a deadline get
 // Config.Timeout. Re-sending is always safe: tracking is idempotent, and a
 // series that was accepted is never rejected while it stays active.
 //
@@ -56,7 +63,13 @@
 // call waits for their answer. The other partitions are async: the call waits
 // at most Config.AsyncWait for them and then returns without their rejections
 // and without error, while the request keeps running in the background for at
-// most Config.AsyncTimeout; answers that come late are counted in Stats. A
+// most Config.AsyncTimeout; answers that come late are counted in Stats. Only
+// the sync parts can fail the call: an async part's failure is dropped (and
+// counted in Stats.AsyncLateErrors), even when the call was still waiting for
+// a slow sync part when it came, unless it came within AsyncWait and is a
+// refusal every part would meet (not IsFailOpenable: a bad token or
+// argument); it is never a fail-open decision. An async part that answered
+// while the call was still waiting adds its rejections. A
 // tenant far from its limit almost never has series rejected, so async trades
 // a rare, bounded overshoot for latency. ModeSync waits for everything.
 // TrackPartition always waits.

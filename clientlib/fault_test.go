@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
@@ -644,5 +645,168 @@ func TestAttemptTimeoutMovesOn(t *testing.T) {
 	}
 	if st := c.Stats(); st.AttemptTimeouts < 1 || st.Retries < 1 {
 		t.Errorf("stats %+v: want at least 1 attempt timeout and 1 retry", st)
+	}
+}
+
+// TestAsyncPartsNeverSurfaceBehindSlowSync: in ModeAuto a call whose sync
+// part (a group where the tenant is near its limit) answers only after the
+// async parts' background deadline (AsyncTimeout) has passed. The async
+// parts, whose group keeps answering Unavailable, timed out in the
+// background meanwhile; they must not come back as the call's error (nor, with
+// FailOpen, as fail-open decisions): only the sync part decides the answer,
+// and the dropped background failures are counted as late errors.
+func TestAsyncPartsNeverSurfaceBehindSlowSync(t *testing.T) {
+	for _, failOpen := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failopen=%v", failOpen), func(t *testing.T) {
+			n := newFakeNode(t)
+			const p, g = 4, 2 // partitions 0-1: group 0; 2-3: group 1
+			n.setNear(func(req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {
+				grp := api.GroupOf(int(req.Partition), p, g)
+				var near []string
+				if grp == 0 {
+					near = []string{"t"} // sync in group 0, async in group 1
+				}
+				return &api.GetUsersCloseToLimitResponse{Tenants: near, Group: uint32(grp)}, nil
+			})
+			n.setTrack(func(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+				if api.GroupOf(int(req.Partition), p, g) == 1 {
+					return nil, status.Error(codes.Unavailable, "scripted: group 1 has no leader")
+				}
+				// The sync part answers after the async parts' deadline.
+				select {
+				case <-time.After(600 * time.Millisecond):
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return &api.TrackSeriesResponse{RejectedHashes: req.Hashes[:1]}, nil
+			})
+			cfg := testConfig(n.addr)
+			cfg.Mode = ModeAuto
+			cfg.FailOpen = failOpen
+			cfg.Partitions, cfg.Groups = p, g
+			cfg.NearLimitRefresh = time.Hour
+			cfg.AsyncWait = 50 * time.Millisecond
+			cfg.AsyncTimeout = 150 * time.Millisecond
+			cfg.AttemptTimeout = 5 * time.Second
+			c := newTestClient(t, cfg)
+			waitFor(t, "the first near-limit poll", func() bool { return c.isSync(0, "t") && !c.isSync(1, "t") })
+			hs := append(append(hashesIn(0, p, 3), hashesIn(2, p, 3)...), hashesIn(3, p, 3)...)
+			rej, err := c.TrackSeries(context.Background(), "t", hs)
+			if err != nil {
+				t.Fatalf("call failed with a background part's failure: %v", err)
+			}
+			if want := hashesIn(0, p, 1); !slices.Equal(rej, want) {
+				t.Errorf("rejected %x, want the sync part's %x", rej, want)
+			}
+			st := c.Stats()
+			if st.FailedOpen != 0 || st.Errors != 0 {
+				t.Errorf("stats %+v: a background part became a fail-open decision or an error", st)
+			}
+			waitFor(t, "both background failures counted", func() bool { return c.Stats().AsyncLateErrors == 2 })
+		})
+	}
+}
+
+// TestLeaderHintResetsBackoff: a group whose leadership moves while a call
+// retries. Node A answers Unavailable five times (an election), which grows
+// the backoff; then it names B as the new leader, and B answers Unavailable
+// once more (it is still taking over) before it answers. The leader learned
+// from A's answer is progress: the wait after B's Unavailable starts again
+// from RetryInitial instead of continuing the doubling (the earlier client
+// waited 16–32 ms there, and with dense moves every such wait stacked up to
+// seconds per call). Asserted on the waits the client asked for, not on time.
+func TestLeaderHintResetsBackoff(t *testing.T) {
+	a, b := newFakeNode(t), newFakeNode(t)
+	var aCalls, bCalls atomic.Int64
+	a.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if aCalls.Add(1) <= 5 {
+			return nil, status.Error(codes.Unavailable, "scripted: electing")
+		}
+		return nil, notLeaderErr(0, b.addr)
+	})
+	b.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if bCalls.Add(1) == 1 {
+			return nil, status.Error(codes.Unavailable, "scripted: taking over")
+		}
+		return &api.TrackSeriesResponse{}, nil
+	})
+	cfg := testConfig(a.addr)
+	cfg.Partitions, cfg.Groups = 4, 1
+	cfg.RetryInitial, cfg.RetryMax = time.Millisecond, time.Second
+	c := newTestClient(t, cfg)
+	var mu sync.Mutex
+	var waits []time.Duration
+	c.onBackoff = func(d time.Duration) { mu.Lock(); waits = append(waits, d); mu.Unlock() }
+	if _, err := c.TrackPartition(context.Background(), "t", 0, hashesIn(0, 4, 2)); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) < 6 || bCalls.Load() != 2 {
+		t.Fatalf("waits %v, calls to B %d: want 5 waits while A elects, then one after B's Unavailable", waits, bCalls.Load())
+	}
+	// waits[5] follows B's Unavailable, the first failure after the hint.
+	if w := waits[5]; w > cfg.RetryInitial {
+		t.Errorf("after learning the new leader the client waited %v (waits %v); want at most RetryInitial %v", w, waits, cfg.RetryInitial)
+	}
+}
+
+// TestRetryWakesOnNewLeader: a request whose group has no leader waits out
+// a backoff (here RetryInitial is 10 minutes, so the wait is at least 5);
+// when the cluster watch names the new leader, the wait ends at once and the
+// request goes there. Asserted by completion, not by time: on the earlier
+// client the call would still be asleep when the test gives up.
+func TestRetryWakesOnNewLeader(t *testing.T) {
+	seed, l := newFakeNode(t), newFakeNode(t)
+	nodes := []*fakeNode{seed, l}
+	cl := newFakeCluster()
+	const p, g = 4, 1
+	cl.set(view(p, g, nodes, []int{-1})) // no leader yet
+	for _, n := range nodes {
+		n.setCluster(cl)
+	}
+	seed.setTrack(func(context.Context, *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		return nil, status.Error(codes.Unavailable, "scripted: group 0 has no leader at the moment")
+	})
+	var leads atomic.Bool
+	l.setTrack(func(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
+		if !leads.Load() {
+			return nil, status.Error(codes.Unavailable, "scripted: still electing")
+		}
+		return rejectAll(ctx, req)
+	})
+	cfg := testConfig(seed.addr)
+	cfg.Timeout = time.Hour
+	cfg.RetryInitial, cfg.RetryMax = 10*time.Minute, 10*time.Minute
+	c := newTestClient(t, cfg)
+	if err := c.WaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	hs := hashesIn(1, p, 3)
+	type res struct {
+		rej []uint64
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		rej, err := c.TrackPartition(context.Background(), "t", 1, hs)
+		done <- res{rej, err}
+	}()
+	waitFor(t, "the first attempt to fail", func() bool { return seed.trackCalls.Load()+l.trackCalls.Load() >= 1 })
+	// Let the failed answer come back and the backoff (≥ 5 min) start;
+	// only the order matters here, the margin is generous.
+	time.Sleep(300 * time.Millisecond)
+	leads.Store(true)
+	cl.set(view(p, g, nodes, []int{1})) // the election is over: l leads
+	select {
+	case r := <-done:
+		if r.err != nil || !slices.Equal(r.rej, hs) {
+			t.Fatalf("got %x, %v; want every hash rejected by the new leader", r.rej, r.err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the request still waits out its backoff after the new leader became known")
+	}
+	if st := c.Stats(); st.LeaderWakes != 1 {
+		t.Errorf("stats %+v: want 1 leader wake", st)
 	}
 }

@@ -133,7 +133,7 @@ func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64
 		if !expired {
 			select {
 			case r := <-s.done:
-				rejs[i], errs[i] = r.rejected, r.err
+				rejs[i], errs[i] = c.asyncResult(tenant, s.part, start, r)
 				continue
 			case <-timerC:
 				expired = true
@@ -145,9 +145,29 @@ func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64
 			continue // no answer in time: no rejections for this part
 		}
 		r := <-s.done // delivered just now
-		rejs[i], errs[i] = r.rejected, r.err
+		rejs[i], errs[i] = c.asyncResult(tenant, s.part, start, r)
 	}
 	return c.settle(tenant, ss, rejs, errs)
+}
+
+// asyncResult is what an async part's answer adds to the call. Its
+// rejections always count (they are the leader's decision, however late
+// they were read). A failure counts only when it came within AsyncWait and
+// Tollgate did answer it (not IsFailOpenable: a refused token, a bad
+// argument), which every part of the call would meet; any other failure —
+// one that came after AsyncWait because the caller was still waiting for a
+// sync part, or the background deadline (AsyncTimeout) that expired
+// meanwhile — is background work: counted in Stats.AsyncLateErrors and
+// dropped, never the caller's error nor a fail-open decision.
+func (c *Client) asyncResult(tenant string, p part, start time.Time, r result) ([]uint64, error) {
+	if r.err == nil {
+		return r.rejected, nil
+	}
+	if time.Since(start) < c.cfg.AsyncWait && !IsFailOpenable(r.err) {
+		return nil, r.err
+	}
+	c.late(tenant, p, nil, r.err)
+	return nil, nil
 }
 
 // TrackPartition sends hashes, which must all belong to partition, to the
@@ -290,6 +310,13 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 	attempts, redirects := 0, 0
 	var lastErr error
 	var addr, lastAddr string
+	// down: nodes that failed this request as unreachable or leaderless
+	// (Unavailable, Aborted, no answer). A leader named by a hint or the
+	// table counts as progress only if it is not one of them: right after a
+	// leader dies, followers still name it, and treating that as news would
+	// retry it in a tight loop.
+	var down map[string]bool
+	news := func(l string) bool { return l != "" && !down[l] }
 	fail := func(err error) error {
 		if err == nil {
 			err = ctxStatusErr(ctx)
@@ -316,6 +343,9 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			c.stats.retries.Add(1)
 		}
 		attempts++
+		// Taken before the attempt, so that a leader learned while it runs
+		// still cuts the backoff after it short.
+		wake := c.leaderChanged(group)
 		actx, acancel := context.WithTimeout(ctx, c.cfg.AttemptTimeout)
 		resp, err := tc.TrackSeries(actx, req)
 		attemptTimedOut := actx.Err() != nil && ctx.Err() == nil
@@ -335,11 +365,15 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		case code == codes.FailedPrecondition:
 			c.stats.notLeader.Add(1)
 			hint := LeaderHint(err)
-			if hint != "" && hint != addr {
+			if hint != "" && hint != addr && news(hint) {
 				c.log.Debug("clientlib: following NotLeader hint", "group", group, "from", addr, "to", hint)
 				c.setLeader(group, hint)
 				addr = hint
 				redirects++
+				// A leader learned from the answer is progress: the
+				// backoff starts again from RetryInitial, so a group whose
+				// leadership moves often is not waited on for ever longer.
+				backoff = c.cfg.RetryInitial
 				if redirects <= maxImmediateRedirects {
 					continue
 				}
@@ -349,13 +383,28 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			}
 		case code == codes.Unavailable || code == codes.Aborted:
 			c.forgetLeader(group, addr)
+			if down == nil {
+				down = map[string]bool{}
+			}
+			down[addr] = true
 			addr = ""
+			// The table may name a newer leader already (the cluster
+			// watch, or another partition of this group that was
+			// redirected): that is progress too.
+			if l := c.leaderOf(group); news(l) {
+				addr = l
+				backoff = c.cfg.RetryInitial
+			}
 		case attemptTimedOut:
 			// No answer within AttemptTimeout: the node may be cut off (a
 			// partitioned leader drops packets). Try another node; it knows
 			// the current leader or redirects to it.
 			c.stats.attemptTimeouts.Add(1)
 			c.forgetLeader(group, addr)
+			if down == nil {
+				down = map[string]bool{}
+			}
+			down[addr] = true
 			addr = ""
 		case code == codes.DeadlineExceeded && ctx.Err() == nil:
 			// A deadline shorter than the caller's (a proxy, the server): the
@@ -363,11 +412,45 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		default:
 			return nil, fail(err)
 		}
-		if !c.sleep(ctx, jitter(backoff)) {
+		wait := jitter(backoff)
+		if c.onBackoff != nil {
+			c.onBackoff(wait)
+		}
+		woken, ok := c.sleepOrWake(ctx, wait, wake)
+		if !ok {
 			return nil, fail(lastErr)
 		}
-		backoff = min(2*backoff, c.cfg.RetryMax)
 		redirects = 0
+		if l := c.leaderOf(group); woken && l != "" {
+			// The table changed to a new leader (the cluster watch, a
+			// success or a redirect of another partition of the group): go
+			// there now. What failed before may lead now (a follower that
+			// had no leader won the election): forget it.
+			c.stats.leaderWakes.Add(1)
+			addr, backoff, down = l, c.cfg.RetryInitial, nil
+			continue
+		}
+		backoff = min(2*backoff, c.cfg.RetryMax)
+	}
+}
+
+// sleepOrWake is sleep, cut short when wake is closed (woken: true, ok:
+// true).
+func (c *Client) sleepOrWake(ctx context.Context, d time.Duration, wake <-chan struct{}) (woken, ok bool) {
+	if dl, has := ctx.Deadline(); has && time.Until(dl) <= d {
+		return false, false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return false, true
+	case <-wake:
+		return true, true
+	case <-ctx.Done():
+		return false, false
+	case <-c.ctx.Done():
+		return false, false
 	}
 }
 

@@ -144,7 +144,7 @@ func (c *Client) applyView(v *api.ClusterView) {
 		if grp >= c.g {
 			continue
 		}
-		c.leaders[grp] = gi.LeaderGrpcAddress
+		c.setLeaderLocked(grp, gi.LeaderGrpcAddress)
 		c.voters[grp] = slices.Clone(gi.Voters)
 		if a := gi.LeaderGrpcAddress; a != "" && !slices.Contains(nodes, a) {
 			nodes = append(nodes, a)

@@ -199,6 +199,14 @@ type Config struct {
 	// for a group was true, a final false is delivered before Shutdown
 	// returns, so the callback must not wait for Shutdown to finish.
 	LeaderNotify func(group int, isLeader bool)
+
+	// MayCampaign, if set, is asked before this node requests a vote or
+	// pre-vote and when a leader hands it leadership (TimeoutNow): an error
+	// refuses both (gate.go), so the node cannot become any group's leader
+	// while it answers one. It is called from raft's goroutines: it must be
+	// fast and must not call into the Host. The server shuts it while this
+	// node's clock is not confirmed against a majority of clocks.
+	MayCampaign func() error
 }
 
 // Validate fills in defaults and checks the configuration.

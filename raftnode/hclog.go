@@ -3,6 +3,7 @@ package raftnode
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
@@ -61,6 +62,17 @@ func toHCLogLevel(level slog.Level) hclog.Level {
 	}
 }
 
+// gatedArg reports whether one of args is an error from this node's
+// campaign gate.
+func gatedArg(args []any) bool {
+	for _, v := range args {
+		if err, ok := v.(error); ok && errors.Is(err, ErrMayNotLead) {
+			return true
+		}
+	}
+	return false
+}
+
 func (a *hclogAdapter) enabled(level slog.Level) bool {
 	return level >= a.min.Level() && a.l.Enabled(context.Background(), level)
 }
@@ -70,6 +82,12 @@ func (a *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	lvl := toSlogLevel(level)
+	if lvl >= slog.LevelWarn && gatedArg(args) {
+		// raft logs every vote request the gate refused (gate.go) as an
+		// error, per peer per election timeout: the server logs the reason
+		// once, so these are detail.
+		lvl = slog.LevelDebug
+	}
 	if !a.enabled(lvl) {
 		return
 	}

@@ -44,7 +44,7 @@ type group struct {
 	id    int
 	dir   string
 	layer *GroupLayer
-	trans *raft.NetworkTransport
+	trans *gatedTransport
 	store *raftboltdb.BoltStore // raft.db: term and vote (the stable store)
 	logs  raft.LogStore         // LogCache in front of the group's WAL log (watched: disk.go)
 	// held is set while raft's loop is parked in a stable-store write that
@@ -209,7 +209,7 @@ func (h *Host) buildGroup(g *group) error {
 		return err
 	}
 	g.layer = layer
-	g.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+	inner := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: cfg.TransportMaxPool,
 		Timeout: cfg.TransportTimeout,
@@ -226,6 +226,7 @@ func (h *Host) buildGroup(g *group) error {
 		// HashiCorp measured pipelining to bring little benefit (raft#541).
 		MaxRPCsInFlight: 1,
 	})
+	g.trans = newGatedTransport(inner, cfg.MayCampaign)
 
 	boltOpts := *bbolt.DefaultOptions
 	boltOpts.Timeout = boltOpenTimeout

@@ -263,6 +263,12 @@ func (s *Server) grpcAddrOf(id string) string {
 	return ""
 }
 
+// transferTimedOut: raft's leadership transfer gave up waiting for the
+// target (raft returns it as a plain error, without a sentinel).
+func transferTimedOut(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "leadership transfer timeout")
+}
+
 func (a *adminService) TransferLeadership(ctx context.Context, req *api.TransferLeadershipRequest) (*api.TransferLeadershipResponse, error) {
 	g, err := a.checkGroup(req.Group)
 	if err != nil {
@@ -303,7 +309,16 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 	}
 	a.s.log.Info("admin: transfer leadership", "group", g, "to", req.ToId)
 	if err := fut.Error(); err != nil {
-		return nil, raftStatus(g, "transfer leadership", err)
+		if !transferTimedOut(err) {
+			return nil, raftStatus(g, "transfer leadership", err)
+		}
+		if r.State() == raft.Leader {
+			// The target did not take over within raft's election timeout
+			// (a loaded host): nothing changed, so the caller may simply
+			// ask again. Unavailable is what clients and the CLI retry.
+			return nil, status.Errorf(codes.Unavailable, "group %d: transfer leadership: %v: the target did not take over in time and this node still leads; retry", g, err)
+		}
+		// It timed out but leadership did move (late): report the new leader.
 	}
 	// Report the new leader once this node has heard from it.
 	deadline := time.Now().Add(10 * time.Second)

@@ -2,30 +2,49 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/groupclock"
+	"github.com/tollgate-io/tollgate/membership"
+	"github.com/tollgate-io/tollgate/raftnode"
 )
 
 // Clocks. The cluster tolerates node clocks up to MaxClockOffset apart. Every
 // node measures its offset to each peer about once a second (Clock.Now over
 // gRPC, corrected by half the round trip, the sample with the smallest round
 // trip of the last few kept) and compares its own clock with the median of
-// all measured clocks, its own included. A node further than the bound from
-// that median is out of bound: it does not lead any group (a leader session
-// is not started, leadership it holds is handed away, TransferLeadership to
-// it is refused) and says so in /readyz, status and metrics; it still serves
-// as a follower. Each group's time comes from a groupclock.Clock, fed by the
-// entries the group applies and by this node's wall clock corrected by the
-// median offset, so no single wrong clock moves a group's time by more than
-// the bound.
+// all measured clocks, its own included.
+//
+// A node's clock is confirmed when a majority of the groups' voters (itself
+// included) have clocks within the bound of its own, each measured with a
+// fresh sample taken since that peer last started, and it is within the bound
+// of the median. Only a confirmed node leads: an unconfirmed one asks for no
+// votes and refuses leadership transfers (raftnode's gate), runs no leader
+// session, hands leadership it holds to a peer it measured within bound,
+// and says why in /readyz, status and metrics; it still serves as a
+// follower. A median alone is not enough: with two live clocks of three it
+// is the one nearer this node's own, so each of two disagreeing nodes would
+// find itself right. With a majority required, two clocks that disagree
+// confirm neither (the group has no leader until one is fixed or the third
+// node is back), and a node that just restarted leads nothing until a
+// majority measured it and it measured them. Each group's time comes from a
+// groupclock.Clock, fed by the entries the group applies and by this node's
+// wall clock corrected by the median offset, so no single wrong clock moves
+// a group's time by more than the bound.
 
 const (
 	clockProbeEvery   = time.Second
@@ -33,7 +52,20 @@ const (
 	clockSamples      = 8                // samples kept per peer (smallest RTT wins)
 	clockBurst        = 3                // probes per peer per round (smallest RTT kept)
 	clockSampleMaxAge = 30 * time.Second // older samples do not count
-	clockTransferGap  = 2 * time.Second  // between leadership hand-offs of one group
+	// clockFreshAge: a peer's clock confirms this node's only while its
+	// newest sample is at most this old (a peer that stopped answering
+	// stops counting before serf calls it failed).
+	clockFreshAge = 10 * time.Second
+	// clockProbeUnconfirmed: the probe period while this node's clock is not
+	// confirmed (just started, or a peer restarted), so it can lead again
+	// soon after a majority answers.
+	clockProbeUnconfirmed = 250 * time.Millisecond
+	// clockBootHeader is the gRPC response header of Clock.Now naming the
+	// answering process's boot (random per start): a prober that sees it
+	// change drops that peer's earlier samples, which measured a clock the
+	// peer may no longer have.
+	clockBootHeader  = "tollgate-clock-boot"
+	clockTransferGap = 2 * time.Second // between leadership hand-offs of one group
 )
 
 type clockSample struct {
@@ -46,6 +78,8 @@ type peerClock struct {
 	id, addr string
 	samples  []clockSample // ring of the last clockSamples
 	next     int
+	boot     string    // the peer's boot its samples were taken in ("" unknown)
+	lastAt   time.Time // mono: the newest sample
 	lastErr  string
 	probed   bool // a probe finished (answered or failed)
 }
@@ -55,6 +89,11 @@ func (p *peerClock) bestOrNil(now time.Time) (clockSample, bool) {
 		return clockSample{}, false
 	}
 	return p.best(now)
+}
+
+// fresh reports whether the newest sample is recent enough to confirm a clock.
+func (p *peerClock) fresh(now time.Time) bool {
+	return p != nil && len(p.samples) > 0 && now.Sub(p.lastAt) <= clockFreshAge
 }
 
 // best is the freshest-window sample with the smallest round trip.
@@ -78,12 +117,22 @@ type clockState struct {
 	bound  time.Duration
 	groups []*groupclock.Clock
 
+	boot string // this process's boot id (clockBootHeader)
+	// host is set once raft has started (raft's goroutines call the gate
+	// before Server.host is assigned).
+	host atomic.Pointer[raftnode.Host]
+
+	// ok mirrors reason == "" for readers on hot paths (raft's vote gate,
+	// leads, every group-time stamp).
+	ok atomic.Bool
+
 	mu      sync.Mutex
 	peers   map[string]*peerClock
 	median  time.Duration // this node minus the median clock
-	inBound bool
-	trusted bool
-	reason  string // why this node may not lead ("" when it may)
+	inBound bool          // confirmed: may lead (reason == "")
+	reason  string        // why this node may not lead ("" when it may)
+	voters  int           // the most voters of any group, when last computed
+	agree   int           // clocks within bound of this one (its own included)
 
 	lastTransfer map[int]time.Time // enforce loop only
 
@@ -94,7 +143,9 @@ type clockState struct {
 }
 
 func newClockState(s *Server) *clockState {
-	c := &clockState{s: s, bound: s.cfg.MaxClockOffset, peers: map[string]*peerClock{}, inBound: true,
+	c := &clockState{s: s, bound: s.cfg.MaxClockOffset, peers: map[string]*peerClock{},
+		reason:       "clock not confirmed yet: no peer's clock measured since this node started",
+		boot:         newBootID(),
 		lastTransfer: map[int]time.Time{}}
 	c.mPeer = prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "tollgate_clock_peer_offset_seconds",
 		Help: "This node's clock minus the peer's, RTT-corrected (smallest round trip of the recent samples)."}, []string{"peer"})
@@ -103,9 +154,9 @@ func newClockState(s *Server) *clockState {
 	c.mBound = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_clock_max_offset_seconds",
 		Help: "The cluster's maximum clock offset (--max-clock-offset)."})
 	c.mInBound = prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_clock_in_bound",
-		Help: "1 when this node's clock is within the maximum offset of the cluster's median clock (it may lead), else 0."})
+		Help: "1 when this node's clock is confirmed (within the maximum offset of a majority of the voters' clocks and of the median clock: it may lead), else 0."})
 	c.mBound.Set(c.bound.Seconds())
-	c.mInBound.Set(1)
+	c.mInBound.Set(0)
 	s.metrics.reg.MustRegister(c.mPeer, c.mMedian, c.mBound, c.mInBound)
 	c.groups = make([]*groupclock.Clock, s.cfg.Groups)
 	for g := range c.groups {
@@ -128,10 +179,40 @@ func (c *clockState) wall() time.Time {
 
 // isTrusted is read on every stamp (the admission hot path): computed once a
 // round by probeAll, never from the member list here.
-func (c *clockState) isTrusted() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.trusted
+func (c *clockState) isTrusted() bool { return c.ok.Load() }
+
+// confirmed reports whether this node's clock is confirmed against a
+// majority (it may lead); cached, for hot paths.
+func (c *clockState) confirmed() bool { return c.ok.Load() }
+
+// campaignGate is raftnode's MayCampaign: nil while this node may lead.
+// Recomputed on the spot (elections and transfers are rare): the voters may
+// have changed since the last probe round, e.g. the first configuration of a
+// cluster being formed.
+func (c *clockState) campaignGate() error {
+	if !c.ok.Load() {
+		if why := c.outOfBound(); why != "" {
+			return errors.New(why)
+		}
+	}
+	c.refresh()
+	if why := c.outOfBound(); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// reasonKind is the part of a reason before its first colon ("" when
+// confirmed): logged when it changes, not on every new figure.
+func reasonKind(why string) string {
+	k, _, _ := strings.Cut(why, ":")
+	return k
+}
+
+func newBootID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // groupMinute is group g's time as a Unix minute (what admission stamps).
@@ -145,26 +226,12 @@ func (c *clockState) outOfBound() string {
 }
 
 // mayLeadReason is "" when this node may run leader sessions: its clock is
-// within bound and every alive peer's clock was probed at least once (a node
-// that just started does not stamp a group's time with a clock nobody has
-// checked yet; a peer that is down counts once its probe failed).
+// confirmed against a majority of the voters' clocks (recomputeLocked). It
+// recomputes from the samples held (no probe), so a change of membership or
+// configuration counts at once.
 func (c *clockState) mayLeadReason() string {
-	if why := c.outOfBound(); why != "" {
-		return why
-	}
-	for _, m := range alive(c.s.memberList()) {
-		if m.ID == c.s.cfg.NodeID || m.GRPCAddr == "" {
-			continue
-		}
-		c.mu.Lock()
-		p := c.peers[m.ID]
-		probed := p != nil && p.probed
-		c.mu.Unlock()
-		if !probed {
-			return fmt.Sprintf("clock not measured yet: waiting for the first measurement of %s's clock", m.ID)
-		}
-	}
-	return ""
+	c.refresh()
+	return c.outOfBound()
 }
 
 // peerReason is why node id may not lead as this node measures it ("" when
@@ -177,12 +244,9 @@ func (c *clockState) peerReason(id string) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := c.peers[id]
-	if p == nil {
-		return ""
-	}
-	b, ok := p.best(now)
-	if !ok {
-		return ""
+	b, ok := p.bestOrNil(now)
+	if !ok || !p.fresh(now) {
+		return fmt.Sprintf("%s's clock has not been measured since it started", id)
 	}
 	// The peer's clock minus the median: (me − median) − (me − peer).
 	d := c.median - b.offset
@@ -222,40 +286,121 @@ func abs(d time.Duration) time.Duration {
 	return d
 }
 
-// recomputeLocked derives the median, bound and trust from the samples of
-// the other members alive.
-func (c *clockState) recomputeLocked(aliveIDs map[string]bool) {
-	alive := len(aliveIDs)
-	now := time.Now()
-	offs := []time.Duration{0}
-	for id, p := range c.peers {
-		if !aliveIDs[id] {
+// voterCount is the most voters any group's configuration has, and the ids
+// of every group's voters: whose clocks count. Before any configuration is
+// known (a node that has not joined or bootstrapped yet) it is the number of
+// members serf knows (not departed) or --bootstrap-expect if larger: never 1
+// by default, or a node of a cluster being formed would confirm itself alone
+// and could win the first election with any clock.
+func (c *clockState) voterCount() (int, map[string]bool) {
+	n, ids := 0, map[string]bool{}
+	host := c.host.Load()
+	if host == nil {
+		return max(c.s.cfg.BootstrapExpect, 1), ids
+	}
+	for g := range c.s.cfg.Groups {
+		r := host.Raft(g)
+		if r == nil {
 			continue
 		}
-		if b, ok := p.best(now); ok {
-			offs = append(offs, b.offset)
+		fut := r.GetConfiguration() // a copy: does not wait for raft's loop
+		if fut.Error() != nil {
+			continue
+		}
+		k := 0
+		for _, srv := range fut.Configuration().Servers {
+			if srv.Suffrage == raft.Voter {
+				k++
+				ids[string(srv.ID)] = true
+			}
+		}
+		n = max(n, k)
+	}
+	if n == 0 {
+		known := 0
+		for _, m := range c.s.memberList() {
+			if m.Status != membership.StatusLeft {
+				known++
+			}
+		}
+		n = max(known, c.s.cfg.BootstrapExpect, 1)
+	}
+	return n, ids
+}
+
+// refresh recomputes the bound from the samples held, without probing.
+func (c *clockState) refresh() {
+	if c.host.Load() == nil {
+		return // membership and raft not started yet: keep "not confirmed"
+	}
+	voters, voterIDs := c.voterCount()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.recomputeLocked(voters, voterIDs)
+}
+
+// recomputeLocked derives the median and whether this node's clock is
+// confirmed, from the voters' fresh samples (voterIDs empty: no
+// configuration known, every peer counts). Freshness, not serf's view, says
+// whether a peer's clock still counts: only alive members are probed, so a
+// peer serf calls failed stops counting within clockFreshAge, and one that
+// serf wrongly suspects on a loaded host keeps counting meanwhile (the
+// leader does not drop its groups over a gossip hiccup).
+func (c *clockState) recomputeLocked(voters int, voterIDs map[string]bool) {
+	now := time.Now()
+	offs := []time.Duration{0}
+	agree := 1
+	var far []string
+	for id, p := range c.peers {
+		if (len(voterIDs) > 0 && !voterIDs[id]) || !p.fresh(now) {
+			continue
+		}
+		b, ok := p.best(now)
+		if !ok {
+			continue
+		}
+		offs = append(offs, b.offset)
+		if abs(b.offset) <= c.bound {
+			agree++
+		} else {
+			far = append(far, fmt.Sprintf("%s %s", id, signed(-b.offset)))
 		}
 	}
-	measured := len(offs) - 1
+	slices.Sort(far)
+	need := voters/2 + 1
 	c.median = medianOf(offs)
-	c.inBound = abs(c.median) <= c.bound
-	c.trusted = c.inBound && (alive == 0 || measured*2 > alive)
-	c.reason = ""
-	if !c.inBound {
+	c.voters, c.agree = voters, agree
+	switch {
+	case abs(c.median) > c.bound:
 		c.reason = fmt.Sprintf("clock out of bound: this node's clock is %s from the median of %d measured clocks (max clock offset %s); it does not lead any group until its clock is fixed",
 			signed(c.median), len(offs), c.bound)
+	case agree < need && len(far) > 0:
+		c.reason = fmt.Sprintf("clock not confirmed: only %d of the %d voters' clocks (this one included) are within the max clock offset %s of this node's, a majority (%d) is needed (measured: %s); it does not lead any group until a majority agrees",
+			agree, voters, c.bound, need, strings.Join(far, ", "))
+	case agree < need:
+		c.reason = fmt.Sprintf("clock not confirmed: %d of the %d voters' clocks (this one included) measured since they started, a majority (%d) is needed; it does not lead any group until then",
+			agree, voters, need)
+	default:
+		c.reason = ""
 	}
+	c.inBound = c.reason == ""
+	c.ok.Store(c.inBound)
 }
 
 // run probes peers and enforces the bound until the server stops.
 func (c *clockState) run() {
-	t := time.NewTicker(clockProbeEvery)
-	defer t.Stop()
 	for {
+		started := time.Now()
 		c.probeAll()
 		c.enforce()
+		wait := clockProbeEvery
+		if !c.confirmed() {
+			wait = clockProbeUnconfirmed
+		}
+		t := time.NewTimer(max(0, wait-time.Since(started)))
 		select {
 		case <-c.s.closing:
+			t.Stop()
 			return
 		case <-t.C:
 		}
@@ -278,26 +423,17 @@ func (c *clockState) probeAll() {
 		}()
 	}
 	wg.Wait()
+	voters, voterIDs := c.voterCount()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// A member that is not alive keeps its entry (a flapping member must not
-	// count as never measured) but its clock does not count.
-	aliveIDs := map[string]bool{}
-	for _, o := range others {
-		aliveIDs[o.id] = true
-	}
-	wasIn := c.inBound
-	c.recomputeLocked(aliveIDs)
-	for id := range aliveIDs {
-		if p := c.peers[id]; p == nil || !p.probed {
-			c.trusted = false
-		}
-	}
-	if wasIn != c.inBound {
+	wasWhy := c.reason
+	c.recomputeLocked(voters, voterIDs)
+	if reasonKind(wasWhy) != reasonKind(c.reason) {
 		if c.inBound {
-			c.s.log.Info("clock back within bound of the cluster's", "median_offset", c.median, "max_clock_offset", c.bound)
+			c.s.log.Info("clock confirmed: within bound of a majority of the voters' clocks; this node may lead", "median_offset", c.median,
+				"agree", c.agree, "voters", c.voters, "max_clock_offset", c.bound)
 		} else {
-			c.s.log.Error("clock out of bound: this node will not lead any group", "median_offset", c.median, "max_clock_offset", c.bound)
+			c.s.log.Error("this node will not lead any group", "reason", c.reason, "median_offset", c.median, "max_clock_offset", c.bound)
 		}
 	}
 	c.mMedian.Set(c.median.Seconds())
@@ -318,7 +454,7 @@ func (c *clockState) probeAll() {
 // probe takes one sample of the peer's clock: the local wall clock at the
 // midpoint of the round trip minus the peer's answer.
 func (c *clockState) probe(id, addr string) {
-	var errText string
+	var errText, boot string
 	var smp clockSample
 	if c.s.admin == nil {
 		return
@@ -335,9 +471,13 @@ func (c *clockState) probe(id, addr string) {
 		start := time.Now() // mono: the round trip
 		wall0 := c.s.cfg.Clock()
 		var resp *api.ClockNowResponse
-		resp, err = api.NewClockClient(cc).Now(ctx, &api.ClockNowRequest{From: c.s.cfg.NodeID})
+		var md metadata.MD
+		resp, err = api.NewClockClient(cc).Now(ctx, &api.ClockNowRequest{From: c.s.cfg.NodeID}, grpc.Header(&md))
 		cancel()
 		if err == nil {
+			if v := md.Get(clockBootHeader); len(v) > 0 {
+				boot = v[0]
+			}
 			rtt := time.Since(start)
 			mid := wall0.Add(rtt / 2)
 			if i == 0 || rtt < smp.rtt {
@@ -359,6 +499,15 @@ func (c *clockState) probe(id, addr string) {
 	if errText != "" {
 		return
 	}
+	if boot != "" && boot != p.boot {
+		// The peer restarted (or is first seen): what was measured before
+		// says nothing about the clock it runs with now.
+		if p.boot != "" {
+			c.s.log.Info("peer restarted: its earlier clock samples no longer count", "peer", id)
+		}
+		p.samples, p.next, p.boot = p.samples[:0], 0, boot
+	}
+	p.lastAt = smp.at
 	if len(p.samples) < clockSamples {
 		p.samples = append(p.samples, smp)
 	} else {
@@ -367,19 +516,16 @@ func (c *clockState) probe(id, addr string) {
 	}
 }
 
-// enforce: a node out of bound stops every leader session and hands
-// leadership away; back within bound, a group raft still lets it lead gets
-// its session again.
+// enforce: a node whose clock is not confirmed stops every leader session
+// and hands leadership away; confirmed again, a group raft still lets it
+// lead gets its session again.
 func (c *clockState) enforce() {
-	why := c.outOfBound()
-	measured := c.mayLeadReason() == ""
+	why := c.mayLeadReason()
 	for g := range c.s.cfg.Groups {
 		r := c.s.host.Raft(g)
 		tr := c.s.trackers[g]
 		if why == "" {
-			// Not measured yet: wait for the probes (at most a probe
-			// timeout), neither leading nor handing the group away.
-			if measured && r.State() == raft.Leader && !tr.leading() && c.s.mayLead(g) {
+			if r.State() == raft.Leader && !tr.leading() && c.s.mayLead(g) {
 				select {
 				case c.s.leaderEvents <- leaderEvent{group: g, leader: true, recheck: true}:
 				default:
@@ -423,17 +569,12 @@ func (c *clockState) inBoundVoter(r *raft.Raft) raft.Server {
 	if fut.Error() != nil {
 		return raft.Server{}
 	}
-	now := time.Now()
 	for _, srv := range fut.Configuration().Servers {
 		id := string(srv.ID)
 		if srv.Suffrage != raft.Voter || id == c.s.cfg.NodeID {
 			continue
 		}
-		c.mu.Lock()
-		p := c.peers[id]
-		_, measured := p.bestOrNil(now)
-		c.mu.Unlock()
-		if measured && c.peerReason(id) == "" {
+		if c.peerReason(id) == "" { // measured since it started, within bound
 			return srv
 		}
 	}
@@ -520,7 +661,9 @@ type clockService struct {
 	s *Server
 }
 
-func (cs *clockService) Now(context.Context, *api.ClockNowRequest) (*api.ClockNowResponse, error) {
+func (cs *clockService) Now(ctx context.Context, _ *api.ClockNowRequest) (*api.ClockNowResponse, error) {
+	// Before the answer: a header sent with it costs no extra round trip.
+	_ = grpc.SetHeader(ctx, metadata.Pairs(clockBootHeader, cs.s.clock.boot))
 	return &api.ClockNowResponse{NodeId: cs.s.cfg.NodeID, UnixNano: cs.s.cfg.Clock().UnixNano()}, nil
 }
 

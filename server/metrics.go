@@ -3,6 +3,7 @@ package server
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -42,7 +43,13 @@ type metrics struct {
 
 func newMetrics(groupStats func() []groupStat) *metrics {
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// Beside the usual Go metrics: how long runnable goroutines waited for a
+	// CPU (go_sched_latencies_seconds) and how long the world was stopped
+	// (go_sched_pauses_total_gc_seconds, _other_seconds), the two ways a busy
+	// host stalls raft's timers (docs/operations.md: failover under load).
+	reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/sched/(latencies|pauses/total/.*):seconds$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := &metrics{
 		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -465,6 +465,9 @@ func New(cfg Config) (*Server, error) {
 		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
+		// No votes asked and no transfer accepted while this node's clock
+		// is not confirmed (clock.go): it cannot become a leader at all.
+		MayCampaign: s.clock.campaignGate,
 		LeaderNotify: func(group int, leader bool) {
 			select {
 			case s.leaderEvents <- leaderEvent{group: group, leader: leader}:
@@ -546,6 +549,10 @@ func New(cfg Config) (*Server, error) {
 	s.wg.Add(3)
 	go func() { defer s.wg.Done(); s.clusterLoop() }()
 	go func() { defer s.wg.Done(); s.incarnationLoop() }()
+	// From here the clock bound is computed from membership and the groups'
+	// configurations (both exist now); until then this node asks for no
+	// votes (clock.go).
+	s.clock.host.Store(host)
 	go func() { defer s.wg.Done(); s.clock.run() }()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,

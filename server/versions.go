@@ -273,13 +273,13 @@ func (s *Server) haltedLeaderStatus(g int) error {
 // leaders is applied here, so decisions start from current state), and the
 // group is not halted here. Raft leadership alone is not enough: a leader
 // that has not applied its predecessor's entries would decide from stale
-// state. The clock bound gates the session's start (mayLead) and moves
-// leadership away; it is not checked here, because "a peer's clock is not
-// measured yet" (every restart of a peer) would otherwise stop shares,
-// metering and the rate owner on every leader while the tracking session
-// kept deciding.
+// state. Its clock must be confirmed against a majority of the voters'
+// clocks (clock.go): the same gate as the session's start (mayLead), read
+// here too so that nothing leads in the moment between the clock losing its
+// confirmation and the session stopping. One peer restarting does not
+// unconfirm a leader (the other peers still confirm it).
 func (s *Server) leads(g int) bool {
-	if s.host.Raft(g).State() != raft.Leader || !s.trackers[g].ready() {
+	if s.host.Raft(g).State() != raft.Leader || !s.clock.confirmed() || !s.trackers[g].ready() {
 		return false
 	}
 	halted, _ := s.fsms[g].Halted()

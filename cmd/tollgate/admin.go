@@ -141,6 +141,11 @@ func retryable(err error) bool {
 	switch st.Code() {
 	case codes.Unavailable, codes.Aborted:
 		return true
+	case codes.Internal:
+		// A leadership transfer whose target did not take over in time,
+		// from servers that answered it as Internal: nothing changed, so
+		// asking again is safe (newer servers answer Unavailable).
+		return strings.Contains(st.Message(), "leadership transfer timeout")
 	case codes.FailedPrecondition:
 		for _, d := range st.Details() {
 			if _, ok := d.(*api.NotLeader); ok {

@@ -52,3 +52,29 @@ func TestRetryCallThroughLeaderChanges(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+// TestRetryCallTransferTimeout: `raft transfer-leadership` asks again when
+// the target did not take over in time ("leadership transfer timeout", which
+// earlier servers answered as Internal and newer ones as Unavailable); other
+// Internal errors are not retried.
+func TestRetryCallTransferTimeout(t *testing.T) {
+	errs := []error{
+		status.Error(codes.Internal, "group 2: transfer leadership: leadership transfer timeout"),
+		status.Error(codes.Unavailable, "group 2: transfer leadership: leadership transfer timeout: the target did not take over in time and this node still leads; retry"),
+		nil,
+	}
+	calls := 0
+	v, err := retryCall(context.Background(), func(context.Context) (int, error) {
+		e := errs[calls]
+		calls++
+		return calls, e
+	})
+	if err != nil || v != 3 || calls != 3 {
+		t.Fatalf("v=%d calls=%d err=%v", v, calls, err)
+	}
+	calls = 0
+	other := status.Error(codes.Internal, "group 2: transfer leadership: something else")
+	if _, err := retryCall(context.Background(), func(context.Context) (int, error) { calls++; return 0, other }); calls != 1 || err != other {
+		t.Errorf("%v: %d calls, err %v", other, calls, err)
+	}
+}

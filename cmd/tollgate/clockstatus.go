@@ -73,6 +73,10 @@ func printClock(out io.Writer, o *api.ClockOffsetsResponse) {
 			}
 		case r.offset > bound || r.offset < -bound:
 			state = "OUT OF BOUND: may not lead"
+		case r.self && !o.InBound:
+			// Within bound of the median but not confirmed by a majority
+			// of clocks (the reason is printed below the table).
+			state = "NOT CONFIRMED: may not lead"
 		}
 		off, rtt, age := fmtOffset(r.offset), r.rtt.Round(10*time.Microsecond).String(), r.age.Round(100*time.Millisecond).String()
 		if r.self {

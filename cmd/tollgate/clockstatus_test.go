@@ -42,3 +42,23 @@ func TestPrintClock(t *testing.T) {
 		t.Errorf("node-4's probe error missing:\n%s", out)
 	}
 }
+
+// TestPrintClockNotConfirmed: a node within bound of the median that no
+// majority of clocks confirms (two live clocks 30 minutes apart) is marked
+// and its reason printed.
+func TestPrintClockNotConfirmed(t *testing.T) {
+	why := "clock not confirmed: only 1 of the 3 voters' clocks (this one included) are within the max clock offset 1s of this node's"
+	o := &api.ClockOffsetsResponse{NodeId: "node-1", MaxOffsetNanos: int64(time.Second), InBound: false, Reason: why,
+		Peers: []*api.PeerOffset{{NodeId: "node-3", OffsetNanos: -int64(30 * time.Minute), RttNanos: int64(time.Millisecond), AgeNanos: int64(time.Second)}}}
+	var b bytes.Buffer
+	printClock(&b, o)
+	out := b.String()
+	if !strings.Contains(out, why) {
+		t.Errorf("reason missing:\n%s", out)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "node-1 ") && !strings.Contains(line, "NOT CONFIRMED") {
+			t.Errorf("line %q: node-1 is not confirmed", line)
+		}
+	}
+}

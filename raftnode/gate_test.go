@@ -1,0 +1,91 @@
+package raftnode
+
+import (
+	"errors"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// TestGateKeepsNodeFromLeading: three real hosts on loopback; node-c's
+// MayCampaign refuses. A leadership transfer to it fails and the leader
+// keeps the group at the same term (no election); then the leader is shut
+// down, and of the two left only the one whose gate is open may win: it
+// leads, and node-c was never any group's leader (its LeaderNotify saw no
+// gain).
+func TestGateKeepsNodeFromLeading(t *testing.T) {
+	const G, N = 1, 3
+	var cOpen atomic.Bool
+	var cLed atomic.Int64
+	hosts := make([]*Host, N)
+	for i := range hosts {
+		cfg := Config{NodeID: "node-" + string(rune('a'+i)), DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
+			Groups: G, NoSync: true, Logger: testLogger(t, slog.LevelWarn).With("node", i)}
+		if i == 2 {
+			cfg.MayCampaign = func() error {
+				if cOpen.Load() {
+					return nil
+				}
+				return errors.New("test: clock not confirmed")
+			}
+			cfg.LeaderNotify = func(_ int, leader bool) {
+				if leader {
+					cLed.Add(1)
+				}
+			}
+		}
+		hosts[i] = mustNew(t, cfg, newFSMs(G))
+	}
+	a, b, c := hosts[0], hosts[1], hosts[2]
+	servers := make([]raft.Server, N)
+	for i, h := range hosts {
+		servers[i] = raft.Server{Suffrage: raft.Voter, ID: h.NodeID(), Address: h.Addr()}
+	}
+	if err := a.BootstrapCluster(servers); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		waitReady(t, h, 45*time.Second)
+	}
+	applyRetry(t, hosts, 0, cmd(1), 30*time.Second)
+	var leader *Host
+	eventually(t, 30*time.Second, "a leader", func() bool {
+		for _, h := range hosts {
+			if h.Raft(0).State() == raft.Leader {
+				leader = h
+				return true
+			}
+		}
+		return false
+	})
+	if leader == c {
+		t.Fatal("node-c leads although its gate is shut")
+	}
+	term0 := leader.Raft(0).CurrentTerm()
+	err := leader.Raft(0).LeadershipTransferToServer(c.NodeID(), c.Addr()).Error()
+	if err == nil {
+		t.Fatal("a transfer to node-c (gate shut) succeeded")
+	}
+	t.Logf("transfer to node-c: %v", err)
+	if leader.Raft(0).State() != raft.Leader || leader.Raft(0).CurrentTerm() != term0 {
+		t.Errorf("after the refused transfer: %s is %v at term %d (was leader at %d)", leader.NodeID(), leader.Raft(0).State(), leader.Raft(0).CurrentTerm(), term0)
+	}
+
+	// Shut the leader down: only the other gated-open node may win.
+	var other *Host
+	for _, h := range []*Host{a, b} {
+		if h != leader {
+			other = h
+		}
+	}
+	if err := leader.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "a new leader", func() bool { return other.Raft(0).State() == raft.Leader })
+	if n := cLed.Load(); n != 0 {
+		t.Errorf("node-c became leader %d times with its gate shut", n)
+	}
+}
