@@ -33,6 +33,14 @@ func (r *Rule) Rate() (perSecond float64, burst int64) {
 	return float64(r.Limit.RequestsPerUnit) / float64(r.Limit.Unit.Seconds()), int64(r.Limit.RequestsPerUnit)
 }
 
+// Sliding says whether the rule is enforced as a sliding window of one unit
+// (requests_per_unit in any window of the unit's length) rather than as a
+// token bucket: units longer than a second. A per-second rule keeps the
+// bucket, whose leases follow demand within a report period.
+func (r *Rule) Sliding() bool {
+	return !r.Limit.Unlimited && r.Limit.RequestsPerUnit > 0 && r.Limit.Unit.Seconds() > 1
+}
+
 // Entry is one (key, value) of a request's descriptor.
 type Entry struct{ Key, Value string }
 

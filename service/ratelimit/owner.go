@@ -60,6 +60,11 @@ type Config struct {
 	// for the tick of that tenant's shard. 0: GOMAXPROCS, at most
 	// DefaultMaxShards; 1 ticks everything on the caller's goroutine.
 	Shards int
+	// Sliding, when set, names the tenants whose limit is a sliding window
+	// of burst tokens per burst ÷ rate seconds rather than a token bucket
+	// (sliding.go): Envoy rules, whose unit can be an hour. Called from the
+	// tick's shards and Admit, possibly at once.
+	Sliding func(tenant string) bool
 }
 
 // DefaultMaxShards caps the default shard count: past a few shards per core
@@ -252,6 +257,7 @@ type tenantState struct {
 	spare   float64
 	scarce  bool
 	lastUse int64
+	sw      slidingState // Config.Sliding tenants
 }
 
 // Session is one client's stream. Absorb is called by the stream's receive
@@ -333,6 +339,10 @@ type tickState struct {
 	// within guardBase + guardRate × (time since guardFrom + a period).
 	guardFrom int64
 	guardBase uint64
+	// sliding tenants: the caps sent at the three ticks before the last
+	// (e.cap), what the client holds and what its demand asks for.
+	capHist             [3]uint64
+	swReserve, swTarget float64
 }
 
 // tickCount is what one tick folded in for a tenant.
@@ -790,6 +800,17 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			w = int64(t.burst / rate * 1e9)
 			w = min(max(w, int64(o.cfg.Period)), int64(time.Minute))
 		}
+		if limit, win, ok := slidingLimits(rate, burst); ok && o.cfg.Sliding != nil && o.cfg.Sliding(name) {
+			if t.sw.win != win {
+				t.sw.log, t.sw.sum = t.sw.log[:0], 0
+			}
+			t.sw.on, t.sw.limit, t.sw.win = true, limit, win
+			t.sw.trim(ns)
+			t.sw.reserve, t.sw.want = 0, 0
+			w = win // the clients' buckets span the unit: a takeover seeds from them
+		} else {
+			t.sw.on = false
+		}
 		if w != t.window {
 			t.window, t.cur, t.prev = w, 0, 0
 			t.curStart = ns - ns%w
@@ -834,6 +855,14 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 	// 3. tenants: blocklist and lease budget.
 	for _, t := range sh.list {
 		if !t.owned || t.rate <= 0 {
+			continue
+		}
+		if t.sw.on {
+			t.blockedTil = 0
+			if t.sw.sum >= t.sw.limit {
+				t.blockedTil = ns + int64(t.sw.nextFree(ns))
+			}
+			t.slidingDecide()
 			continue
 		}
 		t.blockedTil = 0
@@ -986,14 +1015,20 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			// takeover the guard holds the bucket empty instead: the
 			// clients not seen yet are taken to have used their whole
 			// share, and the reporters' counts are in that already.
-			if ns < t.guardUntil && e.guardRate >= 0 {
+			switch {
+			case t.sw.on:
+				// Its admissions before this owner heard of it (a
+				// takeover; what a client admitted failing open).
+				t.sw.seed(e, ns)
+			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
-			} else {
+			default:
 				t.level -= e.windowCount(t.curStart, t.window, ns)
 			}
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
+			e.capHist = [3]uint64{e.consumed, e.consumed, e.consumed}
 		}
 		d := float64(e.consumed - min(e.consumed, e.lastConsumed))
 		off := float64(e.offered - min(e.offered, e.lastOffered))
@@ -1001,6 +1036,9 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 		t.cur += d
 		t.level -= d
 		t.addRecent(ns, d)
+		if t.sw.on {
+			t.sw.add(ns, d)
+		}
 		e.lastRate = off / dt
 		e.demand += alpha * (e.lastRate - e.demand)
 	} else {
@@ -1011,6 +1049,9 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 	t.sumLastRate += e.lastRate
 	if e.cap > e.lastConsumed {
 		t.exposure += float64(e.cap - e.lastConsumed)
+	}
+	if t.sw.on {
+		o.slidingFold(t, e, dt)
 	}
 }
 
@@ -1080,7 +1121,10 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 			}
 			u.BlockedForNanos = append(u.BlockedForNanos, bf)
 		case api.RateStrategy_RATE_STRATEGY_LEASE:
-			if t.rate > 0 {
+			switch {
+			case t.sw.on:
+				o.slidingGrant(t, e)
+			case t.rate > 0:
 				o.grant(t, e, dt)
 			}
 			u.Cap = append(u.Cap, e.cap)
