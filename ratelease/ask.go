@@ -89,15 +89,8 @@ const askTimeout = time.Second
 // for the key for one report period: the same answer is returned (Cached),
 // so an overloaded key costs at most one call per period and node.
 func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) {
-	t := (*c.tenants.Load())[key]
-	if t == nil {
-		t = c.add(key)
-	}
-	now := c.cfg.Now().UnixNano()
-	if now < t.noAskUntil.Load() {
-		t.rejected.Add(n)
-		t.decided[reasonOwnerRefused].Add(1)
-		return Answer{Remaining: t.askRemaining.Load(), NextFree: time.Duration(max(0, t.askNextFree.Load()-now)), Cached: true}, nil
+	if a, ok := c.Cached(key, n); ok {
+		return a, nil
 	}
 	c.mu.Lock()
 	if c.g == 0 {
@@ -125,17 +118,7 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		}
 		if len(u.Cap) >= 2 && len(u.BlockedForNanos) >= 1 {
 			a := Answer{Admitted: u.Cap[0] == 1, Remaining: u.Cap[1], NextFree: time.Duration(u.BlockedForNanos[0])}
-			done := c.cfg.Now().UnixNano()
-			t.askRemaining.Store(a.Remaining)
-			t.askNextFree.Store(done + int64(a.NextFree))
-			if a.Admitted {
-				t.borrowed.Add(n)
-				t.decided[reasonOwner].Add(1)
-			} else {
-				t.rejected.Add(n)
-				t.decided[reasonOwnerRefused].Add(1)
-				t.noAskUntil.Store(done + int64(c.cfg.ReportEvery))
-			}
+			c.Answered(key, n, a, c.cfg.ReportEvery)
 			return a, nil
 		}
 		// Not the owner: it names the leader it knows.
@@ -152,6 +135,42 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		addr = next
 	}
 	return Answer{}, ErrNoOwner
+}
+
+// Cached answers an Ask without asking when the owner refused key less than
+// a report period ago (ok true; the refusal is counted).
+func (l *Limiter) Cached(key string, n uint64) (Answer, bool) {
+	t := (*l.tenants.Load())[key]
+	if t == nil {
+		t = l.add(key)
+	}
+	now := l.now().UnixNano()
+	if now >= t.noAskUntil.Load() {
+		return Answer{}, false
+	}
+	t.rejected.Add(n)
+	t.decided[reasonOwnerRefused].Add(1)
+	return Answer{Remaining: t.askRemaining.Load(), NextFree: time.Duration(max(0, t.askNextFree.Load()-now)), Cached: true}, true
+}
+
+// Answered counts the owner's answer to an Ask of n tokens of key; after a
+// refusal, the owner is not asked again for quiet (Cached).
+func (l *Limiter) Answered(key string, n uint64, a Answer, quiet time.Duration) {
+	t := (*l.tenants.Load())[key]
+	if t == nil {
+		t = l.add(key)
+	}
+	done := l.now().UnixNano()
+	t.askRemaining.Store(a.Remaining)
+	t.askNextFree.Store(done + int64(a.NextFree))
+	if a.Admitted {
+		t.borrowed.Add(n)
+		t.decided[reasonOwner].Add(1)
+		return
+	}
+	t.rejected.Add(n)
+	t.decided[reasonOwnerRefused].Add(1)
+	t.noAskUntil.Store(done + int64(quiet))
 }
 
 // Stale says whether key's owner has been silent longer than StaleAfter (the

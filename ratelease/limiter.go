@@ -62,17 +62,17 @@ func (s Strategy) wire() api.RateStrategy {
 
 // Reasons of a decision, the "reason" label of the decision metric.
 const (
-	reasonWithinLimit = iota // allowed: the strategy's rule admitted it
-	reasonNoLimit            // allowed: the tenant has no rate limit
-	reasonNoState            // allowed: no update from the owner yet (first report period of a tenant)
-	reasonFailOpen           // allowed: the owner has been silent longer than StaleAfter
-	reasonOwner              // allowed: the owner admitted it when asked (Ask)
-	reasonBlocklist          // blocked: tenant on the blocklist
-	reasonLease              // blocked: lease exhausted
-	reasonLocalBucket        // blocked: local token bucket empty
-	reasonFailClosed         // blocked: owner silent and FailClosed
-	reasonOwnerRefused       // blocked: the owner refused it when asked, or was just asked and refused (Ask)
-	reasonNoGrant            // blocked: no lease and the owner could not be asked
+	reasonWithinLimit  = iota // allowed: the strategy's rule admitted it
+	reasonNoLimit             // allowed: the tenant has no rate limit
+	reasonNoState             // allowed: no update from the owner yet (first report period of a tenant)
+	reasonFailOpen            // allowed: the owner has been silent longer than StaleAfter
+	reasonOwner               // allowed: the owner admitted it when asked (Ask)
+	reasonBlocklist           // blocked: tenant on the blocklist
+	reasonLease               // blocked: lease exhausted
+	reasonLocalBucket         // blocked: local token bucket empty
+	reasonFailClosed          // blocked: owner silent and FailClosed
+	reasonOwnerRefused        // blocked: the owner refused it when asked, or was just asked and refused (Ask)
+	reasonNoGrant             // blocked: no lease and the owner could not be asked
 	numReasons
 )
 

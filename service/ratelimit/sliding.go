@@ -28,18 +28,28 @@ import (
 // exactly, a busy one mostly by leases, and the window bound holds either
 // way: Σ leases + Admits ≤ limit − window count.
 
-// slidingMaxLog bounds a tenant's log: past it, neighbouring entries are
-// merged under the later stamp (later expiry: still never fewer counted).
-const slidingMaxLog = 512
+// slidingSlots bounds a tenant's log: tokens stamped within one
+// window ÷ slidingSlots of an entry's first stamp join it, under the later
+// stamp (a later expiry: still never fewer counted), so a log holds about
+// that many entries and a token leaves the owner's window at most
+// window ÷ slidingSlots (0.4%) after it left the true one.
+const slidingSlots = 256
 
 // ErrNotOwner: Admit on a node that does not own the tenant.
 var ErrNotOwner = errors.New("rateowner: this node does not own the tenant")
+
+// logEntry is tokens admitted no later than at, the first of them counted
+// at from.
+type logEntry struct {
+	from, at int64
+	tokens   float64
+}
 
 type slidingState struct {
 	on    bool
 	limit float64 // tokens per window
 	win   int64   // ns
-	log   []tickCount
+	log   []logEntry
 	sum   float64 // Σ log
 	// per tick: what clients hold (reserve), what their demand asks on top
 	// (want), the scale of the asks granted, and the owner's bound on what
@@ -53,23 +63,12 @@ func (s *slidingState) add(at int64, tokens float64) {
 		return
 	}
 	s.sum += tokens
-	if n := len(s.log); n > 0 && s.log[n-1].at >= at {
-		s.log[n-1].tokens += tokens // never moved earlier
+	if n := len(s.log); n > 0 && (s.log[n-1].at >= at || at-s.log[n-1].from < s.win/slidingSlots) {
+		s.log[n-1].tokens += tokens
+		s.log[n-1].at = max(s.log[n-1].at, at) // never moved earlier
 		return
 	}
-	s.log = append(s.log, tickCount{at: at, tokens: tokens})
-	if len(s.log) > slidingMaxLog {
-		j := 0
-		for i := 0; i < len(s.log); i += 2 {
-			c := s.log[i]
-			if i+1 < len(s.log) {
-				c = tickCount{at: s.log[i+1].at, tokens: c.tokens + s.log[i+1].tokens}
-			}
-			s.log[j] = c
-			j++
-		}
-		s.log = s.log[:j]
-	}
+	s.log = append(s.log, logEntry{from: at, at: at, tokens: tokens})
 }
 
 // trim drops what left the window ending at ns.

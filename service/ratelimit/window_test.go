@@ -1,0 +1,164 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/tollgate-io/tollgate/ratelease"
+)
+
+// windowSim runs N lease clients (nodes) against one owner of a
+// sliding-window tenant (an Envoy rule: limit per unit) on a simulated
+// clock, as the server's Envoy service decides: the lease first
+// (Limiter.Local), the owner when it does not cover a request (Owner.Admit,
+// the RateAdmit call). Reports go to the owner just before each tick (every
+// period), updates come back 1 ms after it. One client sends evenly spaced
+// requests of one hit, round-robin over the nodes. No I/O, deterministic.
+type windowSim struct {
+	nodes   int
+	limit   int64
+	unit    time.Duration
+	offered float64 // × the limit
+	units   int     // how many units to run
+}
+
+type windowRun struct {
+	admitted []time.Duration // since start
+	offered  int
+}
+
+func (c windowSim) run(t *testing.T) windowRun {
+	t.Helper()
+	const period = 100 * time.Millisecond
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	clock := func() time.Time { return now }
+	rate := float64(c.limit) / c.unit.Seconds()
+	owner := mustNew(t, Config{Period: period, Sliding: func(string) bool { return true }}, 64, 4,
+		func(string) (float64, int64) { return rate, c.limit })
+	lims := make([]*ratelease.Limiter, c.nodes)
+	states := make([]*ratelease.ReportState, c.nodes)
+	sess := make([]*Session, c.nodes)
+	for i := range lims {
+		l, err := ratelease.NewLimiter(ratelease.LimiterConfig{Strategy: ratelease.Lease, Now: clock, ClientID: uint64(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims[i], states[i], sess[i] = l, ratelease.NewReportState(), owner.NewSession()
+	}
+	const key = "k"
+	spacing := time.Duration(float64(c.unit) / (c.offered * float64(c.limit)))
+	end := time.Duration(c.units) * c.unit
+	var res windowRun
+	nextTick := period
+	nextReq := time.Duration(0)
+	for req := 0; nextReq < end || nextTick < end; {
+		if nextTick <= nextReq {
+			now = start.Add(nextTick)
+			for i, l := range lims {
+				l.Tick(now)
+				if err := sess[i].Absorb(l.Report(states[i], nil), now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owner.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+			now = now.Add(time.Millisecond)
+			for i, l := range lims {
+				if u := sess[i].Take(); u != nil {
+					if _, err := l.Apply(u, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			nextTick += period
+			continue
+		}
+		now = start.Add(nextReq)
+		l := lims[req%c.nodes]
+		res.offered++
+		ok := false
+		if d, ask := l.Local(key, 1); !ask {
+			ok = d.Allowed
+		} else if _, cached := l.Cached(key, 1); !cached {
+			r, err := owner.Admit(key, 1, now, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l.Answered(key, 1, ratelease.Answer{Admitted: r.Admitted, Remaining: r.Remaining, NextFree: r.NextFree}, period)
+			ok = r.Admitted
+		}
+		if ok {
+			res.admitted = append(res.admitted, nextReq)
+		}
+		req++
+		nextReq = time.Duration(req) * spacing
+	}
+	return res
+}
+
+// maxInWindow is the most admissions in any window of length w (each
+// window starting at an admission: where the maximum is reached).
+func maxInWindow(at []time.Duration, w time.Duration) int {
+	best := 0
+	for i := range at {
+		j := sort.Search(len(at), func(j int) bool { return at[j] >= at[i]+w })
+		best = max(best, j-i)
+	}
+	return best
+}
+
+// inUnits counts admissions per unit [k·unit, (k+1)·unit).
+func inUnits(at []time.Duration, unit time.Duration, n int) []int {
+	out := make([]int, n)
+	for _, a := range at {
+		if k := int(a / unit); k < n {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// The bars of an Envoy rule per unit: a client offering 90% of the limit,
+// evenly spaced, on one node or round-robin over three, has every request
+// admitted; at 150%, every window of one unit's length admits at most the
+// limit (within 5%), and every whole unit at least 95% of it. Before the
+// sliding window (a token bucket whose leases followed 100 ms of demand) a
+// 10-per-minute rule admitted about 3 of 10 spaced requests.
+func TestSlidingWindowPerUnit(t *testing.T) {
+	type rule struct {
+		limit int64
+		unit  time.Duration
+	}
+	rules := []rule{{5, time.Minute}, {10, time.Minute}, {20, time.Minute}, {60, time.Minute}, {600, time.Minute}, {100, time.Hour}, {3600, time.Hour}}
+	for _, r := range rules {
+		for _, nodes := range []int{1, 3} {
+			for _, offered := range []float64{0.9, 1.5} {
+				name := fmt.Sprintf("%d_per_%v/nodes=%d/offered=%.0f%%", r.limit, r.unit, nodes, offered*100)
+				t.Run(name, func(t *testing.T) {
+					c := windowSim{nodes: nodes, limit: r.limit, unit: r.unit, offered: offered, units: 3}
+					res := c.run(t)
+					top := maxInWindow(res.admitted, r.unit)
+					per := inUnits(res.admitted, r.unit, c.units)
+					t.Logf("offered %d, admitted %d; per unit %v; most in any window of one unit %d (limit %d)", res.offered, len(res.admitted), per, top, r.limit)
+					if offered < 1 {
+						if len(res.admitted) != res.offered {
+							t.Fatalf("%d of %d requests admitted at %.0f%% of the limit, want all", len(res.admitted), res.offered, offered*100)
+						}
+						return
+					}
+					if float64(top) > 1.05*float64(r.limit) {
+						t.Fatalf("%d admitted in one window of %v, limit %d", top, r.unit, r.limit)
+					}
+					for k, n := range per {
+						if float64(n) < math.Floor(0.95*float64(r.limit)) {
+							t.Fatalf("unit %d admitted %d, want ≥ 95%% of %d", k, n, r.limit)
+						}
+					}
+				})
+			}
+		}
+	}
+}
