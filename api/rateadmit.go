@@ -12,7 +12,8 @@ import (
 // RateLimit messages, so no generated code changes:
 //
 //	request  RateReport: new_names[0] the key, consumed_total[0] the tokens,
-//	         client_id the asking client.
+//	         client_id the asking client, bucket_consumed (optional) its
+//	         consumed total and lease cap for the key as it asks.
 //	response RateUpdate: cap[0] 1 admitted / 0 refused, cap[1] what could
 //	         still be admitted now (beyond what clients hold),
 //	         blocked_for_nanos[0] until the oldest admitted token leaves the

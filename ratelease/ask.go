@@ -106,7 +106,10 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(ctx, askTimeout)
 	defer cancel()
-	req := &api.RateReport{ClientId: c.cfg.ClientID, NewNames: []string{key}, ConsumedTotal: []uint64{n}}
+	req := &api.RateReport{ClientId: c.ClientID(), NewNames: []string{key}, ConsumedTotal: []uint64{n}}
+	if cons, capv, ok := c.Held(key); ok {
+		req.BucketConsumed = []uint64{cons, capv}
+	}
 	for try := 0; try < 2 && addr != ""; try++ {
 		cc, err := c.conn(addr)
 		if err != nil {
@@ -171,6 +174,16 @@ func (l *Limiter) Answered(key string, n uint64, a Answer, quiet time.Duration) 
 	t.rejected.Add(n)
 	t.decided[reasonOwnerRefused].Add(1)
 	t.noAskUntil.Store(done + int64(quiet))
+}
+
+// Held is key's consumed total and lease cap now (ok false: no lease yet),
+// which an Ask sends so the owner counts what this client holds exactly.
+func (l *Limiter) Held(key string) (consumed, capv uint64, ok bool) {
+	t := (*l.tenants.Load())[key]
+	if t == nil || t.updatedAt.Load() == 0 {
+		return 0, 0, false
+	}
+	return t.consumed.Load(), t.leaseCap.Load(), true
 }
 
 // Stale says whether key's owner has been silent longer than StaleAfter (the

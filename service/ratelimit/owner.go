@@ -341,8 +341,8 @@ type tickState struct {
 	guardBase uint64
 	// sliding tenants: the caps sent at the three ticks before the last
 	// (e.cap), what the client holds and what its demand asks for.
-	capHist             [3]uint64
-	swReserve, swTarget float64
+	capHist                        [3]uint64
+	swReserve, swTarget, swCounted float64
 }
 
 // tickCount is what one tick folded in for a tenant.

@@ -245,7 +245,11 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	default:
 	}
 	g := api.RateGroup(key, s.o.p, s.o.g)
-	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g))
+	from := Asker{ID: r.ClientId}
+	if len(r.BucketConsumed) == 2 {
+		from.Known, from.Consumed, from.Cap = true, r.BucketConsumed[0], r.BucketConsumed[1]
+	}
+	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		id, addr := s.cfg.LeaderOf(g)

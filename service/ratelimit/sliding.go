@@ -132,6 +132,9 @@ func (o *Owner) slidingFold(t *tenantState, e *entry, dt float64) {
 		e.swReserve = float64(hi - e.lastConsumed)
 	}
 	e.swTarget = math.Floor(e.demand * 2 * dt * (1 + o.cfg.Headroom))
+	// Until its grant (after every shard's tick) it is counted in out
+	// as this; the grant adds its part of the asks.
+	e.swCounted = e.swReserve
 	t.sw.reserve += e.swReserve
 	t.sw.want += max(0, e.swTarget-e.swReserve)
 }
@@ -160,6 +163,8 @@ func (o *Owner) slidingGrant(t *tenantState, e *entry) {
 	}
 	e.capHist[2], e.capHist[1], e.capHist[0] = e.capHist[1], e.capHist[0], e.cap
 	e.cap = c
+	// Its part of t.sw.out: Σ over the clients is out exactly.
+	e.swCounted += max(0, e.swTarget-e.swReserve) * t.sw.scale
 	share := 1 / float64(max(1, t.nClients))
 	if t.sumDemand > 0 {
 		share = e.demand / t.sumDemand
@@ -187,10 +192,18 @@ type AdmitResult struct {
 	NextFree  time.Duration
 }
 
+// Asker is the client asking Admit: its id and, for the key, its consumed
+// total and lease cap as it asks (Known false: not sent).
+type Asker struct {
+	ID            uint64
+	Known         bool
+	Consumed, Cap uint64
+}
+
 // Admit decides n tokens of a sliding-window tenant on the owner, now: a
 // client whose lease does not cover a request asks here. owned says whether
 // this node leads the tenant's group (ErrNotOwner when not).
-func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool) (AdmitResult, error) {
+func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Asker) (AdmitResult, error) {
 	if !owned {
 		return AdmitResult{}, ErrNotOwner
 	}
@@ -201,15 +214,18 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool) (AdmitRe
 	defer sh.mu.Unlock()
 	t := sh.tenants[name]
 	if t == nil {
+		// New here: no entry holds it (the tick forgets it when unused),
+		// so no update builder reads it yet. Start it as the tick would.
 		t = o.tenant(name)
-		t.refs.Add(-1) // no entry holds it: the tick forgets it when unused
+		t.refs.Add(-1)
+		o.reset(t, ns)
+		t.owned = true
 	}
 	t.lastUse = ns
 	if !t.owned {
-		// The tick has not seen this node own it yet: start it as the
-		// tick would.
-		o.reset(t, ns)
-		t.owned = true
+		// Known, but the tick has not seen this node own it yet (a
+		// takeover, at most a period ago): nothing to decide with.
+		return AdmitResult{}, nil
 	}
 	rate, burst := o.limits(name)
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
@@ -226,17 +242,71 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool) (AdmitRe
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
+	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
-	if float64(n) <= t.sw.free()+1e-9 {
+	if float64(n) <= free+1e-9 {
 		// Stamped a period ahead: the client admits after the answer
 		// reaches it, and the token must not leave the owner's window
 		// before it leaves the true one.
 		t.sw.add(ns+int64(o.cfg.Period), float64(n))
 		r.Admitted = true
 	}
-	r.Remaining = uint64(max(0, math.Floor(t.sw.free())))
+	if r.Admitted {
+		free -= float64(n)
+	}
+	r.Remaining = uint64(max(0, math.Floor(free)))
 	r.NextFree = t.sw.nextFree(ns)
 	return r, nil
+}
+
+// askerRelease is what the tick counted as held by the asking client beyond
+// what it can still admit from leases, now that it says where it stands:
+// it asks because its lease (the cap it holds) does not cover the request,
+// so what it holds is that cap, or a higher one already on its way, less
+// what it consumed. The tick counted the highest cap of four ticks (a
+// lowered cap counts only once the client has it): without this, a client
+// whose lease was just lowered could not use the tokens it gave back for
+// three ticks. (t's shard lock held.)
+func (o *Owner) askerRelease(t *tenantState, from Asker) float64 {
+	if !from.Known || from.ID == 0 {
+		return 0
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rec := o.clients[from.ID]
+	if rec == nil {
+		return 0
+	}
+	for _, s := range rec.live {
+		s.mu.Lock()
+		var es []entry
+		if s.entries != nil {
+			es = s.entries[t.shard]
+		}
+		for i := range es {
+			e := &es[i]
+			if e.t != t || e.superseded || !e.seen || e.epoch != t.epoch {
+				continue
+			}
+			// Updates arrive in order: the cap it holds is the last
+			// sent, or the one before with the last on its way.
+			held := from.Cap
+			switch from.Cap {
+			case e.cap:
+			case e.capHist[0]:
+				held = max(held, e.cap)
+			default:
+				held = max(held, e.cap, e.capHist[0])
+			}
+			used := max(from.Consumed, e.lastConsumed)
+			now := float64(held - min(held, used))
+			since := float64(used - e.lastConsumed) // admitted since its last report: in the window now
+			s.mu.Unlock()
+			return max(0, e.swCounted-since-now)
+		}
+		s.mu.Unlock()
+	}
+	return 0
 }
 
 // admitBucket is Admit for a token-bucket tenant: only a key no lease client

@@ -23,6 +23,8 @@ type windowSim struct {
 	unit    time.Duration
 	offered float64 // × the limit
 	units   int     // how many units to run
+	// times, when set, are the requests' times instead of even spacing.
+	times []time.Duration
 }
 
 type windowRun struct {
@@ -52,9 +54,18 @@ func (c windowSim) run(t *testing.T) windowRun {
 	const key = "k"
 	spacing := time.Duration(float64(c.unit) / (c.offered * float64(c.limit)))
 	end := time.Duration(c.units) * c.unit
+	at := func(i int) time.Duration {
+		if c.times == nil {
+			return time.Duration(i) * spacing
+		}
+		if i < len(c.times) {
+			return c.times[i]
+		}
+		return end
+	}
 	var res windowRun
 	nextTick := period
-	nextReq := time.Duration(0)
+	nextReq := at(0)
 	for req := 0; nextReq < end || nextTick < end; {
 		if nextTick <= nextReq {
 			now = start.Add(nextTick)
@@ -83,7 +94,9 @@ func (c windowSim) run(t *testing.T) windowRun {
 		if d, ask := l.Local(key, 1); !ask {
 			ok = d.Allowed
 		} else if _, cached := l.Cached(key, 1); !cached {
-			r, err := owner.Admit(key, 1, now, true)
+			from := Asker{ID: uint64(req%c.nodes + 1)}
+			from.Consumed, from.Cap, from.Known = l.Held(key)
+			r, err := owner.Admit(key, 1, now, true, from)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -94,7 +107,7 @@ func (c windowSim) run(t *testing.T) windowRun {
 			res.admitted = append(res.admitted, nextReq)
 		}
 		req++
-		nextReq = time.Duration(req) * spacing
+		nextReq = at(req)
 	}
 	return res
 }
@@ -159,6 +172,62 @@ func TestSlidingWindowPerUnit(t *testing.T) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// Whatever the spacing: requests that never exceed the limit in any window
+// of one unit (bursts, pauses, a burst at a window's edge) are all admitted,
+// on one node or three, and the first request past the limit is not.
+func TestSlidingWindowAnySpacing(t *testing.T) {
+	ms := time.Millisecond
+	cases := map[string][]time.Duration{}
+	// 10 requests 300 ms apart, then two more: the 11th and 12th are over.
+	var spaced []time.Duration
+	for i := range 12 {
+		spaced = append(spaced, time.Duration(i)*300*ms)
+	}
+	cases["300ms apart"] = spaced
+	// A burst of 10 at once, then 10 more just after the first left the window.
+	var burst []time.Duration
+	for range 10 {
+		burst = append(burst, 5*time.Second)
+	}
+	for i := range 10 {
+		burst = append(burst, 65*time.Second+300*ms+time.Duration(i)*ms)
+	}
+	cases["burst, then burst one unit later"] = burst
+	// Random gaps, kept only where the window holds fewer than the limit.
+	var random []time.Duration
+	x := uint64(7)
+	at := time.Duration(0)
+	for at < 3*time.Minute {
+		x = x*6364136223846793005 + 1442695040888963407
+		at += time.Duration(x>>40%4000) * ms
+		n := 0
+		for _, a := range random {
+			if a > at-time.Minute {
+				n++
+			}
+		}
+		if n < 10 {
+			random = append(random, at)
+		}
+	}
+	cases["random gaps within the limit"] = random
+	for name, times := range cases {
+		for _, nodes := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/nodes=%d", name, nodes), func(t *testing.T) {
+				c := windowSim{nodes: nodes, limit: 10, unit: time.Minute, units: 3, times: times}
+				res := c.run(t)
+				want := len(times)
+				if name == "300ms apart" {
+					want = 10
+				}
+				if len(res.admitted) != want {
+					t.Fatalf("admitted %d of %d, want %d (at %v)", len(res.admitted), len(times), want, res.admitted)
+				}
+			})
 		}
 	}
 }
