@@ -339,9 +339,10 @@ type tickState struct {
 	// within guardBase + guardRate × (time since guardFrom + a period).
 	guardFrom int64
 	guardBase uint64
-	// sliding tenants: the caps sent at the three ticks before the last
-	// (e.cap), what the client holds and what its demand asks for.
-	capHist                        [3]uint64
+	// sliding tenants: the cap sent at the tick before the last (e.cap),
+	// what the client holds, what its demand asks for, and its part of
+	// what the owner counts as held.
+	capHist                        [1]uint64
 	swReserve, swTarget, swCounted float64
 }
 
@@ -1028,7 +1029,7 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
-			e.capHist = [3]uint64{e.consumed, e.consumed, e.consumed}
+			e.capHist = [1]uint64{e.consumed}
 		}
 		d := float64(e.consumed - min(e.consumed, e.lastConsumed))
 		off := float64(e.offered - min(e.offered, e.lastOffered))

@@ -19,9 +19,9 @@ import (
 // were admitted, so a token leaves the owner's window no earlier than it
 // leaves the true one, and the owner never counts fewer than were admitted.
 // What it may hand out is the limit minus that count minus what clients
-// hold (their caps' unreported remainders, the highest cap of the last
-// three ticks, because a lowered cap is in force only once the client
-// has it). Leases are sized by demand alone (two periods of it, plus
+// hold (their caps' unreported remainders, the higher of the caps sent at
+// the last two ticks, because a lowered cap is in force only once the
+// client has it: updates arrive within a period, in order). Leases are sized by demand alone (two periods of it, plus
 // Headroom, rounded down): the rest stays with the owner, and a client
 // whose lease does not cover a request asks for it (Admit) with one call.
 // A low-rate key (a per-minute login limit) is then decided by the owner
@@ -126,12 +126,18 @@ func (s *slidingState) seed(e *entry, ns int64) {
 // slidingFold is fold's part for a sliding tenant's entry (after the
 // consumption is folded in): what the client holds and what it asks.
 func (o *Owner) slidingFold(t *tenantState, e *entry, dt float64) {
-	hi := max(e.cap, e.capHist[0], e.capHist[1], e.capHist[2])
+	hi := max(e.cap, e.capHist[0])
 	e.swReserve = 0
 	if hi > e.lastConsumed {
 		e.swReserve = float64(hi - e.lastConsumed)
 	}
-	e.swTarget = math.Floor(e.demand * 2 * dt * (1 + o.cfg.Headroom))
+	e.swTarget = 0
+	if e.demand*dt >= 1 {
+		// A lease only for a client asking at least once a period: below
+		// that, asking costs little, and a token leased to one node is a
+		// token the others' requests cannot have.
+		e.swTarget = math.Floor(e.demand * 2 * dt * (1 + o.cfg.Headroom))
+	}
 	// Until its grant (after every shard's tick) it is counted in out
 	// as this; the grant adds its part of the asks.
 	e.swCounted = e.swReserve
@@ -153,7 +159,7 @@ func (t *tenantState) slidingDecide() {
 
 // slidingGrant sets a client's cap: what it holds plus its share of the
 // asks, or, when its demand fell below what it holds, its demand (the
-// higher cap stays counted for three ticks).
+// higher cap stays counted until the next tick).
 func (o *Owner) slidingGrant(t *tenantState, e *entry) {
 	var c uint64
 	if e.swTarget >= e.swReserve {
@@ -161,7 +167,7 @@ func (o *Owner) slidingGrant(t *tenantState, e *entry) {
 	} else {
 		c = e.lastConsumed + uint64(e.swTarget)
 	}
-	e.capHist[2], e.capHist[1], e.capHist[0] = e.capHist[1], e.capHist[0], e.cap
+	e.capHist[0] = e.cap
 	e.cap = c
 	// Its part of t.sw.out: Σ over the clients is out exactly.
 	e.swCounted += max(0, e.swTarget-e.swReserve) * t.sw.scale
@@ -263,10 +269,10 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 // what it can still admit from leases, now that it says where it stands:
 // it asks because its lease (the cap it holds) does not cover the request,
 // so what it holds is that cap, or a higher one already on its way, less
-// what it consumed. The tick counted the highest cap of four ticks (a
+// what it consumed. The tick counted the higher of the last two caps (a
 // lowered cap counts only once the client has it): without this, a client
-// whose lease was just lowered could not use the tokens it gave back for
-// three ticks. (t's shard lock held.)
+// whose lease was just lowered could not use the tokens it gave back until
+// the next tick. (t's shard lock held.)
 func (o *Owner) askerRelease(t *tenantState, from Asker) float64 {
 	if !from.Known || from.ID == 0 {
 		return 0
