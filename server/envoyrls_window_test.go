@@ -69,7 +69,8 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 			}
 			for i, g := range got {
 				if want := i < 10; g != want {
-					t.Fatalf("10/min, request %d of 12 admitted %v, want %v (all: %v)", i+1, g, want, got)
+					t.Errorf("10/min, request %d of 12 admitted %v, want %v (all: %v)", i+1, g, want, got)
+					break
 				}
 			}
 
@@ -83,7 +84,7 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				}
 			}
 			if refused > 0 {
-				t.Fatalf("600/min offered 9/s: %d of 54 refused", refused)
+				t.Errorf("600/min offered 9/s: %d of 54 refused", refused)
 			}
 
 			// hits_addend 0 (check, don't count) ×20, then the full 5 of
@@ -92,12 +93,12 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				req := rlsReq("win", "check", "c")
 				req.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
 				if r := call(req); !ok(r) {
-					t.Fatalf("hits_addend 0 answered %v", r.OverallCode)
+					t.Errorf("hits_addend 0 answered %v", r.OverallCode)
 				}
 			}
 			for i := range 6 {
 				if g := ok(call(rlsReq("win", "check", "c"))); g != (i < 5) {
-					t.Fatalf("after 20 check-only calls, plain request %d admitted %v", i+1, g)
+					t.Errorf("after 20 check-only calls, plain request %d admitted %v", i+1, g)
 				}
 			}
 
@@ -107,7 +108,7 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				req := rlsReq("win", "fast", fmt.Sprintf("cold-%d", h))
 				req.Descriptors[0].HitsAddend = wrapperspb.UInt64(h)
 				if r := call(req); ok(r) {
-					t.Fatalf("hits_addend %d on a cold key of 100/s admitted", h)
+					t.Errorf("hits_addend %d on a cold key of 100/s admitted", h)
 				}
 			}
 			for i := range 3 {
@@ -115,23 +116,23 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				if i == 1 {
 					req.Descriptors[0].HitsAddend = wrapperspb.UInt64(math.MaxUint64)
 					if r := call(req); ok(r) {
-						t.Fatal("hits_addend 2^64−1 on a warm key admitted")
+						t.Error("hits_addend 2^64−1 on a warm key admitted")
 					}
 					continue
 				}
 				if r := call(req); !ok(r) {
-					t.Fatalf("warm key request %d refused", i+1)
+					t.Errorf("warm key request %d refused", i+1)
 				}
 			}
 			// A request-wide hits_addend over the limit, too.
 			req := rlsReq("win", "hourly", "h")
 			req.HitsAddend = 4
 			if r := call(req); ok(r) {
-				t.Fatal("request hits_addend 4 on 3/hour admitted")
+				t.Error("request hits_addend 4 on 3/hour admitted")
 			}
 			for i := range 4 {
 				if g := ok(call(rlsReq("win", "hourly", "h"))); g != (i < 3) {
-					t.Fatalf("3/hour, request %d admitted %v", i+1, g)
+					t.Errorf("3/hour, request %d admitted %v", i+1, g)
 				}
 			}
 		})
