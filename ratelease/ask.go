@@ -51,14 +51,19 @@ func (l *Limiter) Local(key string, n uint64) (d Decision, ask bool) {
 	return Decision{}, true
 }
 
-// Refuse counts n tokens of key refused without the owner (it could not be
-// asked).
+// Refuse counts n tokens of key refused without the owner: its lease does
+// not cover them (lease_exhausted) or the owner could not be asked
+// (no_grant).
 func (l *Limiter) Refuse(key string, n uint64) {
 	t := (*l.tenants.Load())[key]
 	if t == nil {
 		t = l.add(key)
 	}
 	t.rejected.Add(n)
+	if t.mode.Load() == modeLimited {
+		t.decided[reasonLease].Add(1) // its lease did not cover n
+		return
+	}
 	t.decided[reasonNoGrant].Add(1)
 }
 

@@ -239,9 +239,10 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 //   - h more than requests_per_unit can never fit one unit: over, at once
 //     (a huge hits_addend is refused, never wrapped).
 //   - Otherwise the node's lease decides when it covers h (no call); when
-//     it does not, or the node holds none yet (a cold key), the key's owner
-//     decides now (ratelease.Client.Ask), so nothing is admitted that the
-//     owner did not grant. The owner unreachable: over, unless the key is
+//     it does not (a sliding-window rule), or the node holds none yet (a
+//     cold key), the key's owner decides now (ratelease.Client.Ask), so
+//     nothing is admitted that the owner did not grant. A per-second rule's
+//     lease that does not cover h is over: the leases hold the bucket. The owner unreachable: over, unless the key is
 //     stale (owner silent for 5 s), when the node fails open as before.
 func (e *envoyRLS) decide(ctx context.Context, r *envoyrl.Rule, key string, h uint64) (over bool, remaining uint64, reset time.Duration) {
 	rpu := uint64(r.Limit.RequestsPerUnit)
@@ -258,6 +259,12 @@ func (e *envoyRLS) decide(ctx context.Context, r *envoyrl.Rule, key string, h ui
 		return true, 0, unit
 	}
 	d, ask := e.client.Local(key, h)
+	if ask && d.Limited && !r.Sliding() {
+		// A token bucket's leases hold all of it: a lease that does not
+		// cover h is this node's share spent, and the owner would say no.
+		e.client.Refuse(key, h)
+		return true, 0, unit
+	}
 	if !ask {
 		if d.Limited {
 			remaining = min(d.Remaining, rpu)
@@ -278,11 +285,12 @@ func (e *envoyRLS) decide(ctx context.Context, r *envoyrl.Rule, key string, h ui
 	}
 	remaining = min(a.Remaining, rpu)
 	if !a.Admitted {
-		reset = a.NextFree
-		if reset <= 0 || reset > unit {
+		// Whole seconds, as the reference reports, at least one.
+		reset = (a.NextFree + time.Second - 1).Truncate(time.Second)
+		if reset <= 0 || reset > unit || !r.Sliding() {
 			reset = unit
 		}
-		return true, 0, reset.Round(time.Second)
+		return true, 0, reset
 	}
 	return false, remaining, untilFull(r, remaining)
 }
