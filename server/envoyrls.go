@@ -176,6 +176,21 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 			entries[i][j] = envoyrl.Entry{Key: en.GetKey(), Value: en.GetValue()}
 		}
 		r, sk := x.Match(domain, entries[i])
+		if o := d.GetLimit(); o != nil {
+			// Envoy's per-descriptor limit (from its route config): the
+			// reference enforces it in place of the configured rule,
+			// whether or not one matches, in a counter of its own.
+			u := envoyrl.Unit(o.GetUnit())
+			if u.Seconds() == 0 {
+				return nil, e.invalid(domain, "descriptors[%d].limit.unit: %v: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, o.GetUnit())
+			}
+			keys := make([]string, len(es))
+			for j, en := range es {
+				keys[j] = en.GetKey()
+			}
+			r = envoyrl.OverrideRule(domain, u, o.GetRequestsPerUnit(), keys)
+			sk = r.Path
+		}
 		rules = append(rules, r)
 		stats = append(stats, sk)
 	}
