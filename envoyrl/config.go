@@ -29,7 +29,6 @@ var unitNames = map[Unit]string{Second: "second", Minute: "minute", Hour: "hour"
 // unitList names the units in errors.
 const unitList = "second, minute, hour, day, week, month or year"
 
-
 func (u Unit) String() string {
 	if n, ok := unitNames[u]; ok {
 		return n
