@@ -180,9 +180,12 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 			// Envoy's per-descriptor limit (from its route config): the
 			// reference enforces it in place of the configured rule,
 			// whether or not one matches, in a counter of its own.
-			u := envoyrl.Unit(o.GetUnit())
+			u := envoyrl.Unit(o.GetUnit()) // envoy.type.v3.RateLimitUnit numbers the units as the response does
 			if u.Seconds() == 0 {
 				return nil, e.invalid(domain, "descriptors[%d].limit.unit: %v: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, o.GetUnit())
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
+				return nil, e.invalid(domain, "descriptors[%d].limit.unit_multiplier: %d: not supported (only 1: one unit)", i, m.GetValue())
 			}
 			keys := make([]string, len(es))
 			for j, en := range es {

@@ -7,7 +7,9 @@ import (
 	"testing"
 	"time"
 
+	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -24,6 +26,14 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100}
   - key: hourly
     rate_limit: {unit: hour, requests_per_unit: 3}
+  - key: remaining
+    rate_limit: {unit: minute, requests_per_unit: 20}
+  - key: weekly
+    rate_limit: {unit: week, requests_per_unit: 2}
+  - key: path
+    value: /shared/*
+    share_threshold: true
+    rate_limit: {unit: minute, requests_per_unit: 2}
 `
 
 // The per-unit semantics through real servers and go-control-plane's client,
@@ -134,6 +144,48 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				if g := ok(call(rlsReq("win", "hourly", "h"))); g != (i < 3) {
 					t.Errorf("3/hour, request %d admitted %v", i+1, g)
 				}
+			}
+
+			// limit_remaining and duration_until_reset agree across the
+			// nodes: each answer, whichever node gives it, counts every
+			// request before it.
+			for i := range 21 {
+				st := call(rlsReq("win", "remaining", "r")).Statuses[0]
+				want := uint32(max(0, 19-i))
+				reset := st.DurationUntilReset.AsDuration()
+				if st.LimitRemaining != want || reset <= 0 || reset > time.Minute {
+					t.Errorf("20/min, answer %d: remaining %d (want %d), reset %v", i+1, st.LimitRemaining, want, reset)
+				}
+			}
+
+			// Units the reference has beyond day: 2 a week.
+			for i := range 3 {
+				r := call(rlsReq("win", "weekly", "w"))
+				if ok(r) != (i < 2) || r.Statuses[0].CurrentLimit.GetUnit() != rlsv3.RateLimitResponse_RateLimit_WEEK {
+					t.Errorf("2/week, request %d: %v, limit %v", i+1, r.OverallCode, r.Statuses[0].CurrentLimit)
+				}
+			}
+
+			// share_threshold: every path under /shared/ counts in one
+			// counter of 2 a minute.
+			for i, p := range []string{"/shared/a", "/shared/b", "/shared/c"} {
+				if g := ok(call(rlsReq("win", "path", p))); g != (i < 2) {
+					t.Errorf("share_threshold, %s admitted %v", p, g)
+				}
+			}
+
+			// Envoy's per-descriptor limit override: 1 a minute in place
+			// of the configured 600, in a counter of its own.
+			for i := range 2 {
+				req := rlsReq("win", "api", "key-override")
+				req.Descriptors[0].Limit = &commonrl.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE}
+				r := call(req)
+				if ok(r) != (i == 0) || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 1 {
+					t.Errorf("override 1/min, request %d: %v, limit %v", i+1, r.OverallCode, r.Statuses[0].CurrentLimit)
+				}
+			}
+			if !ok(call(rlsReq("win", "api", "key-override"))) {
+				t.Error("the override's counter is the configured rule's")
 			}
 		})
 	}
