@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	commonrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
@@ -186,6 +189,13 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 			}
 			if !ok(call(rlsReq("win", "api", "key-override"))) {
 				t.Error("the override's counter is the configured rule's")
+			}
+
+			// is_negative_hits (a refund) is refused naming the field.
+			neg := rlsReq("win", "api", "k")
+			neg.Descriptors[0].IsNegativeHits = true
+			if _, err := clients[0].ShouldRateLimit(ctx, neg); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "is_negative_hits") {
+				t.Errorf("is_negative_hits: %v", err)
 			}
 		})
 	}
