@@ -228,19 +228,23 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.owned = true
 	}
 	t.lastUse = ns
-	if !t.owned {
-		// Known, but the tick has not seen this node own it yet (a
-		// takeover, at most a period ago): nothing to decide with.
-		return AdmitResult{}, nil
-	}
 	rate, burst := o.limits(name)
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
 		return AdmitResult{Admitted: true}, nil // no limit
 	}
 	limit, win, ok := slidingLimits(rate, burst)
 	if !ok || o.cfg.Sliding == nil || !o.cfg.Sliding(name) {
+		if !t.owned {
+			// Known (a client introduced it), but the tick has not seen
+			// this node own it yet, at most a period ago: no bucket yet.
+			return AdmitResult{}, nil
+		}
 		return o.admitBucket(t, n, ns, rate, burst), nil
 	}
+	// A sliding key decides from its log alone, which the tick's
+	// ownership reset leaves alone: it may be known but not yet ticked
+	// as owned (a client introduced it less than a period ago).
+
 	if !t.sw.on || t.sw.limit != limit || t.sw.win != win {
 		if t.sw.win != win {
 			t.sw.log, t.sw.sum = t.sw.log[:0], 0
