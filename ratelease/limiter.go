@@ -157,6 +157,7 @@ type tenant struct {
 
 	// report-side bookkeeping (reportMu)
 	lastConsumed uint64
+	lastBorrowed uint64
 	bucketStart  int64
 	bucketCur    uint64
 	bucketPrev   uint64
@@ -458,6 +459,11 @@ func (l *Limiter) Tick(now time.Time) {
 		c := t.consumed.Load()
 		d := c - t.lastConsumed
 		t.lastConsumed = c
+		// The window buckets count what the owner admitted on request
+		// too: a new owner seeds its window from them (a takeover).
+		b := t.borrowed.Load()
+		d += b - t.lastBorrowed
+		t.lastBorrowed = b
 		w := t.windowNanos.Load()
 		if w <= 0 {
 			w = int64(time.Second)

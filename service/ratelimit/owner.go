@@ -258,6 +258,11 @@ type tenantState struct {
 	scarce  bool
 	lastUse int64
 	sw      slidingState // Config.Sliding tenants
+	// askedBy: per client id, the tokens this node admitted on request
+	// (Admit) since it became the owner. A client's window buckets count
+	// them too, so its first report here seeds (or charges) only the rest:
+	// what earlier owners admitted for it. A takeover clears it.
+	askedBy map[uint64]float64
 }
 
 // Session is one client's stream. Absorb is called by the stream's receive
@@ -847,7 +852,7 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			es := s.entries[k]
 			for i := range es {
 				if e := &es[i]; !e.superseded {
-					o.fold(e, ns, dt, alpha)
+					o.fold(e, s.clientID, ns, dt, alpha)
 				}
 			}
 		}
@@ -969,7 +974,7 @@ func parallel(n, workers int, f func(i int)) {
 
 // fold takes one entry's last report into its tenant's window, bucket and
 // demand (the tenant's shard's lock and the session's lock held).
-func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
+func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 	t := e.t
 	if !t.owned {
 		e.moved = e.moved || e.reported
@@ -1016,15 +1021,16 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			// takeover the guard holds the bucket empty instead: the
 			// clients not seen yet are taken to have used their whole
 			// share, and the reporters' counts are in that already.
+			asked := t.askedBy[client]
 			switch {
 			case t.sw.on:
 				// Its admissions before this owner heard of it (a
 				// takeover; what a client admitted failing open).
-				t.sw.seed(e, ns)
+				t.sw.seed(e, ns, asked)
 			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
 			default:
-				t.level -= e.windowCount(t.curStart, t.window, ns)
+				t.level -= max(0, e.windowCount(t.curStart, t.window, ns)-asked)
 			}
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
@@ -1224,6 +1230,7 @@ func (e *entry) windowCount(curStart, window, ns int64) float64 {
 // client reported, within one report period of the clients reaching this node.
 func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
+	t.askedBy = nil
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read

@@ -99,8 +99,10 @@ func (s *slidingState) nextFree(ns int64) time.Duration {
 
 // seed spreads a client's bucket counts (its own admissions, before this
 // owner knew of them: a takeover) over the times the client's buckets
-// covered, as seedByAge places them, in 16 slices each stamped at its end.
-func (s *slidingState) seed(e *entry, ns int64) {
+// covered, as seedByAge places them, in 16 slices each stamped at its end;
+// less asked, what this owner admitted for it on request (in the log
+// already), taken from the newest bucket first.
+func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 	w := e.t.window
 	age := min(e.bucketAge, w)
 	end := min(e.absorbedAt, ns)
@@ -119,8 +121,10 @@ func (s *slidingState) seed(e *entry, ns int64) {
 			}
 		}
 	}
-	spread(float64(e.bucketCur), end-age, end)
-	spread(float64(e.bucketP), end-age-w, end-age)
+	cur := float64(e.bucketCur) - asked
+	prev := float64(e.bucketP) + min(0, cur)
+	spread(max(0, cur), end-age, end)
+	spread(max(0, prev), end-age-w, end-age)
 }
 
 // slidingFold is fold's part for a sliding tenant's entry (after the
@@ -239,7 +243,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 			// this node own it yet, at most a period ago: no bucket yet.
 			return AdmitResult{}, nil
 		}
-		return o.admitBucket(t, n, ns, rate, burst), nil
+		return o.admitBucket(t, n, ns, rate, burst, from.ID), nil
 	}
 	// A sliding key decides from its log alone, which the tick's
 	// ownership reset leaves alone: it may be known but not yet ticked
@@ -259,6 +263,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		// reaches it, and the token must not leave the owner's window
 		// before it leaves the true one.
 		t.sw.add(ns+int64(o.cfg.Period), float64(n))
+		t.noteAsked(from.ID, n)
 		r.Admitted = true
 	}
 	if r.Admitted {
@@ -325,7 +330,7 @@ func (o *Owner) askerRelease(t *tenantState, from Asker) float64 {
 // does not cover a request is over its share. A new key's bucket is armed
 // for the one-second cap after idle (see Tick), so what the first askers
 // take counts in its first second. (sh.mu held.)
-func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, burst int64) AdmitResult {
+func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, burst int64, from uint64) AdmitResult {
 	if math.IsInf(t.level, 1) {
 		t.rate, t.burst = rate, float64(burst)
 		if t.burst <= 0 {
@@ -338,6 +343,7 @@ func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, bu
 	if t.nClients == 0 && float64(n) <= t.level {
 		t.level -= float64(n)
 		t.addRecent(ns, float64(n))
+		t.noteAsked(from, n)
 		r.Admitted = true
 	}
 	r.Remaining = uint64(max(0, math.Floor(t.level)))
@@ -348,4 +354,13 @@ func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, bu
 		r.NextFree = time.Duration(float64(time.Second) * min(float64(n), t.burst) / rate)
 	}
 	return r
+}
+
+// noteAsked counts n tokens admitted on request for a client (see
+// tenantState.askedBy; the shard's lock held).
+func (t *tenantState) noteAsked(client, n uint64) {
+	if t.askedBy == nil {
+		t.askedBy = map[uint64]float64{}
+	}
+	t.askedBy[client] += float64(n)
 }
