@@ -779,7 +779,9 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 	for i := len(sh.list) - 1; i >= 0; i-- {
 		t := sh.list[i]
 		name := t.name
-		if t.refs.Load() <= 0 && ns-t.lastUse > int64(o.cfg.ForgetAfter) {
+		// A sliding-window tenant is kept while its log holds admissions:
+		// forgotten, its next request would start an empty window.
+		if t.refs.Load() <= 0 && ns-t.lastUse > int64(o.cfg.ForgetAfter) && (len(t.sw.log) == 0 || ns-t.sw.log[len(t.sw.log)-1].at >= t.sw.win) {
 			sh.forget(t)
 			o.size.Add(-1)
 			continue
