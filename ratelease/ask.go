@@ -91,8 +91,9 @@ const askTimeout = time.Second
 // not cover (Local said ask). The owner admits it from what no lease holds
 // and counts it at once; the tokens count here as offered, not as consumed
 // (the owner has them already). After a refusal the owner is not asked again
-// for the key for one report period: the same answer is returned (Cached),
-// so an overloaded key costs at most one call per period and node.
+// for the key for one report period (or until the owner said a token frees
+// up, if sooner): the same answer is returned (Cached), so an overloaded key
+// costs at most one call per period and node.
 func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) {
 	if a, ok := c.Cached(key, n); ok {
 		return a, nil
@@ -126,7 +127,7 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		}
 		if len(u.Cap) >= 2 && len(u.BlockedForNanos) >= 1 {
 			a := Answer{Admitted: u.Cap[0] == 1, Remaining: u.Cap[1], NextFree: time.Duration(u.BlockedForNanos[0])}
-			c.Answered(key, n, a, c.cfg.ReportEvery)
+			c.Answered(key, n, a, QuietAfter(a, c.cfg.ReportEvery))
 			return a, nil
 		}
 		// Not the owner: it names the leader it knows.
@@ -189,6 +190,16 @@ func (l *Limiter) Held(key string) (consumed, capv uint64, ok bool) {
 		return 0, 0, false
 	}
 	return t.consumed.Load(), t.leaseCap.Load(), true
+}
+
+// QuietAfter is how long a client does not ask again after the owner
+// refused: a report period, or less when the owner says a token frees up
+// sooner (a one-second window frees one every few milliseconds).
+func QuietAfter(a Answer, period time.Duration) time.Duration {
+	if a.NextFree > 0 {
+		return min(period, a.NextFree)
+	}
+	return period
 }
 
 // Stale says whether key's owner has been silent longer than StaleAfter (the

@@ -136,7 +136,11 @@ func (o *Owner) slidingFold(t *tenantState, e *entry, dt float64) {
 		e.swReserve = float64(hi - e.lastConsumed)
 	}
 	e.swTarget = 0
-	if e.demand*dt >= 1 {
+	// No leases for a window under slidingLeaseMin: a lease's tokens are
+	// logged when reported, up to two periods after they were admitted,
+	// and leave the window that much late, a fifth of a one-second window
+	// (a per-second rule at 150% admitted 0.85× of its limit).
+	if e.demand*dt >= 1 && t.sw.win >= int64(slidingLeaseMin) {
 		// A lease only for a client asking at least once a period: below
 		// that, asking costs little, and a token leased to one node is a
 		// token the others' requests cannot have.
@@ -262,7 +266,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		// Stamped a period ahead: the client admits after the answer
 		// reaches it, and the token must not leave the owner's window
 		// before it leaves the true one.
-		t.sw.add(ns+int64(o.cfg.Period), float64(n))
+		t.sw.add(ns+int64(askMargin(o.cfg.Period)), float64(n))
 		t.noteAsked(from.ID, n)
 		r.Admitted = true
 	}
@@ -364,3 +368,13 @@ func (t *tenantState) noteAsked(client, n uint64) {
 	}
 	t.askedBy[client] += float64(n)
 }
+
+// slidingLeaseMin is the shortest window whose clients get leases.
+const slidingLeaseMin = 10 * time.Second
+
+// askMargin is how far ahead of the owner's decision an asked token is
+// stamped: the client admits once the answer reaches it, a millisecond or
+// so later on a LAN, and the token must not leave the owner's window before
+// it leaves the true one. A whole period was needlessly late for a
+// one-second window (a tenth of it).
+func askMargin(period time.Duration) time.Duration { return min(period, 20*time.Millisecond) }

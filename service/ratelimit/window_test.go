@@ -118,7 +118,8 @@ func (c windowSim) run(t *testing.T) windowRun {
 			if err != nil {
 				t.Fatal(err)
 			}
-			l.Answered(key, 1, ratelease.Answer{Admitted: r.Admitted, Remaining: r.Remaining, NextFree: r.NextFree}, period)
+			a := ratelease.Answer{Admitted: r.Admitted, Remaining: r.Remaining, NextFree: r.NextFree}
+			l.Answered(key, 1, a, ratelease.QuietAfter(a, period))
 			ok = r.Admitted
 		}
 		if ok {
@@ -163,13 +164,16 @@ func TestSlidingWindowPerUnit(t *testing.T) {
 		limit int64
 		unit  time.Duration
 	}
-	rules := []rule{{5, time.Minute}, {10, time.Minute}, {20, time.Minute}, {60, time.Minute}, {600, time.Minute}, {100, time.Hour}, {3600, time.Hour}}
+	rules := []rule{{5, time.Second}, {20, time.Second}, {50, time.Second}, {5, time.Minute}, {10, time.Minute}, {20, time.Minute}, {60, time.Minute}, {600, time.Minute}, {100, time.Hour}, {3600, time.Hour}}
 	for _, r := range rules {
 		for _, nodes := range []int{1, 3} {
 			for _, offered := range []float64{0.9, 1.5} {
 				name := fmt.Sprintf("%d_per_%v/nodes=%d/offered=%.0f%%", r.limit, r.unit, nodes, offered*100)
 				t.Run(name, func(t *testing.T) {
 					c := windowSim{nodes: nodes, limit: r.limit, unit: r.unit, offered: offered, units: 3}
+					if r.unit == time.Second {
+						c.units = 10
+					}
 					res := c.run(t)
 					top := maxInWindow(res.admitted, r.unit)
 					per := inUnits(res.admitted, r.unit, c.units)
