@@ -33,6 +33,8 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 20}
   - key: weekly
     rate_limit: {unit: week, requests_per_unit: 2}
+  - key: small
+    rate_limit: {unit: second, requests_per_unit: 5}
   - key: path
     value: /shared/*
     share_threshold: true
@@ -158,6 +160,15 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				reset := st.DurationUntilReset.AsDuration()
 				if st.LimitRemaining != want || reset <= 0 || reset > time.Minute {
 					t.Errorf("20/min, answer %d: remaining %d (want %d), reset %v", i+1, st.LimitRemaining, want, reset)
+				}
+			}
+
+			// A small per-second rule (a sliding window of one second,
+			// decided by the owner): 5 back to back, round-robin, are
+			// admitted, the 6th is not.
+			for i := range 6 {
+				if g := ok(call(rlsReq("win", "small", "s"))); g != (i < 5) {
+					t.Errorf("5/s, request %d of 6 at once admitted %v", i+1, g)
 				}
 			}
 
