@@ -18,15 +18,19 @@ import (
 // (time, tokens), stamped when the owner learned of them: never before they
 // were admitted, so a token leaves the owner's window no earlier than it
 // leaves the true one, and the owner never counts fewer than were admitted.
-// What it may hand out is the limit minus that count minus what clients
-// hold (their caps' unreported remainders, the higher of the caps sent at
-// the last two ticks, because a lowered cap is in force only once the
-// client has it: updates arrive within a period, in order). Leases are sized by demand alone (two periods of it, plus
-// Headroom, rounded down): the rest stays with the owner, and a client
-// whose lease does not cover a request asks for it (Admit) with one call.
-// A low-rate key (a per-minute login limit) is then decided by the owner
-// exactly, a busy one mostly by leases, and the window bound holds either
-// way: Σ leases + Admits ≤ limit − window count.
+// (Tokens it admits itself on request are stamped askMargin ahead; what a
+// new owner seeds from clients' buckets after a takeover is placed evenly
+// over the buckets, an estimate.) What it may hand out is the limit minus
+// that count minus what clients hold (their caps' unreported remainders,
+// the higher of the caps sent at the last two ticks, because a lowered cap
+// is in force only once the client has it: updates arrive within a period,
+// in order). Leases are sized by demand alone (two periods of it, plus
+// Headroom, rounded down; none for a window under slidingLeaseMin): the
+// rest stays with the owner, and a client whose lease does not cover a
+// request asks for it (Admit) with one call. A low-rate key (a per-minute
+// login limit) is then decided by the owner exactly, a busy one mostly by
+// leases, and the window bound holds either way: Σ leases + Admits ≤
+// limit − window count.
 
 // slidingSlots bounds a tenant's log: tokens stamped within one
 // window ÷ slidingSlots of an entry's first stamp join it, under the later
