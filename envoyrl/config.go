@@ -12,15 +12,22 @@ import (
 // Unit is a rate limit's time unit.
 type Unit int
 
-// Units of the format (the numbers are envoy.service.ratelimit.v3's).
+// Units of the format (the numbers are envoy.service.ratelimit.v3's: week
+// came after month and year).
 const (
 	Second Unit = 1
 	Minute Unit = 2
 	Hour   Unit = 3
 	Day    Unit = 4
+	Month  Unit = 5
+	Year   Unit = 6
+	Week   Unit = 7
 )
 
-var unitNames = map[Unit]string{Second: "second", Minute: "minute", Hour: "hour", Day: "day"}
+var unitNames = map[Unit]string{Second: "second", Minute: "minute", Hour: "hour", Day: "day", Week: "week", Month: "month", Year: "year"}
+
+// unitList names the units in errors.
+const unitList = "second, minute, hour, day, week, month or year"
 
 func (u Unit) String() string {
 	if n, ok := unitNames[u]; ok {
@@ -40,6 +47,12 @@ func (u Unit) Seconds() int64 {
 		return 3600
 	case Day:
 		return 86400
+	case Week:
+		return 7 * 86400
+	case Month:
+		return 30 * 86400 // as the reference counts a month
+	case Year:
+		return 365 * 86400
 	}
 	return 0
 }
@@ -51,7 +64,7 @@ func ParseUnit(s string) (Unit, error) {
 			return u, nil
 		}
 	}
-	return 0, fmt.Errorf("unit %q: want second, minute, hour or day", s)
+	return 0, fmt.Errorf("unit %q: want %s", s, unitList)
 }
 
 // Bounds that keep a configuration (carried in raft entries and snapshots)
@@ -80,6 +93,9 @@ type Descriptor struct {
 	RateLimit      *RateLimit
 	ShadowMode     bool
 	DetailedMetric bool
+	// ShareThreshold (a prefix value only): every value the prefix matches
+	// counts in one counter, instead of one per value.
+	ShareThreshold bool
 	Descriptors    []Descriptor
 }
 
@@ -204,6 +220,7 @@ func parseList(n *yaml.Node, where string, depth int) ([]Descriptor, error) {
 func parseDescriptor(n *yaml.Node, at string, depth int) (Descriptor, error) {
 	var d Descriptor
 	hasKey := false
+	var shareNode *yaml.Node
 	err := eachKey(n, at, func(k string, v *yaml.Node) error {
 		var err error
 		switch k {
@@ -221,10 +238,17 @@ func parseDescriptor(n *yaml.Node, at string, depth int) (Descriptor, error) {
 			d.ShadowMode, err = boolean(v, at+".shadow_mode")
 		case "detailed_metric":
 			d.DetailedMetric, err = boolean(v, at+".detailed_metric")
+		case "share_threshold":
+			shareNode = v
+			d.ShareThreshold, err = boolean(v, at+".share_threshold")
 		case "descriptors":
 			d.Descriptors, err = parseList(v, at+".descriptors", depth+1)
+		case "value_to_metric":
+			err = fieldErr(v, at+"."+k, "not supported: it puts every request value into the metric names (unbounded cardinality); detailed_metric gives the values of wildcard levels")
+		case "quota_mode":
+			err = fieldErr(v, at+"."+k, "not supported: quota mode is not implemented; leave it out (descriptors are always enforced, or counted only with shadow_mode)")
 		default:
-			err = fieldErr(v, at+"."+k, "unknown key (want key, value, rate_limit, shadow_mode, detailed_metric, descriptors)")
+			err = fieldErr(v, at+"."+k, "unknown key (want key, value, rate_limit, shadow_mode, detailed_metric, share_threshold, descriptors)")
 		}
 		return err
 	})
@@ -233,6 +257,9 @@ func parseDescriptor(n *yaml.Node, at string, depth int) (Descriptor, error) {
 	}
 	if !hasKey || d.Key == "" {
 		return d, fieldErr(n, at+".key", "required and not empty")
+	}
+	if d.ShareThreshold && !strings.HasSuffix(d.Value, "*") {
+		return d, fieldErr(shareNode, at+".share_threshold", "only for a prefix value (value: \"abc*\"): it makes every value the prefix matches share one counter")
 	}
 	return d, nil
 }
@@ -293,13 +320,18 @@ func parseRateLimit(n *yaml.Node, at string) (*RateLimit, error) {
 	if err != nil {
 		return nil, err
 	}
+	for i, r := range rl.Replaces {
+		if rl.Name != "" && r == rl.Name {
+			return nil, fieldErr(n, fmt.Sprintf("%s.replaces[%d].name", at, i), "%q is this rule's own name: a rule cannot replace itself", r)
+		}
+	}
 	switch {
 	case rl.Unlimited && unitNode != nil:
 		return nil, fieldErr(unitNode, at+".unit", "must not be set with unlimited: true")
 	case rl.Unlimited && rpuNode != nil:
 		return nil, fieldErr(rpuNode, at+".requests_per_unit", "must not be set with unlimited: true")
 	case !rl.Unlimited && unitNode == nil:
-		return nil, fieldErr(n, at+".unit", "required (second, minute, hour or day) unless unlimited: true")
+		return nil, fieldErr(n, at+".unit", "required (%s) unless unlimited: true", unitList)
 	case !rl.Unlimited && rpuNode == nil:
 		return nil, fieldErr(n, at+".requests_per_unit", "required unless unlimited: true (0 rejects every request)")
 	}
@@ -400,6 +432,9 @@ func renderList(b *bytes.Buffer, ind string, ds []Descriptor) {
 		}
 		if d.DetailedMetric {
 			fmt.Fprintf(b, "%sdetailed_metric: true\n", in)
+		}
+		if d.ShareThreshold {
+			fmt.Fprintf(b, "%sshare_threshold: true\n", in)
 		}
 		renderList(b, in, d.Descriptors)
 	}

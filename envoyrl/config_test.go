@@ -215,6 +215,13 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"domain: d\ndescriptors:\n  - key: k\n    value: v\n  - key: k\n    value: v", "descriptors[1]"},
 		{"domain: d\ndescriptors:\n  - key: k\n    value: 'a*b'", "descriptors[0].value"},
 		{"domain: d\ndescriptors:\n  - key: k\n    colour: red", "descriptors[0].colour"},
+		// Fields of the reference that are refused, naming them.
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unlimited: true, requests_per_unit: 5}", "descriptors[0].rate_limit.requests_per_unit"},
+		{"domain: d\ndescriptors:\n  - key: k\n    rate_limit: {name: a, replaces: [{name: a}], unit: second, requests_per_unit: 1}", "descriptors[0].rate_limit.replaces[0].name"},
+		{"domain: d\ndescriptors:\n  - key: k\n    value_to_metric: true\n    rate_limit: {unit: second, requests_per_unit: 1}", "descriptors[0].value_to_metric"},
+		{"domain: d\ndescriptors:\n  - key: k\n    quota_mode: true\n    rate_limit: {unit: second, requests_per_unit: 1}", "descriptors[0].quota_mode"},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: v\n    share_threshold: true\n    rate_limit: {unit: second, requests_per_unit: 1}", "descriptors[0].share_threshold"},
+		{"domain: d\ndescriptors:\n  - key: k\n    value: '*a'", "descriptors[0].value"},
 	}
 	for _, tc := range cases {
 		_, err := Parse([]byte(tc.yaml))
@@ -242,5 +249,67 @@ func TestRenderIsCanonical(t *testing.T) {
 	back, err := Parse(Render(odd, ""))
 	if err != nil || back.Domain != odd.Domain || back.Descriptors[0].Key != "k\x00" || back.Descriptors[0].Value != "é*" {
 		t.Fatalf("odd strings did not survive: %v %+v", err, back)
+	}
+}
+
+// The reference's units, week, month and year included (a month is 30
+// days, a year 365, as the reference counts them), parse and render.
+func TestUnitsOfTheReference(t *testing.T) {
+	want := map[string]int64{"second": 1, "minute": 60, "hour": 3600, "day": 86400, "week": 604800, "month": 2592000, "year": 31536000}
+	for name, secs := range want {
+		c, err := Parse([]byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: " + strings.ToUpper(name) + ", requests_per_unit: 3}"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		u := c.Descriptors[0].RateLimit.Unit
+		if u.Seconds() != secs || u.String() != name {
+			t.Fatalf("%s: %v, %d s", name, u, u.Seconds())
+		}
+		back, err := Parse(Render(c, ""))
+		if err != nil || back.Descriptors[0].RateLimit.Unit != u {
+			t.Fatalf("%s does not render back: %v", name, err)
+		}
+	}
+}
+
+// share_threshold: every value a prefix matches counts in one counter;
+// without it, one counter per value.
+func TestShareThreshold(t *testing.T) {
+	c, err := Parse([]byte("domain: d\ndescriptors:\n  - key: path\n    value: /a/*\n    share_threshold: true\n    rate_limit: {unit: minute, requests_per_unit: 2}\n  - key: path\n    value: /b/*\n    rate_limit: {unit: minute, requests_per_unit: 2}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse(Render(c, ""))
+	if err != nil || !back.Descriptors[0].ShareThreshold {
+		t.Fatalf("share_threshold does not render back: %v", err)
+	}
+	x := NewIndex(map[string]*Config{"d": c})
+	key := func(v string) string {
+		es := []Entry{{"path", v}}
+		r, _ := x.Match("d", es)
+		if r == nil {
+			t.Fatalf("%s matches nothing", v)
+		}
+		return CounterKey(r, es)
+	}
+	if key("/a/1") != key("/a/2") {
+		t.Fatal("share_threshold: /a/1 and /a/2 have different counters")
+	}
+	if key("/b/1") == key("/b/2") {
+		t.Fatal("no share_threshold: /b/1 and /b/2 share a counter")
+	}
+}
+
+// An override's rule is read back from its ID while its domain is
+// configured, with the limit it carries.
+func TestOverrideRule(t *testing.T) {
+	x := NewIndex(map[string]*Config{"d": {Domain: "d"}})
+	r := OverrideRule("d", Week, 7, []string{"k"})
+	got := x.RuleByID(r.ID)
+	if got == nil || got.Limit.Unit != Week || got.Limit.RequestsPerUnit != 7 || RuleIDOf(CounterKey(r, []Entry{{"k", "v"}})) != r.ID {
+		t.Fatalf("override %q read back as %+v", r.ID, got)
+	}
+	if NewIndex(map[string]*Config{"e": {Domain: "e"}}).RuleByID(r.ID) != nil {
+		t.Fatal("an override resolves where its domain is not configured")
 	}
 }

@@ -3,7 +3,9 @@ package envoyrl
 import (
 	"encoding/binary"
 	"encoding/hex"
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +24,11 @@ type Rule struct {
 	ShadowMode     bool
 	DetailedMetric bool
 	wildcard       bool // reached through at least one default or prefix match
+	// share: per level of the rule's path, the prefix pattern ("abc*") that
+	// stands for the request's value in the counter key (share_threshold),
+	// or "" for the value itself. nil when no level shares.
+	share    []string
+	override bool
 }
 
 // Rate is the rule's limit as a token bucket: requests_per_unit per unit,
@@ -32,6 +39,27 @@ func (r *Rule) Rate() (perSecond float64, burst int64) {
 	}
 	return float64(r.Limit.RequestsPerUnit) / float64(r.Limit.Unit.Seconds()), int64(r.Limit.RequestsPerUnit)
 }
+
+// Sliding says whether the rule is enforced as a sliding window of one unit
+// (requests_per_unit in any window of the unit's length) rather than as a
+// token bucket: units longer than a second, and per-second rules of at most
+// SlidingPerSecondMax (decided by the key's owner, request by request). A
+// busier per-second rule keeps the bucket, whose leases follow demand
+// within a report period with no call.
+func (r *Rule) Sliding() bool {
+	if r.Limit.Unlimited || r.Limit.RequestsPerUnit == 0 {
+		return false
+	}
+	return r.Limit.Unit.Seconds() > 1 || r.Limit.RequestsPerUnit <= SlidingPerSecondMax
+}
+
+// SlidingPerSecondMax is the largest per-second rule enforced as a sliding
+// window. A one-second window gets no leases (their tokens reach the
+// owner's log up to two report periods late, a fifth of the window), so
+// each request is one call to the owner; a bucket's leases split a few
+// tokens a second among nodes in fractions of a token, refusing a client
+// well below the limit (5/s over three nodes at 90%: 9 of 46 admitted).
+const SlidingPerSecondMax = 50
 
 // Entry is one (key, value) of a request's descriptor.
 type Entry struct{ Key, Value string }
@@ -64,12 +92,12 @@ type Index struct {
 func NewIndex(cfgs map[string]*Config) *Index {
 	x := &Index{domains: map[string]*node{}, byID: map[string]*Rule{}}
 	for domain, c := range cfgs {
-		x.domains[domain] = x.build(domain, "", c.Descriptors, false)
+		x.domains[domain] = x.build(domain, "", c.Descriptors, false, nil)
 	}
 	return x
 }
 
-func (x *Index) build(domain, path string, ds []Descriptor, wild bool) *node {
+func (x *Index) build(domain, path string, ds []Descriptor, wild bool, share []string) *node {
 	n := &node{exact: map[[2]string]*branch{}, any: map[string]*branch{}, prefix: map[string][]prefixed{}}
 	for i := range ds {
 		d := &ds[i]
@@ -82,14 +110,21 @@ func (x *Index) build(domain, path string, ds []Descriptor, wild bool) *node {
 		}
 		w := wild || d.Value == "" || strings.HasSuffix(d.Value, "*")
 		b := &branch{detailed: d.DetailedMetric}
+		sh := append(share[:len(share):len(share)], "")
+		if d.ShareThreshold {
+			sh[len(sh)-1] = d.Value
+		}
 		if d.RateLimit != nil {
 			r := &Rule{Domain: domain, Path: p, Limit: *d.RateLimit, ShadowMode: d.ShadowMode, DetailedMetric: d.DetailedMetric, wildcard: w}
 			r.ID = ruleID(domain, p, d.RateLimit)
+			if slices.ContainsFunc(sh, func(v string) bool { return v != "" }) {
+				r.share = sh
+			}
 			b.rule = r
 			x.byID[r.ID] = r
 		}
 		if len(d.Descriptors) > 0 {
-			b.next = x.build(domain, p, d.Descriptors, w)
+			b.next = x.build(domain, p, d.Descriptors, w, sh)
 		}
 		switch {
 		case d.Value == "":
@@ -104,11 +139,64 @@ func (x *Index) build(domain, path string, ds []Descriptor, wild bool) *node {
 }
 
 // RuleByID returns the rule with an ID (see Rule.ID), nil if this index has
-// none.
-func (x *Index) RuleByID(id string) *Rule { return x.byID[id] }
+// none. An override's ID (OverrideRule) is the rule itself: it resolves
+// whenever its domain is configured.
+func (x *Index) RuleByID(id string) *Rule {
+	if r := x.byID[id]; r != nil {
+		return r
+	}
+	if r := ruleFromOverrideID(id); r != nil && x.hasDomainHash(id) {
+		return r
+	}
+	return nil
+}
+
+// OverrideRule is the rule of a request descriptor that carries its own
+// limit (the descriptor's limit field, which Envoy sends from its route
+// configuration): the reference service enforces that limit in place of the
+// configured one, in a counter of its own, never in shadow mode. keys are
+// the descriptor's keys, for the rule's name in statistics (values are left
+// out: they would make the metric's cardinality unbounded). The ID encodes
+// the limit, so the key's owner reads it from the counter key alone.
+func OverrideRule(domain string, unit Unit, rpu uint32, keys []string) *Rule {
+	h := uint64(offset64)
+	for i := 0; i < len(domain); i++ {
+		h = (h ^ uint64(domain[i])) * prime64
+	}
+	id := fmt.Sprintf("o%1x%08x%06x", int(unit)&0xf, rpu, h&0xffffff)
+	r := ruleFromOverrideID(id)
+	r.Domain = domain
+	r.Path = "override." + strings.Join(keys, ".")
+	return r
+}
+
+// ruleFromOverrideID reads an override rule's limit from its ID (nil: not
+// one). Its Domain is known only through the hash: RuleByID checks it.
+func ruleFromOverrideID(id string) *Rule {
+	if len(id) != 16 || id[0] != 'o' {
+		return nil
+	}
+	unit, err1 := strconv.ParseUint(id[1:2], 16, 8)
+	rpu, err2 := strconv.ParseUint(id[2:10], 16, 32)
+	if err1 != nil || err2 != nil || Unit(unit).Seconds() == 0 {
+		return nil
+	}
+	return &Rule{ID: id, Limit: RateLimit{Unit: Unit(unit), RequestsPerUnit: uint32(rpu)}, Path: "override", override: true}
+}
 
 // HasDomain says whether a domain is configured.
 func (x *Index) HasDomain(domain string) bool { return x.domains[domain] != nil }
+
+// hasDomainHash says whether a configured domain has the override ID's
+// domain hash.
+func (x *Index) hasDomainHash(id string) bool {
+	for d := range x.domains {
+		if r := OverrideRule(d, Second, 0, nil); r.ID[10:] == id[10:] {
+			return true
+		}
+	}
+	return false
+}
 
 // Match finds the rule of one request descriptor: the rule at the same depth
 // as the descriptor has entries, reached by matching each entry against its
@@ -178,8 +266,12 @@ func CounterKey(r *Rule, entries []Entry) string {
 		h1 = (h1 ^ uint64(len(s)&0xff)) * prime64
 		h2 = (h2 ^ uint64(len(s)>>8&0xff)) * prime64
 	}
-	for _, e := range entries {
+	for i, e := range entries {
 		mix(e.Key)
+		if i < len(r.share) && r.share[i] != "" {
+			mix(r.share[i]) // share_threshold: one counter for the prefix
+			continue
+		}
 		mix(e.Value)
 	}
 	var buf [len(KeyPrefix) + 16 + 1 + 32]byte

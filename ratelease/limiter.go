@@ -62,18 +62,21 @@ func (s Strategy) wire() api.RateStrategy {
 
 // Reasons of a decision, the "reason" label of the decision metric.
 const (
-	reasonWithinLimit = iota // allowed: the strategy's rule admitted it
-	reasonNoLimit            // allowed: the tenant has no rate limit
-	reasonNoState            // allowed: no update from the owner yet (first report period of a tenant)
-	reasonFailOpen           // allowed: the owner has been silent longer than StaleAfter
-	reasonBlocklist          // blocked: tenant on the blocklist
-	reasonLease              // blocked: lease exhausted
-	reasonLocalBucket        // blocked: local token bucket empty
-	reasonFailClosed         // blocked: owner silent and FailClosed
+	reasonWithinLimit  = iota // allowed: the strategy's rule admitted it
+	reasonNoLimit             // allowed: the tenant has no rate limit
+	reasonNoState             // allowed: no update from the owner yet (first report period of a tenant)
+	reasonFailOpen            // allowed: the owner has been silent longer than StaleAfter
+	reasonOwner               // allowed: the owner admitted it when asked (Ask)
+	reasonBlocklist           // blocked: tenant on the blocklist
+	reasonLease               // blocked: lease exhausted
+	reasonLocalBucket         // blocked: local token bucket empty
+	reasonFailClosed          // blocked: owner silent and FailClosed
+	reasonOwnerRefused        // blocked: the owner refused it when asked, or was just asked and refused (Ask)
+	reasonNoGrant             // blocked: no lease and the owner could not be asked
 	numReasons
 )
 
-var reasonNames = [numReasons]string{"within_limit", "no_limit", "no_state", "fail_open", "blocklist", "lease_exhausted", "local_bucket", "fail_closed"}
+var reasonNames = [numReasons]string{"within_limit", "no_limit", "no_state", "fail_open", "owner", "blocklist", "lease_exhausted", "local_bucket", "fail_closed", "owner_refused", "no_grant"}
 
 func reasonAllowed(r int) bool { return r < reasonBlocklist }
 
@@ -128,7 +131,16 @@ type tenant struct {
 	// rejected tokens since start: offered = consumed + rejected, so the
 	// admitting path touches one counter less.
 	rejected atomic.Uint64
+	// borrowed: tokens the owner admitted when asked (Ask). They are
+	// counted on the owner when it admits them, so they stay out of
+	// consumed (the reports' admissions) but count as offered.
+	borrowed atomic.Uint64
 	decided  [numReasons]atomic.Uint64
+	// noAskUntil: unix ns before which Ask refuses without asking (the
+	// owner just refused); askRemaining, askNextFree: its last answer.
+	noAskUntil   atomic.Int64
+	askRemaining atomic.Uint64
+	askNextFree  atomic.Int64 // unix ns
 
 	// from the owner's last update
 	limitBits    atomic.Uint64 // float64 tokens/s
@@ -145,6 +157,7 @@ type tenant struct {
 
 	// report-side bookkeeping (reportMu)
 	lastConsumed uint64
+	lastBorrowed uint64
 	bucketStart  int64
 	bucketCur    uint64
 	bucketPrev   uint64
@@ -291,9 +304,10 @@ func (l *Limiter) decideAdmit(t *tenant, n uint64) int {
 		for {
 			c := t.consumed.Load()
 			limit := t.leaseCap.Load()
-			if c+n > limit {
+			// n > limit-c, not c+n > limit: a huge n must not wrap.
+			if c > limit || n > limit-c {
 				limit = t.extendedCap(l.now().UnixNano(), limit)
-				if c+n > limit {
+				if c > limit || n > limit-c {
 					return reasonLease
 				}
 			}
@@ -334,7 +348,9 @@ func (l *Limiter) decideAdmit(t *tenant, n uint64) int {
 }
 
 // offeredTotal is admitted + rejected tokens since start.
-func (t *tenant) offeredTotal() uint64 { return t.consumed.Load() + t.rejected.Load() }
+func (t *tenant) offeredTotal() uint64 {
+	return t.consumed.Load() + t.rejected.Load() + t.borrowed.Load()
+}
 
 // leaseGrace is how long past a lease's grant a client waits for the next
 // update before extending the cap at its lease rate: an update is due every
@@ -350,7 +366,11 @@ func (t *tenant) extendedCap(now int64, limit uint64) uint64 {
 		return limit
 	}
 	rate := math.Float64frombits(t.leaseRate.Load())
-	return limit + uint64(rate*float64(since)/1e9)
+	ext := rate * float64(since) / 1e9
+	if ext >= float64(math.MaxUint64-limit) {
+		return math.MaxUint64
+	}
+	return limit + uint64(ext)
 }
 
 func (b *localBucket) take(n uint64) bool {
@@ -439,6 +459,11 @@ func (l *Limiter) Tick(now time.Time) {
 		c := t.consumed.Load()
 		d := c - t.lastConsumed
 		t.lastConsumed = c
+		// The window buckets count what the owner admitted on request
+		// too: a new owner seeds its window from them (a takeover).
+		b := t.borrowed.Load()
+		d += b - t.lastBorrowed
+		t.lastBorrowed = b
 		w := t.windowNanos.Load()
 		if w <= 0 {
 			w = int64(time.Second)
@@ -512,7 +537,7 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 		}
 		rep.Ids = append(rep.Ids, t.id)
 		rep.ConsumedTotal = append(rep.ConsumedTotal, t.lastConsumed)
-		rep.OfferedTotal = append(rep.OfferedTotal, t.lastConsumed+t.rejected.Load())
+		rep.OfferedTotal = append(rep.OfferedTotal, t.lastConsumed+t.rejected.Load()+t.borrowed.Load())
 	}
 	if joined {
 		n := len(rep.Ids)

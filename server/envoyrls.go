@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/ratelease"
@@ -175,6 +176,24 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 			entries[i][j] = envoyrl.Entry{Key: en.GetKey(), Value: en.GetValue()}
 		}
 		r, sk := x.Match(domain, entries[i])
+		if o := d.GetLimit(); o != nil {
+			// Envoy's per-descriptor limit (from its route config): the
+			// reference enforces it in place of the configured rule,
+			// whether or not one matches, in a counter of its own.
+			u := envoyrl.Unit(o.GetUnit()) // envoy.type.v3.RateLimitUnit numbers the units as the response does
+			if u.Seconds() == 0 {
+				return nil, e.invalid(domain, "descriptors[%d].limit.unit: %v: want SECOND, MINUTE, HOUR, DAY, WEEK, MONTH or YEAR", i, o.GetUnit())
+			}
+			if m := o.GetUnitMultiplier(); m != nil && m.GetValue() != 1 {
+				return nil, e.invalid(domain, "descriptors[%d].limit.unit_multiplier: %d: not supported (only 1: one unit)", i, m.GetValue())
+			}
+			keys := make([]string, len(es))
+			for j, en := range es {
+				keys[j] = en.GetKey()
+			}
+			r = envoyrl.OverrideRule(domain, u, o.GetRequestsPerUnit(), keys)
+			sk = r.Path
+		}
 		rules = append(rules, r)
 		stats = append(stats, sk)
 	}
@@ -201,21 +220,9 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 		}
 		rpu := r.Limit.RequestsPerUnit
 		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: r.Limit.Name, RequestsPerUnit: rpu, Unit: rlsv3.RateLimitResponse_RateLimit_Unit(r.Limit.Unit)}
-		over := rpu == 0 && h > 0 // a limit of 0 rejects everything
-		remaining := uint64(0)
-		if rpu > 0 {
-			dec := e.client.Decide(envoyrl.CounterKey(r, entries[i]), h)
-			over = !dec.Allowed
-			switch {
-			case over:
-			case dec.Limited:
-				remaining = min(dec.Remaining, uint64(rpu))
-			default:
-				remaining = uint64(rpu) // no lease yet: the configured budget is the best figure
-			}
-		}
+		over, remaining, reset := e.decide(ctx, r, envoyrl.CounterKey(r, entries[i]), h)
 		st.LimitRemaining = uint32(remaining)
-		st.DurationUntilReset = durationpb.New(untilFull(r, remaining))
+		st.DurationUntilReset = durationpb.New(reset)
 		switch {
 		case over && r.ShadowMode:
 			c.shadow.Inc()
@@ -239,6 +246,71 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 	}
 	e.requests.WithLabelValues(domain, code).Inc()
 	return resp, nil
+}
+
+// decide counts h hits of one descriptor's key under rule r: over says it is
+// over the limit; remaining and reset are its limit_remaining and
+// duration_until_reset.
+//
+//   - h = 0 (hits_addend 0: check, don't count) never consumes: it answers
+//     from what the node knows (its lease, the owner's last answer).
+//   - h more than requests_per_unit can never fit one unit: over, at once
+//     (a huge hits_addend is refused, never wrapped).
+//   - Otherwise the node's lease decides when it covers h (no call); when
+//     it does not (a sliding-window rule), or the node holds none yet (a
+//     cold key), the key's owner decides now (ratelease.Client.Ask), so
+//     nothing is admitted that the owner did not grant. A per-second rule's
+//     lease that does not cover h is over: the leases hold the bucket. The owner unreachable: over, unless the key is
+//     stale (owner silent for 5 s), when the node fails open as before.
+func (e *envoyRLS) decide(ctx context.Context, r *envoyrl.Rule, key string, h uint64) (over bool, remaining uint64, reset time.Duration) {
+	rpu := uint64(r.Limit.RequestsPerUnit)
+	unit := time.Duration(r.Limit.Unit.Seconds()) * time.Second
+	if h == 0 {
+		d := e.client.Peek(key)
+		remaining = rpu
+		if d.Limited {
+			remaining = min(d.Remaining, rpu)
+		}
+		return false, remaining, untilFull(r, remaining)
+	}
+	if rpu == 0 || h > rpu {
+		return true, 0, unit
+	}
+	d, ask := e.client.Local(key, h)
+	if ask && d.Limited && !r.Sliding() {
+		// A token bucket's leases hold all of it: a lease that does not
+		// cover h is this node's share spent, and the owner would say no.
+		e.client.Refuse(key, h)
+		return true, 0, unit
+	}
+	if !ask {
+		if d.Limited {
+			remaining = min(d.Remaining, rpu)
+		} else {
+			remaining = rpu // no limit from the owner
+		}
+		return !d.Allowed, remaining, untilFull(r, remaining)
+	}
+	a, err := e.client.Ask(ctx, key, h)
+	if err != nil {
+		if e.client.Stale(key) {
+			dec := e.client.Decide(key, h) // fail open, as clientlib does
+			return !dec.Allowed, 0, unit
+		}
+		e.client.Refuse(key, h)
+		e.s.log.Debug("envoy rate limit: owner not reachable; refused", "key", key, "err", err)
+		return true, 0, unit
+	}
+	remaining = min(a.Remaining, rpu)
+	if !a.Admitted {
+		// Whole seconds, as the reference reports, at least one.
+		reset = (a.NextFree + time.Second - 1).Truncate(time.Second)
+		if reset <= 0 || reset > unit || !r.Sliding() {
+			reset = unit
+		}
+		return true, 0, reset
+	}
+	return false, remaining, untilFull(r, remaining)
 }
 
 // untilFull is the descriptor's duration_until_reset: how long until the
@@ -299,6 +371,22 @@ func (s *Server) envoyRate(g int, key string) (float64, int64) {
 		return 0, 0
 	}
 	return r.Rate()
+}
+
+// envoySliding says whether an Envoy counter key's rule is enforced as a
+// sliding window (a unit longer than a second) rather than a token bucket;
+// see docs/envoy.md.
+func (s *Server) envoySliding(key string) bool {
+	id := envoyrl.RuleIDOf(key)
+	if id == "" {
+		return false
+	}
+	d := s.rcfg.mods[api.RateGroup(key, s.cfg.Partitions, s.cfg.Groups)].Current()
+	if len(d.Envoy) == 0 {
+		return false
+	}
+	r := s.ownerIndexes.get(d).RuleByID(id)
+	return r != nil && r.Sliding()
 }
 
 // indexCache keeps the Envoy matchers of the few documents the groups'

@@ -19,7 +19,7 @@ import (
 // come from the same source as max_series: the replicated runtime config.
 func (s *Server) startRateLimit(g *grpc.Server) error {
 	rates, err := ratelimit.NewService(ratelimit.ServiceConfig{
-		Owner:    ratelimit.Config{Period: s.cfg.RatePeriod},
+		Owner:    ratelimit.Config{Period: s.cfg.RatePeriod, Sliding: s.envoySliding},
 		Owns:     s.leads,
 		LeaderOf: s.leaderOf,
 		Now:      s.cfg.Clock,
@@ -30,6 +30,7 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 	}
 	s.rates = rates
 	api.RegisterRateLimitServer(g, s.rates)
+	api.RegisterRateAdmitServer(g, s.rates)
 	s.metrics.reg.MustRegister(s.rates.Collector())
 	ctx, cancel := context.WithCancel(context.Background())
 	s.wg.Add(2)

@@ -46,6 +46,8 @@ var grpcRules = map[string]rule{
 	api.Summaries_WatchSummaries_FullMethodName:     {scope: ScopeTrack, shared: true},
 	api.Sketches_WatchSketches_FullMethodName:       {scope: ScopeTrack, shared: true},
 	api.RateLimit_Sync_FullMethodName:               {scope: ScopeTrack, shared: true},
+	// A lease client asking a key's owner to decide a request now.
+	api.RateAdmitMethod: {scope: ScopeTrack, shared: true},
 	// Envoy's rate limit service: descriptors are Envoy's, not tenants.
 	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: {scope: ScopeTrack, shared: true},
 	// A node's wall clock, for peers measuring their offsets (as NTP would

@@ -60,6 +60,11 @@ type Config struct {
 	// for the tick of that tenant's shard. 0: GOMAXPROCS, at most
 	// DefaultMaxShards; 1 ticks everything on the caller's goroutine.
 	Shards int
+	// Sliding, when set, names the tenants whose limit is a sliding window
+	// of burst tokens per burst ÷ rate seconds rather than a token bucket
+	// (sliding.go): Envoy rules, whose unit can be an hour. Called from the
+	// tick's shards and Admit, possibly at once.
+	Sliding func(tenant string) bool
 }
 
 // DefaultMaxShards caps the default shard count: past a few shards per core
@@ -252,6 +257,12 @@ type tenantState struct {
 	spare   float64
 	scarce  bool
 	lastUse int64
+	sw      slidingState // Config.Sliding tenants
+	// askedBy: per client id, the tokens this node admitted on request
+	// (Admit) since it became the owner. A client's window buckets count
+	// them too, so its first report here seeds (or charges) only the rest:
+	// what earlier owners admitted for it. A takeover clears it.
+	askedBy map[uint64]float64
 }
 
 // Session is one client's stream. Absorb is called by the stream's receive
@@ -333,6 +344,11 @@ type tickState struct {
 	// within guardBase + guardRate × (time since guardFrom + a period).
 	guardFrom int64
 	guardBase uint64
+	// sliding tenants: the cap sent at the tick before the last (e.cap),
+	// what the client holds, what its demand asks for, and its part of
+	// what the owner counts as held.
+	capHist                        [1]uint64
+	swReserve, swTarget, swCounted float64
 }
 
 // tickCount is what one tick folded in for a tenant.
@@ -763,7 +779,9 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 	for i := len(sh.list) - 1; i >= 0; i-- {
 		t := sh.list[i]
 		name := t.name
-		if t.refs.Load() <= 0 && ns-t.lastUse > int64(o.cfg.ForgetAfter) {
+		// A sliding-window tenant is kept while its log holds admissions:
+		// forgotten, its next request would start an empty window.
+		if t.refs.Load() <= 0 && ns-t.lastUse > int64(o.cfg.ForgetAfter) && (len(t.sw.log) == 0 || ns-t.sw.log[len(t.sw.log)-1].at >= t.sw.win) {
 			sh.forget(t)
 			o.size.Add(-1)
 			continue
@@ -789,6 +807,17 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		if rate > 0 {
 			w = int64(t.burst / rate * 1e9)
 			w = min(max(w, int64(o.cfg.Period)), int64(time.Minute))
+		}
+		if limit, win, ok := slidingLimits(rate, burst); ok && o.cfg.Sliding != nil && o.cfg.Sliding(name) {
+			if t.sw.win != win {
+				t.sw.log, t.sw.sum = t.sw.log[:0], 0
+			}
+			t.sw.on, t.sw.limit, t.sw.win = true, limit, win
+			t.sw.trim(ns)
+			t.sw.reserve, t.sw.want = 0, 0
+			w = win // the clients' buckets span the unit: a takeover seeds from them
+		} else {
+			t.sw.on = false
 		}
 		if w != t.window {
 			t.window, t.cur, t.prev = w, 0, 0
@@ -825,7 +854,7 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			es := s.entries[k]
 			for i := range es {
 				if e := &es[i]; !e.superseded {
-					o.fold(e, ns, dt, alpha)
+					o.fold(e, s.clientID, ns, dt, alpha)
 				}
 			}
 		}
@@ -834,6 +863,14 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 	// 3. tenants: blocklist and lease budget.
 	for _, t := range sh.list {
 		if !t.owned || t.rate <= 0 {
+			continue
+		}
+		if t.sw.on {
+			t.blockedTil = 0
+			if t.sw.sum >= t.sw.limit {
+				t.blockedTil = ns + int64(t.sw.nextFree(ns))
+			}
+			t.slidingDecide()
 			continue
 		}
 		t.blockedTil = 0
@@ -939,7 +976,7 @@ func parallel(n, workers int, f func(i int)) {
 
 // fold takes one entry's last report into its tenant's window, bucket and
 // demand (the tenant's shard's lock and the session's lock held).
-func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
+func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 	t := e.t
 	if !t.owned {
 		e.moved = e.moved || e.reported
@@ -986,14 +1023,21 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 			// takeover the guard holds the bucket empty instead: the
 			// clients not seen yet are taken to have used their whole
 			// share, and the reporters' counts are in that already.
-			if ns < t.guardUntil && e.guardRate >= 0 {
+			asked := t.askedBy[client]
+			switch {
+			case t.sw.on:
+				// Its admissions before this owner heard of it (a
+				// takeover; what a client admitted failing open).
+				t.sw.seed(e, ns, asked)
+			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
-			} else {
-				t.level -= e.windowCount(t.curStart, t.window, ns)
+			default:
+				t.level -= max(0, e.windowCount(t.curStart, t.window, ns)-asked)
 			}
 			e.guardFrom, e.guardBase = ns, e.consumed
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
+			e.capHist = [1]uint64{e.consumed}
 		}
 		d := float64(e.consumed - min(e.consumed, e.lastConsumed))
 		off := float64(e.offered - min(e.offered, e.lastOffered))
@@ -1001,6 +1045,9 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 		t.cur += d
 		t.level -= d
 		t.addRecent(ns, d)
+		if t.sw.on {
+			t.sw.add(ns, d)
+		}
 		e.lastRate = off / dt
 		e.demand += alpha * (e.lastRate - e.demand)
 	} else {
@@ -1011,6 +1058,9 @@ func (o *Owner) fold(e *entry, ns int64, dt, alpha float64) {
 	t.sumLastRate += e.lastRate
 	if e.cap > e.lastConsumed {
 		t.exposure += float64(e.cap - e.lastConsumed)
+	}
+	if t.sw.on {
+		o.slidingFold(t, e, dt)
 	}
 }
 
@@ -1080,7 +1130,10 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 			}
 			u.BlockedForNanos = append(u.BlockedForNanos, bf)
 		case api.RateStrategy_RATE_STRATEGY_LEASE:
-			if t.rate > 0 {
+			switch {
+			case t.sw.on:
+				o.slidingGrant(t, e)
+			case t.rate > 0:
 				o.grant(t, e, dt)
 			}
 			u.Cap = append(u.Cap, e.cap)
@@ -1179,6 +1232,7 @@ func (e *entry) windowCount(curStart, window, ns int64) float64 {
 // client reported, within one report period of the clients reaching this node.
 func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
+	t.askedBy = nil
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read

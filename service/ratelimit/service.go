@@ -227,3 +227,39 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimRate, prometheus.GaugeValue, math.Float64frombits(s.limitedRate.Load()))
 	ch <- prometheus.MustNewConstMetric(descLimLimit, prometheus.GaugeValue, math.Float64frombits(s.limitedLimit.Load()))
 }
+
+// Admit serves RateAdmit.Admit (api.RateAdmitMethod): the owner decides a
+// sliding-window key's request now, for a client whose lease does not cover
+// it. Not the owner: a redirect to the leader it knows, no decision.
+func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate, error) {
+	if len(r.NewNames) != 1 || len(r.ConsumedTotal) != 1 {
+		return nil, status.Errorf(codes.InvalidArgument, "admit: want one key in new_names and its tokens in consumed_total, got %d and %d", len(r.NewNames), len(r.ConsumedTotal))
+	}
+	key := r.NewNames[0]
+	if err := api.ValidateTenantID(key); err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "admit: new_names[0]: %v", err)
+	}
+	select {
+	case <-s.closing:
+		return nil, status.Error(codes.Unavailable, "node is shutting down; ask the new owner")
+	default:
+	}
+	g := api.RateGroup(key, s.o.p, s.o.g)
+	from := Asker{ID: r.ClientId}
+	if len(r.BucketConsumed) == 2 {
+		from.Known, from.Consumed, from.Cap = true, r.BucketConsumed[0], r.BucketConsumed[1]
+	}
+	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
+	switch {
+	case errors.Is(err, ErrNotOwner):
+		id, addr := s.cfg.LeaderOf(g)
+		return &api.RateUpdate{Redirects: []*api.RateRedirect{{Group: uint32(g), LeaderId: id, LeaderGrpcAddress: addr}}}, nil
+	case err != nil:
+		return nil, err
+	}
+	u := &api.RateUpdate{Cap: []uint64{0, res.Remaining}, BlockedForNanos: []int64{int64(res.NextFree)}}
+	if res.Admitted {
+		u.Cap[0] = 1
+	}
+	return u, nil
+}

@@ -1,0 +1,314 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/tollgate-io/tollgate/ratelease"
+)
+
+// windowSim runs N lease clients (nodes) against one owner of a
+// sliding-window tenant (an Envoy rule: limit per unit) on a simulated
+// clock, as the server's Envoy service decides: the lease first
+// (Limiter.Local), the owner when it does not cover a request (Owner.Admit,
+// the RateAdmit call). Reports go to the owner just before each tick (every
+// period), updates come back 1 ms after it. One client sends evenly spaced
+// requests of one hit, round-robin over the nodes. No I/O, deterministic.
+type windowSim struct {
+	nodes   int
+	limit   int64
+	unit    time.Duration
+	offered float64 // × the limit
+	units   int     // how many units to run
+	// times, when set, are the requests' times instead of even spacing.
+	times []time.Duration
+	// bucket: the tenant is a token bucket (a per-second rule), not a
+	// sliding window: a node asks the owner only while it has no lease.
+	bucket bool
+	// takeoverAt > 0: the owner is replaced by a new one with no state at
+	// the first tick from then (the old one's memory is lost); every
+	// client reconnects at once and reports first.
+	takeoverAt time.Duration
+}
+
+type windowRun struct {
+	admitted []time.Duration // since start
+	offered  int
+}
+
+func (c windowSim) run(t *testing.T) windowRun {
+	t.Helper()
+	const period = 100 * time.Millisecond
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	clock := func() time.Time { return now }
+	rate := float64(c.limit) / c.unit.Seconds()
+	newOwner := func() *Owner {
+		return mustNew(t, Config{Period: period, Sliding: func(string) bool { return !c.bucket }}, 64, 4,
+			func(string) (float64, int64) { return rate, c.limit })
+	}
+	owner := newOwner()
+	lims := make([]*ratelease.Limiter, c.nodes)
+	states := make([]*ratelease.ReportState, c.nodes)
+	sess := make([]*Session, c.nodes)
+	for i := range lims {
+		l, err := ratelease.NewLimiter(ratelease.LimiterConfig{Strategy: ratelease.Lease, Now: clock, ClientID: uint64(i + 1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lims[i], states[i], sess[i] = l, ratelease.NewReportState(), owner.NewSession()
+	}
+	const key = "k"
+	spacing := time.Duration(float64(c.unit) / (c.offered * float64(c.limit)))
+	end := time.Duration(c.units) * c.unit
+	at := func(i int) time.Duration {
+		if c.times == nil {
+			return time.Duration(i) * spacing
+		}
+		if i < len(c.times) {
+			return c.times[i]
+		}
+		return end
+	}
+	var res windowRun
+	nextTick := period
+	nextReq := at(0)
+	for req := 0; nextReq < end || nextTick < end; {
+		if nextTick <= nextReq {
+			now = start.Add(nextTick)
+			if c.takeoverAt > 0 && nextTick >= c.takeoverAt && nextTick < c.takeoverAt+period {
+				owner = newOwner()
+				for i := range sess {
+					sess[i], states[i] = owner.NewSession(), ratelease.NewReportState()
+				}
+			}
+			for i, l := range lims {
+				l.Tick(now)
+				if err := sess[i].Absorb(l.Report(states[i], nil), now); err != nil {
+					t.Fatal(err)
+				}
+			}
+			owner.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+			now = now.Add(time.Millisecond)
+			for i, l := range lims {
+				if u := sess[i].Take(); u != nil {
+					if _, err := l.Apply(u, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			nextTick += period
+			continue
+		}
+		now = start.Add(nextReq)
+		l := lims[req%c.nodes]
+		res.offered++
+		ok := false
+		if d, ask := l.Local(key, 1); !ask {
+			ok = d.Allowed
+		} else if c.bucket && d.Limited {
+			l.Refuse(key, 1) // a bucket's spent lease: over (as the server decides)
+		} else if _, cached := l.Cached(key, 1); !cached {
+			from := Asker{ID: uint64(req%c.nodes + 1)}
+			from.Consumed, from.Cap, from.Known = l.Held(key)
+			r, err := owner.Admit(key, 1, now, true, from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a := ratelease.Answer{Admitted: r.Admitted, Remaining: r.Remaining, NextFree: r.NextFree}
+			l.Answered(key, 1, a, ratelease.QuietAfter(a, period))
+			ok = r.Admitted
+		}
+		if ok {
+			res.admitted = append(res.admitted, nextReq)
+		}
+		req++
+		nextReq = at(req)
+	}
+	return res
+}
+
+// maxInWindow is the most admissions in any window of length w (each
+// window starting at an admission: where the maximum is reached).
+func maxInWindow(at []time.Duration, w time.Duration) int {
+	best := 0
+	for i := range at {
+		j := sort.Search(len(at), func(j int) bool { return at[j] >= at[i]+w })
+		best = max(best, j-i)
+	}
+	return best
+}
+
+// inUnits counts admissions per unit [k·unit, (k+1)·unit).
+func inUnits(at []time.Duration, unit time.Duration, n int) []int {
+	out := make([]int, n)
+	for _, a := range at {
+		if k := int(a / unit); k < n {
+			out[k]++
+		}
+	}
+	return out
+}
+
+// The bars of an Envoy rule per unit: a client offering 90% of the limit,
+// evenly spaced, on one node or round-robin over three, has every request
+// admitted; at 150%, every window of one unit's length admits at most the
+// limit (within 5%), and every whole unit at least 95% of it. Before the
+// sliding window (a token bucket whose leases followed 100 ms of demand) a
+// 10-per-minute rule admitted about 3 of 10 spaced requests.
+func TestSlidingWindowPerUnit(t *testing.T) {
+	type rule struct {
+		limit int64
+		unit  time.Duration
+	}
+	rules := []rule{{5, time.Second}, {20, time.Second}, {50, time.Second}, {5, time.Minute}, {10, time.Minute}, {20, time.Minute}, {60, time.Minute}, {600, time.Minute}, {100, time.Hour}, {3600, time.Hour}}
+	for _, r := range rules {
+		for _, nodes := range []int{1, 3} {
+			for _, offered := range []float64{0.9, 1.5} {
+				name := fmt.Sprintf("%d_per_%v/nodes=%d/offered=%.0f%%", r.limit, r.unit, nodes, offered*100)
+				t.Run(name, func(t *testing.T) {
+					c := windowSim{nodes: nodes, limit: r.limit, unit: r.unit, offered: offered, units: 3}
+					if r.unit == time.Second {
+						c.units = 10
+					}
+					res := c.run(t)
+					top := maxInWindow(res.admitted, r.unit)
+					per := inUnits(res.admitted, r.unit, c.units)
+					t.Logf("offered %d, admitted %d; per unit %v; most in any window of one unit %d (limit %d)", res.offered, len(res.admitted), per, top, r.limit)
+					if offered < 1 {
+						if len(res.admitted) != res.offered {
+							t.Fatalf("%d of %d requests admitted at %.0f%% of the limit, want all", len(res.admitted), res.offered, offered*100)
+						}
+						return
+					}
+					if float64(top) > 1.05*float64(r.limit) {
+						t.Fatalf("%d admitted in one window of %v, limit %d", top, r.unit, r.limit)
+					}
+					for k, n := range per {
+						if float64(n) < math.Floor(0.95*float64(r.limit)) {
+							t.Fatalf("unit %d admitted %d, want ≥ 95%% of %d", k, n, r.limit)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// Whatever the spacing: requests that never exceed the limit in any window
+// of one unit (bursts, pauses, a burst at a window's edge) are all admitted,
+// on one node or three, and the first request past the limit is not.
+func TestSlidingWindowAnySpacing(t *testing.T) {
+	ms := time.Millisecond
+	cases := map[string][]time.Duration{}
+	// 10 requests 300 ms apart, then two more: the 11th and 12th are over.
+	var spaced []time.Duration
+	for i := range 12 {
+		spaced = append(spaced, time.Duration(i)*300*ms)
+	}
+	cases["300ms apart"] = spaced
+	// A burst of 10 at once, then 10 more just after the first left the window.
+	var burst []time.Duration
+	for range 10 {
+		burst = append(burst, 5*time.Second)
+	}
+	for i := range 10 {
+		burst = append(burst, 65*time.Second+300*ms+time.Duration(i)*ms)
+	}
+	cases["burst, then burst one unit later"] = burst
+	// Random gaps, kept only where the window holds fewer than the limit.
+	var random []time.Duration
+	x := uint64(7)
+	at := time.Duration(0)
+	for at < 3*time.Minute {
+		x = x*6364136223846793005 + 1442695040888963407
+		at += time.Duration(x>>40%4000) * ms
+		n := 0
+		for _, a := range random {
+			if a > at-time.Minute {
+				n++
+			}
+		}
+		if n < 10 {
+			random = append(random, at)
+		}
+	}
+	cases["random gaps within the limit"] = random
+	for name, times := range cases {
+		for _, nodes := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%s/nodes=%d", name, nodes), func(t *testing.T) {
+				c := windowSim{nodes: nodes, limit: 10, unit: time.Minute, units: 3, times: times}
+				res := c.run(t)
+				want := len(times)
+				if name == "300ms apart" {
+					want = 10
+				}
+				if len(res.admitted) != want {
+					t.Fatalf("admitted %d of %d, want %d (at %v)", len(res.admitted), len(times), want, res.admitted)
+				}
+			})
+		}
+	}
+}
+
+// A cold key (never seen before) offered 5× its per-second limit over three
+// nodes: its first requests are decided by the owner from a full bucket, and
+// its first second admits at most 1.10× the limit; then the leases hold it
+// at the limit. Before, a node admitted every request of a key it had no
+// lease for yet (1.25–2.08× in the first second under load).
+func TestColdKeyFirstSecond(t *testing.T) {
+	for _, nodes := range []int{1, 3} {
+		t.Run(fmt.Sprintf("nodes=%d", nodes), func(t *testing.T) {
+			c := windowSim{nodes: nodes, limit: 1000, unit: time.Second, offered: 5, units: 4, bucket: true}
+			res := c.run(t)
+			per := inUnits(res.admitted, time.Second, c.units)
+			top := maxInWindow(res.admitted, time.Second)
+			t.Logf("admitted per second %v, most in any second %d (limit 1000)", per, top)
+			if per[0] > 1100 || top > 1100 {
+				t.Fatalf("first second %d, most in any second %d: want ≤ 1.10× 1000", per[0], top)
+			}
+			for k, n := range per[1:] {
+				if n < 900 {
+					t.Fatalf("second %d admitted %d, want ≥ 0.9× the limit", k+2, n)
+				}
+			}
+		})
+	}
+}
+
+// The owner of a sliding-window key dies mid-unit and a new one starts with
+// no memory: the clients' first reports to it carry what they admitted in
+// the window (from leases and from the old owner's answers), and it seeds
+// its window from them, so no window of one unit admits more than the limit
+// across the takeover, whether the key was decided by leases (600/min) or
+// by the owner (10/min).
+func TestSlidingWindowTakeover(t *testing.T) {
+	for _, limit := range []int64{10, 600} {
+		for _, nodes := range []int{1, 3} {
+			t.Run(fmt.Sprintf("%d_per_minute/nodes=%d", limit, nodes), func(t *testing.T) {
+				c := windowSim{nodes: nodes, limit: limit, unit: time.Minute, offered: 1.5, units: 4, takeoverAt: 90 * time.Second}
+				res := c.run(t)
+				top := maxInWindow(res.admitted, time.Minute)
+				per := inUnits(res.admitted, time.Minute, c.units)
+				t.Logf("per minute %v, most in any minute %d (limit %d)", per, top, limit)
+				if float64(top) > 1.05*float64(limit) {
+					t.Fatalf("%d admitted in one minute across the takeover, limit %d", top, limit)
+				}
+				// The seeded counts are spread over the clients' whole
+				// buckets, later than most were admitted (at 150% the
+				// limit is reached early in a window), so they leave the
+				// new owner's window late: a dip, not an overshoot. It
+				// measured 0.74–0.75× of the limit in the minutes after
+				// the takeover; this bound catches a worse one.
+				for k, n := range per {
+					if float64(n) < math.Floor(0.7*float64(limit)) {
+						t.Fatalf("minute %d admitted %d, want ≥ 0.7× %d", k, n, limit)
+					}
+				}
+			})
+		}
+	}
+}
