@@ -149,7 +149,16 @@ func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.
 		}
 	}
 	fmt.Fprintf(out, "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     %s\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  limits:   default max_series per tenant: %s; %s\n",
-		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), srv.RaftAddr(), gossip, dataDir, limit, limits)
+		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), raftListen(srv.RaftAddr()), gossip, dataDir, limit, limits)
+}
+
+// raftListen is the raft address without the incarnation suffix ("#…") the
+// node gossips with it: the banner says where the node listens, what a
+// person types into --join or a firewall rule; `tollgate status` shows the
+// incarnation.
+func raftListen(addr string) string {
+	a, _, _ := strings.Cut(addr, "#")
+	return a
 }
 
 func httpLine(srv *server.Server) string {
