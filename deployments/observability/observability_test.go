@@ -54,6 +54,9 @@ var requiredAlerts = map[string]string{
 	"rejection spikes":     "tollgate_series_rejected_total",
 	"config reconcile lag": "tollgate_config_replica_version",
 	"certificate expiry":   "tollgate_tls_certificate_expiry_timestamp_seconds",
+	"all nodes down":       "tollgate_ready", // absent(tollgate_ready)
+	"replica down":         "tollgate_group_replica_down",
+	"disk not writable":    "tollgate_disk_writable",
 }
 
 var promql = parser.NewParser(parser.Options{})
