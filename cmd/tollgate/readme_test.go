@@ -580,3 +580,32 @@ func retryStatus(t *testing.T, tree string, env map[string]string, cmd string) e
 		}
 	}
 }
+
+// TestClusterScriptDefaults: scripts/cluster.sh accepts its own default port
+// base (74: the README's 74x0 addresses) and the bases the README test uses;
+// it once refused the default with its range check (10..65), so `make
+// cluster` and `make cluster-stop` failed as written. Runs no node: stop on
+// an empty state directory only checks the settings.
+func TestClusterScriptDefaults(t *testing.T) {
+	run := func(base string) (string, error) {
+		c := exec.Command("./scripts/cluster.sh", "stop")
+		c.Dir = filepath.Join("..", "..")
+		env := map[string]string{"TOLLGATE_CLUSTER_DIR": t.TempDir()}
+		if base != "" {
+			env["TOLLGATE_CLUSTER_PORT_BASE"] = base
+		}
+		c.Env = docEnv(env)
+		out, err := c.CombinedOutput()
+		return string(out), err
+	}
+	for _, base := range []string{"", "74", "40", "99"} {
+		if out, err := run(base); err != nil || !strings.Contains(out, "no local cluster") {
+			t.Errorf("port base %q: %v\n%s", base, err, out)
+		}
+	}
+	for _, base := range []string{"7", "100", "ab", "09"} {
+		if out, err := run(base); err == nil || !strings.Contains(out, "TOLLGATE_CLUSTER_PORT_BASE") {
+			t.Errorf("port base %q: want a refusal naming TOLLGATE_CLUSTER_PORT_BASE, got %v\n%s", base, err, out)
+		}
+	}
+}
