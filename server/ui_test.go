@@ -228,6 +228,22 @@ func TestDashboard(t *testing.T) {
 			return true
 		})
 
+	// A tenant at 21% of its limit whose series all sit in group 1, at 85 of
+	// that group's 100 share: near a group share, not near its limit, and the
+	// tenants page says which (a tenant at 77% read "near limit" beside one
+	// at 78% read "ok", with nothing to tell them apart).
+	if rej := tc.trackLeader(1, "umbrella", 16, hashesIn(500, 16, 85)); len(rej) != 0 {
+		t.Fatalf("umbrella: %d of 85 rejected in group 1", len(rej))
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`location.hash = "#tenants"; true`)); err != nil {
+		t.Fatalf("open the tenants page: %v", err)
+	}
+	waitPage(t, bctx, "umbrella near a group share (group 1), not near its limit", `Array.from(document.querySelectorAll('tr[data-tenant="umbrella"]')).map(r => r.innerText)`,
+		func(rows []string) bool {
+			return len(rows) == 1 && strings.Contains(rows[0], "near a group share") && strings.Contains(rows[0], "group 1") &&
+				strings.Contains(rows[0], "21%") && !strings.Contains(rows[0], "near limit")
+		})
+
 	// Kill the victim: its gossip stops without a leave message — what kill
 	// -9 looks like to the others — and then the rest of it stops. The page
 	// must turn it failed.

@@ -93,10 +93,15 @@
     return `<div class="bar ${cls}"><div style="width:${(f * 100).toFixed(1)}%"></div></div>`;
   }
 
+  // A tenant is near its limit overall (≥ the near-limit fraction of
+  // max_series) or in a group (≥ that fraction of the group's share): the
+  // second can make a tenant at 77% "near" beside one at 78% that is "ok", so
+  // the pill says which, and the groups are listed beside it.
   function tenantStatus(t, nearFraction) {
     if (!t.limit) return `<span class="pill grey">unlimited</span>`;
     if (t.fraction >= 1) return `<span class="pill red">at limit</span>`;
-    if (t.near) return `<span class="pill amber">near limit</span>`;
+    if (t.near && t.fraction >= nearFraction) return `<span class="pill amber">near limit</span>`;
+    if (t.near) return `<span class="pill amber" title="below ${fmtPct(nearFraction)} of max_series overall, but at least that much of its share in a group">near a group share</span>`;
     return `<span class="pill green">ok</span>`;
   }
 
