@@ -287,17 +287,25 @@ func leaderlessError(groups []uint32) error {
 	return fmt.Errorf("groups %s have no leader: tracking for their partitions fails until a quorum of their voters is up (see the VOTERS column, and the nodes' logs)", groupList(groups))
 }
 
-// unreachable lists the members the answering node could not ask for their
-// state, except those that left the cluster (a graceful leave or a
-// decommission is no fault).
+// unreachable lists the voters the answering node could not ask for their
+// state: a killed or partitioned node that still holds replicas. Members that
+// left (a graceful leave, a decommission) and failed members no group counts
+// as a voter any more (removed with raft remove-server after they died; gossip
+// lists them as failed for a long while) are no fault.
 func unreachable(st *api.StatusResponse) []string {
 	left := map[string]bool{}
 	for _, m := range st.GetView().GetMembers() {
 		left[m.Id] = m.Status == "left" || m.Status == "leaving"
 	}
+	voter := map[string]bool{}
+	for _, gi := range st.GetView().GetGroupInfo() {
+		for _, v := range gi.Voters {
+			voter[v] = true
+		}
+	}
 	var out []string
 	for _, id := range st.GetUnreachable() {
-		if !left[id] {
+		if !left[id] && voter[id] {
 			out = append(out, id)
 		}
 	}
