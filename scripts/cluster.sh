@@ -56,9 +56,15 @@ fail() {
 }
 
 # launch_node I: start node I in the background (its log is appended to).
+# A first start joins node-1's gossip (node-1 joins nobody); a restart joins
+# the other two, so a restarted node-1 finds the cluster again too.
 launch_node() {
-  local i=$1 join=()
-  [ "$i" -gt 1 ] && join=(--join "127.0.0.1:${pb}12")
+  local i=$1 j join=()
+  if [ -d "$dir/node-$i" ]; then
+    for j in 1 2 3; do [ "$j" -ne "$i" ] && join+=(--join "127.0.0.1:${pb}${j}2"); done
+  elif [ "$i" -gt 1 ]; then
+    join=(--join "127.0.0.1:${pb}12")
+  fi
   "$bin" server --node-id "node-$i" --zone "${zones[$((i-1))]}" --data-dir "$dir/node-$i" \
     --grpc-addr "127.0.0.1:${pb}${i}0" --raft-addr "127.0.0.1:${pb}${i}1" --gossip-addr "127.0.0.1:${pb}${i}2" \
     --http-addr "127.0.0.1:${pb}${i}3" --bootstrap-expect 3 "${join[@]}" --admin-token-file "$dir/admin-token" \
@@ -152,6 +158,7 @@ Tollgate cluster running (3 nodes, zones a/b/c); data and logs in $dir
   $bin status
   $bin bench --duration 10s
   kill -9 \$(cat $dir/node-2.pid)      # tracking goes on with two zones
+  scripts/cluster.sh restart 2                 # node-2 again, from its data
   make cluster-stop
 MSG
 }
