@@ -33,7 +33,8 @@ LOADED_TESTS := TestFailoverTiming|TestPlannedMovesInvisible|TestSteadyNoElectio
 test-loaded:
 	GO=$(GO) ./scripts/with-cpu-hog.sh 6 ./scripts/gotest.sh -count=1 -timeout 20m -run '$(LOADED_TESTS)' ./faulttest/
 
-# The fast loop (under 2 minutes on a 2-core machine): pure and in-process
+# The fast loop (57 s on a 2-core machine at load 1-3, about 70 s at load up
+# to 8, 182 s at load 14-18 when six sessions shared it): pure and in-process
 # tests. -short skips the tests that build the binary or start real processes
 # and every multi-node cluster test (servertest.Start and server's own cluster
 # helpers skip them, saying "cluster test ... runs in make test"); the fault

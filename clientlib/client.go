@@ -12,8 +12,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 )
@@ -36,7 +38,13 @@ type Client struct {
 	conns     map[string]*grpc.ClientConn
 	p, g      int   // layout; 0 until known
 	layoutErr error // permanent: layout mismatch
-	leaders   []string
+	// watchErr is why the last WatchCluster attempt brought no view (nil
+	// once one did); watchErrCh is closed and replaced when it changes, so
+	// callers waiting for the layout learn of a refused credential at once
+	// instead of at their deadline.
+	watchErr   error
+	watchErrCh chan struct{}
+	leaders    []string
 	// leaderWake[g] is closed (and replaced) when group g's leader becomes a
 	// new, known address: retries of g's requests waiting out a backoff go
 	// at once (a failover is over when the new leader is known, not when
@@ -156,6 +164,7 @@ func New(cfg Config) (*Client, error) {
 		cfg:         cfg,
 		log:         cfg.Logger,
 		layoutKnown: make(chan struct{}),
+		watchErrCh:  make(chan struct{}),
 		conns:       map[string]*grpc.ClientConn{},
 		summarySeed: maphash.MakeSeed(),
 	}
@@ -223,14 +232,30 @@ func (c *Client) WaitReady(ctx context.Context) error {
 	return err
 }
 
-// layout waits for the layout within ctx.
+// layout waits for the layout within ctx. A node that refuses the client's
+// credential (Unauthenticated, PermissionDenied on WatchCluster) ends the wait
+// at once with that error: waiting would only turn it into a timeout that
+// never mentions the credential.
 func (c *Client) layout(ctx context.Context) (p, g int, err error) {
-	select {
-	case <-c.layoutKnown:
-	default:
+	for known := false; !known; {
+		c.mu.Lock()
+		werr, changed := c.watchErr, c.watchErrCh
+		c.mu.Unlock()
+		if isCredentialErr(werr) {
+			select {
+			case <-c.layoutKnown: // a view came meanwhile after all
+			default:
+				return 0, 0, fmt.Errorf("clientlib: the cluster refuses this client's credential (check the token or client certificate): %w", werr)
+			}
+		}
 		select {
 		case <-c.layoutKnown:
+			known = true
+		case <-changed:
 		case <-ctx.Done():
+			if werr != nil {
+				return 0, 0, fmt.Errorf("clientlib: cluster layout not known yet (no ClusterView received; last WatchCluster attempt: %v): %w", werr, ctxStatusErr(ctx))
+			}
 			return 0, 0, fmt.Errorf("clientlib: cluster layout not known yet (no ClusterView received): %w", ctxStatusErr(ctx))
 		case <-c.ctx.Done():
 			return 0, 0, closedErr{}
@@ -242,6 +267,26 @@ func (c *Client) layout(ctx context.Context) (p, g int, err error) {
 		return 0, 0, c.layoutErr
 	}
 	return c.p, c.g, nil
+}
+
+// setWatchErr records the outcome of a WatchCluster attempt (nil: a view
+// came) and wakes the callers waiting in layout.
+func (c *Client) setWatchErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.watchErr = err
+	close(c.watchErrCh)
+	c.watchErrCh = make(chan struct{})
+}
+
+// isCredentialErr reports a refusal of the client's credential: retrying
+// with the same one cannot help.
+func isCredentialErr(err error) bool {
+	switch status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied:
+		return true
+	}
+	return false
 }
 
 // layoutGrace is how long, with Config.Partitions and Groups set, calls wait

@@ -29,6 +29,9 @@ func (c *Client) watchLoop() {
 		if c.ctx.Err() != nil {
 			return
 		}
+		if !gotView && err != nil {
+			c.setWatchErr(err)
+		}
 		if gotView {
 			backoff = c.cfg.RetryInitial
 		}
@@ -84,6 +87,9 @@ func (c *Client) watchOnce(addr string) (gotView bool, err error) {
 		}
 		if !gotView {
 			c.log.Debug("clientlib: watching cluster", "addr", addr, "served_by", v.ServedBy)
+		}
+		if !gotView {
+			c.setWatchErr(nil)
 		}
 		gotView = true
 		// Before applyView: views counted in Stats carry their config.

@@ -349,3 +349,50 @@ func do(t *testing.T, router routers.Router, base string, c call) string {
 	}
 	return string(b)
 }
+
+// TestOpenAPISecurityMatchesRules: every operation of api/openapi.yaml names
+// the credential its route needs, as the node's access rules (server/rules.go)
+// decide it: the scheme named after the scope, or an explicit empty list for
+// the open routes.
+func TestOpenAPISecurityMatchesRules(t *testing.T) {
+	doc := loadSpec(t)
+	s := startNode(t)
+	for _, r := range s.HTTPRoutes() {
+		scope, ok := server.HTTPRouteScope(r)
+		if !ok {
+			t.Errorf("route %q has no access rule", r)
+			continue
+		}
+		method, path := patternPath(r)
+		item := doc.Paths.Value(path)
+		if item == nil {
+			continue // TestOpenAPICoversEveryRoute names it
+		}
+		ops := item.Operations()
+		if method != "" {
+			ops = map[string]*openapi3.Operation{method: item.GetOperation(method)}
+		}
+		for m, op := range ops {
+			if op == nil {
+				continue
+			}
+			if op.Security == nil {
+				t.Errorf("%s %s: no security requirement; the route needs %q", m, path, scope)
+				continue
+			}
+			var names []string
+			for _, req := range *op.Security {
+				for name := range req {
+					names = append(names, name)
+				}
+			}
+			want := []string{}
+			if scope != "" {
+				want = []string{scope}
+			}
+			if fmt.Sprint(names) != fmt.Sprint(want) {
+				t.Errorf("%s %s: security %v, the route needs %v", m, path, names, want)
+			}
+		}
+	}
+}

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Local three-zone cluster on loopback: `scripts/cluster.sh start` / `stop`,
-# and `restart-node N` (SIGTERM node N, start it again, wait for /readyz).
+# and `restart-node N` (alias `restart N`: SIGTERM node N if it runs, start it
+# again from its data, wait for /readyz) — also how a node that was killed
+# (kill -9) comes back. `start` while some nodes run starts the missing ones.
 # Node i (1..3) is in zone-{a,b,c} and listens on 127.0.0.1:
 #   gRPC 74i0, raft 74i1, gossip 74i2, HTTP 74i3
-# (the leading 74 is $TOLLGATE_CLUSTER_PORT_BASE, two digits, default 74)
+# (the leading 74 is $TOLLGATE_CLUSTER_PORT_BASE, two digits 10..99, default
+# 74: every port stays a four-digit one, below the kernel's ephemeral range)
 # Data, logs, pid files and the admin token go under $TOLLGATE_CLUSTER_DIR
 # (default: ./data/cluster in this checkout, so two checkouts or two users do
 # not share state). The admin token is generated into <dir>/admin-token and
@@ -14,7 +17,7 @@ bin=${TOLLGATE_BIN:-./bin/tollgate}
 dir=${TOLLGATE_CLUSTER_DIR:-$PWD/data/cluster}
 zones=(zone-a zone-b zone-c)
 pb=${TOLLGATE_CLUSTER_PORT_BASE:-74}
-[[ "$pb" =~ ^([1-5][0-9]|6[0-5])$ ]] || { echo "TOLLGATE_CLUSTER_PORT_BASE=$pb: want two digits, 10..65 (ports \${base}i0..\${base}i3)" >&2; exit 2; }
+[[ "$pb" =~ ^[1-9][0-9]$ ]] || { echo "TOLLGATE_CLUSTER_PORT_BASE=$pb: want two digits, 10..99 (ports \${base}i0..\${base}i3)" >&2; exit 2; }
 
 running() { # prints the pids of this cluster's live nodes
   local i f
@@ -53,9 +56,15 @@ fail() {
 }
 
 # launch_node I: start node I in the background (its log is appended to).
+# A first start joins node-1's gossip (node-1 joins nobody); a restart joins
+# the other two, so a restarted node-1 finds the cluster again too.
 launch_node() {
-  local i=$1 join=()
-  [ "$i" -gt 1 ] && join=(--join "127.0.0.1:${pb}12")
+  local i=$1 j join=()
+  if [ -d "$dir/node-$i" ]; then
+    for j in 1 2 3; do [ "$j" -ne "$i" ] && join+=(--join "127.0.0.1:${pb}${j}2"); done
+  elif [ "$i" -gt 1 ]; then
+    join=(--join "127.0.0.1:${pb}12")
+  fi
   "$bin" server --node-id "node-$i" --zone "${zones[$((i-1))]}" --data-dir "$dir/node-$i" \
     --grpc-addr "127.0.0.1:${pb}${i}0" --raft-addr "127.0.0.1:${pb}${i}1" --gossip-addr "127.0.0.1:${pb}${i}2" \
     --http-addr "127.0.0.1:${pb}${i}3" --bootstrap-expect 3 "${join[@]}" --admin-token-file "$dir/admin-token" \
@@ -63,22 +72,29 @@ launch_node() {
   echo $! > "$dir/node-$i.pid"
 }
 
-# restart_node I: graceful stop (SIGTERM: the node hands its leaderships off
-# first), start again with the same flags and data, wait until /readyz is 200.
+# restart_node I: graceful stop when node I runs (SIGTERM: the node hands its
+# leaderships off first), then start it again with the same flags and data and
+# wait until /readyz is 200. A node that is not running (killed, crashed) is
+# just started again.
 restart_node() {
   local i=$1 f="$dir/node-$1.pid" pid
   [[ "$i" =~ ^[123]$ ]] || { echo "restart-node: want 1, 2 or 3, got '$i'" >&2; exit 2; }
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null || { echo "node-$i is not running (no live pid in $f)" >&2; exit 1; }
-  pid=$(cat "$f")
-  kill -TERM "$pid"
-  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then
-    fail "node-$i" "node-$i did not stop within 30s of SIGTERM"
+  [ -d "$dir/node-$i" ] || { echo "node-$i has no data in $dir/node-$i: start the cluster first (make cluster)" >&2; exit 1; }
+  if [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then
+    pid=$(cat "$f")
+    kill -TERM "$pid"
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then
+      fail "node-$i" "node-$i did not stop within 30s of SIGTERM"
+    fi
+  else
+    echo "node-$i is not running; starting it again from $dir/node-$i"
   fi
   launch_node "$i"
   for _ in $(seq 600); do
     kill -0 "$(cat "$f")" 2>/dev/null || fail "node-$i" "node-$i exited during restart"
     if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${pb}${i}3/readyz")" = 200 ]; then
+      echo "node-$i ready (grpc 127.0.0.1:${pb}${i}0)"
       return 0
     fi
     sleep 0.1
@@ -86,10 +102,25 @@ restart_node() {
   fail "node-$i" "node-$i not ready (/readyz) after 60s"
 }
 
+# node_running I: whether node I has a live pid.
+node_running() {
+  local f="$dir/node-$1.pid"
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
 start() {
   if [ -n "$(running)" ]; then
-    echo "a cluster from this checkout runs already (data in $dir); run: make cluster-stop" >&2
-    exit 1
+    local i missing=0
+    for i in 1 2 3; do
+      node_running "$i" && continue
+      missing=1
+      restart_node "$i"
+    done
+    if [ "$missing" -eq 0 ]; then
+      echo "a cluster from this checkout runs already (data in $dir); run: make cluster-stop" >&2
+      exit 1
+    fi
+    return 0
   fi
   [ -x "$bin" ] || go build -o "$bin" ./cmd/tollgate
   mkdir -p "$dir"
@@ -127,6 +158,7 @@ Tollgate cluster running (3 nodes, zones a/b/c); data and logs in $dir
   $bin status
   $bin bench --duration 10s
   kill -9 \$(cat $dir/node-2.pid)      # tracking goes on with two zones
+  scripts/cluster.sh restart 2                 # node-2 again, from its data
   make cluster-stop
 MSG
 }
@@ -143,6 +175,6 @@ stop() {
 case "${1:-}" in
   start) start ;;
   stop) stop ;;
-  restart-node) restart_node "${2:-}" ;;
-  *) echo "usage: $0 start|stop|restart-node N   (state in \${TOLLGATE_CLUSTER_DIR:-./data/cluster})" >&2; exit 2 ;;
+  restart-node|restart) restart_node "${2:-}" ;;
+  *) echo "usage: $0 start|stop|restart N   (state in \${TOLLGATE_CLUSTER_DIR:-./data/cluster})" >&2; exit 2 ;;
 esac

@@ -184,3 +184,12 @@ func meterBodyTenants(r *http.Request) []string {
 	}
 	return out
 }
+
+// HTTPRouteScope returns the credential scope an HTTP route (its mux pattern,
+// as HTTPRoutes lists them) needs once credentials are configured: "" for the
+// open routes. ok is false for a route without a rule. api/openapi.yaml's
+// security requirements are checked against it.
+func HTTPRouteScope(pattern string) (scope string, ok bool) {
+	r, ok := httpRules[pattern]
+	return string(r.scope), ok
+}

@@ -196,6 +196,54 @@ func TestDashboard(t *testing.T) {
 		})
 	shot(t, bctx, "tenant")
 
+	// A tenant whose series all land in group 0: group 0 borrows the other
+	// groups' headroom (movable shares), so their shares drop to 0. A share
+	// of 0 of a limited tenant is headroom lent away, not "unlimited" (the
+	// page once showed ∞ there).
+	if rej := tc.trackLeader(0, "hooli", 0, hashesIn(400, 0, limit)); len(rej) != 0 {
+		t.Fatalf("hooli: %d of %d rejected in group 0 at the tenant's limit", len(rej), limit)
+	}
+	// A fragment change is not a page load: set it in the page.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`location.hash = "#tenant/hooli"; true`)); err != nil {
+		t.Fatalf("open hooli's page: %v", err)
+	}
+	waitPage(t, bctx, "hooli's group 0 at a share of 400, groups 1-3 at a share of 0 lent away, nothing unlimited",
+		`Array.from(document.querySelectorAll("tr[data-group]")).map(r => Array.from(r.cells).map(c => c.innerText.trim()).join("|"))`,
+		func(rows []string) bool {
+			if len(rows) != 4 {
+				return false
+			}
+			for g, r := range rows {
+				c := strings.Split(r, "|") // group, partitions, active, share, usage, status
+				if len(c) != 6 || strings.Contains(r, "∞") || strings.Contains(strings.ToLower(r), "unlimited") {
+					return false
+				}
+				if g == 0 && (c[2] != "400" || c[3] != "400" || c[5] != "at share") {
+					return false
+				}
+				if g > 0 && (c[2] != "0" || c[3] != "0" || c[5] != "lent away") {
+					return false
+				}
+			}
+			return true
+		})
+
+	// A tenant at 21% of its limit whose series all sit in group 1, at 85 of
+	// that group's 100 share: near a group share, not near its limit, and the
+	// tenants page says which (a tenant at 77% read "near limit" beside one
+	// at 78% read "ok", with nothing to tell them apart).
+	if rej := tc.trackLeader(1, "umbrella", 16, hashesIn(500, 16, 85)); len(rej) != 0 {
+		t.Fatalf("umbrella: %d of 85 rejected in group 1", len(rej))
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`location.hash = "#tenants"; true`)); err != nil {
+		t.Fatalf("open the tenants page: %v", err)
+	}
+	waitPage(t, bctx, "umbrella near a group share (group 1), not near its limit", `Array.from(document.querySelectorAll('tr[data-tenant="umbrella"]')).map(r => r.innerText)`,
+		func(rows []string) bool {
+			return len(rows) == 1 && strings.Contains(rows[0], "near a group share") && strings.Contains(rows[0], "group 1") &&
+				strings.Contains(rows[0], "21%") && !strings.Contains(rows[0], "near limit")
+		})
+
 	// Kill the victim: its gossip stops without a leave message — what kill
 	// -9 looks like to the others — and then the rest of it stops. The page
 	// must turn it failed.

@@ -207,7 +207,8 @@ func newStatusCmd() *cobra.Command {
 						printClock(cmd.OutOrStdout(), off) // clockstatus.go
 					}
 				}
-				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)), downError(down(st)))
+				return errors.Join(leaderlessError(leaderless(st.GetView())), haltedError(halted(st)), downError(down(st)),
+					unreachableError(unreachable(st)))
 			})
 		},
 	}
@@ -289,6 +290,41 @@ func leaderlessError(groups []uint32) error {
 		return nil
 	}
 	return fmt.Errorf("groups %s have no leader: tracking for their partitions fails until a quorum of their voters is up (see the VOTERS column, and the nodes' logs)", groupList(groups))
+}
+
+// unreachable lists the voters the answering node could not ask for their
+// state: a killed or partitioned node that still holds replicas. Members that
+// left (a graceful leave, a decommission) and failed members no group counts
+// as a voter any more (removed with raft remove-server after they died; gossip
+// lists them as failed for a long while) are no fault.
+func unreachable(st *api.StatusResponse) []string {
+	left := map[string]bool{}
+	for _, m := range st.GetView().GetMembers() {
+		left[m.Id] = m.Status == "left" || m.Status == "leaving"
+	}
+	voter := map[string]bool{}
+	for _, gi := range st.GetView().GetGroupInfo() {
+		for _, v := range gi.Voters {
+			voter[v] = true
+		}
+	}
+	var out []string
+	for _, id := range st.GetUnreachable() {
+		if !left[id] && voter[id] {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// unreachableError makes the command exit non-zero when a member does not
+// answer: every group keeps a quorum while one zone is down, but one more
+// failure can take it.
+func unreachableError(ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	return fmt.Errorf("unreachable: %s: a killed or partitioned node; its groups elect other leaders within seconds, and one more failure can leave them without a quorum (see UNREACHABLE above)", strings.Join(ids, ", "))
 }
 
 // haltedReplica is one halted (node, group) replica of a status answer.
@@ -468,6 +504,14 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	// VER: the highest cluster version the member's build supports.
 	// REPLICAS: the groups the member is a voter of, per the groups' leaders.
 	replicas := replicaCounts(st)
+	// A node killed a moment ago is still "alive" in gossip (failure
+	// detection takes a few seconds) and may still be named as the leader of
+	// its groups until they time out its heartbeats (about a second or two):
+	// the answering node's failed call to it is fresher, so say so.
+	gone := map[string]bool{}
+	for _, id := range unreachable(st) {
+		gone[id] = true
+	}
 	fmt.Fprintln(w, "ZONE\tNODE\tSTATUS\tVER\tGRPC\tRAFT\tREPLICAS\tLEADS")
 	for _, m := range members {
 		ver := "?" // a server from before the field
@@ -475,6 +519,9 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 			ver = fmt.Sprint(m.ClusterVersion)
 		}
 		stat := m.Status
+		if gone[m.Id] && stat == "alive" {
+			stat = "unreachable"
+		}
 		if m.Decommissioning {
 			stat += ",draining" // tollgate node drain
 		}
@@ -497,6 +544,8 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		leader := gi.LeaderId
 		if leader == "" {
 			leader = "NONE"
+		} else if gone[leader] {
+			leader += " (unreachable)" // stale: a new leader is elected within seconds
 		}
 		var applied []string
 		var series uint64
@@ -518,6 +567,9 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	printPlacement(out, st) // node.go
 	if len(st.Unreachable) > 0 {
 		fmt.Fprintf(out, "\nunreachable: %s\n", strings.Join(st.Unreachable, ", "))
+	}
+	if ids := unreachable(st); len(ids) > 0 {
+		fmt.Fprintf(out, "UNREACHABLE: %s: the answering node's calls to it fail\n", strings.Join(ids, ", "))
 	}
 	if ll := leaderless(v); len(ll) > 0 {
 		fmt.Fprintf(out, "\nNO LEADER in groups %s\n", groupList(ll))

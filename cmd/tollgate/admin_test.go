@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -76,5 +78,33 @@ func TestRetryCallTransferTimeout(t *testing.T) {
 	other := status.Error(codes.Internal, "group 2: transfer leadership: something else")
 	if _, err := retryCall(context.Background(), func(context.Context) (int, error) { calls++; return 0, other }); calls != 1 || err != other {
 		t.Errorf("%v: %d calls, err %v", other, calls, err)
+	}
+}
+
+// status fails for an unreachable voter (a killed node that still holds
+// replicas), marks it and its stale leaderships, and lets pass members that
+// left or that no group counts as a voter (removed after they died).
+func TestStatusUnreachableVoters(t *testing.T) {
+	st := &api.StatusResponse{
+		View: &api.ClusterView{
+			Members: []*api.Member{
+				{Id: "n1", Zone: "a", Status: "alive"}, {Id: "n2", Zone: "b", Status: "alive"},
+				{Id: "n3", Zone: "c", Status: "failed"}, {Id: "n4", Zone: "c", Status: "left"},
+			},
+			GroupInfo: []*api.GroupInfo{{Group: 0, LeaderId: "n2", Voters: []string{"n1", "n2", "n4"}}},
+		},
+		Unreachable: []string{"n2", "n3", "n4"},
+	}
+	if got := unreachable(st); fmt.Sprint(got) != "[n2]" {
+		t.Fatalf("unreachable %v, want [n2]: n3 holds no replica, n4 left", got)
+	}
+	if err := unreachableError(unreachable(st)); err == nil || !strings.Contains(err.Error(), "n2") {
+		t.Fatalf("error %v, want one naming n2", err)
+	}
+	var out strings.Builder
+	printStatus(&out, st)
+	if !regexp.MustCompile(`(?m)^b\s+n2\s+unreachable\s`).MatchString(out.String()) || !strings.Contains(out.String(), "n2 (unreachable)") ||
+		!strings.Contains(out.String(), "UNREACHABLE: n2") {
+		t.Fatalf("status output does not mark n2:\n%s", out.String())
 	}
 }

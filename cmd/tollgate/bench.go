@@ -409,7 +409,10 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 				}
 				t := (w + i*o.concurrency) % o.tenants
 				p := r.IntN(o.partitions)
-				hashes, nNew := b.request(t, p, r, hashes[:0])
+				hashes, nNew, p := b.request(t, p, r, hashes[:0])
+				if len(hashes) == 0 {
+					continue // nothing in any partition yet: the next request will have
+				}
 				// The request's deadline comes from ctx, not runCtx: requests in
 				// flight when the run ends finish normally and are not counted,
 				// instead of failing with DeadlineExceeded (the server's copy of
@@ -559,29 +562,60 @@ func pace(ctx context.Context, start time.Time, interval time.Duration, out chan
 	}
 }
 
-// request fills hashes with one request for tenant t in partition p: first the
-// new series (nNew of them), then refreshes of series sent before.
-func (b *benchState) request(t, p int, r *rand.Rand, hashes []uint64) ([]uint64, int) {
+// request fills hashes with one request for tenant t in partition p (or,
+// once the tenant's universe is used up and p holds none of it, in a
+// partition that does; the partition used is returned): first the new series
+// (nNew of them), then refreshes of series sent before. Empty when there is
+// nothing to send yet (another worker reserved the last new series and has
+// not sent them).
+func (b *benchState) request(t, p int, r *rand.Rand, hashes []uint64) ([]uint64, int, int) {
 	o := b.o
-	nNew := int(math.Round(o.newFraction * float64(o.requestSize)))
-	if b.created[t].Load() >= o.seriesPerTenant {
-		nNew = 0
+	want := int64(math.Round(o.newFraction * float64(o.requestSize)))
+	if b.next[t][p].Load() == 0 {
+		want = int64(o.requestSize) // nothing to refresh in this partition yet
 	}
-	have := b.next[t][p].Load()
-	if have == 0 {
-		nNew = o.requestSize // nothing to refresh in this partition yet
+	nNew := b.reserve(t, want)
+	if nNew == 0 && b.next[t][p].Load() == 0 {
+		for i := 1; i < o.partitions; i++ {
+			if q := (p + i) % o.partitions; b.next[t][q].Load() > 0 {
+				p = q
+				break
+			}
+		}
 	}
 	if nNew > 0 {
-		k0 := b.next[t][p].Add(int64(nNew)) - int64(nNew)
-		b.created[t].Add(int64(nNew))
-		for k := k0; k < k0+int64(nNew); k++ {
+		k0 := b.next[t][p].Add(nNew) - nNew
+		for k := k0; k < k0+nNew; k++ {
 			hashes = append(hashes, b.hash(t, p, k))
 		}
+	}
+	// Refreshes draw from the series created before this request's own.
+	have := b.next[t][p].Load() - nNew
+	if have <= 0 {
+		return hashes, int(nNew), p
 	}
 	for len(hashes) < o.requestSize {
 		hashes = append(hashes, b.hash(t, p, r.Int64N(have)))
 	}
-	return hashes, nNew
+	return hashes, int(nNew), p
+}
+
+// reserve takes up to want new series from tenant t's universe
+// (--series-per-tenant) and returns how many it got: concurrent workers never
+// create more than the universe between them (a check-then-add let each
+// worker past the check add a whole request, 8–17 % over).
+func (b *benchState) reserve(t int, want int64) int64 {
+	for want > 0 {
+		cur := b.created[t].Load()
+		n := min(want, b.o.seriesPerTenant-cur)
+		if n <= 0 {
+			return 0
+		}
+		if b.created[t].CompareAndSwap(cur, cur+n) {
+			return n
+		}
+	}
+	return 0
 }
 
 // prefill creates seriesPerTenant series for every tenant, spread evenly over
@@ -596,7 +630,15 @@ func (b *benchState) prefill(ctx context.Context, c *clientlib.Client) error {
 		firstErr error
 	)
 	var wg sync.WaitGroup
-	perPart := (o.seriesPerTenant + int64(o.partitions) - 1) / int64(o.partitions)
+	// Exactly --series-per-tenant per tenant: the first series%partitions
+	// partitions take one more than the others.
+	perPartOf := func(p int) int64 {
+		n := o.seriesPerTenant / int64(o.partitions)
+		if int64(p) < o.seriesPerTenant%int64(o.partitions) {
+			n++
+		}
+		return n
+	}
 	for range o.concurrency {
 		wg.Add(1)
 		go func() {
@@ -606,6 +648,7 @@ func (b *benchState) prefill(ctx context.Context, c *clientlib.Client) error {
 				if failed.Load() {
 					continue // drain the queue so the producer never blocks
 				}
+				perPart := perPartOf(j.p)
 				for k0 := int64(0); k0 < perPart; k0 += int64(o.requestSize) {
 					hashes = hashes[:0]
 					for k := k0; k < min(perPart, k0+int64(o.requestSize)); k++ {

@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
 )
 
@@ -119,4 +124,60 @@ func TestBenchPaceFollowsTheSchedule(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// Concurrent workers create exactly --series-per-tenant new series between
+// them, however the universe divides into requests and partitions (workers
+// checked the count and then added a whole request each: 8–17 % over), and
+// every request is in the partition it says.
+func TestBenchUniverseIsExact(t *testing.T) {
+	for _, tc := range []struct {
+		series   int64
+		fraction float64
+	}{{100_000, 0.5}, {12_345, 1}, {999, 0.1}} {
+		o := benchOpts{tenants: 2, partitions: 64, requestSize: 1000, newFraction: tc.fraction, seriesPerTenant: tc.series}
+		b := &benchState{o: o, created: make([]atomic.Int64, o.tenants), next: make([][]atomic.Int64, o.tenants)}
+		for t := range b.next {
+			b.next[t] = make([]atomic.Int64, o.partitions)
+		}
+		var mu sync.Mutex
+		newSeen := map[uint64]bool{}
+		var wg sync.WaitGroup
+		for w := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(uint64(w), 1))
+				for i := 0; i < 400; i++ {
+					t0 := i % o.tenants
+					hs, nNew, p := b.request(t0, r.IntN(o.partitions), r, nil)
+					if nNew > len(hs) {
+						panic("more new series than hashes")
+					}
+					mu.Lock()
+					for _, h := range hs[:nNew] {
+						if newSeen[h] {
+							panic("a new series sent twice")
+						}
+						newSeen[h] = true
+					}
+					mu.Unlock()
+					for _, h := range hs {
+						if got := api.Partition(h, o.partitions); got != p {
+							panic(fmt.Sprintf("hash %#x of partition %d in a request for %d", h, got, p))
+						}
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for t0 := range o.tenants {
+			if c := b.created[t0].Load(); c != tc.series {
+				t.Errorf("series %d, new fraction %v: tenant %d created %d", tc.series, tc.fraction, t0, c)
+			}
+		}
+		if want := int(tc.series) * o.tenants; len(newSeen) != want {
+			t.Errorf("series %d: %d distinct new series sent, want %d", tc.series, len(newSeen), want)
+		}
+	}
 }

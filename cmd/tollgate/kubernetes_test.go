@@ -151,8 +151,9 @@ func stripComments(doc string) string {
 	return b.String()
 }
 
-// jsonPatchOp is one RFC 6902 operation; add and replace are what the
-// overlays use, anything else fails the test rather than being ignored.
+// jsonPatchOp is one RFC 6902 operation; add, replace, and test and remove on
+// object members are what the overlays use, anything else fails the test
+// rather than being ignored.
 type jsonPatchOp struct {
 	Op    string `json:"op"`
 	Path  string `json:"path"`
@@ -160,7 +161,7 @@ type jsonPatchOp struct {
 }
 
 func (op jsonPatchOp) apply(doc map[string]any) error {
-	if op.Op != "add" && op.Op != "replace" {
+	if op.Op != "add" && op.Op != "replace" && op.Op != "test" && op.Op != "remove" {
 		return fmt.Errorf("op %q is not supported here", op.Op)
 	}
 	parts := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")
@@ -189,8 +190,21 @@ func (op jsonPatchOp) apply(doc map[string]any) error {
 	last := parts[len(parts)-1]
 	switch n := parent.(type) {
 	case map[string]any:
-		if _, ok := n[last]; op.Op == "replace" && !ok {
-			return fmt.Errorf("replace: no %q", last)
+		v, ok := n[last]
+		switch op.Op {
+		case "test":
+			if !ok || fmt.Sprint(v) != fmt.Sprint(op.Value) {
+				return fmt.Errorf("test: %q is %v, want %v", last, v, op.Value)
+			}
+			return nil
+		case "remove", "replace":
+			if !ok {
+				return fmt.Errorf("%s: no %q", op.Op, last)
+			}
+			if op.Op == "remove" {
+				delete(n, last)
+				return nil
+			}
 		}
 		n[last] = op.Value
 		return nil
@@ -278,19 +292,83 @@ func decodeAll(t *testing.T, ms []manifest) rendered {
 	return r
 }
 
+// k8sNamespace is the namespace the pods are rendered in (the README's);
+// nothing in the manifests may depend on it.
+const k8sNamespace = "tollgate"
+
+// kustomizations lists every directory under deployments/kubernetes with a
+// kustomization.yaml, relative to it: each is rendered and checked, so an
+// overlay added later is tested without touching this file.
+func kustomizations(t *testing.T) []string {
+	t.Helper()
+	var dirs []string
+	err := filepath.WalkDir(k8sDir, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && d.Name() == "kustomization.yaml" {
+			rel, err := filepath.Rel(k8sDir, filepath.Dir(p))
+			if err != nil {
+				return err
+			}
+			dirs = append(dirs, filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(dirs, "base") || !slices.Contains(dirs, "overlays/tls") {
+		t.Fatalf("kustomizations %v: want base and overlays/tls among them", dirs)
+	}
+	return dirs
+}
+
 func TestKubernetesManifests(t *testing.T) {
-	for _, tc := range []struct {
-		dir string
-		tls bool
-	}{{"base", false}, {"overlays/tls", true}} {
-		t.Run(strings.ReplaceAll(tc.dir, "/", "_"), func(t *testing.T) {
-			r := decodeAll(t, render(t, filepath.Join(k8sDir, tc.dir)))
-			checkKubernetes(t, r, tc.tls)
+	for _, dir := range kustomizations(t) {
+		t.Run(strings.ReplaceAll(dir, "/", "_"), func(t *testing.T) {
+			r := decodeAll(t, render(t, filepath.Join(k8sDir, dir)))
+			// overlays/single-zone is the one that may double up a zone
+			// (for kind and other one-zone clusters; its file says so).
+			checkKubernetes(t, r, strings.Contains(dir, "tls"), dir != "overlays/single-zone")
 		})
 	}
 }
 
-func checkKubernetes(t *testing.T, r rendered, wantTLS bool) {
+// zoneSpreadAdmits simulates the scheduler's PodTopologySpread filter with
+// DoNotSchedule constraints over zones: pods already placed per zone, the
+// zones that have a schedulable node, and whether a new pod may go to zone.
+// Kubernetes' rule: skew = pods in the zone after placing − the global
+// minimum over eligible zones, where the minimum is 0 when fewer zones are
+// eligible than minDomains; a pod fits when skew ≤ maxSkew for every
+// constraint.
+func zoneSpreadAdmits(cs []corev1.TopologySpreadConstraint, podLabels labels.Set, placed map[string]int, zones []string, zone string) bool {
+	for _, c := range cs {
+		s, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil || c.TopologyKey != corev1.LabelTopologyZone || c.WhenUnsatisfiable != corev1.DoNotSchedule || !s.Matches(podLabels) {
+			continue
+		}
+		minDomains := int32(1)
+		if c.MinDomains != nil {
+			minDomains = *c.MinDomains
+		}
+		globalMin := -1
+		for _, z := range zones {
+			if globalMin < 0 || placed[z] < globalMin {
+				globalMin = placed[z]
+			}
+		}
+		if int32(len(zones)) < minDomains {
+			globalMin = 0
+		}
+		if placed[zone]+1-globalMin > int(c.MaxSkew) {
+			return false
+		}
+	}
+	return true
+}
+
+func checkKubernetes(t *testing.T, r rendered, wantTLS, wantOnePerZone bool) {
 	sts := r.sts
 	pod := sts.Spec.Template
 	if sts.Spec.Replicas == nil || *sts.Spec.Replicas != 3 {
@@ -321,6 +399,21 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS bool) {
 	}
 	if !zoneSpread {
 		t.Error("no topologySpreadConstraint with maxSkew 1 over topology.kubernetes.io/zone (DoNotSchedule) selecting the pods")
+	}
+	// One pod per zone, enforced: with one pod in each of two zones and no
+	// third zone with room, the third pod must stay Pending rather than
+	// join a zone (losing that zone would then lose every group's quorum).
+	// maxSkew 1 alone admits it (skew 2−1).
+	two := map[string]int{"zone-a": 1, "zone-b": 1}
+	doubles := zoneSpreadAdmits(pod.Spec.TopologySpreadConstraints, podLabels, two, []string{"zone-a", "zone-b"}, "zone-a")
+	if wantOnePerZone && doubles {
+		t.Error("the zone spread lets a second pod into a zone when only two zones have room: want minDomains equal to the replicas")
+	}
+	if !zoneSpreadAdmits(pod.Spec.TopologySpreadConstraints, podLabels, two, []string{"zone-a", "zone-b", "zone-c"}, "zone-c") {
+		t.Error("the zone spread refuses the third pod in an empty third zone")
+	}
+	if !wantOnePerZone && !zoneSpreadAdmits(pod.Spec.TopologySpreadConstraints, podLabels, map[string]int{"zone-a": 2}, []string{"zone-a"}, "zone-a") {
+		t.Error("a single-zone overlay must let all pods into one zone")
 	}
 
 	// Services: the headless one is the StatefulSet's, both select the pods,
@@ -435,12 +528,30 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS bool) {
 				t.Errorf("%s: %s %s must listen on every interface of the pod", podName, a.flag, a.addr)
 			}
 		}
-		peer := podName + "." + headless.Name
+		// Advertised names are fully qualified: clients learn them from the
+		// cluster view, and one in another namespace cannot resolve a short
+		// name. The cluster domain comes from the ConfigMap (configurable).
+		domain := r.configMaps["tollgate-config"].Data["cluster-domain"]
+		if domain == "" {
+			t.Fatalf("ConfigMap tollgate-config: no cluster-domain")
+		}
+		peer := podName + "." + headless.Name + "." + k8sNamespace + ".svc." + domain
 		for _, a := range []struct{ flag, addr, port string }{
 			{"grpc_advertise", cfg.GRPCAdvertise, "grpc"}, {"raft_advertise", cfg.RaftAdvertise, "raft"},
 		} {
 			if a.addr != net.JoinHostPort(peer, fmt.Sprint(cports[a.port].ContainerPort)) {
-				t.Errorf("%s: %s %q, want the pod's stable name %s and port %s", podName, a.flag, a.addr, peer, a.port)
+				t.Errorf("%s: %s %q, want the pod's fully qualified name %s and port %s", podName, a.flag, a.addr, peer, a.port)
+			}
+		}
+		if wantTLS {
+			// The documented certificate is valid for the name peers dial.
+			blk, _ := pem.Decode([]byte(testSecret(t, "tollgate-tls", "tls.crt")))
+			cert, err := x509.ParseCertificate(blk.Bytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cert.VerifyHostname(peer); err != nil {
+				t.Errorf("%s: the certificate README.md makes does not cover the advertised name: %v", podName, err)
 			}
 		}
 		if host, _, _ := net.SplitHostPort(cfg.GossipAdvertise); net.ParseIP(host) == nil {
@@ -503,6 +614,12 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS bool) {
 	default:
 		t.Error("PDB sets neither maxUnavailable nor minAvailable")
 	}
+	// Readiness is cluster-wide (every group has a leader): when a quorum
+	// is lost every pod is unready, and AlwaysAllow would let a drain evict
+	// them all. Unset is IfHealthyBudget.
+	if p := r.pdb.Spec.UnhealthyPodEvictionPolicy; p != nil && *p == policyv1.AlwaysAllow {
+		t.Error("PDB unhealthyPodEvictionPolicy AlwaysAllow: with a cluster-wide readiness every pod is unready when a quorum is lost, and all could be evicted; want IfHealthyBudget")
+	}
 }
 
 // loadPodSettings expands the container's command line as the kubelet does for
@@ -554,6 +671,18 @@ func loadPodSettings(t *testing.T, r rendered, c corev1.Container, podName, podI
 			env[e.Name] = podName
 		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "status.podIP":
 			env[e.Name] = podIP
+		case e.ValueFrom.FieldRef != nil && e.ValueFrom.FieldRef.FieldPath == "metadata.namespace":
+			env[e.Name] = k8sNamespace
+		case e.ValueFrom.ConfigMapKeyRef != nil:
+			cm := r.configMaps[e.ValueFrom.ConfigMapKeyRef.Name]
+			v, ok := "", false
+			if cm != nil {
+				v, ok = cm.Data[e.ValueFrom.ConfigMapKeyRef.Key]
+			}
+			if !ok {
+				t.Fatalf("env %s: ConfigMap %s has no key %s", e.Name, e.ValueFrom.ConfigMapKeyRef.Name, e.ValueFrom.ConfigMapKeyRef.Key)
+			}
+			env[e.Name] = v
 		case e.ValueFrom.SecretKeyRef != nil:
 			env[e.Name] = testSecret(t, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key)
 		default:
@@ -634,7 +763,7 @@ func testSecret(t *testing.T, secret, key string) string {
 		dir := filepath.Join(os.TempDir(), fmt.Sprintf("tollgate-k8s-pki-%d", os.Getpid()))
 		t.Cleanup(func() { os.RemoveAll(dir) })
 		files, err := tlsutil.InitDev(tlsutil.DevOptions{Dir: dir, Nodes: []string{"tollgate"},
-			Hosts: []string{"*.tollgate-peer", "tollgate"}, Force: true})
+			Hosts: readmeCertHosts(t), Force: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -655,7 +784,7 @@ func testSecret(t *testing.T, secret, key string) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := cert.VerifyHostname("tollgate-2.tollgate-peer"); err != nil {
+		if err := cert.VerifyHostname("tollgate-2.tollgate-peer.tollgate.svc.cluster.local"); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { clear(testPKI) })
@@ -713,6 +842,21 @@ func hasPort(s *corev1.Service, name string) bool {
 		}
 	}
 	return false
+}
+
+// readmeCertHosts returns the --hosts of README.md's `tollgate tls init`:
+// the test's certificate is the one the operator is told to make.
+func readmeCertHosts(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(k8sDir, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`--hosts '([^']+)'`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("deployments/kubernetes/README.md: no `tollgate tls init ... --hosts '...'`")
+	}
+	return strings.Split(string(m[1]), ",")
 }
 
 func TestKubernetesReadmeNamesSecrets(t *testing.T) {

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -270,5 +272,47 @@ func TestStatusShowsVersionsAndHalts(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Fatalf("status:\n%s", out)
+	}
+}
+
+// track and bench with a missing or wrong token: the error names the
+// credential, instead of the 10 s "cluster layout not known yet" timeout a
+// refused WatchCluster stream used to turn into.
+func TestTrackAndBenchReportRefusedToken(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("right-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := startDev(t, bin, filepath.Join(dir, "data"), [3]string{freePort(t), freePort(t), freePort(t)}, "--admin-token-file", tokenFile)
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+	for _, tc := range []struct {
+		name  string
+		token string
+		args  []string
+	}{
+		{"track, no token", "", []string{"track", "--tenant", "a", "--count", "1"}},
+		{"track, wrong token", "wrong-token", []string{"track", "--tenant", "a", "--count", "1"}},
+		{"bench, wrong token", "wrong-token", []string{"bench", "--duration", "2s"}},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second) // hang guard
+		cmd := exec.CommandContext(ctx, bin, tc.args...)
+		cmd.Env = append(os.Environ(), "TOLLGATE_ADDR="+p.grpc, "TOLLGATE_ADMIN_TOKEN="+tc.token)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		if err == nil || !strings.Contains(string(out), "refuses this client's credential") || !strings.Contains(string(out), "Unauthenticated") ||
+			strings.Contains(string(out), "layout not known yet") {
+			t.Errorf("%s: err=%v\n%s", tc.name, err, out)
+		}
+	}
+	// The right token works.
+	cmd := exec.Command(bin, "track", "--tenant", "a", "--count", "1")
+	cmd.Env = append(os.Environ(), "TOLLGATE_ADDR="+p.grpc, "TOLLGATE_ADMIN_TOKEN=right-token")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "1 accepted") {
+		t.Fatalf("right token: %v\n%s", err, out)
 	}
 }

@@ -90,7 +90,7 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if waitUntilReady(ctx, srv, log, 250*time.Millisecond) {
-		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir, cfg.LimitsReload)
+		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir, cfg.LimitsReload, s.source["default-max-series"])
 		fmt.Fprintf(cmd.OutOrStdout(), "  tls:      %s\n", serverTLSInfo(cfg.TLS))
 		<-ctx.Done()
 	}
@@ -127,7 +127,11 @@ func waitUntilReady(ctx context.Context, srv readiness, log *slog.Logger, poll t
 	}
 }
 
-func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.Duration) {
+// printBanner prints the ready banner. settingFrom is where the settings
+// loader found --default-max-series ("--default-max-series", "env …", the
+// config file, "default"): the banner names it, since a value from YAML or
+// the environment is not "from the flag".
+func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.Duration, settingFrom string) {
 	gossip := srv.GossipAddr()
 	if gossip == "" {
 		gossip = "off (single node)"
@@ -137,7 +141,14 @@ func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.
 	if li.DefaultMaxSeries == 0 {
 		limit = "unlimited"
 	}
-	limit += " (from the " + li.DefaultFrom + ")"
+	switch {
+	case li.DefaultFrom != "flag": // the replicated runtime config
+		limit += " (from the " + li.DefaultFrom + ")"
+	case settingFrom == "" || settingFrom == "default":
+		limit += " (the default; --default-max-series)"
+	default:
+		limit += " (from " + settingFrom + ")"
+	}
 	limits := "file: none (--limits-file)"
 	if li.File != "" {
 		limits = fmt.Sprintf("file: %s (%d tenant overrides, re-read every %v)", li.File, li.Overrides, reload)
@@ -149,7 +160,16 @@ func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.
 		}
 	}
 	fmt.Fprintf(out, "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     %s\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  limits:   default max_series per tenant: %s; %s\n",
-		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), srv.RaftAddr(), gossip, dataDir, limit, limits)
+		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), raftListen(srv.RaftAddr()), gossip, dataDir, limit, limits)
+}
+
+// raftListen is the raft address without the incarnation suffix ("#…") the
+// node gossips with it: the banner says where the node listens, what a
+// person types into --join or a firewall rule; `tollgate status` shows the
+// incarnation.
+func raftListen(addr string) string {
+	a, _, _ := strings.Cut(addr, "#")
+	return a
 }
 
 func httpLine(srv *server.Server) string {

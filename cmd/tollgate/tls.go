@@ -132,12 +132,18 @@ type clientTLSOpts struct {
 }
 
 func (o *clientTLSOpts) register(f *pflag.FlagSet) {
+	o.registerTLS(f)
+	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with credentials; tracking needs the track scope (env TOLLGATE_TOKEN; default TOLLGATE_ADMIN_TOKEN, which satisfies every scope)")
+}
+
+// registerTLS registers the TLS flags only (commands with a token flag of
+// their own).
+func (o *clientTLSOpts) registerTLS(f *pflag.FlagSet) {
 	f.StringVar(&o.ca, "cacert", os.Getenv("TOLLGATE_CACERT"), "CA certificate (PEM) that signed the nodes' certificates; turns TLS on (env TOLLGATE_CACERT)")
 	f.StringVar(&o.cert, "cert", os.Getenv("TOLLGATE_CERT"), "client certificate (PEM) for clusters that require one; turns TLS on (env TOLLGATE_CERT)")
 	f.StringVar(&o.key, "key", os.Getenv("TOLLGATE_KEY"), "private key of --cert (env TOLLGATE_KEY)")
 	f.StringVar(&o.serverName, "tls-server-name", os.Getenv("TOLLGATE_TLS_SERVER_NAME"), "name to verify in the nodes' certificates (default: the host dialled) (env TOLLGATE_TLS_SERVER_NAME)")
 	f.BoolVar(&o.on, "tls", envBool("TOLLGATE_TLS"), "use TLS with the system's CA roots (implied by --cacert/--cert) (env TOLLGATE_TLS)")
-	f.StringVar(&o.token, "client-token", os.Getenv("TOLLGATE_TOKEN"), "bearer token for clusters with credentials; tracking needs the track scope (env TOLLGATE_TOKEN; default TOLLGATE_ADMIN_TOKEN, which satisfies every scope)")
 }
 
 // bearer is the token the client commands send: --client-token or

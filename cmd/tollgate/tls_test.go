@@ -137,6 +137,18 @@ func TestCLIOverTLS(t *testing.T) {
 	if out, err := run(tlsEnv, "health", "--http-addr", addrs[1]); err != nil || !strings.Contains(out, "ready") {
 		t.Fatalf("health over TLS: %v\n%s", err, out)
 	}
+	// usage query/bill over the node's HTTPS listener with the same CA file
+	// (it once spoke plaintext HTTP only).
+	bill := []string{"usage", "bill", "--http", addrs[1], "--tenant", "t", "--from", "2026-11-01T00:00:00Z", "--to", "2026-12-01T00:00:00Z"}
+	if out, err := run(tlsEnv, bill...); err != nil || !strings.Contains(out, "p95 active series") {
+		t.Fatalf("usage bill over TLS: %v\n%s", err, out)
+	}
+	if out, err := run(tlsEnv, "usage", "query", "--http", addrs[1], "--organization-id", "o", "--from", "2026-11-01T00:00:00Z"); err != nil {
+		t.Fatalf("usage query over TLS: %v\n%s", err, out)
+	}
+	if out, err := run(nil, bill...); err == nil {
+		t.Fatalf("plaintext usage bill against a TLS node succeeded:\n%s", out)
+	}
 	if out, err := run(tlsEnv, "status", "--addr", addrs[0]); err != nil || !strings.Contains(out, "dev") {
 		t.Fatalf("status over TLS with the token: %v\n%s", err, out)
 	}

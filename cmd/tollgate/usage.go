@@ -25,18 +25,27 @@ import (
 func newUsageCmd() *cobra.Command {
 	var addr, token string
 	var asJSON bool
+	var tlsOpts clientTLSOpts // query and bill: HTTPS to a node serving TLS (--cacert, …)
 	cmd := &cobra.Command{Use: "usage", Short: "Metering: query usage records, compute active-series bills, drive the test clock"}
-	cmd.PersistentFlags().StringVar(&addr, "http", "127.0.0.1:7380", "a node's HTTP address")
+	cmd.PersistentFlags().StringVar(&addr, "http", "127.0.0.1:7380", "a node's HTTP address (https:// when a TLS option is set: --cacert, --cert, --tls)")
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print the server's JSON")
 	cmd.PersistentFlags().StringVar(&token, "client-token", os.Getenv("TOLLGATE_TOKEN"),
 		"bearer token with the read scope, for nodes with credentials (env TOLLGATE_TOKEN; default TOLLGATE_ADMIN_TOKEN)")
 
 	get := func(cmd *cobra.Command, path string, q url.Values, v any) error {
+		tc, err := tlsOpts.config()
+		if err != nil {
+			return fmt.Errorf("usage: %w", err)
+		}
 		base := addr
 		if !strings.Contains(base, "://") {
-			base = "http://" + base
+			scheme := "http://"
+			if tc != nil {
+				scheme = "https://"
+			}
+			base = scheme + base
 		}
-		c := &http.Client{Timeout: 30 * time.Second}
+		c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
 		req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, base+path+"?"+q.Encode(), nil)
 		if err != nil {
 			return fmt.Errorf("usage: %w", err)
@@ -148,6 +157,8 @@ milliseconds or RFC 3339. The last column is the duration measure in ms
 	bill.Flags().StringVar(&tenant, "tenant", "", "tenant id")
 	bill.Flags().StringVar(&bfrom, "from", "", "start (Unix ms or RFC 3339)")
 	bill.Flags().StringVar(&bto, "to", "", "end, exclusive")
+	tlsOpts.registerTLS(query.Flags())
+	tlsOpts.registerTLS(bill.Flags())
 	cmd.AddCommand(query, bill, newUsageClockCmd(&asJSON))
 	return cmd
 }

@@ -93,10 +93,15 @@
     return `<div class="bar ${cls}"><div style="width:${(f * 100).toFixed(1)}%"></div></div>`;
   }
 
+  // A tenant is near its limit overall (≥ the near-limit fraction of
+  // max_series) or in a group (≥ that fraction of the group's share): the
+  // second can make a tenant at 77% "near" beside one at 78% that is "ok", so
+  // the pill says which, and the groups are listed beside it.
   function tenantStatus(t, nearFraction) {
     if (!t.limit) return `<span class="pill grey">unlimited</span>`;
     if (t.fraction >= 1) return `<span class="pill red">at limit</span>`;
-    if (t.near) return `<span class="pill amber">near limit</span>`;
+    if (t.near && t.fraction >= nearFraction) return `<span class="pill amber">near limit</span>`;
+    if (t.near) return `<span class="pill amber" title="below ${fmtPct(nearFraction)} of max_series overall, but at least that much of its share in a group">near a group share</span>`;
     return `<span class="pill green">ok</span>`;
   }
 
@@ -253,17 +258,27 @@
     const fraction = limit ? total / limit : 0;
     const groups = ov ? ov.groups || [] : [];
     let nearGroups = 0;
+    // A group's share is 0 in two different cases: the tenant has no limit
+    // (every share is 0 = unlimited), or it has one and the group lent all
+    // its headroom to other groups (movable shares). Only the first is
+    // unlimited; the second is a share of 0, at share once anything is in it.
     const rows = perGroup.map((n, g) => {
       const share = num(shares[g]);
-      const f = share ? num(n) / share : 0;
+      const unlimited = !limit;
+      const lent = !unlimited && share <= 0;
+      const f = share > 0 ? num(n) / share : lent && num(n) > 0 ? 1 : 0;
       const isNear = share > 0 && f >= nearFrac;
       if (isNear) nearGroups++;
       const parts = groups[g] ? `${groups[g].partitions[0]}–${groups[g].partitions[1] - 1}` : "";
+      const statusPill = unlimited ? `<span class="pill grey">unlimited</span>` :
+        f >= 1 ? `<span class="pill red">at share</span>` :
+        lent ? `<span class="pill grey" title="this group lent its headroom to other groups; it borrows back before refusing">lent away</span>` :
+        isNear ? `<span class="pill amber">near limit</span>` : `<span class="pill green">ok</span>`;
       return `<tr class="${f >= 1 ? "row-full" : isNear ? "row-near" : ""}" data-group="${g}">
         <td class="num">${g}</td><td>${parts}</td>
-        <td class="num">${fmtInt(n)}</td><td class="num">${share ? fmtInt(share) : "∞"}</td>
-        <td><div class="usage">${share ? usageBar(f, isNear) : ""}<span class="pct">${share ? fmtPct(f) : ""}</span></div></td>
-        <td>${!share ? `<span class="pill grey">unlimited</span>` : f >= 1 ? `<span class="pill red">at share</span>` : isNear ? `<span class="pill amber">near limit</span>` : `<span class="pill green">ok</span>`}</td>
+        <td class="num">${fmtInt(n)}</td><td class="num">${unlimited ? "∞" : fmtInt(share)}</td>
+        <td><div class="usage">${share > 0 ? usageBar(f, isNear) : ""}<span class="pct">${share > 0 ? fmtPct(f) : ""}</span></div></td>
+        <td>${statusPill}</td>
       </tr>`;
     }).join("");
     const near = (limit && fraction >= nearFrac) || nearGroups > 0;
