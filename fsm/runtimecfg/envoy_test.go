@@ -87,7 +87,7 @@ func TestEnvoySectionRoundTrips(t *testing.T) {
 func TestEnvoySectionErrors(t *testing.T) {
 	for _, tc := range []struct{ yaml, want string }{
 		{"envoy:\n  - domain: a\n  - domain: a\n", "envoy[1].domain"},
-		{"envoy:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {unit: week, requests_per_unit: 1}\n", "envoy[0].descriptors[0].rate_limit.unit"},
+		{"envoy:\n  - domain: a\n    descriptors:\n      - key: k\n        rate_limit: {unit: fortnight, requests_per_unit: 1}\n", "envoy[0].descriptors[0].rate_limit.unit"},
 		{"envoy: {domain: a}\n", "envoy"},
 	} {
 		_, _, err := ParseYAML([]byte(tc.yaml))
