@@ -240,3 +240,13 @@ func (s *Server) noteKnown() {
 	s.known = known
 	s.knownMu.Unlock()
 }
+
+// InsecureCluster says why this node runs as an insecure cluster
+// (--insecure-cluster: multi-node, credentials, neither a gossip key nor
+// TLS), "" when it does not; the ready banner prints it.
+func (s *Server) InsecureCluster() string {
+	if !s.cfg.InsecureCluster || !s.cfg.multiNode() || s.cfg.clusterSecured() {
+		return ""
+	}
+	return "--insecure-cluster: no gossip key and no TLS; gossip, raft and gRPC are plaintext. Add --gossip-keyring-file (or TLS) before this network is shared."
+}
