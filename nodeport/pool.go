@@ -33,8 +33,14 @@ type Pool struct {
 
 	proofMu sync.Mutex
 	proofs  map[string]proof // address → the node that proved itself there
+	failed  map[string]time.Time
 	proving map[string]*sync.Mutex
 }
+
+// failedTTL: an address that answered without a valid proof is not asked
+// again for this long (its calls fail at once), so a stranger is not sent a challenge
+// for every call the node would make to it.
+const failedTTL = 5 * time.Second
 
 type proof struct {
 	id string
@@ -45,7 +51,7 @@ type proof struct {
 // carry node credentials under keys (nil when the cluster has no key: calls
 // then carry no credential at all).
 func NewPool(creds grpc.DialOption, keys *Keys) *Pool {
-	return &Pool{creds: creds, keys: keys, proofs: map[string]proof{}, proving: map[string]*sync.Mutex{}}
+	return &Pool{creds: creds, keys: keys, proofs: map[string]proof{}, failed: map[string]time.Time{}, proving: map[string]*sync.Mutex{}}
 }
 
 // Conn returns the cached connection to addr, creating it on first use.
@@ -170,6 +176,29 @@ func (p *Pool) Prove(ctx context.Context, addr string) (string, error) {
 	if id, ok := p.Proven(addr); ok {
 		return id, nil
 	}
+	p.proofMu.Lock()
+	at, failed := p.failed[addr]
+	p.proofMu.Unlock()
+	if failed && time.Since(at) < failedTTL {
+		return "", status.Errorf(codes.PermissionDenied, "%s has not proved it is a node of this cluster (retried within %v); no credential was sent to it", addr, failedTTL)
+	}
+	id, err := p.prove(ctx, addr)
+	p.proofMu.Lock()
+	switch {
+	case status.Code(err) == codes.PermissionDenied:
+		// It answered, with no valid proof: a stranger. (An address that
+		// did not answer is asked again at the next call.)
+		p.failed[addr] = time.Now()
+	case err == nil:
+		delete(p.failed, addr)
+		p.proofs[addr] = proof{id: id, at: time.Now()}
+	}
+	p.proofMu.Unlock()
+	return id, err
+}
+
+// prove runs one challenge against addr.
+func (p *Pool) prove(ctx context.Context, addr string) (string, error) {
 	cc, err := p.Conn(addr)
 	if err != nil {
 		return "", err
@@ -196,9 +225,6 @@ func (p *Pool) Prove(ctx context.Context, addr string) (string, error) {
 	if err != nil {
 		return "", status.Errorf(codes.PermissionDenied, "%s did not prove it is a node of this cluster (%v); no credential was sent to it", addr, err)
 	}
-	p.proofMu.Lock()
-	p.proofs[addr] = proof{id: id, at: time.Now()}
-	p.proofMu.Unlock()
 	return id, nil
 }
 
