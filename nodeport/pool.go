@@ -154,6 +154,17 @@ func (p *Pool) Proven(addr string) (string, bool) {
 	return pr.id, true
 }
 
+// Identified returns the node id that last proved itself at addr, however
+// long ago, unless the address has since answered without a valid proof:
+// who a member is, for the member list, which must not flicker each time a
+// proof is renewed.
+func (p *Pool) Identified(addr string) (string, bool) {
+	p.proofMu.Lock()
+	defer p.proofMu.Unlock()
+	pr, ok := p.proofs[addr]
+	return pr.id, ok
+}
+
 // Prove asks addr to prove it is a node of this cluster (unless it did
 // within proofTTL) and returns its node id. With no keys nothing can be
 // proved and Prove fails.
@@ -189,6 +200,7 @@ func (p *Pool) Prove(ctx context.Context, addr string) (string, error) {
 		// It answered, with no valid proof: a stranger. (An address that
 		// did not answer is asked again at the next call.)
 		p.failed[addr] = time.Now()
+		delete(p.proofs, addr)
 	case err == nil:
 		delete(p.failed, addr)
 		p.proofs[addr] = proof{id: id, at: time.Now()}

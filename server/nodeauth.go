@@ -173,7 +173,7 @@ func (s *Server) trusted(m membership.Member) bool {
 	if m.ID == s.cfg.NodeID || s.nodeKeys == nil || len(s.cfg.TLS.GossipKeys) > 0 || s.peers == nil {
 		return true
 	}
-	if id, ok := s.peers.Proven(m.GRPCAddr); ok && id == m.ID {
+	if id, ok := s.peers.Identified(m.GRPCAddr); ok && id == m.ID {
 		return true
 	}
 	s.knownMu.Lock()
