@@ -1,8 +1,6 @@
 package nodeport
 
 import (
-	"github.com/tollgate-io/tollgate/forward"
-
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -13,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // Node credentials. A node proves to another node that it belongs to the

@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"github.com/tollgate-io/tollgate/forward"
 	"html/template"
 	"log/slog"
 	"net"
@@ -20,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/ui"

@@ -48,6 +48,11 @@ func clusterKeys(cfg Config, purpose string) [][]byte {
 	return out
 }
 
+// RaftClusterKeys are the keys cfg's node authenticates raft connection
+// headers with (raftnode.MuxConfig.ClusterKeys), for tools and tests that
+// speak raft as a node of the cluster.
+func RaftClusterKeys(cfg Config) [][]byte { return clusterKeys(cfg, "raft") }
+
 func hmacOf(key []byte, msg string) []byte {
 	h := hmac.New(sha256.New, key)
 	h.Write([]byte(msg))

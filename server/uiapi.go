@@ -10,9 +10,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/tollgate-io/tollgate/forward"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/membership"
 )
