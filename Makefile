@@ -56,7 +56,8 @@ fmt-check:
 .PHONY: cluster cluster-stop test-fault test-netpart demo demo-down
 
 # Local three-zone cluster on loopback (scripts/cluster.sh: gRPC 7410/7420/7430,
-# admin token in data/cluster/admin-token); `make cluster-stop` stops it.
+# admin token in data/cluster/admin-token, gossip key in data/cluster/gossip.key);
+# `make cluster-stop` stops it.
 cluster: build
 	TOLLGATE_BIN=./$(BIN) ./scripts/cluster.sh start
 

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -38,8 +39,12 @@ const (
 	exitTimeout     = 60 * time.Second  // a signalled process exits
 	adminCallTO     = 3 * time.Second
 	adminToken      = "faulttest-token"
-	partitions      = api.DefaultPartitions
-	groups          = api.DefaultGroups
+	// gossipKey: a cluster with an admin token needs a gossip key (or
+	// TLS) to start; it is also the key the nodes authenticate to each
+	// other with.
+	gossipKey  = "ZmF1bHR0ZXN0IGdvc3NpcCBrZXksIDMyIGJ5dGVzISE="
+	partitions = api.DefaultPartitions
+	groups     = api.DefaultGroups
 )
 
 var zones = []string{"zone-a", "zone-b", "zone-c"}
@@ -554,6 +559,9 @@ func newCluster(t *testing.T, opts clusterOptions) *cluster {
 		}
 		if opts.shareMode != "" {
 			n.args = append(n.args, "--share-mode", opts.shareMode)
+		}
+		if !slices.Contains(opts.extraArgs, "--gossip-keyring-file") {
+			n.args = append(n.args, "--gossip-key", gossipKey)
 		}
 		n.args = append(n.args, opts.extraArgs...)
 		n.args = append(n.args, opts.nodeArgs[i]...)

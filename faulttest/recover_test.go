@@ -1,6 +1,7 @@
 package faulttest
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -87,10 +88,15 @@ func TestRaftRecoverAfterLosingTwoOfThree(t *testing.T) {
 			t.Errorf("raft recover without --force: output lacks %q", want)
 		}
 	}
-	// A wrong node id is refused, naming the configuration.
-	if out, err := c.tollgateCLI(time.Minute, "raft", "recover", "--data-dir", survivor.dir, "--node-id", "node-9", "--all-groups", "--force"); err == nil ||
-		!strings.Contains(out, "not in the group's configuration") {
-		t.Errorf("raft recover with a node id not in the configuration: err %v, want a refusal naming the configuration", err)
+	// A node id that is not the data dir's is refused, naming the data
+	// dir's own: one not in the configuration, and one that is (another
+	// survivor's, which used to report RECOVERED and leave the replica
+	// down).
+	for _, id := range []string{"node-9", "node-2"} {
+		if out, err := c.tollgateCLI(time.Minute, "raft", "recover", "--data-dir", survivor.dir, "--node-id", id, "--all-groups", "--force"); err == nil ||
+			!strings.Contains(out, fmt.Sprintf("belongs to node %q, not %q", survivor.id, id)) {
+			t.Errorf("raft recover with node id %s on %s's data dir: err %v, want a refusal naming %s:\n%s", id, survivor.id, err, survivor.id, out)
+		}
 	}
 
 	start := time.Now()

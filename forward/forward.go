@@ -12,37 +12,62 @@ import (
 // forwards again.
 const Header = "x-tollgate-forwarded"
 
-// authKey is the gRPC metadata key of a caller's credentials ("Bearer …").
-const authKey = "authorization"
+// CallerKey is the metadata key of the caller a call is forwarded for
+// (nodeport.CallerKey: the node credential covers it, so only a node may
+// assert it).
+const CallerKey = "x-tollgate-caller"
 
-// httpCallerKey carries a REST caller's Authorization header values in a
-// request context, so a call forwarded on its behalf carries them as a gRPC
-// caller's metadata would be.
-type httpCallerKey struct{}
+// Caller principals besides credential names ("cred:<name>").
+const (
+	// CallerAnonymous: the caller presented no credential.
+	CallerAnonymous = "anonymous"
+	// CallerAdminToken: the caller presented the admin token.
+	CallerAdminToken = "admin-token"
+	// CallerLoopback: a cluster without credentials admitted an admin call
+	// from a loopback peer.
+	CallerLoopback = "loopback"
+)
 
-// FromHTTP is r's context with the REST caller's credentials attached, for
-// calls this node may forward on the caller's behalf.
-func FromHTTP(r *http.Request) context.Context {
-	if auth := r.Header.Values("Authorization"); len(auth) > 0 {
-		return context.WithValue(r.Context(), httpCallerKey{}, auth)
-	}
-	return r.Context()
+// callerCtxKey holds the verified principal of the caller a node serves.
+type callerCtxKey struct{}
+
+// WithCaller is ctx carrying the verified principal of the caller the node
+// serves (set by the node's access check); "" marks the node's own work.
+func WithCaller(ctx context.Context, principal string) context.Context {
+	return context.WithValue(ctx, callerCtxKey{}, principal)
 }
 
+// Caller is the principal WithCaller attached; "" for the node's own work.
+func Caller(ctx context.Context) string {
+	p, _ := ctx.Value(callerCtxKey{}).(string)
+	return p
+}
+
+// FromHTTP is r's context, for calls this node may forward on the REST
+// caller's behalf: the access check attached the caller's principal to it.
+func FromHTTP(r *http.Request) context.Context { return r.Context() }
+
 // Outgoing is the outgoing context of a call this node makes on its caller's
-// behalf: marked as forwarded and carrying exactly the caller's credentials
-// (the gRPC caller's "authorization" metadata, or a REST caller's
-// Authorization header attached by FromHTTP; nothing for an anonymous
-// caller). Any other incoming metadata stays behind.
+// behalf: marked as forwarded and naming the caller's verified principal
+// (Caller), never the caller's token; the receiving node applies that
+// principal's scope. The node's own work (no principal) names none, and the
+// receiving node sees the node. Any other incoming metadata stays behind.
 func Outgoing(ctx context.Context) context.Context {
 	out := metadata.Pairs(Header, "1")
-	md, _ := metadata.FromIncomingContext(ctx)
-	if auth := md.Get(authKey); len(auth) > 0 {
-		out.Set(authKey, auth...)
-	} else if auth, ok := ctx.Value(httpCallerKey{}).([]string); ok {
-		out.Set(authKey, auth...)
+	if p := Caller(ctx); p != "" {
+		out.Set(CallerKey, p)
 	}
 	return metadata.NewOutgoingContext(ctx, out)
+}
+
+// ForwardedCaller is the principal an incoming forwarded call names ("" when
+// none: a node's own call).
+func ForwardedCaller(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get(CallerKey); len(v) > 0 {
+		return v[0]
+	}
+	return ""
 }
 
 // Own is the context for work a node does on its own account while serving
@@ -51,7 +76,7 @@ func Outgoing(ctx context.Context) context.Context {
 // forwarded mark, the caller's credentials) stays behind, so the work may be
 // forwarded and runs with the node's own rights.
 func Own(ctx context.Context) context.Context {
-	return metadata.NewIncomingContext(ctx, metadata.MD{})
+	return WithCaller(metadata.NewIncomingContext(ctx, metadata.MD{}), "")
 }
 
 // Was reports whether another node already forwarded this incoming call.

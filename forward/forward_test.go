@@ -13,27 +13,32 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// TestOutgoingCarriesTheCallerOnly: a forwarded call carries the caller's
-// credentials, from gRPC metadata or from a REST Authorization header (the
-// metering copy of this code once sent only the mark, so the leader saw an
-// anonymous call), the forwarded mark, and nothing else of the incoming
-// metadata.
+// TestOutgoingCarriesTheCallerOnly: a forwarded call names the caller's
+// verified principal and never carries a token (the caller's or anyone's:
+// the node that forwards authenticates as a node), plus the forwarded mark,
+// and nothing else of the incoming metadata; the node's own work names no
+// caller.
 func TestOutgoingCarriesTheCallerOnly(t *testing.T) {
 	in := metadata.NewIncomingContext(context.Background(), metadata.Pairs("authorization", "Bearer grpc-caller", "other", "x"))
 	r := httptest.NewRequest("POST", "/v1/events/start", nil)
 	r.Header.Set("Authorization", "Bearer rest-caller")
+	r = r.WithContext(WithCaller(r.Context(), "cred:billing"))
 	for name, c := range map[string]struct {
 		ctx  context.Context
 		want []string
 	}{
-		"gRPC caller":      {in, []string{"Bearer grpc-caller"}},
-		"REST caller":      {FromHTTP(r), []string{"Bearer rest-caller"}},
-		"anonymous caller": {context.Background(), nil},
+		"gRPC caller":      {WithCaller(in, "cred:dist-a"), []string{"cred:dist-a"}},
+		"REST caller":      {FromHTTP(r), []string{"cred:billing"}},
+		"anonymous caller": {WithCaller(context.Background(), CallerAnonymous), []string{CallerAnonymous}},
+		"node's own work":  {Own(WithCaller(in, "cred:dist-a")), nil},
 	} {
 		out := Outgoing(c.ctx)
 		md, _ := metadata.FromOutgoingContext(out)
-		if got := md.Get("authorization"); !slices.Equal(got, c.want) {
-			t.Errorf("%s: forwarded authorization %q, want %q", name, got, c.want)
+		if got := md.Get("authorization"); len(got) != 0 {
+			t.Errorf("%s: forwarded a token %q", name, got)
+		}
+		if got := md.Get(CallerKey); !slices.Equal(got, c.want) {
+			t.Errorf("%s: forwarded caller %q, want %q", name, got, c.want)
 		}
 		if len(md.Get(Header)) != 1 || len(md.Get("other")) != 0 {
 			t.Errorf("%s: forwarded metadata %v", name, md)
@@ -42,8 +47,12 @@ func TestOutgoingCarriesTheCallerOnly(t *testing.T) {
 			t.Errorf("%s: the outgoing call does not read as forwarded", name)
 		}
 		// The receiving node sees the outgoing metadata as incoming.
-		if !Was(metadata.NewIncomingContext(context.Background(), md)) {
+		rin := metadata.NewIncomingContext(context.Background(), md)
+		if !Was(rin) {
 			t.Errorf("%s: a forwarded call does not read as forwarded, so it could be forwarded again", name)
+		}
+		if got := ForwardedCaller(rin); got != strings.Join(c.want, "") {
+			t.Errorf("%s: ForwardedCaller %q", name, got)
 		}
 	}
 	if Was(in) || IsOutgoing(context.Background()) {
@@ -97,9 +106,12 @@ func TestOwnLeavesTheCallerBehind(t *testing.T) {
 	if Was(own) {
 		t.Fatal("own work reads as forwarded, so it could not be forwarded to the group's leader")
 	}
-	md, _ := metadata.FromOutgoingContext(Outgoing(own))
-	if len(md.Get("authorization")) != 0 {
+	md, _ := metadata.FromOutgoingContext(Outgoing(WithCaller(Own(WithCaller(in, "cred:x")), "")))
+	if len(md.Get("authorization"))+len(md.Get(CallerKey)) != 0 {
 		t.Fatalf("own work carries the caller's credentials: %v", md)
+	}
+	if Caller(Own(WithCaller(in, "cred:x"))) != "" {
+		t.Fatal("own work keeps the caller's principal")
 	}
 	cancel()
 	if own.Err() == nil {

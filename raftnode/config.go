@@ -165,6 +165,8 @@ type Config struct {
 	// Both or neither must be set.
 	ServerTLS *tls.Config
 	ClientTLS *tls.Config
+	// ClusterKeys authenticate the raft connection header (MuxConfig).
+	ClusterKeys [][]byte
 
 	// DiskCheckInterval: how often the data dir is probed for writability
 	// (DiskError). Default DefaultDiskCheckInterval (1s).

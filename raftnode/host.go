@@ -106,6 +106,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		AdvertiseAddr:    adv,
 		Identity:         cfg.Identity,
 		ServerTLS:        cfg.ServerTLS,
+		ClusterKeys:      cfg.ClusterKeys,
 		ClientTLS:        cfg.ClientTLS,
 		HandshakeTimeout: cfg.HandshakeTimeout,
 		Logger:           cfg.Logger,

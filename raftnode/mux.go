@@ -2,6 +2,9 @@ package raftnode
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/tls"
 	"encoding/binary"
 	"errors"
@@ -28,6 +31,20 @@ import (
 //	offset 7:  8 bytes  the dialer's cluster id (zero: not known yet)
 //	offset 15: 8 bytes  the incarnation the dialed address names
 //
+// Version 3 (sent by every node of a cluster with a key, MuxConfig.ClusterKeys)
+// continues version 2's fields with:
+//
+//	offset 23: 8 bytes  the dialer's clock, unix milliseconds, big-endian
+//	offset 31: 16 bytes a random nonce
+//	offset 47: 32 bytes HMAC-SHA256 under the cluster key of bytes 0..46
+//
+// A listener with a key accepts nothing else, and checks the MAC before it
+// looks at the cluster id or incarnation: bytes from a stranger are dropped
+// quietly and never count as a refused incarnation (which readiness and
+// status report to the operator), and a stranger who knows a node's
+// incarnation still cannot ask it for a vote. A header is good for
+// HeaderWindow and once (the listener remembers the nonces it accepted).
+//
 // Everything after the header belongs to hashicorp/raft's NetworkTransport
 // of that group. The listener never answers the header: a rejected
 // connection is simply closed, which the dialer's raft transport sees as an
@@ -39,6 +56,14 @@ const (
 	// headerV2 adds the cluster id and incarnation (identity.go).
 	headerV2    = 2
 	headerV2Len = headerLen + IDLen
+
+	// headerV3 adds the time, nonce and MAC (MuxConfig.ClusterKeys).
+	headerV3    = 3
+	headerV3Len = headerV2Len + 8 + 16 + 32
+
+	// HeaderWindow is how far an authenticated header's time may be from
+	// the listener's clock.
+	HeaderWindow = 2 * time.Minute
 
 	// MaxGroups is the number of group ids the header can address.
 	MaxGroups = 1 << 16
@@ -64,7 +89,7 @@ func decodeHeader(h [headerLen]byte) (int, error) {
 	if string(h[:4]) != headerMagic {
 		return 0, fmt.Errorf("bad magic %q", h[:4])
 	}
-	if h[4] != headerVersion && h[4] != headerV2 {
+	if h[4] != headerVersion && h[4] != headerV2 && h[4] != headerV3 {
 		return 0, fmt.Errorf("unsupported header version %d", h[4])
 	}
 	return int(binary.BigEndian.Uint16(h[5:])), nil
@@ -98,6 +123,11 @@ type MuxConfig struct {
 	// AdvertiseAddr should then name the incarnation (WithIncarnation).
 	Identity Identity
 
+	// ClusterKeys, when set, authenticate the connection header (version
+	// 3): ClusterKeys[0] signs, every key verifies, and a connection
+	// without a valid MAC is closed before its header is looked at further.
+	ClusterKeys [][]byte
+
 	Logger *slog.Logger // default slog.Default()
 }
 
@@ -117,6 +147,9 @@ type Mux struct {
 	hsTimeout time.Duration
 	log       *slog.Logger
 	ident     identityState
+	keys      [][]byte
+	seenMu    sync.Mutex
+	seen      map[[16]byte]int64 // accepted header nonces → expiry (unix ms)
 
 	ctx    context.Context // cancelled by Close
 	cancel context.CancelFunc
@@ -163,6 +196,8 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		layers:    make(map[int]*GroupLayer),
 		pending:   make(map[net.Conn]struct{}),
 		ident:     identityState{id: cfg.Identity},
+		keys:      cfg.ClusterKeys,
+		seen:      map[[16]byte]int64{},
 	}, nil
 }
 
@@ -339,14 +374,30 @@ func (m *Mux) handshake(raw net.Conn) {
 		reject(slog.LevelWarn, "bad header", "error", err)
 		return
 	}
+	if len(m.keys) > 0 && h[4] != headerV3 {
+		// Debug only: a stranger's bytes must not fill the warning log.
+		reject(slog.LevelDebug, "unauthenticated header (this cluster has a key: nodes send version 3)", "version", h[4])
+		return
+	}
 	var named, cluster string
-	if h[4] == headerV2 {
+	if h[4] == headerV2 || h[4] == headerV3 {
 		var ext [IDLen]byte
 		if _, err := io.ReadFull(conn, ext[:]); err != nil {
 			reject(slog.LevelWarn, "short header", "error", err)
 			return
 		}
 		cluster, named = idString(ext[:IDLen/2]), idString(ext[IDLen/2:])
+		if h[4] == headerV3 {
+			var auth [headerV3Len - headerV2Len]byte
+			if _, err := io.ReadFull(conn, auth[:]); err != nil {
+				reject(slog.LevelDebug, "short header", "error", err)
+				return
+			}
+			if why := m.checkHeaderMAC(append(append(h[:], ext[:]...), auth[:]...)); why != "" {
+				reject(slog.LevelDebug, why, "group", group)
+				return
+			}
+		}
 	}
 	if why := m.ident.check(group, named, cluster); why != "" {
 		lvl := slog.LevelDebug
@@ -367,6 +418,49 @@ func (m *Mux) handshake(raw net.Conn) {
 	}
 	removePending()
 	l.deliver(conn)
+}
+
+// headerMAC is the MAC of an authenticated header's first 47 bytes.
+func headerMAC(key, b []byte) []byte {
+	h := hmac.New(sha256.New, key)
+	h.Write(b)
+	return h.Sum(nil)
+}
+
+// checkHeaderMAC verifies a version 3 header (hdr: all headerV3Len bytes)
+// and records its nonce; it returns why it is refused, "" when accepted.
+func (m *Mux) checkHeaderMAC(hdr []byte) string {
+	signed, got := hdr[:headerV3Len-32], hdr[headerV3Len-32:]
+	ok := false
+	for _, k := range m.keys {
+		if hmac.Equal(got, headerMAC(k, signed)) {
+			ok = true
+		}
+	}
+	if !ok {
+		return "header MAC does not verify under the cluster key (not a node of this cluster)"
+	}
+	ts := int64(binary.BigEndian.Uint64(signed[headerV2Len:]))
+	now := time.Now().UnixMilli()
+	if d := now - ts; d > HeaderWindow.Milliseconds() || d < -HeaderWindow.Milliseconds() {
+		return fmt.Sprintf("header time is %v from this node's clock (at most %v)", time.Duration(d)*time.Millisecond, HeaderWindow)
+	}
+	var n [16]byte
+	copy(n[:], signed[headerV2Len+8:])
+	m.seenMu.Lock()
+	defer m.seenMu.Unlock()
+	if _, dup := m.seen[n]; dup {
+		return "header replayed"
+	}
+	if len(m.seen) > 1<<16 {
+		for k, exp := range m.seen {
+			if exp < now {
+				delete(m.seen, k)
+			}
+		}
+	}
+	m.seen[n] = ts + 2*HeaderWindow.Milliseconds()
+	return ""
 }
 
 // GroupLayer is one group's raft.StreamLayer on a shared Mux. Accept returns
@@ -482,7 +576,19 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 		conn = tc
 	}
 	hdr := l.header[:]
-	if inc != "" {
+	if keys := l.mux.keys; len(keys) > 0 {
+		// Authenticated header (version 3), always with the v2 fields.
+		ext := make([]byte, 0, headerV3Len)
+		ext = append(ext, l.header[:]...)
+		ext[4] = headerV3
+		cid, want := idBytes(l.mux.ident.get().ClusterID), idBytes(inc)
+		ext = append(append(ext, cid[:]...), want[:]...)
+		ext = binary.BigEndian.AppendUint64(ext, uint64(time.Now().UnixMilli()))
+		var n [16]byte
+		_, _ = rand.Read(n[:])
+		ext = append(ext, n[:]...)
+		hdr = append(ext, headerMAC(keys[0], ext)...)
+	} else if inc != "" {
 		// The address names an incarnation: only a build that understands
 		// version 2 wrote it, so the peer reads the longer header.
 		ext := make([]byte, 0, headerV2Len)

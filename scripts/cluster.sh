@@ -11,6 +11,9 @@
 # (default: ./data/cluster in this checkout, so two checkouts or two users do
 # not share state). The admin token is generated into <dir>/admin-token and
 # handed to the nodes with --admin-token-file: it never appears in a command line.
+# A gossip key is generated the same way into <dir>/gossip.key (--gossip-keyring-file):
+# it encrypts gossip and is the cluster key nodes authenticate to each other with,
+# so a process on this machine cannot join the cluster and pose as a node.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${TOLLGATE_BIN:-./bin/tollgate}
@@ -68,6 +71,7 @@ launch_node() {
   "$bin" server --node-id "node-$i" --zone "${zones[$((i-1))]}" --data-dir "$dir/node-$i" \
     --grpc-addr "127.0.0.1:${pb}${i}0" --raft-addr "127.0.0.1:${pb}${i}1" --gossip-addr "127.0.0.1:${pb}${i}2" \
     --http-addr "127.0.0.1:${pb}${i}3" --bootstrap-expect 3 "${join[@]}" --admin-token-file "$dir/admin-token" \
+    --gossip-keyring-file "$dir/gossip.key" \
     --default-max-series "${TOLLGATE_MAX_SERIES:-150000}" >> "$dir/node-$i.log" 2>&1 &
   echo $! > "$dir/node-$i.pid"
 }
@@ -124,6 +128,9 @@ start() {
   fi
   [ -x "$bin" ] || go build -o "$bin" ./cmd/tollgate
   mkdir -p "$dir"
+  if [ ! -s "$dir/gossip.key" ]; then
+    (umask 077; "$bin" tls gossip-key > "$dir/gossip.key")
+  fi
   if [ ! -s "$dir/admin-token" ]; then
     (umask 077; od -An -N16 -tx1 /dev/urandom | tr -d ' \n' > "$dir/admin-token")
   fi

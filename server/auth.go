@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // adminPrefix is the full-method prefix of every Admin RPC; those, the
@@ -88,10 +89,38 @@ func authorizeAdmin(ctx context.Context, method, token string) error {
 // authorize applies the node's rule to one gRPC call: with a credentials
 // file, the rule table (rules.go) for the method and the request's tenants
 // (req nil for streams); without one, the admin rule (the admin token, or
-// loopback peers without one) to admin methods only.
+// loopback peers without one) to admin methods only. A call from a node of
+// the cluster (node credential, nodeauth.go) passes as the node when the
+// node calls on its own account, and is judged as the caller it names when
+// it forwards a caller's call: never with the node's rights. The context
+// returned names the caller's principal, for calls forwarded on its behalf.
 func (s *Server) authorize(ctx context.Context, method string, req any) (context.Context, error) {
+	node, caller, err := s.nodeCaller(ctx, method)
+	if err != nil {
+		return ctx, err
+	}
+	if node && caller == "" {
+		// The node's own call: "" keeps it the node's when passed on.
+		ctx = context.WithValue(forward.WithCaller(ctx, ""), nodeCallKey{}, true)
+		return context.WithValue(ctx, identityKey{}, "node"), nil
+	}
 	if s.creds == nil {
-		return ctx, authorizeAdmin(ctx, method, s.cfg.AdminToken)
+		if node {
+			// Forwarded by a node that applied the admin rule to its
+			// caller (loopback peers only, without a token).
+			if isAdminMethod(method) && caller != forward.CallerLoopback {
+				return ctx, status.Errorf(codes.PermissionDenied, "%s: forwarded for a caller the admin rule did not admit", method)
+			}
+			return forward.WithCaller(ctx, caller), nil
+		}
+		if err := authorizeAdmin(ctx, method, s.cfg.AdminToken); err != nil {
+			return ctx, err
+		}
+		p := forward.CallerAnonymous
+		if isAdminMethod(method) {
+			p = forward.CallerLoopback
+		}
+		return forward.WithCaller(ctx, p), nil
 	}
 	r, ok := grpcRules[method]
 	if !ok {
@@ -101,8 +130,14 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 	if req != nil && r.grpcTenants != nil {
 		tenants = r.grpcTenants(req)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	v, why := s.creds.check(r, md.Get("authorization"), grpcCertIdentities(ctx), tenants)
+	var c *credential
+	if node {
+		c = s.creds.byPrincipal(caller) // the caller the forwarding node verified
+	} else {
+		md, _ := metadata.FromIncomingContext(ctx)
+		c = s.creds.lookup(md.Get("authorization"), grpcCertIdentities(ctx))
+	}
+	v, why := s.creds.checkCred(r, c, tenants)
 	switch v {
 	case unauthorized:
 		return ctx, status.Error(codes.Unauthenticated, why)
@@ -112,7 +147,7 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 	if why != "" {
 		ctx = context.WithValue(ctx, identityKey{}, "credential "+why) // the per-client stream bound counts by credential
 	}
-	return ctx, nil
+	return forward.WithCaller(ctx, principal(c)), nil
 }
 
 // adminVerdictFor is the admin rule for checks inside handlers (HTTP debug
@@ -131,6 +166,9 @@ func (s *Server) adminVerdictFor(remote net.IP, authorization []string) adminVer
 }
 
 func (s *Server) authUnary(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if info.FullMethod == api.Clock_Now_FullMethodName {
+		s.answerChallenge(ctx) // a peer asks this node to prove it is a node (nodeauth.go)
+	}
 	ctx, err := s.authorize(ctx, info.FullMethod, req)
 	if err != nil {
 		return nil, err

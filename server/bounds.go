@@ -156,7 +156,9 @@ func clientOf(ss grpc.ServerStream) string {
 type identityKey struct{}
 
 func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !watchMethods[info.FullMethod] {
+	if !watchMethods[info.FullMethod] || isNodeCall(ss.Context()) {
+		// Nodes' own streams (node credential, nodeauth.go) are not
+		// clients': a flood of client streams must not shut them out.
 		return h(srv, ss)
 	}
 	release, err := s.streams.acquire(clientOf(ss))

@@ -161,9 +161,21 @@ func advertiseOf(a net.Addr) string {
 }
 
 // memberList returns the members (self only when gossip is off).
+//
+// Members that have not proved they are nodes of this cluster are left out
+// (nodeauth.go, trusted): a stranger that joined plaintext gossip gets no
+// place in placement, learners, the cluster view or the status; one that
+// departs leaves nothing behind.
 func (s *Server) memberList() []membership.Member {
 	if s.members != nil {
-		return s.members.Members()
+		all := s.members.Members()
+		out := all[:0:0]
+		for _, m := range all {
+			if s.trusted(m) {
+				out = append(out, m)
+			}
+		}
+		return out
 	}
 	return []membership.Member{{ID: s.cfg.NodeID, Zone: s.cfg.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
 		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.MaxClusterVersion}}
@@ -365,15 +377,17 @@ func (s *Server) clusterLoop() {
 			// reached only itself, because the others' names did not resolve
 			// yet, would otherwise leave the nodes apart for good.
 			if joined && !bootstrapped && len(s.cfg.Join) > 0 && now.After(nextJoin) &&
-				len(alive(s.members.Members())) < s.cfg.BootstrapExpect {
+				len(alive(s.memberList())) < s.cfg.BootstrapExpect {
 				joined = false
 			}
-			s.adoptClusterID() // identity.go
+			s.noteKnown()                       // nodeauth.go
+			s.proveMembers(s.members.Members()) // nodeauth.go
+			s.adoptClusterID()                  // identity.go
 			if !bootstrapped {
 				bootstrapped = s.tryBootstrap()
 			}
 			// Reconcile when a member became alive (joined or came back).
-			ms := alive(s.members.Members())
+			ms := alive(s.memberList())
 			fresh := false
 			aliveNow := map[string]bool{}
 			for _, m := range ms {
@@ -415,7 +429,7 @@ func (s *Server) publishView() {
 // alive it bootstraps the groups this node is a voter of. It returns true when
 // nothing is left to do.
 func (s *Server) tryBootstrap() bool {
-	ms := s.members.Members()
+	ms := s.memberList()
 	if len(alive(ms)) < s.cfg.BootstrapExpect {
 		return false // not yet; skip reading every group's state
 	}

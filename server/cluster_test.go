@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"hash/crc32"
@@ -24,6 +25,11 @@ import (
 )
 
 const testToken = "s3cret"
+
+// testGossipKeys is the gossip key of test clusters: a multi-node cluster
+// with credentials refuses to start without one (or TLS), and it is the
+// cluster key nodes authenticate to each other with (nodeauth.go).
+var testGossipKeys = [][]byte{bytes.Repeat([]byte{0x5a}, 32)}
 
 // skipClusterIfShort skips a test that starts an n-node cluster (n > 1) under
 // -short: elections, joins and failovers take seconds each and make up most of
@@ -56,7 +62,7 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster 
 			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: dir,
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 			GossipProbeInterval: 200 * time.Millisecond,
-			BootstrapExpect:     n, RaftNoSync: true, AdminToken: testToken,
+			BootstrapExpect:     n, RaftNoSync: true, AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys},
 			DefaultMaxSeries: 6400, // group share 1600
 			Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 )
 
 // Scope is what a credential may do (see rules.go for which endpoint needs
@@ -51,6 +52,7 @@ func (c *credential) allows(tenant string) bool { return c.tenants == nil || c.t
 type credentialSet struct {
 	tokens map[[32]byte]*credential
 	certs  map[string]*credential
+	byName map[string]*credential // forwarded calls name their caller (principal)
 }
 
 // parseCredentials reads the credentials file. One credential per line:
@@ -67,7 +69,7 @@ type credentialSet struct {
 // certificate (mTLS) to scopes instead: by a URI SAN, or by "cn=" and the
 // subject's common name. Errors name the line.
 func parseCredentials(data []byte) (credentialSet, error) {
-	set := credentialSet{tokens: map[[32]byte]*credential{}, certs: map[string]*credential{}}
+	set := credentialSet{tokens: map[[32]byte]*credential{}, certs: map[string]*credential{}, byName: map[string]*credential{}}
 	names := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for line := 1; sc.Scan(); line++ {
@@ -84,6 +86,7 @@ func parseCredentials(data []byte) (credentialSet, error) {
 			return credentialSet{}, fmt.Errorf("credentials line %d: name %q given twice", line, c.name)
 		}
 		names[c.name] = true
+		set.byName[c.name] = c
 		certID, isCert := strings.CutPrefix(f[1], "cert:")
 		var h [32]byte
 		if isCert {
@@ -240,14 +243,49 @@ const (
 	forbidden            // a known credential without the scope or the tenant
 )
 
+// principal names credential c (nil: none) in a forwarded call, for the
+// node that answers it (byPrincipal).
+func principal(c *credential) string {
+	switch {
+	case c == nil:
+		return forward.CallerAnonymous
+	case c == adminCredential:
+		return forward.CallerAdminToken
+	}
+	return "cred:" + c.name
+}
+
+// byPrincipal is the credential a forwarded call names (nil: anonymous, or
+// one this node does not know). Every node reads the same credentials file,
+// so a name means the same scopes and tenants here as where it was checked.
+func (cs *credStore) byPrincipal(p string) *credential {
+	if p == forward.CallerAdminToken && cs.adminToken != "" {
+		return adminCredential
+	}
+	if name, ok := strings.CutPrefix(p, "cred:"); ok {
+		return cs.set.Load().byName[name]
+	}
+	return nil
+}
+
 // check applies rule r to a caller presenting authorization, acting on
 // tenants (r.tenants' answer for the request). It returns the verdict and,
-// when refused, why; the credential's name when allowed.
-func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string) {
+// when refused, why; the credential's name when allowed; and the caller's
+// principal (for calls forwarded on its behalf).
+func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string, string) {
+	if r.scope == "" {
+		return allowed, "", principal(cs.lookup(authorization, certIDs))
+	}
+	c := cs.lookup(authorization, certIDs)
+	v, why := cs.checkCred(r, c, tenants)
+	return v, why, principal(c)
+}
+
+// checkCred applies rule r to credential c (nil: none known).
+func (cs *credStore) checkCred(r rule, c *credential, tenants []string) (verdict, string) {
 	if r.scope == "" {
 		return allowed, ""
 	}
-	c := cs.lookup(authorization, certIDs)
 	if c == nil {
 		hint := ""
 		if cs.path == "" {

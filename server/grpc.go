@@ -38,11 +38,9 @@ func (s *Server) startGRPC() error {
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
 	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
-	token := ""
-	if s.creds != nil {
-		token = s.cfg.AdminToken // the node's own calls to peers authenticate as the node
-	}
-	s.peers = nodeport.NewPool(s.peerCredentials(), token)
+	// The node's calls to peers carry its node credential (nodeauth.go),
+	// never the admin token.
+	s.peers = nodeport.NewPool(s.peerCredentials(), s.nodeKeys)
 	s.admin = newAdminService(s)
 	for _, c := range s.comps { // components.go
 		if c.grpc == nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/ui"
@@ -395,7 +396,8 @@ func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
 		if rule.scope != "" && rule.httpTenants != nil {
 			tenants = rule.httpTenants(r)
 		}
-		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants); v {
+		v, why, caller := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants)
+		switch v {
 		case unauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
 			writeJSONError(w, http.StatusUnauthorized, why)
@@ -404,7 +406,9 @@ func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
 			writeJSONError(w, http.StatusForbidden, why)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		// A call forwarded for this request names the caller's principal,
+		// never its token (forward.Outgoing).
+		mux.ServeHTTP(w, r.WithContext(forward.WithCaller(r.Context(), caller)))
 	})
 }
 

@@ -222,7 +222,7 @@ func (s *Server) adoptClusterID() {
 		return
 	}
 	cid := ""
-	for _, m := range alive(s.members.Members()) {
+	for _, m := range alive(s.memberList()) {
 		if m.ID == s.cfg.NodeID || m.ClusterID == "" {
 			continue
 		}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/membership"
@@ -97,7 +96,7 @@ func (s *Server) incarnationAddr(id, addr string) string {
 	if s.members == nil {
 		return addr
 	}
-	for _, m := range alive(s.members.Members()) {
+	for _, m := range alive(s.memberList()) {
 		if m.ID != id || m.Incarnation == "" {
 			continue
 		}
@@ -126,7 +125,7 @@ func (s *Server) incarnationLoop() {
 			continue
 		}
 		byID := map[string]membership.Member{}
-		for _, m := range alive(s.members.Members()) {
+		for _, m := range alive(s.memberList()) {
 			byID[m.ID] = m
 		}
 		for _, lc := range s.ledConfigs() {
@@ -270,7 +269,7 @@ func (s *Server) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.C
 	r := s.host.Raft(g)
 	commit := r.CommitIndex()
 	byID := map[string]membership.Member{}
-	for _, m := range alive(s.members.Members()) {
+	for _, m := range alive(s.memberList()) {
 		byID[m.ID] = m
 	}
 	left, ok := 0, 0
@@ -312,11 +311,10 @@ func (s *Server) peerGroupState(m membership.Member, g int) (*api.GroupState, er
 	if err != nil {
 		return nil, err
 	}
+	// The node credential goes with it (nodeport.Pool), and only once the
+	// address proved it is a node of this cluster.
 	ctx, cancel := context.WithTimeout(context.Background(), peerStateTimeout)
 	defer cancel()
-	if s.cfg.AdminToken != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.cfg.AdminToken)
-	}
 	resp, err := c.NodeGroups(ctx, &api.NodeGroupsRequest{})
 	if err != nil {
 		return nil, fmt.Errorf("%s: NodeGroups: %w", m.ID, err)

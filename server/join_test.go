@@ -37,7 +37,7 @@ func TestSeedListNamingItselfStillFormsCluster(t *testing.T) {
 			NodeID: id, Zone: zone, DataDir: t.TempDir(),
 			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: addr(gossip),
 			GossipProbeInterval: 200 * time.Millisecond, Join: join,
-			BootstrapExpect: 2, Replicas: 2, RaftNoSync: true, AdminToken: testToken,
+			BootstrapExpect: 2, Replicas: 2, RaftNoSync: true, AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys},
 			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 		if err != nil {

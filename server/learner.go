@@ -9,10 +9,10 @@ import (
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/membership"
 )
 
@@ -292,17 +292,15 @@ func (s *Server) learnerState(ctx context.Context, grpcAddr string, g int) (*api
 }
 
 // peerNodeGroups asks the node at grpcAddr for its Admin.NodeGroups (with
-// this node's admin token): its id, raft address and replicas.
+// this node's node credential, after the address proved it is a node of
+// this cluster: nodeport.Pool): its id, raft address and replicas.
 func (s *Server) peerNodeGroups(ctx context.Context, grpcAddr string) (*api.NodeGroupsResponse, error) {
 	c, err := s.admin.client(grpcAddr)
 	if err != nil {
 		return nil, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	cctx, cancel := context.WithTimeout(forward.Own(ctx), 2*time.Second)
 	defer cancel()
-	if s.cfg.AdminToken != "" {
-		cctx = metadata.AppendToOutgoingContext(cctx, "authorization", "Bearer "+s.cfg.AdminToken)
-	}
 	return c.NodeGroups(cctx, &api.NodeGroupsRequest{})
 }
 

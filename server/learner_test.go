@@ -26,7 +26,7 @@ func joinNode(t *testing.T, tc *testCluster, id, zone string) *Server {
 	s, err := New(Config{NodeID: id, Zone: zone, DataDir: t.TempDir(),
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 		GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
-		RaftNoSync: true, AdminToken: testToken, LeaderBalanceInterval: -1,
+		RaftNoSync: true, AdminToken: testToken, LeaderBalanceInterval: -1, TLS: TLSConfig{GossipKeys: testGossipKeys},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		t.Fatal(err)

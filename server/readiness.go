@@ -24,7 +24,7 @@ func (s *Server) WaitingFor() string {
 	switch {
 	case s.cfg.BootstrapExpect > 0 && s.members != nil:
 		var ids []string
-		for _, m := range alive(s.members.Members()) {
+		for _, m := range alive(s.memberList()) {
 			ids = append(ids, m.ID)
 		}
 		slices.Sort(ids)

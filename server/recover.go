@@ -84,6 +84,21 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	if _, err := os.Stat(filepath.Join(opts.DataDir, "cluster.json")); err != nil {
 		return nil, fmt.Errorf("recover: %s is not the data dir of a tollgate node (%w)", opts.DataDir, err)
 	}
+	// The data dir names its node (identity.go): a recovery under another
+	// id would write a configuration this node is not in, report success
+	// and leave the replica down.
+	if b, err := os.ReadFile(filepath.Join(opts.DataDir, identityFile)); err == nil {
+		var id nodeIdentity
+		if err := json.Unmarshal(b, &id); err != nil {
+			return nil, fmt.Errorf("recover: node identity %s is corrupt: %w", filepath.Join(opts.DataDir, identityFile), err)
+		}
+		if id.NodeID != opts.NodeID {
+			return nil, fmt.Errorf("recover: data dir %s belongs to node %q, not %q: run the recovery with --node-id %s (nothing was changed)",
+				opts.DataDir, id.NodeID, opts.NodeID, id.NodeID)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("recover: node identity: %w", err)
+	}
 	dir, err := openDataDir(opts.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w (recovery runs on a stopped node)", err)

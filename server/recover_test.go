@@ -72,7 +72,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	}{
 		{RecoverOptions{DataDir: dir, NodeID: "n1", Voters: []string{"n1", "n7"}}, "n7, which is not in the group's configuration"},
 		{RecoverOptions{DataDir: dir, NodeID: "n1", Voters: []string{"n7"}}, "does not include this node"},
-		{RecoverOptions{DataDir: dir, NodeID: "n2"}, "n2 is not in the group's configuration"},
+		{RecoverOptions{DataDir: dir, NodeID: "n2"}, `belongs to node "n1", not "n2"`},
 		{RecoverOptions{DataDir: dir, NodeID: "n1", Groups: []int{99}}, "group 99"},
 		{RecoverOptions{DataDir: t.TempDir(), NodeID: "n1"}, "not the data dir of a tollgate node"},
 	} {

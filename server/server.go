@@ -74,6 +74,12 @@ type Config struct {
 	AdminToken string
 	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
 	TLS TLSConfig
+	// InsecureCluster lets a multi-node cluster with credentials start
+	// without a gossip key or TLS (nodeauth.go): nodes then tell nodes from
+	// strangers by a key derived from the admin token, and gossip, raft and
+	// gRPC travel in plaintext. Only for networks no stranger can reach; the
+	// node says so loudly at start and in /readyz's banner.
+	InsecureCluster bool
 
 	// Bootstrap makes this node the only voter of every group on first start (dev).
 	Bootstrap bool
@@ -230,10 +236,13 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.CredentialsFile != "" && c.AdminToken == "" {
-		return errors.New("config: a credentials file needs an admin token too: nodes authenticate their own calls to each other with it (--admin-token-file)")
+		return errors.New("config: a credentials file needs an admin token too (--admin-token-file): it is the credential that holds every scope")
 	}
 	if err := c.TLS.validate(); err != nil {
 		return err
+	}
+	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
+		return errInsecureCluster // nodeauth.go
 	}
 	if err := c.Sketches.validate(); err != nil {
 		return err
@@ -283,7 +292,14 @@ type Server struct {
 	learners learnerAdds    // learner additions in progress while leading (learner.go)
 	moves    moveState      // replica moves towards placement (placemove.go)
 	peers    *nodeport.Pool // connections to other nodes (peers.go; set with the gRPC server)
-	comps    []component    // the capabilities, in order (components.go)
+	// nodeKeys sign and verify node credentials (nodeauth.go); nil when
+	// the cluster has no key.
+	nodeKeys *nodeport.Keys
+	proving  atomic.Bool // a round of member proofs runs (nodeauth.go)
+	knownMu  sync.Mutex
+	known    map[string]string // raft configurations' servers: id → raft address
+	knownAt  time.Time         // last noteKnown (cluster loop)
+	comps    []component       // the capabilities, in order (components.go)
 	fsms     []*fsm.FSM
 	trackers []*groupTracker
 	vers     versionState
@@ -427,6 +443,10 @@ func New(cfg Config) (*Server, error) {
 			go s.creds.watch(ctx, 2*time.Second)
 		}
 	}
+	s.nodeKeys = nodeport.NewKeys(cfg.NodeID, clusterKeys(cfg, "grpc")) // nodeauth.go
+	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
+		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
+	}
 	if err := s.setupRuntimeConfig(); err != nil {
 		return fail(err)
 	}
@@ -462,6 +482,7 @@ func New(cfg Config) (*Server, error) {
 		LeaderLeaseTimeout: cfg.RaftLeaderLeaseTimeout,
 		ServerTLS:          cfg.TLS.RaftServer,
 		ClientTLS:          cfg.TLS.RaftClient,
+		ClusterKeys:        clusterKeys(cfg, "raft"), // nodeauth.go: the connection header is authenticated
 		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"google.golang.org/grpc/metadata"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/membership"
 )
@@ -188,13 +188,10 @@ func (h *overviewHandler) build(ctx context.Context) Overview {
 	ov.Ready = ov.NotReadyReason == ""
 
 	// Every alive member's per-group raft state, through the admin Status
-	// fan-out. It needs the admin token like any admin call; without one
-	// (loopback-only admin) remote members may refuse and show as unreachable.
-	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	// fan-out, as the node's own work: the peers see this node's node
+	// credential (nodeauth.go), not the page's caller.
+	sctx, cancel := context.WithTimeout(forward.Own(ctx), 3*time.Second)
 	defer cancel()
-	if s.cfg.AdminToken != "" {
-		sctx = metadata.NewIncomingContext(sctx, metadata.Pairs("authorization", "Bearer "+s.cfg.AdminToken))
-	}
 	nodes := map[string]map[int]*api.GroupState{}
 	if resp, err := s.admin.Status(sctx, &api.StatusRequest{}); err == nil {
 		for _, n := range resp.Nodes {

@@ -125,6 +125,7 @@ func (s *serverSettings) options() []option {
 		{"raft-tls-key", &s.tls.raftKey, "private key of --raft-tls-cert (default: --tls-key)"},
 		{"raft-tls-ca", &s.tls.raftCA, "CA verifying raft peers (default: --tls-ca)"},
 		{"gossip-key", &s.tls.gossipKey, "base64 key (32 bytes) encrypting serf gossip; prefer TOLLGATE_GOSSIP_KEY or --gossip-keyring-file (a flag is visible in ps)"},
+		{"insecure-cluster", &c.InsecureCluster, "let a multi-node cluster with credentials start with neither a gossip key nor TLS (refused otherwise): only on a network no stranger can reach; logged loudly and printed in the ready banner (docs/access-control.md)"},
 		{"gossip-keyring-file", &s.tls.gossipKeyringFile, "file of base64 gossip keys, one per line or a JSON list; the first encrypts, all decrypt (rotation)"},
 	}
 }

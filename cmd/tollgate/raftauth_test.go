@@ -32,6 +32,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
@@ -252,13 +253,15 @@ type forger struct {
 	layers map[int]*raftnode.GroupLayer
 }
 
-func newForger(t *testing.T, clientTLS *tls.Config, groups int) *forger {
+// The forger holds the cluster key (it authenticates the raft connection
+// header, raftnode/mux.go): what refuses it is then the certificate alone.
+func newForger(t *testing.T, clientTLS *tls.Config, groups int, keys [][]byte) *forger {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0") // never accepts: the forger only dials
 	if err != nil {
 		t.Fatal(err)
 	}
-	mux, err := raftnode.NewMux(ln, raftnode.MuxConfig{ClientTLS: clientTLS, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	mux, err := raftnode.NewMux(ln, raftnode.MuxConfig{ClientTLS: clientTLS, ClusterKeys: keys, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +340,12 @@ func TestRaftPortRefusesClientCertificate(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ctl raft.AppendEntriesResponse
-	if err := newForger(t, nodeCert, groups).trans[0].AppendEntries(raft.ServerID(nodes[0].id), raft.ServerAddress(nodes[0].raft),
+	gk, err := tlsutil.ReadGossipKeyring(p(certs, "gossip.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := server.RaftClusterKeys(server.Config{AdminToken: token, TLS: server.TLSConfig{GossipKeys: gk}})
+	if err := newForger(t, nodeCert, groups, keys).trans[0].AppendEntries(raft.ServerID(nodes[0].id), raft.ServerAddress(nodes[0].raft),
 		&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-3"), Addr: []byte(nodes[2].raft)}}, &ctl); err != nil {
 		t.Fatalf("control: a node certificate cannot reach raft: %v", err)
 	}
@@ -345,7 +353,7 @@ func TestRaftPortRefusesClientCertificate(t *testing.T) {
 		t.Fatalf("control: stale AppendEntries answered %+v", ctl)
 	}
 
-	f := newForger(t, client, groups)
+	f := newForger(t, client, groups, keys)
 	const forgedTerm = 1_000_000
 	var accepted []string
 	var mu sync.Mutex

@@ -161,6 +161,9 @@ func printBanner(out io.Writer, srv *server.Server, dataDir string, reload time.
 	}
 	fmt.Fprintf(out, "tollgate node %q ready\n  zone:     %s\n  grpc:     %s\n  http:     %s\n  raft:     %s\n  gossip:   %s\n  data dir: %s\n  limits:   default max_series per tenant: %s; %s\n",
 		srv.NodeID(), srv.Zone(), srv.GRPCAddr(), httpLine(srv), raftListen(srv.RaftAddr()), gossip, dataDir, limit, limits)
+	if why := srv.InsecureCluster(); why != "" {
+		fmt.Fprintf(out, "  SECURITY: INSECURE CLUSTER: %s\n", why)
+	}
 }
 
 // raftListen is the raft address without the incarnation suffix ("#…") the

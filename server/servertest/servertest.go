@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -53,6 +54,12 @@ func Config(t testing.TB, i, n int) server.Config {
 		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
 		GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: n, RaftNoSync: true,
 		Logger: slog.New(slog.DiscardHandler),
+	}
+	if n > 1 {
+		// A multi-node cluster with credentials needs a gossip key (or TLS)
+		// to start; every node of a test cluster shares this one, so tests
+		// that add an admin token keep working.
+		cfg.TLS.GossipKeys = [][]byte{bytes.Repeat([]byte{0x5a}, 32)}
 	}
 	if n == 1 {
 		cfg.BootstrapExpect, cfg.Bootstrap, cfg.GossipAddr = 0, true, ""

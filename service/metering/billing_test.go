@@ -85,7 +85,7 @@ func TestBillingSummaryStalledGroup(t *testing.T) {
 
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 	nowMin := now.UnixMilli() / 60_000
-	host := &twoGroupHost{mods: []*fsmmeter.Module{fsmmeter.New(0), fsmmeter.New(1)}, leader1: lis.Addr().String(), pool: nodeport.NewPool(nil, "")}
+	host := &twoGroupHost{mods: []*fsmmeter.Module{fsmmeter.New(0), fsmmeter.New(1)}, leader1: lis.Addr().String(), pool: nodeport.NewPool(nil, nil)}
 	t.Cleanup(host.pool.Close)
 	var rows []fsmmeter.TenantActive
 	n := metering.MaxBillingTenants + 20
