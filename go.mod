@@ -3,6 +3,7 @@ module github.com/tollgate-io/tollgate
 go 1.26.8
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/axiomhq/hyperloglog v0.3.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0

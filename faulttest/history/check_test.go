@@ -1,0 +1,167 @@
+package history
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tr is a track operation by client c over [call, ret].
+func tr(c int, call, ret int64, key string, hashes []uint64, outcome Outcome, rejected ...uint64) Op {
+	return Op{Client: c, Kind: KindTrack, Key: key, Call: call, Return: ret, Hashes: hashes, Outcome: outcome, Rejected: rejected}
+}
+
+func get(c int, call, ret int64, version uint64, value string) Op {
+	return Op{Client: c, Kind: KindConfigGet, Key: "doc", Call: call, Return: ret, Outcome: OK, Version: version, Value: value}
+}
+
+func cas(c int, call, ret int64, expected uint64, value string, outcome Outcome, version uint64) Op {
+	return Op{Client: c, Kind: KindConfigCAS, Key: "doc", Call: call, Return: ret, Expected: expected, Value: value, Outcome: outcome, Version: version}
+}
+
+func limitOf(n int) func(string) int { return func(string) int { return n } }
+
+func hs(h ...uint64) []uint64 { return h }
+
+func TestCheckLegalHistories(t *testing.T) {
+	cases := []struct {
+		name string
+		m    Model
+		ops  []Op
+	}{
+		{"tracking: sequential, limit reached, known series still accepted", TrackingModel(limitOf(2)), []Op{
+			tr(0, 0, 1, "a", hs(1), OK),
+			tr(0, 2, 3, "a", hs(1, 2, 3), Rejected, 3),
+			tr(1, 4, 5, "a", hs(3, 2), Rejected, 3),
+			tr(0, 6, 7, "a", hs(1, 2), OK),
+		}},
+		{"tracking: concurrent acceptance and rejection of the same new series", TrackingModel(limitOf(1)), []Op{
+			// Client 1's rejection linearises before client 0's acceptance.
+			tr(0, 0, 10, "a", hs(7), OK),
+			tr(1, 1, 9, "a", hs(7), Rejected, 7),
+			tr(1, 11, 12, "a", hs(7), OK),
+		}},
+		{"tracking: keys are independent", TrackingModel(limitOf(1)), []Op{
+			tr(0, 0, 1, "a", hs(1), OK),
+			tr(1, 0, 1, "b", hs(2), OK),
+			tr(0, 2, 3, "a", hs(2), Rejected, 2),
+			tr(1, 2, 3, "b", hs(1), Rejected, 1),
+		}},
+		{"tracking: an unknown outcome may or may not have taken effect", TrackingModel(limitOf(2)), []Op{
+			tr(0, 0, 1, "a", hs(1, 2), Unknown),
+			tr(1, 2, 3, "a", hs(1), Rejected, 1), // it did not…
+			tr(2, 4, 5, "a", hs(2), OK),          // …or it did: both legal
+			tr(0, 6, 7, "a", hs(5), Failed),
+			tr(1, 8, 9, "a", hs(2), OK),
+		}},
+		{"runtime config: reads and compare-and-set", RuntimeConfigModel(1, "v1"), []Op{
+			get(0, 0, 1, 1, "v1"),
+			cas(0, 2, 5, 1, "v2", OK, 4), // the server may skip versions
+			get(1, 3, 4, 1, "v1"),        // concurrent with the write: old value still legal
+			cas(1, 6, 7, 1, "x", Rejected, 4),
+			get(1, 8, 9, 4, "v2"),
+		}},
+		{"runtime config: unknown compare-and-set seen applied, then pinned", RuntimeConfigModel(1, "v1"), []Op{
+			cas(0, 0, 1, 1, "v2", Unknown, 0),
+			get(1, 2, 3, 7, "v2"),
+			cas(1, 4, 5, 7, "v3", OK, 8),
+			get(0, 6, 7, 8, "v3"),
+		}},
+		{"runtime config: unknown compare-and-set never applied", RuntimeConfigModel(1, "v1"), []Op{
+			cas(0, 0, 1, 1, "v2", Unknown, 0),
+			get(1, 2, 3, 1, "v1"),
+			cas(1, 4, 5, 1, "v3", OK, 2),
+			get(1, 6, 7, 2, "v3"),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			html := filepath.Join(t.TempDir(), "history.html")
+			if err := Check(tc.m, tc.ops, html, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.Stat(html); err == nil {
+				t.Fatal("a legal history wrote a visualisation")
+			}
+		})
+	}
+}
+
+func TestCheckCatchesBrokenHistories(t *testing.T) {
+	cases := []struct {
+		name string
+		m    Model
+		ops  []Op
+	}{
+		{"acknowledged series later rejected", TrackingModel(limitOf(10)), []Op{
+			tr(0, 0, 1, "a", hs(1, 2), OK),
+			tr(1, 2, 3, "a", hs(3), OK),
+			tr(0, 4, 5, "a", hs(2), Rejected, 2),
+		}},
+		{"acknowledged series rejected by a request overlapping only later ones", TrackingModel(limitOf(10)), []Op{
+			tr(0, 0, 1, "a", hs(1), OK),
+			tr(1, 2, 10, "a", hs(2), OK),
+			tr(2, 3, 9, "a", hs(1, 2), Rejected, 1, 2),
+		}},
+		{"accepting past the limit", TrackingModel(limitOf(2)), []Op{
+			tr(0, 0, 5, "a", hs(1, 2), OK),
+			tr(1, 1, 4, "a", hs(3), OK),
+		}},
+		{"accepting past the limit after an unknown outcome", TrackingModel(limitOf(1)), []Op{
+			tr(0, 0, 1, "a", hs(1), OK),
+			tr(1, 2, 3, "a", hs(2), Unknown),
+			tr(2, 4, 5, "a", hs(3), OK),
+		}},
+		{"stale read of the runtime config version", RuntimeConfigModel(1, "v1"), []Op{
+			cas(0, 0, 1, 1, "v2", OK, 2),
+			get(1, 2, 3, 1, "v1"),
+		}},
+		{"compare-and-set succeeded on an old version", RuntimeConfigModel(1, "v1"), []Op{
+			cas(0, 0, 1, 1, "v2", OK, 2),
+			cas(1, 2, 3, 1, "v3", OK, 3),
+		}},
+		{"compare-and-set lost on the current version", RuntimeConfigModel(1, "v1"), []Op{
+			get(0, 0, 1, 1, "v1"),
+			cas(0, 2, 3, 1, "v2", Rejected, 0),
+		}},
+		{"read of a value never written", RuntimeConfigModel(1, "v1"), []Op{
+			cas(0, 0, 1, 1, "v2", Unknown, 0),
+			get(1, 2, 3, 2, "v9"),
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			html := filepath.Join(t.TempDir(), "history.html")
+			err := Check(tc.m, tc.ops, html, 10*time.Second)
+			if !errors.Is(err, ErrNotLinearizable) {
+				t.Fatalf("Check = %v, want a linearizability violation", err)
+			}
+			if !strings.Contains(err.Error(), html) {
+				t.Fatalf("error %q does not name the visualisation", err)
+			}
+			data, rerr := os.ReadFile(html)
+			if rerr != nil || !strings.Contains(string(data), "<html") {
+				t.Fatalf("visualisation %s: %v (%d bytes)", html, rerr, len(data))
+			}
+		})
+	}
+}
+
+// A check sees only its model's kinds: tracking operations do not disturb the
+// runtime-config check and vice versa.
+func TestCheckFiltersKinds(t *testing.T) {
+	ops := []Op{
+		tr(0, 0, 1, "doc", hs(1), OK),
+		get(1, 0, 1, 1, "v1"),
+		tr(0, 2, 3, "doc", hs(1), OK),
+	}
+	if err := Check(TrackingModel(limitOf(1)), ops, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := Check(RuntimeConfigModel(1, "v1"), ops, "", time.Second); err != nil {
+		t.Fatal(err)
+	}
+}

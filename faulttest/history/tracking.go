@@ -1,0 +1,87 @@
+package history
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// trackState is a key's set of active series, sorted; never mutated once
+// built, as porcupine requires.
+type trackState []uint64
+
+// TrackingModel checks KindTrack operations per key against a set of active
+// series with limit(key) (0 or less: no limit). limit must return the highest
+// limit the key had during the history.
+//
+// An unknown-outcome (or failed) request leaves the set unchanged. For this
+// model that is exactly "may or may not have taken effect": every answer
+// legal from a set is legal from any subset of it (a hash outside the set may
+// be accepted or rejected; a smaller set leaves more room under the limit),
+// so the branch in which the request took effect can never make a later
+// answer legal that the unchanged branch does not, and porcupine need not
+// explore it.
+func TrackingModel(limit func(key string) int) Model {
+	return Model{name: "tracking", kinds: []Kind{KindTrack}, pm: porcupine.Model{
+		Partition: partitionByKey,
+		Init:      func() any { return trackState(nil) },
+		Step: func(state, input, _ any) (bool, any) {
+			return stepTrack(state.(trackState), input.(Op), limit)
+		},
+		Equal: func(a, b any) bool { return slices.Equal(a.(trackState), b.(trackState)) },
+		Hash: func(s any) uint64 {
+			h := uint64(14695981039346656037) // FNV-1a over the hashes
+			for _, x := range s.(trackState) {
+				h = (h ^ x) * 1099511628211
+			}
+			return h
+		},
+		DescribeOperation: describeTrack,
+		DescribeState: func(s any) string {
+			st := s.(trackState)
+			if len(st) > 8 {
+				return fmt.Sprintf("%d active: %x …", len(st), []uint64(st[:8]))
+			}
+			return fmt.Sprintf("%d active: %x", len(st), []uint64(st))
+		},
+	}}
+}
+
+func stepTrack(st trackState, op Op, limit func(string) int) (bool, any) {
+	if op.Outcome != OK && op.Outcome != Rejected {
+		return true, st
+	}
+	next := st
+	for _, h := range op.Hashes {
+		_, active := slices.BinarySearch(st, h)
+		refused := slices.Contains(op.Rejected, h)
+		switch {
+		case active && refused:
+			return false, st // an active series was refused
+		case !active && !refused:
+			i, dup := slices.BinarySearch(next, h)
+			if !dup {
+				if len(next) == len(st) {
+					next = slices.Clone(st) // copy on first change
+				}
+				next = slices.Insert(next, i, h)
+			}
+		}
+	}
+	if l := limit(op.Key); l > 0 && len(next) > l {
+		return false, st // accepted past the limit
+	}
+	return true, next
+}
+
+func describeTrack(input, _ any) string {
+	op := input.(Op)
+	switch op.Outcome {
+	case OK:
+		return fmt.Sprintf("track(%x) → ok", op.Hashes)
+	case Rejected:
+		return fmt.Sprintf("track(%x) → rejected %x", op.Hashes, op.Rejected)
+	}
+	return fmt.Sprintf("track(%x) → %s %s", op.Hashes, op.Outcome, op.Err)
+}
