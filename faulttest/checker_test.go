@@ -1,11 +1,14 @@
 package faulttest
 
 import (
+	"path/filepath"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/faulttest/checker"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 // The checker itself lives in faulttest/checker (shared with the
@@ -50,6 +53,19 @@ func startChecker(t *testing.T, c *cluster, cfg checkerConfig) *ckr {
 	return &ckr{Checker: checker.Start(t, checkerCluster{c}, c.grpcAddrs(), cfg), c: c}
 }
 
+// withHistory makes the checker record every attempt in history.jsonl beside
+// the nodes' logs; finish checks it with porcupine's tracking model.
+func withHistory(c *cluster, cfg checkerConfig) checkerConfig {
+	c.t.Helper()
+	h, err := history.Create(filepath.Join(c.dir, "history.jsonl"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = h.Close() }) // idempotent; finish closes it first
+	cfg.History = h
+	return cfg
+}
+
 func (ck *ckr) waitProgress(what string) { ck.WaitProgress(what) }
 
 // finish stops the writers, sweeps every acknowledged hash through the
@@ -60,5 +76,12 @@ func (ck *ckr) finish() {
 	ck.c.waitHealthy()
 	ck.Sweep()
 	ck.Report()
+	if h := ck.Config().History; h != nil {
+		start := time.Now()
+		if err := ck.CheckHistory(filepath.Join(ck.c.dir, "history.html"), 2*time.Minute); err != nil {
+			ck.c.t.Error(err)
+		}
+		ck.c.t.Logf("history: %d operations checked for linearizability in %v", len(h.Ops()), time.Since(start).Round(time.Millisecond))
+	}
 	ck.c.checkNoCrashes()
 }

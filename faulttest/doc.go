@@ -13,6 +13,10 @@
 // the time from a leader SIGKILL to the next successful write
 // (TOLLGATE_FAILOVER_KILLS=20 for the figure in BENCHMARKS.md).
 //
+// TestLeaderKills also records every attempt of the checker (history.jsonl
+// beside the node logs) and checks the history for linearizability with the
+// tracking model of faulttest/history at the end.
+//
 // The procedures of the operations runbook (docs/operations.md) run here too,
 // step by step with the tollgate CLI: replacing nodes and zones
 // (TestReplaceNodesAndZone), recovering groups that lost their quorum with

@@ -15,10 +15,12 @@ func loadFor(d time.Duration) { time.Sleep(d) }
 
 // TestLeaderKills: under load, five rounds of: SIGKILL the leader of a random
 // group, wait for a new leader, check writes resume everywhere, restart the
-// killed node (same flags and data dir), wait for health.
+// killed node (same flags and data dir), wait for health. Every attempt of
+// the checker is recorded (history.jsonl) and the history checked for
+// linearizability at the end.
 func TestLeaderKills(t *testing.T) {
 	c := newCluster(t, defaultClusterOptions())
-	ck := startChecker(t, c, defaultCheckerConfig())
+	ck := startChecker(t, c, withHistory(c, defaultCheckerConfig()))
 	ck.waitProgress("start")
 	loadFor(3 * time.Second)
 	for round := 1; round <= 5; round++ {

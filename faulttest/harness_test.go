@@ -606,11 +606,14 @@ func (c *cluster) cleanup() {
 	if keep := os.Getenv("TOLLGATE_FAULTTEST_LOGDIR"); keep != "" {
 		dst := filepath.Join(keep, strings.ReplaceAll(c.t.Name(), "/", "_"))
 		if err := os.MkdirAll(dst, 0o755); err == nil {
+			// The recorded history and its visualisation, when a test keeps one.
+			keep, _ := filepath.Glob(filepath.Join(c.dir, "history.*"))
 			for _, n := range c.nodes {
-				for _, p := range []string{n.outPath, n.errPath} {
-					if b, err := os.ReadFile(p); err == nil {
-						_ = os.WriteFile(filepath.Join(dst, filepath.Base(p)), b, 0o644)
-					}
+				keep = append(keep, n.outPath, n.errPath)
+			}
+			for _, p := range keep {
+				if b, err := os.ReadFile(p); err == nil {
+					_ = os.WriteFile(filepath.Join(dst, filepath.Base(p)), b, 0o644)
 				}
 			}
 			c.t.Logf("node logs copied to %s", dst)

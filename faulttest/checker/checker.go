@@ -41,6 +41,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 const (
@@ -91,6 +92,9 @@ type Config struct {
 	// run with --share-mode static). Otherwise (the server default, movable)
 	// headroom moves between groups, and (b) is checked per tenant.
 	StaticShares bool
+	// History, when set, records every attempt (one operation each, its
+	// outcome unknown when no answer came) for CheckHistory.
+	History *history.Recorder
 }
 
 type ackRec struct {
@@ -317,7 +321,7 @@ func (ck *Checker) writer(id int) {
 		lo, hi := api.GroupRange(g, partitions, groups)
 		p := lo + rng.IntN(hi-lo)
 		batch := ck.makeBatch(rng, ti, p)
-		ck.send(rng, ti, g, p, batch)
+		ck.send(rng, id, ti, g, p, batch)
 	}
 }
 
@@ -371,9 +375,10 @@ func (ck *Checker) makeBatch(rng *rand.Rand, ti, p int) []uint64 {
 	return batch
 }
 
-// send delivers one batch, re-sending it (always safe) until a node answers
-// successfully or the checker stops. It returns false if it gave up.
-func (ck *Checker) send(rng *rand.Rand, ti, g, p int, batch []uint64) bool {
+// send delivers one batch for client (a writer, or the sweep), re-sending it
+// (always safe) until a node answers successfully or the checker stops. It
+// returns false if it gave up.
+func (ck *Checker) send(rng *rand.Rand, client, ti, g, p int, batch []uint64) bool {
 	req := &api.TrackSeriesRequest{Tenant: ck.cfg.Tenants[ti].Name, Partition: uint32(p), Hashes: batch}
 	fails := 0
 	for !ck.stopping() {
@@ -381,8 +386,15 @@ func (ck *Checker) send(rng *rand.Rand, ti, g, p int, batch []uint64) bool {
 		ctx, cancel := context.WithTimeout(ck.ctx, ck.cfg.ReqTimeout)
 		ck.requests.Add(1)
 		sent := time.Now()
+		var call *history.Call
+		if ck.cfg.History != nil {
+			call = ck.cfg.History.Begin(client, history.Op{Kind: history.KindTrack, Key: req.Tenant, Hashes: batch})
+		}
 		resp, err := api.NewTrackerClient(ck.c.Conn(addr)).TrackSeries(ctx, req)
 		cancel()
+		if call != nil {
+			call.EndTrack(resp.GetRejectedHashes(), err)
+		}
 		if err == nil {
 			ck.okRequests.Add(1)
 			ck.record(ti, g, batch, resp.RejectedHashes, addr, sent)
@@ -717,7 +729,7 @@ func (ck *Checker) Sweep() {
 				chunk := hashes[:n]
 				hashes = hashes[n:]
 				done := make(chan bool, 1)
-				go func() { done <- ck.send(rng, ti, g, p, chunk) }()
+				go func() { done <- ck.send(rng, ck.cfg.Writers, ti, g, p, chunk) }()
 				select {
 				case ok := <-done:
 					if !ok {
@@ -732,6 +744,41 @@ func (ck *Checker) Sweep() {
 			}
 		}
 	}
+}
+
+// Config returns the checker's configuration (rolling tenants included).
+func (ck *Checker) Config() Config {
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	return ck.cfg
+}
+
+// CheckHistory closes Config.History and checks it with the tracking model,
+// each tenant against the highest limit it had (see SetLimit); an illegal
+// history writes porcupine's visualisation to htmlPath. Call it after Sweep,
+// so that the sweep's re-sends are part of the history.
+func (ck *Checker) CheckHistory(htmlPath string, timeout time.Duration) error {
+	h := ck.cfg.History
+	if h == nil {
+		return nil
+	}
+	if err := h.Close(); err != nil {
+		return err
+	}
+	ck.mu.Lock()
+	limits := map[string]int{}
+	for ti, ts := range ck.cfg.Tenants {
+		limits[ts.Name] = int(ck.limitMax[ti])
+		if ck.cfg.StaticShares && ck.limitMax[ti] > 0 {
+			// Each group's share is rounded up: their sum may pass the limit.
+			limits[ts.Name] = 0
+			for g := range groups {
+				limits[ts.Name] += int(Share(ck.limitMax[ti], g))
+			}
+		}
+	}
+	ck.mu.Unlock()
+	return history.Check(history.TrackingModel(func(tenant string) int { return limits[tenant] }), h.Ops(), htmlPath, timeout)
 }
 
 // ErrSummary counts the failed attempts by gRPC code, for logs.

@@ -21,9 +21,11 @@ type trackState []uint64
 // be accepted or rejected; a smaller set leaves more room under the limit),
 // so the branch in which the request took effect can never make a later
 // answer legal that the unchanged branch does not, and porcupine need not
-// explore it.
+// explore it. Such requests are left out of the check altogether: they are
+// legal anywhere and change nothing.
 func TrackingModel(limit func(key string) int) Model {
-	return Model{name: "tracking", kinds: []Kind{KindTrack}, pm: porcupine.Model{
+	noEffect := func(op Op) bool { return op.Outcome != OK && op.Outcome != Rejected }
+	return Model{name: "tracking", kinds: []Kind{KindTrack}, skip: noEffect, pm: porcupine.Model{
 		Partition: partitionByKey,
 		Init:      func() any { return trackState(nil) },
 		Step: func(state, input, _ any) (bool, any) {
