@@ -38,7 +38,20 @@ func Check(m Model, ops []Op, htmlPath string, timeout time.Duration) error {
 	case porcupine.Unknown:
 		return fmt.Errorf("history: %s: %d operations not checked within %v", m.name, len(hist), timeout)
 	}
-	err := fmt.Errorf("history: %s: %w (%d operations)", m.name, ErrNotLinearizable, len(hist))
+	// Name the keys that fail and draw only those: a whole fault test's
+	// visualisation runs to tens of megabytes.
+	var bad []string
+	var badOps []porcupine.Operation
+	for _, part := range partitionByKey(hist) {
+		if r, _ := porcupine.CheckOperationsVerbose(m.pm, part, timeout); r == porcupine.Illegal {
+			bad = append(bad, part[0].Input.(Op).Key)
+			badOps = append(badOps, part...)
+		}
+	}
+	if len(badOps) > 0 {
+		_, info = porcupine.CheckOperationsVerbose(m.pm, badOps, timeout)
+	}
+	err := fmt.Errorf("history: %s: %w (%d operations; keys %q)", m.name, ErrNotLinearizable, len(hist), bad)
 	if htmlPath != "" {
 		if verr := porcupine.VisualizePath(m.pm, info, htmlPath); verr != nil {
 			return fmt.Errorf("%w; visualisation: %w", err, verr)

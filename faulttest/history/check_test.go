@@ -107,6 +107,7 @@ func TestCheckCatchesBrokenHistories(t *testing.T) {
 			tr(2, 3, 9, "a", hs(1, 2), Rejected, 1, 2),
 		}},
 		{"accepting past the limit", TrackingModel(limitOf(2)), []Op{
+			tr(2, 0, 1, "b", hs(1, 2), OK), // legal: not named
 			tr(0, 0, 5, "a", hs(1, 2), OK),
 			tr(1, 1, 4, "a", hs(3), OK),
 		}},
@@ -141,6 +142,9 @@ func TestCheckCatchesBrokenHistories(t *testing.T) {
 			}
 			if !strings.Contains(err.Error(), html) {
 				t.Fatalf("error %q does not name the visualisation", err)
+			}
+			if !strings.Contains(err.Error(), `keys ["a"]`) && !strings.Contains(err.Error(), `keys ["doc"]`) {
+				t.Fatalf("error %q does not name the failing key", err)
 			}
 			data, rerr := os.ReadFile(html)
 			if rerr != nil || !strings.Contains(string(data), "<html") {
