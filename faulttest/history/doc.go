@@ -17,9 +17,9 @@
 //
 // Models. Check runs a model over the operations of its kinds, partitioned by
 // Op.Key so that each tenant or document is checked on its own and checking
-// stays fast. When a history is illegal, Check writes porcupine's HTML
-// visualisation to the path it is given (next to the history file) and
-// returns an error naming it.
+// stays fast. When a history is illegal, Check returns an error naming the
+// keys that fail and writes porcupine's HTML visualisation of those keys'
+// operations to the path it is given (next to the history file).
 //
 //   - TrackingModel: per key (a tenant, or tenant/partition when the limit is
 //     per partition) a set of active series and a limit. An answer is legal
