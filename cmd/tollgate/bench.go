@@ -279,10 +279,18 @@ that failed for an availability reason returns "no rejections", as a
 distributor configured that way would admit the write), and the p99 and max
 latency of the requests that succeeded. --json adds them to the summary
 ("seconds"); the summary goes to stdout. An interrupt (SIGINT) ends the run
-early and prints the summary.`,
+early and prints the summary.
+
+--metrics-url lists the nodes' HTTP addresses: bench reads each node's
+process_cpu_seconds_total just before and just after the measured run and
+reports the servers' CPU seconds and ns of server CPU per series (every series
+of every request that returned in between), summed and per node ("cost" in
+--json). Client and server share a machine's cores, so series/s and latency
+partly measure the machine; CPU per series is what the server code controls.`,
 		Example: `  tollgate bench --duration 10s
   tollgate bench --new-fraction 1 --series-per-tenant 100000000 --duration 10s --json   # needs --default-max-series 0
-  tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s`,
+  tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s
+  tollgate bench --metrics-url 127.0.0.1:7380 --duration 10s   # + the node's CPU per series`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
