@@ -38,6 +38,7 @@ type benchOpts struct {
 	timeout         time.Duration
 	asJSON          bool
 	failOpen        bool
+	metricsURLs     []string // nodes' /metrics, for the cost report
 	tls             clientTLSOpts
 }
 
@@ -88,6 +89,8 @@ type BenchSummary struct {
 	ErrorsByCode       map[string]int64 `json:"errors_by_code,omitempty"` // failed requests by gRPC code
 	// Seconds is the run second by second (the progress lines on stderr).
 	Seconds []BenchSecond `json:"seconds,omitempty"`
+	// Cost is the servers' CPU per series (--metrics-url; absent without).
+	Cost *BenchCost `json:"cost,omitempty"`
 }
 
 // BenchSecond is one second of a run as the caller saw it: what rolling
@@ -276,10 +279,18 @@ that failed for an availability reason returns "no rejections", as a
 distributor configured that way would admit the write), and the p99 and max
 latency of the requests that succeeded. --json adds them to the summary
 ("seconds"); the summary goes to stdout. An interrupt (SIGINT) ends the run
-early and prints the summary.`,
+early and prints the summary.
+
+--metrics-url lists the nodes' HTTP addresses: bench reads each node's
+process_cpu_seconds_total just before and just after the measured run and
+reports the servers' CPU seconds and ns of server CPU per series (every series
+of every request that returned in between), summed and per node ("cost" in
+--json). Client and server share a machine's cores, so series/s and latency
+partly measure the machine; CPU per series is what the server code controls.`,
 		Example: `  tollgate bench --duration 10s
   tollgate bench --new-fraction 1 --series-per-tenant 100000000 --duration 10s --json   # needs --default-max-series 0
-  tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s`,
+  tollgate bench --prefill --series-per-tenant 100000 --new-fraction 0 --duration 10s
+  tollgate bench --metrics-url 127.0.0.1:7380 --duration 10s   # + the node's CPU per series`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
@@ -297,6 +308,7 @@ early and prints the summary.`,
 	f.Uint64Var(&o.seed, "seed", 1, "series generator seed")
 	f.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request deadline (and for learning the layout)")
 	f.BoolVar(&o.asJSON, "json", false, "print the summary as JSON")
+	f.StringSliceVar(&o.metricsURLs, "metrics-url", nil, "nodes' HTTP addresses (host:port of --http-addr, or URLs of /metrics), comma-separated or repeated: report the servers' CPU per series from their process_cpu_seconds_total, summed and per node (list every node of the cluster)")
 	f.BoolVar(&o.failOpen, "fail-open", false, "configure the client with FailOpen (availability failures answer \"no rejections\"; counted as fail-open)")
 	o.tls.register(f)
 	return cmd
@@ -331,6 +343,16 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	if o.tenants < 1 || o.requestSize < 1 || o.concurrency < 1 || o.newFraction < 0 || o.newFraction > 1 || o.seriesPerTenant < 1 || o.duration <= 0 || o.timeout <= 0 || o.rate < 0 || math.IsNaN(o.rate) || math.IsInf(o.rate, 0) {
 		return fmt.Errorf("bench: --tenants, --request-size, --concurrency, --series-per-tenant must be ≥ 1, --duration and --timeout > 0, --rate ≥ 0 and finite, and --new-fraction in [0,1]")
 	}
+	var probe *costProbe
+	if len(o.metricsURLs) > 0 {
+		tlsCfg, err := o.tls.config()
+		if err != nil {
+			return err
+		}
+		if probe, err = newCostProbe(o.metricsURLs, tlsCfg, o.timeout); err != nil {
+			return fmt.Errorf("bench: %w", err)
+		}
+	}
 	// ModeSync: the load generator measures the servers' answers (and needs no
 	// near-limit polling); TrackPartition waits for them in any mode.
 	c, err := connectClientWith(ctx, o.addrs, o.timeout, &o.tls, func(cfg *clientlib.Config) { cfg.FailOpen = o.failOpen })
@@ -357,7 +379,17 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 		latMu  sync.Mutex
 		lats   []float64
 		window benchWindow
+		// served counts the series of every request that returned, even
+		// after the run ended: the servers' CPU between the scrapes paid
+		// for them all.
+		served atomic.Int64
+		cpu0   cpuSnapshot
 	)
+	if probe != nil {
+		if cpu0, err = probe.read(ctx); err != nil {
+			return fmt.Errorf("bench: cost report: %w", err)
+		}
+	}
 	stats0 := c.Stats()
 	// An interrupt (Ctrl-C, or a script's kill -INT) ends the measured run
 	// early with a summary, like the end of --duration.
@@ -425,6 +457,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 				rej, err := c.TrackPartition(rctx, b.tenants[t], p, hashes)
 				d := time.Since(t0)
 				rcancel()
+				served.Add(int64(len(hashes)))
 				if runCtx.Err() != nil {
 					break
 				}
@@ -467,6 +500,16 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	wg.Wait()
 	elapsed := time.Since(start).Seconds()
 	<-progressDone
+	var costErr error
+	var cost *BenchCost
+	if probe != nil {
+		// ctx, not runCtx: the run has ended, the scrape must still happen.
+		if cpu1, err := probe.read(ctx); err != nil {
+			costErr = fmt.Errorf("bench: cost report: %w", err)
+		} else {
+			cost = benchCost(probe.urls, cpu0, cpu1, served.Load())
+		}
+	}
 
 	slices.Sort(lats)
 	sum := counts.summary(elapsed, lats)
@@ -478,6 +521,7 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	d := statsDelta(stats0, c.Stats())
 	sum.Retries, sum.NotLeaderRedirects, sum.FailedOpen = d.Retries, d.NotLeaderRedirects, d.FailedOpen
 	sum.Seconds = seconds
+	sum.Cost = cost
 	for _, bs := range seconds {
 		for k, v := range bs.ErrorsByCode {
 			if sum.ErrorsByCode == nil {
@@ -495,7 +539,10 @@ func runBench(ctx context.Context, o benchOpts, stdout, stderr io.Writer) error 
 	} else {
 		printBenchSummary(stdout, sum)
 	}
-	return sum.failure()
+	if err := sum.failure(); err != nil {
+		return err
+	}
+	return costErr
 }
 
 func printBenchSummary(out io.Writer, s BenchSummary) {
@@ -519,6 +566,9 @@ func printBenchSummary(out io.Writer, s BenchSummary) {
 		fmt.Fprintf(out, "; errors by code (per-second windows): %s", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(out)
+	if s.Cost != nil {
+		printBenchCost(out, s.Cost)
+	}
 	if n := len(s.Seconds); n > 0 {
 		worst := s.Seconds[0]
 		for _, bs := range s.Seconds {

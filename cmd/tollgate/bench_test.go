@@ -181,3 +181,43 @@ func TestBenchUniverseIsExact(t *testing.T) {
 		}
 	}
 }
+
+// --metrics-url entries: a node's host:port or a URL; a URL without a path
+// scrapes /metrics; anything else is refused naming the flag.
+func TestBenchMetricsURL(t *testing.T) {
+	for in, want := range map[string]string{
+		"127.0.0.1:7380":                  "http://127.0.0.1:7380/metrics",
+		" http://127.0.0.1:7380/ ":        "http://127.0.0.1:7380/metrics",
+		"https://node-a:7380":             "https://node-a:7380/metrics",
+		"http://127.0.0.1:7380/x/metrics": "http://127.0.0.1:7380/x/metrics",
+	} {
+		if got, err := metricsURL(in); err != nil || got != want {
+			t.Errorf("metricsURL(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "ftp://h:1", "http://", "http://[::1"} {
+		if got, err := metricsURL(bad); err == nil || !strings.Contains(err.Error(), "--metrics-url") {
+			t.Errorf("metricsURL(%q) = %q, %v; want an error naming --metrics-url", bad, got, err)
+		}
+	}
+	if _, err := newCostProbe([]string{"127.0.0.1:7380", "http://127.0.0.1:7380/metrics"}, nil, time.Second); err == nil || !strings.Contains(err.Error(), "twice") {
+		t.Errorf("the same node twice: %v, want an error (its CPU would count twice)", err)
+	}
+}
+
+// The cost is each node's CPU growth, summed, per series sent.
+func TestBenchCostArithmetic(t *testing.T) {
+	t0 := time.Now()
+	a := cpuSnapshot{at: t0, cpu: []float64{10, 3}}
+	b := cpuSnapshot{at: t0.Add(2 * time.Second), cpu: []float64{11.5, 3.5}}
+	c := benchCost([]string{"u1", "u2"}, a, b, 1_000_000)
+	if c.CPUSeconds != 2 || c.NsPerSeries != 2000 || c.CPUCores != 1 || c.IntervalSecs != 2 || c.Series != 1_000_000 {
+		t.Fatalf("total: %+v", c)
+	}
+	if len(c.Nodes) != 2 || c.Nodes[0] != (NodeCost{"u1", 1.5, 1500}) || c.Nodes[1] != (NodeCost{"u2", 0.5, 500}) {
+		t.Fatalf("nodes: %+v", c.Nodes)
+	}
+	if c := benchCost([]string{"u1"}, a, b, 0); c.NsPerSeries != 0 || c.Nodes[0].NsPerSeries != 0 {
+		t.Fatalf("no series: %+v", c)
+	}
+}

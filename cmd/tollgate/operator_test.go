@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -183,6 +186,60 @@ func TestBenchAgainstDevNode(t *testing.T) {
 	out, err = exec.Command(bin, "bench", "--rate", "-1", "--addr", p.grpc).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "--rate") {
 		t.Fatalf("bench --rate -1: err=%v\n%s", err, out)
+	}
+}
+
+// bench --metrics-url reports the node's CPU per series from its own
+// process_cpu_seconds_total: positive, per node summing to the total, ns per
+// series = CPU / series, the series at least those the summary counts (and at
+// most one request per worker more: those in flight at the end), and no more
+// cores than the machine has. Text output carries the line; a node that does
+// not answer fails the run naming the flag.
+func TestBenchCostReport(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	addrs := [3]string{freePort(t), freePort(t), freePort(t)}
+	p := startDev(t, bin, t.TempDir(), addrs, "--partitions", "16")
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+	const conc, size = 2, 500
+	args := []string{"bench", "--addr", p.grpc, "--duration", "2s", "--tenants", "2", "--series-per-tenant", "20000",
+		"--concurrency", strconv.Itoa(conc), "--request-size", strconv.Itoa(size), "--metrics-url", p.http}
+	out, err := exec.Command(bin, append(args, "--json")...).Output()
+	if err != nil {
+		t.Fatalf("bench: %v\n%s", err, out)
+	}
+	var s BenchSummary
+	if err := json.Unmarshal(out, &s); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	c := s.Cost
+	if c == nil || len(c.Nodes) != 1 || c.Nodes[0].URL != "http://"+p.http+"/metrics" {
+		t.Fatalf("cost: %+v\n%s", c, out)
+	}
+	if c.CPUSeconds <= 0 || c.Series <= 0 || c.NsPerSeries <= 0 || c.IntervalSecs < s.DurationSec {
+		t.Fatalf("cost not positive or interval shorter than the run: %+v (run %.2fs)", c, s.DurationSec)
+	}
+	if c.Series < s.Sent || c.Series > s.Sent+conc*size {
+		t.Fatalf("cost counts %d series, the summary %d sent (at most %d in flight at the end)", c.Series, s.Sent, conc*size)
+	}
+	if want := c.CPUSeconds * 1e9 / float64(c.Series); math.Abs(c.NsPerSeries-want) > 1e-6*want ||
+		c.Nodes[0].CPUSeconds != c.CPUSeconds || c.Nodes[0].NsPerSeries != c.NsPerSeries {
+		t.Fatalf("ns per series %v, want %v = %v s / %d series; node %+v", c.NsPerSeries, want, c.CPUSeconds, c.Series, c.Nodes[0])
+	}
+	// process_cpu_seconds_total counts in clock ticks (10 ms): allow two.
+	if cores := (c.CPUSeconds - 0.02) / c.IntervalSecs; cores > float64(runtime.NumCPU()) {
+		t.Fatalf("the node used %.2f cores on a %d-CPU machine: %+v", cores, runtime.NumCPU(), c)
+	}
+	out, err = exec.Command(bin, args...).Output()
+	if err != nil || !strings.Contains(string(out), "server CPU: ") || !strings.Contains(string(out), " ns per series") {
+		t.Fatalf("text summary without the cost line: %v\n%s", err, out)
+	}
+	// A node that does not answer: the run stops before measuring, naming the flag.
+	out, err = exec.Command(bin, "bench", "--addr", p.grpc, "--duration", "1s", "--metrics-url", p.http+","+freePort(t)).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "--metrics-url") {
+		t.Fatalf("unreachable metrics URL: err=%v\n%s", err, out)
 	}
 }
 

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Server CPU per series end to end against the in-process admission path, in
+# the same run, interleaved: each round runs the admission benchmark
+# (BenchmarkLeaderPath: session, lookup, Decide, reservation, encoding and an
+# FSM apply; no gRPC, raft or fsync) and then `tollgate bench --metrics-url`
+# against one durable dev node, for new series and for refreshes, and prints
+# end-to-end ns of server CPU per series ÷ in-process ns per series.
+# The in-process figure is the benchmark's ns/op ÷ 1,000 (wall time of one
+# goroutine; on a shared machine it rises with the load as the end-to-end
+# CPU figure does not, so compare rounds, not runs on different days).
+# Usage: scripts/cost-ratio.sh [rounds] [duration]   (default 3 rounds of 5s)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+dur=${2:-5s}
+command -v jq >/dev/null || { echo "cost-ratio.sh needs jq" >&2; exit 1; }
+dir=$(mktemp -d)
+pid=
+trap '[ -n "$pid" ] && kill -TERM $pid 2>/dev/null && wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+bin=$dir/tollgate
+go build -o "$bin" ./cmd/tollgate
+go test -c -o "$dir/admission.test" ./admission/
+grpc=127.0.0.1:17320 http=127.0.0.1:17390
+$bin server --dev --data-dir "$dir/data" --default-max-series 0 --log-level warn \
+  --grpc-addr $grpc --http-addr $http --raft-addr 127.0.0.1:17321 > "$dir/server.out" 2>&1 &
+pid=$!
+for _ in $(seq 200); do grep -q 'ready' "$dir/server.out" 2>/dev/null && break; sleep 0.1; done
+grep -q 'ready' "$dir/server.out" || { cat "$dir/server.out" >&2; exit 1; }
+bench() { $bin bench --addr $grpc --metrics-url $http --tenants 16 --request-size 1000 --concurrency 8 \
+  --duration "$dur" --json "$@" 2>/dev/null | jq -r '.cost.ns_per_series'; }
+echo "$(date -u +%FT%TZ)  $(nproc) cores  load average $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-5s %12s %12s %7s   %12s %12s %7s\n' round "new e2e ns" "in-proc ns" ratio "refresh e2e" "in-proc ns" ratio
+for r in $(seq "$rounds"); do
+  adm=$("$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath' -test.benchtime 2s)
+  an=$(awk '$1 ~ /LeaderPath\/new/ {print $3/1000}' <<<"$adm")
+  ar=$(awk '$1 ~ /LeaderPath\/refresh/ {print $3/1000}' <<<"$adm")
+  en=$(bench --new-fraction 1 --series-per-tenant 100000000 --seed $((100 + r)))
+  er=$(bench --new-fraction 0 --series-per-tenant 125000 --prefill --seed 7)
+  for v in "$an" "$ar" "$en" "$er"; do
+    [[ $v =~ ^[0-9.e+]+$ ]] || { echo "round $r: no figure (admission: $an $ar, bench: $en $er)" >&2; exit 1; }
+  done
+  awk -v r="$r" -v en="$en" -v an="$an" -v er="$er" -v ar="$ar" \
+    'BEGIN { printf "%-5s %12.0f %12.0f %7.2f   %12.0f %12.0f %7.2f\n", r, en, an, en/an, er, ar, er/ar }'
+done
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
