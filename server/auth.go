@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
 // adminPrefix is the full-method prefix of every Admin RPC; those, the
@@ -102,15 +104,21 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 		tenants = r.grpcTenants(req)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
-	v, why := s.creds.check(r, md.Get("authorization"), grpcCertIdentities(ctx), tenants)
+	v, why, c := s.creds.check(r, md.Get("authorization"), grpcCertIdentities(ctx), tenants)
 	switch v {
 	case unauthorized:
 		return ctx, status.Error(codes.Unauthenticated, why)
 	case forbidden:
 		return ctx, status.Error(codes.PermissionDenied, why)
 	}
-	if why != "" {
-		ctx = context.WithValue(ctx, identityKey{}, "credential "+why) // the per-client stream bound counts by credential
+	if c != nil {
+		ctx = context.WithValue(ctx, identityKey{}, "credential "+c.name) // the per-client stream bound counts by credential
+		ctx = context.WithValue(ctx, credentialKey{}, c)
+		if c.tenants != nil {
+			// Tenants named inside a stream's messages are the handler's
+			// to check, as they arrive (rule.inHandler).
+			ctx = tenantscope.With(ctx, &tenantscope.Scope{Credential: c.name, Tenants: c.tenants})
+		}
 	}
 	return ctx, nil
 }
@@ -143,11 +151,27 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	if err != nil {
 		return err
 	}
+	if c, ok := ctx.Value(credentialKey{}).(*credential); ok && c != nil {
+		// A stream lives on after its credential is revoked unless a
+		// reload ends it: the handler sees its context end, and the
+		// client Unauthenticated naming why.
+		md, _ := metadata.FromIncomingContext(ctx)
+		var untrack func()
+		ctx, untrack = s.creds.track(ctx, grpcRules[info.FullMethod], md.Get("authorization"), grpcCertIdentities(ctx), c)
+		defer untrack()
+	}
 	if ctx != ss.Context() {
 		ss = &ctxStream{ServerStream: ss, ctx: ctx}
 	}
-	return h(srv, ss)
+	err = h(srv, ss)
+	if errors.Is(context.Cause(ctx), errRevoked) {
+		return status.Errorf(codes.Unauthenticated, "%s: %v; reconnect with a valid credential", info.FullMethod, errRevoked)
+	}
+	return err
 }
+
+// credentialKey carries the credential a call was authorized with.
+type credentialKey struct{}
 
 // ctxStream is a server stream with a derived context.
 type ctxStream struct {

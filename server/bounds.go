@@ -39,7 +39,8 @@ type Bounds struct {
 	// connection is given (default 1000).
 	GRPCMaxStreamsPerConn uint32
 	// MaxWatchStreams bounds the long-lived streams (WatchCluster,
-	// WatchSummaries, WatchSketches) open on the node (default 10,000);
+	// WatchSummaries, WatchSketches, RateLimit.Sync) open on the node
+	// (default 10,000);
 	// MaxWatchStreamsPerClient those of one client (its credential, or its
 	// IP address without one; default 1,000). Beyond, ResourceExhausted.
 	MaxWatchStreams          int
@@ -102,6 +103,11 @@ var watchMethods = map[string]bool{
 	"/tollgate.v1.Sketches/WatchSketches":   true,
 }
 
+// syncMethod is the rate-limit client stream: counted with the watch
+// streams (one client's streams are bounded like its watches), its tenant
+// names bounded by the service (ratelimit.ServiceConfig.MaxTenantsPerClient).
+const syncMethod = "/tollgate.v1.RateLimit/Sync"
+
 // streamLimiter counts the open watch streams, in total and per client.
 type streamLimiter struct {
 	total, perClient int
@@ -139,11 +145,14 @@ func (l *streamLimiter) acquire(client string) (release func(), err error) {
 // clientOf names the caller for the per-client bound: its credential's
 // identity when it presented one (set by the auth interceptor), else its
 // IP address.
-func clientOf(ss grpc.ServerStream) string {
-	if id, ok := ss.Context().Value(identityKey{}).(string); ok && id != "" {
+func clientOf(ss grpc.ServerStream) string { return clientOfCtx(ss.Context()) }
+
+// clientOfCtx is clientOf for a call's context.
+func clientOfCtx(ctx context.Context) string {
+	if id, ok := ctx.Value(identityKey{}).(string); ok && id != "" {
 		return id
 	}
-	if p, ok := peer.FromContext(ss.Context()); ok {
+	if p, ok := peer.FromContext(ctx); ok {
 		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
 			return tcp.IP.String()
 		}
@@ -156,7 +165,7 @@ func clientOf(ss grpc.ServerStream) string {
 type identityKey struct{}
 
 func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !watchMethods[info.FullMethod] {
+	if !watchMethods[info.FullMethod] && info.FullMethod != syncMethod {
 		return h(srv, ss)
 	}
 	release, err := s.streams.acquire(clientOf(ss))
@@ -165,6 +174,9 @@ func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return err
 	}
 	defer release()
+	if info.FullMethod == syncMethod {
+		return h(srv, ss) // counted; its own sender never blocks the handler
+	}
 	ws := newSlowReaderStream(ss, s.cfg.Bounds.WatchSendTimeout)
 	defer ws.cancel(nil)
 	err = h(srv, ws)

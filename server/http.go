@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
+	"github.com/tollgate-io/tollgate/tenantscope"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -34,7 +35,7 @@ func (s *Server) startHTTP() error {
 		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.httpLis = lis
-	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux := &routeMux{ServeMux: http.NewServeMux(), guard: s.guardRoute}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -72,7 +73,7 @@ func (s *Server) startHTTP() error {
 	b := s.cfg.Bounds
 	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
 	s.httpRoutes = slices.Clone(mux.patterns)
-	s.http = &http.Server{Handler: s.guardHTTP(mux.ServeMux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
+	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
 		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
 		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
@@ -95,11 +96,12 @@ func (s *Server) startHTTP() error {
 type routeMux struct {
 	*http.ServeMux
 	patterns []string
+	guard    func(pattern string, h http.Handler) http.Handler // the access rule of each route
 }
 
 func (m *routeMux) Handle(pattern string, h http.Handler) {
 	m.patterns = append(m.patterns, pattern)
-	m.ServeMux.Handle(pattern, h)
+	m.ServeMux.Handle(pattern, m.guard(pattern, h))
 }
 
 func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
@@ -372,40 +374,55 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// guardHTTP applies the rule table (rules.go) to every request when
+// guardRoute applies the rule table (rules.go) to one route when
 // credentials are configured: 401 without a known credential, 403 without
-// the route's scope or tenant. A route without a rule is refused; requests
-// no route matches get the mux's 404/405.
-func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
+// the route's scope or tenant. It runs after the mux matched the request
+// (so it reads the path values the handler reads) and before the handler
+// reads the body: a caller without a credential never makes the node read
+// or decode a body. Tenants named in a body are the handler's to check
+// (rule.inHandler, tenantscope), on the document it parsed. A route without
+// a rule is refused; requests no route matches get the mux's 404/405.
+func (s *Server) guardRoute(pattern string, h http.Handler) http.Handler {
 	if s.creds == nil {
-		return mux
+		return h
 	}
+	rule, ok := httpRules[pattern]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, pattern := mux.Handler(r)
-		if pattern == "" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		rule, ok := httpRules[pattern]
 		if !ok {
-			writeJSONError(w, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
+			refuseHTTP(w, r, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
 			return
 		}
 		var tenants []string
 		if rule.scope != "" && rule.httpTenants != nil {
 			tenants = rule.httpTenants(r)
 		}
-		switch v, why := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants); v {
+		v, why, c := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants)
+		switch v {
 		case unauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-			writeJSONError(w, http.StatusUnauthorized, why)
+			refuseHTTP(w, r, http.StatusUnauthorized, why)
 			return
 		case forbidden:
-			writeJSONError(w, http.StatusForbidden, why)
+			refuseHTTP(w, r, http.StatusForbidden, why)
 			return
 		}
-		mux.ServeHTTP(w, r)
+		if c != nil && c.tenants != nil {
+			r = r.WithContext(tenantscope.With(r.Context(), &tenantscope.Scope{Credential: c.name, Tenants: c.tenants}))
+		}
+		h.ServeHTTP(w, r)
 	})
+}
+
+// refuseHTTP answers a refused request without reading its body: when one
+// may follow, the connection is closed after the answer and its read
+// deadline set to now, so the server does not wait (up to the read
+// timeout) to drain a slow body the node will never use.
+func refuseHTTP(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	writeJSONError(w, code, msg)
 }
 
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
