@@ -38,7 +38,7 @@ func (s *Server) startGRPC() error {
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
-	opts = append(opts, s.grpcBoundOptions()...)                           // auth before messages, busy marks (grpcbounds.go)
+	opts = append(opts, s.grpcBoundOptions()...)                            // auth before messages, busy marks (grpcbounds.go)
 	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
 	token := ""
 	if s.creds != nil {
