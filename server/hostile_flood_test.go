@@ -251,8 +251,9 @@ func healthLatency(addr string) (time.Duration, error) {
 // credentials (the documented production setup), from other processes,
 // without any credential: 1,000 gRPC messages that never complete (each
 // announcing the node's receive limit), several thousand idle HTTP/2
-// connections to the gRPC port, and slow request bodies and slow headers
-// to the HTTP port (together beyond its connection cap).
+// connections to the gRPC port, and slow request bodies (to a route that
+// needs a credential, and to a public one), and slow headers to the HTTP
+// port, together beyond its connection cap.
 // The node's resident memory grows by at most 200 MB (the incomplete
 // messages once held a receive buffer each: 300 streams added 650 MB), it
 // holds at most its gRPC connection cap, /healthz answers within 1 s
@@ -279,8 +280,9 @@ func TestPreAuthFloods(t *testing.T) {
 
 	startFlood(t, "grpc-incomplete:"+strconv.Itoa(msgLen), target.GRPCAddr(), streams)
 	startFlood(t, "h2-idle", target.GRPCAddr(), 3000)
-	startFlood(t, "slow", target.HTTPAddr(), 1000)
-	startFlood(t, "slow-headers", target.HTTPAddr(), 1000)
+	startFlood(t, "slow", target.HTTPAddr(), 500)
+	startFlood(t, "slow-headers", target.HTTPAddr(), 500)
+	startFlood(t, "slow-public", target.HTTPAddr(), 1000)
 	time.Sleep(3 * time.Second) // the incomplete messages' bytes arrive
 
 	var lat []time.Duration

@@ -63,6 +63,11 @@ func flood(spec string) int {
 		case mode == "slow":
 			// A request whose body never finishes.
 			fmt.Fprint(c, "POST /api/v1/backlog HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+		case mode == "slow-public":
+			// A request to a public route whose body never finishes:
+			// nothing refuses it, and the server drains the body after
+			// the answer.
+			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
 		case mode == "slow-headers":
 			// A request whose headers never finish (nothing to
 			// authenticate yet).
@@ -70,7 +75,7 @@ func flood(spec string) int {
 		}
 	}
 	fmt.Printf("ready %d\n", len(conns))
-	if mode == "slow" || mode == "slow-headers" {
+	if mode == "slow" || mode == "slow-headers" || mode == "slow-public" {
 		go func() {
 			for range time.Tick(time.Second) {
 				for _, c := range conns {
