@@ -83,7 +83,7 @@ func (s *Server) startEnvoyRLS(g *grpc.Server) error {
 			Help: "ShouldRateLimit calls by domain and overall code (ok, over_limit, invalid). Domains without configuration count as \"(unconfigured)\"."},
 			[]string{"domain", "code"}),
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_envoy_ratelimit_descriptor_decisions_total",
-			Help: "Request descriptors that matched a rule, by domain, rule (key_value path; values of key-only levels only with detailed_metric, at most 1000 such values per node, further ones as "<path>.(overflow)") and decision (ok, over_limit, shadow_over_limit: over the limit but in shadow mode, unlimited)."},
+			Help: "Request descriptors that matched a rule, by domain, rule (key_value path; values of key-only levels only with detailed_metric, at most 1000 such values per node, further ones as <path>.(overflow)) and decision (ok, over_limit, shadow_over_limit: over the limit but in shadow mode, unlimited)."},
 			[]string{"domain", "rule", "decision"}),
 	}
 	s.metrics.reg.MustRegister(e.requests, e.decided,
