@@ -173,6 +173,19 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 // credentialKey carries the credential a call was authorized with.
 type credentialKey struct{}
 
+// callerIsNode says whether the caller of a gRPC call may speak for a node
+// of the cluster (a peer's sketch push naming its origin): with
+// credentials, one with the admin scope (the node's own calls carry the
+// node's credential); without any, every caller is trusted alike, so a
+// claim costs nothing it could not do anyway.
+func (s *Server) callerIsNode(ctx context.Context) bool {
+	if s.creds == nil {
+		return true
+	}
+	c, _ := ctx.Value(credentialKey{}).(*credential)
+	return c != nil && c.has(ScopeAdmin)
+}
+
 // ctxStream is a server stream with a derived context.
 type ctxStream struct {
 	grpc.ServerStream

@@ -86,6 +86,12 @@ func (s *Server) registerSketches(g *grpc.Server) {
 		}
 		return status.Error(code, msg)
 	}
+	svc.Origin = func(ctx context.Context, claimed string) string {
+		if s.callerIsNode(ctx) {
+			return claimed
+		}
+		return "" // a client's push, whatever it claims
+	}
 	api.RegisterSketchesServer(g, svc)
 }
 
