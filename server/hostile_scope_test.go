@@ -279,3 +279,56 @@ func TestRevokedCredentialEndsStreams(t *testing.T) {
 		t.Fatalf("admin token after the file is deleted: %d", code)
 	}
 }
+
+// TestMeteringMinors: an event 62 days ahead of the node's clock is
+// refused naming timestamp (REST 400, gRPC InvalidArgument; it was
+// accepted); QueryUsage with a group below -1 is InvalidArgument (it read
+// every group); a page_token with a bad escape is a 400 naming it (it
+// answered the first page).
+func TestMeteringMinors(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), nil)
+	defer stop(t, s)
+	ts := time.Now().Add(62 * 24 * time.Hour).UnixMilli()
+	ahead := fmt.Sprintf(`{"id":"ahead","timestamp":%d,"organization_id":"a","space_id":"s","consumer_id":"c","resource_id":"r","plan_id":"p","resource_instance_id":"i","measured_usage":[{"measure":"m","quantity":1}]}`, ts)
+	code, body := postRaw(t, s, fmt.Sprintf("POST /v1/events/start HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(ahead), ahead))
+	if code != http.StatusBadRequest || !strings.Contains(body, "timestamp") {
+		t.Errorf("event 62 days ahead over REST: %d %s, want 400 naming timestamp", code, body)
+	}
+	batch := `{"events":[{"kind":"start",` + ahead[1:] + `]}`
+	code, body = postRaw(t, s, fmt.Sprintf("POST /v1/events HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s", len(batch), batch))
+	if code != http.StatusOK || !strings.Contains(body, `"status": 400`) || !strings.Contains(body, "timestamp") {
+		t.Errorf("batch event 62 days ahead: %d %s, want its result 400 naming timestamp", code, body)
+	}
+	cc := dial(t, s.GRPCAddr())
+	mc := api.NewMeteringClient(cc)
+	ev := &api.MeterEvent{Id: "ahead-g", Timestamp: ts, Target: &api.MeterTarget{OrganizationId: "a", SpaceId: "s", ConsumerId: "c", ResourceId: "r", PlanId: "p", ResourceInstanceId: "i2"},
+		MeasuredUsage: []*api.MeterMeasure{{Measure: "m", Quantity: 1}}}
+	if _, err := mc.Start(adminCtx(t), ev); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "timestamp") {
+		t.Errorf("gRPC event 62 days ahead: %v, want InvalidArgument naming timestamp", err)
+	}
+	if n := meteringSpans(s); n != 0 {
+		t.Errorf("%d spans written from events 62 days ahead", n)
+	}
+	// An event a few seconds ahead (a client clock a little fast) is fine.
+	ev.Timestamp, ev.Id = time.Now().Add(5*time.Second).UnixMilli(), "soon"
+	if _, err := mc.Start(adminCtx(t), ev); err != nil {
+		t.Errorf("event 5s ahead: %v", err)
+	}
+
+	for _, g := range []int32{-2, -100} {
+		if _, err := mc.QueryUsage(adminCtx(t), &api.QueryUsageRequest{Group: g}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "group") {
+			t.Errorf("QueryUsage group %d: %v, want InvalidArgument naming group", g, err)
+		}
+	}
+	if _, err := mc.QueryUsage(adminCtx(t), &api.QueryUsageRequest{Group: -1}); err != nil {
+		t.Errorf("QueryUsage group -1 (every group): %v", err)
+	}
+
+	for _, q := range []string{"/api/v1/tenants?page_token=%zz", "/api/v1/overview?page_token=%zz", "/api/v1/tenants?limit=%zz", "/v1/usage?organization_id=%zz", "/api/v1/sketches?top=%zz"} {
+		if code, body := get(t, s, q); code != http.StatusBadRequest {
+			t.Errorf("%s: %d %.200s, want 400", q, code, body)
+		} else if p := strings.SplitN(q, "?", 2)[1]; !strings.Contains(body, strings.Split(p, "=")[0]) {
+			t.Errorf("%s: %s, want the parameter named", q, body)
+		}
+	}
+}

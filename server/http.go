@@ -299,8 +299,8 @@ func (s *Server) Tenants() TenantList {
 
 // pageParams reads limit (1..maxPage, default def) and page_token.
 func pageParams(r *http.Request, def int) (limit int, token string, e *httpjson.Error) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		return 0, "", e
 	}
 	limit = def

@@ -6,6 +6,7 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // rule is what one endpoint needs when credentials are configured
@@ -29,6 +30,16 @@ type rule struct {
 	// credential's tenants to the context (tenantscope); the handler checks
 	// exactly the tenants it parsed, before it writes anything.
 	inHandler bool
+}
+
+// queryValue is key's value as the handlers read it (httpjson.Query); ""
+// for a query they refuse.
+func queryValue(r *http.Request, key string) string {
+	q, e := httpjson.Query(r)
+	if e != nil {
+		return ""
+	}
+	return q.Get(key)
 }
 
 func one(t string) []string {
@@ -127,10 +138,10 @@ var httpRules = map[string]rule{
 	"POST /v1/events/stop":  {scope: ScopeMeter, inHandler: true},
 	"POST /v1/events":       {scope: ScopeMeter, inHandler: true},
 	"GET /v1/usage": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
-		return one(r.URL.Query().Get("organization_id"))
+		return one(queryValue(r, "organization_id"))
 	}},
 	"GET /v1/usage/bill": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
-		return []string{r.URL.Query().Get("tenant")}
+		return []string{queryValue(r, "tenant")}
 	}},
 	"GET /v1/metering/status":       {scope: ScopeRead},
 	"GET /v1/metering/dead-letters": {scope: ScopeRead},

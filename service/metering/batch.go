@@ -39,6 +39,10 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 	out := make([]batchOutcome, len(evs))
 	byGroup := map[int][]int{}
 	for i := range evs {
+		if err := s.checkFuture(&evs[i]); err != nil {
+			out[i].err = err
+			continue
+		}
 		g := s.host.GroupOf(fsmmeter.TargetHash(evs[i].Target))
 		byGroup[g] = append(byGroup[g], i)
 	}

@@ -139,8 +139,8 @@ func samplesFromProto(ss []*api.SeriesSample) []fsmmeter.Sample {
 }
 
 func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		httpjson.WriteErr(w, e)
 		return
 	}

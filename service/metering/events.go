@@ -240,6 +240,9 @@ func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteErr
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
 func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEventResponse, error) {
+	if err := s.checkFuture(&ev); err != nil {
+		return nil, err
+	}
 	g := s.host.GroupOf(fsmmeter.TargetHash(ev.Target))
 	if s.host.Leads(g) {
 		res, err := s.batchers[g].submit(ctx, ev)
@@ -258,6 +261,17 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 		return c.Start(octx, req)
 	}
 	return c.Stop(octx, req)
+}
+
+// checkFuture refuses (InvalidArgument naming the field) an event whose
+// timestamp is more than MaxFuture ahead of the node's metering clock.
+func (s *Service) checkFuture(ev *fsmmeter.Event) error {
+	now := s.clock.Now()
+	if ahead := ev.Timestamp - now; ahead > s.cfg.MaxFuture.Milliseconds() {
+		return status.Errorf(codes.InvalidArgument, "field timestamp: %d is %v ahead of this node's clock (%d), at most %v: check the client's clock",
+			ev.Timestamp, time.Duration(ahead)*time.Millisecond, now, s.cfg.MaxFuture)
+	}
+	return nil
 }
 
 func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error) {

@@ -200,8 +200,8 @@ func parseTime(v string) (int64, error) {
 }
 
 func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		httpjson.WriteErr(w, e)
 		return
 	}
