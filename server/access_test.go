@@ -295,28 +295,37 @@ func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Cli
 			if !ok {
 				continue
 			}
-			req, _ := http.NewRequest(row[0], base+row[1], strings.NewReader(row[2]))
-			if row[2] != "" {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			if tok != "" {
-				req.Header.Set("Authorization", tok)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			got := ""
-			switch resp.StatusCode {
-			case http.StatusUnauthorized:
-				got = "unauthenticated"
-			case http.StatusForbidden:
-				got = "forbidden"
-			}
-			if want := expectRefused(st, r, names); got != want {
-				t.Errorf("HTTP %s, credential %s: %d %.200s, want %q", pattern, st, resp.StatusCode, body, want)
+			for _, chunked := range []bool{false, true} {
+				if chunked && row[2] == "" {
+					continue
+				}
+				var body io.Reader = strings.NewReader(row[2])
+				if chunked {
+					body = struct{ io.Reader }{body} // unknown length: sent chunked
+				}
+				req, _ := http.NewRequest(row[0], base+row[1], body)
+				if row[2] != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				if tok != "" {
+					req.Header.Set("Authorization", tok)
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				got := ""
+				switch resp.StatusCode {
+				case http.StatusUnauthorized:
+					got = "unauthenticated"
+				case http.StatusForbidden:
+					got = "forbidden"
+				}
+				if want := expectRefused(st, r, names); got != want {
+					t.Errorf("HTTP %s (chunked %v), credential %s: %d %.200s, want %q", pattern, chunked, st, resp.StatusCode, out, want)
+				}
 			}
 		}
 	}
