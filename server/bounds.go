@@ -104,13 +104,16 @@ func (b *Bounds) setDefaults() error {
 // connection, a keepalive policy that closes connections whose client
 // pings more often than every 10s (a ping flood costs the node, not the
 // client) and pings idle clients to find dead connections, the idle
-// timeout, and the handshake deadline.
+// timeout, the handshake deadline and the header bound.
 func (b *Bounds) grpcOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(b.GRPCMaxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second, MaxConnectionIdle: b.GRPCIdleTimeout}),
 		grpc.ConnectionTimeout(10 * time.Second),
+		// Headers are read before the tap handler can authenticate: bound
+		// them as the HTTP port does (gRPC's default is 16 MiB a stream).
+		grpc.MaxHeaderListSize(uint32(b.HTTPMaxHeaderBytes)),
 	}
 }
 

@@ -3,10 +3,14 @@ package server
 import (
 	"context"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
+
+	"github.com/tollgate-io/tollgate/api"
 )
 
 // TestGRPCCapEvictionOrder: at the cap, a connection that never carried a
@@ -81,4 +85,22 @@ func TestGRPCCapEvictionOrder(t *testing.T) {
 	}
 	_ = c1
 	_ = c3
+}
+
+// TestGRPCHeaderBound: a call whose headers exceed 64 KiB (read before
+// the call can be authenticated) fails; gRPC's default admitted 16 MiB.
+func TestGRPCHeaderBound(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), nil)
+	defer stop(t, s)
+	cc := dialAnon(t, s.GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := api.NewClockClient(cc)
+	if _, err := c.Now(ctx, &api.ClockNowRequest{From: "t"}); err != nil {
+		t.Fatalf("small headers: %v", err)
+	}
+	big := metadata.AppendToOutgoingContext(ctx, "x-big", strings.Repeat("a", 200<<10))
+	if _, err := c.Now(big, &api.ClockNowRequest{From: "t"}); err == nil {
+		t.Fatal("a call with 200 KiB of headers was served")
+	}
 }
