@@ -30,7 +30,8 @@ type Config struct {
 	// MaxFuture bounds how far ahead of the node's metering clock an
 	// event's timestamp may be (default DefaultMaxFuture): a client clock
 	// is off by seconds, not days, and an event far ahead would open a
-	// span that bills from a time that has not come.
+	// span that bills from a time that has not come. Not applied with
+	// TestClock.
 	MaxFuture time.Duration
 	// SinkURL, when set, receives every usage record as a JSON POST (the
 	// HTTP collector sink); the ledger always receives them.
