@@ -413,17 +413,22 @@ func (s *Server) guardRoute(pattern string, h http.Handler) http.Handler {
 	})
 }
 
-// refuseHTTP answers a refused request without reading its body: when one
-// may follow, the connection is closed after the answer and its read
-// deadline set to now, so the server does not wait (up to the read
-// timeout) to drain a slow body the node will never use.
+// refuseHTTP answers a refused request without reading its body for the
+// handler: when one may follow, the connection is closed after the answer,
+// and the server drains what the client is still sending (at most 256 KiB,
+// so a client that sends its whole request before reading gets the answer,
+// not a broken pipe) for at most refusedDrain, not the read timeout: a slow
+// body the node will never use holds the connection a second at most.
 func refuseHTTP(w http.ResponseWriter, r *http.Request, code int, msg string) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refusedDrain))
 	}
 	writeJSONError(w, code, msg)
 }
+
+// refusedDrain bounds how long a refused request's body is drained.
+const refusedDrain = time.Second
 
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
 // token, the request must carry "Authorization: Bearer <token>"; without one,
