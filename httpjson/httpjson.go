@@ -156,6 +156,33 @@ func jsonKind(c byte) string {
 	return "a number"
 }
 
+// Query parses r's query strictly: a pair with a bad escape ("%zz") or a
+// semicolon separator is a 400 naming its parameter, where r.URL.Query()
+// drops the pair silently (a bad page_token then read as none, answering
+// the first page); keys and values must be UTF-8 (CheckQuery).
+func Query(r *http.Request) (url.Values, *Error) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		field := "query"
+		for _, part := range strings.Split(r.URL.RawQuery, "&") {
+			k, v, _ := strings.Cut(part, "=")
+			uk, ek := url.QueryUnescape(k)
+			if _, ev := url.QueryUnescape(v); ek == nil && (ev != nil || strings.Contains(part, ";")) {
+				field = uk
+				break
+			}
+			if ek != nil {
+				break
+			}
+		}
+		return nil, Bad(field, "malformed query: %v", err)
+	}
+	if e := CheckQuery(q); e != nil {
+		return nil, e
+	}
+	return q, nil
+}
+
 // CheckQuery refuses (400 naming the parameter) query keys or values that
 // are not valid UTF-8: Go's url parsing keeps the raw bytes, and ids read
 // from a query must obey the same rule as ids in a body.

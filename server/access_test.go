@@ -63,8 +63,9 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Summaries_WatchSummaries_FullMethodName:     &api.WatchSummariesRequest{},
 	api.Sketches_WatchSketches_FullMethodName:       &api.WatchSketchesRequest{Precision: 11},
 	api.Sketches_PushSketches_FullMethodName:        &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{{Tenant: "a"}}},
-	api.RateLimit_Sync_FullMethodName:               &api.RateReport{},
-	api.RateAdmitMethod:                             &api.RateReport{NewNames: []string{"a"}, ConsumedTotal: []uint64{1}},
+	api.RateLimit_Sync_FullMethodName: &api.RateReport{ClientId: 7, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE,
+		NewIds: []uint32{1}, NewNames: []string{"a"}},
+	api.RateAdmitMethod: &api.RateReport{NewNames: []string{"a"}, ConsumedTotal: []uint64{1}},
 	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: &rlsv3.RateLimitRequest{Domain: "access-test",
 		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}},
 	api.Clock_Now_FullMethodName:                   &api.ClockNowRequest{From: "access-test"},
@@ -112,9 +113,9 @@ var httpAccessRows = map[string][3]string{
 	"GET /api/v1/tenants/{tenant}":  {"GET", "/api/v1/tenants/a", ""},
 	"GET /api/v1/overview":          {"GET", "/api/v1/overview", ""},
 	"/api/v1/backlog":               {"POST", "/api/v1/backlog", `{"kind":"locate","backlog":1}`},
-	"POST /v1/events/start":         {"POST", "/v1/events/start", `{"organization_id":"a"}`},
-	"POST /v1/events/stop":          {"POST", "/v1/events/stop", `{"organization_id":"a"}`},
-	"POST /v1/events":               {"POST", "/v1/events", `{"events":[{"kind":"start","organization_id":"a"}]}`},
+	"POST /v1/events/start":         {"POST", "/v1/events/start", accessEvent("a", true)},
+	"POST /v1/events/stop":          {"POST", "/v1/events/stop", accessEvent("a", false)},
+	"POST /v1/events":               {"POST", "/v1/events", `{"events":[` + accessEvent("a", true)[:1] + `"kind":"start",` + accessEvent("a", true)[1:] + `]}`},
 	"GET /v1/usage":                 {"GET", "/v1/usage?organization_id=a", ""},
 	"GET /v1/usage/bill":            {"GET", "/v1/usage/bill?tenant=a&from=1&to=2", ""},
 	"GET /v1/metering/status":       {"GET", "/v1/metering/status", ""},
@@ -125,6 +126,17 @@ var httpAccessRows = map[string][3]string{
 	"/debug/pprof/profile":          {"GET", "/debug/pprof/profile?seconds=1", ""},
 	"/debug/pprof/symbol":           {"GET", "/debug/pprof/symbol", ""},
 	"/debug/pprof/trace":            {"GET", "/debug/pprof/trace?seconds=1", ""},
+}
+
+// accessEvent is a valid metering event of org: the access check must
+// decide on a document the handler would write.
+func accessEvent(org string, start bool) string {
+	usage := `,"measured_usage":[{"measure":"m","quantity":1}]`
+	if !start {
+		usage = ""
+	}
+	return fmt.Sprintf(`{"id":"access-%s","timestamp":%d,"organization_id":%q,"space_id":"s","consumer_id":"c","resource_id":"r","plan_id":"p","resource_instance_id":"i"%s}`,
+		org, time.Now().UnixMilli(), org, usage)
 }
 
 // credential states of the access test, and the token each uses for a rule.
@@ -284,28 +296,37 @@ func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Cli
 			if !ok {
 				continue
 			}
-			req, _ := http.NewRequest(row[0], base+row[1], strings.NewReader(row[2]))
-			if row[2] != "" {
-				req.Header.Set("Content-Type", "application/json")
-			}
-			if tok != "" {
-				req.Header.Set("Authorization", tok)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			got := ""
-			switch resp.StatusCode {
-			case http.StatusUnauthorized:
-				got = "unauthenticated"
-			case http.StatusForbidden:
-				got = "forbidden"
-			}
-			if want := expectRefused(st, r, names); got != want {
-				t.Errorf("HTTP %s, credential %s: %d %.200s, want %q", pattern, st, resp.StatusCode, body, want)
+			for _, chunked := range []bool{false, true} {
+				if chunked && row[2] == "" {
+					continue
+				}
+				var body io.Reader = strings.NewReader(row[2])
+				if chunked {
+					body = struct{ io.Reader }{body} // unknown length: sent chunked
+				}
+				req, _ := http.NewRequest(row[0], base+row[1], body)
+				if row[2] != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				if tok != "" {
+					req.Header.Set("Authorization", tok)
+				}
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				out, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				got := ""
+				switch resp.StatusCode {
+				case http.StatusUnauthorized:
+					got = "unauthenticated"
+				case http.StatusForbidden:
+					got = "forbidden"
+				}
+				if want := expectRefused(st, r, names); got != want {
+					t.Errorf("HTTP %s (chunked %v), credential %s: %d %.200s, want %q", pattern, chunked, st, resp.StatusCode, out, want)
+				}
 			}
 		}
 	}

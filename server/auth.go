@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/subtle"
+	"errors"
 	"net"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
+	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
 // adminPrefix is the full-method prefix of every Admin RPC; those, the
@@ -95,9 +97,15 @@ func authorizeAdmin(ctx context.Context, method, token string) error {
 // it forwards a caller's call: never with the node's rights. The context
 // returned names the caller's principal, for calls forwarded on its behalf.
 func (s *Server) authorize(ctx context.Context, method string, req any) (context.Context, error) {
-	node, caller, err := s.nodeCaller(ctx, method)
-	if err != nil {
-		return ctx, err
+	var node bool
+	var caller string
+	if c, ok := ctx.Value(tapNodeKey{}).(string); ok {
+		node, caller = true, c // verified before the messages were read (tapAuth)
+	} else {
+		var err error
+		if node, caller, err = s.nodeCaller(ctx, method); err != nil {
+			return ctx, err
+		}
 	}
 	if node && caller == "" {
 		// The node's own call: "" keeps it the node's when passed on.
@@ -130,24 +138,30 @@ func (s *Server) authorize(ctx context.Context, method string, req any) (context
 	if req != nil && r.grpcTenants != nil {
 		tenants = r.grpcTenants(req)
 	}
-	var c *credential
+	var presented *credential
 	if node {
-		c = s.creds.byPrincipal(caller) // the caller the forwarding node verified
+		presented = s.creds.byPrincipal(caller) // the caller the forwarding node verified
 	} else {
 		md, _ := metadata.FromIncomingContext(ctx)
-		c = s.creds.lookup(md.Get("authorization"), grpcCertIdentities(ctx))
+		presented = s.creds.lookup(md.Get("authorization"), grpcCertIdentities(ctx))
 	}
-	v, why := s.creds.checkCred(r, c, tenants)
+	v, why, c := s.creds.checkCred(r, presented, tenants)
 	switch v {
 	case unauthorized:
 		return ctx, status.Error(codes.Unauthenticated, why)
 	case forbidden:
 		return ctx, status.Error(codes.PermissionDenied, why)
 	}
-	if why != "" {
-		ctx = context.WithValue(ctx, identityKey{}, "credential "+why) // the per-client stream bound counts by credential
+	if c != nil {
+		ctx = context.WithValue(ctx, identityKey{}, "credential "+c.name) // the per-client stream bound counts by credential
+		ctx = context.WithValue(ctx, credentialKey{}, c)
+		if c.tenants != nil {
+			// Tenants named inside a stream's messages are the handler's
+			// to check, as they arrive (rule.inHandler).
+			ctx = tenantscope.With(ctx, &tenantscope.Scope{Credential: c.name, Tenants: c.tenants})
+		}
 	}
-	return forward.WithCaller(ctx, principal(c)), nil
+	return forward.WithCaller(ctx, principal(presented)), nil
 }
 
 // adminVerdictFor is the admin rule for checks inside handlers (HTTP debug
@@ -181,10 +195,38 @@ func (s *Server) authStream(srv any, ss grpc.ServerStream, info *grpc.StreamServ
 	if err != nil {
 		return err
 	}
+	if c, ok := ctx.Value(credentialKey{}).(*credential); ok && c != nil {
+		// A stream lives on after its credential is revoked unless a
+		// reload ends it: the handler sees its context end, and the
+		// client Unauthenticated naming why.
+		md, _ := metadata.FromIncomingContext(ctx)
+		var untrack func()
+		// A stream a node forwarded (authorize verified the node) is judged
+		// again as the caller it names, not by the node's metadata.
+		ctx, untrack = s.creds.track(ctx, grpcRules[info.FullMethod], md.Get("authorization"), grpcCertIdentities(ctx), forward.ForwardedCaller(ss.Context()), c)
+		defer untrack()
+	}
 	if ctx != ss.Context() {
 		ss = &ctxStream{ServerStream: ss, ctx: ctx}
 	}
-	return h(srv, ss)
+	err = h(srv, ss)
+	if errors.Is(context.Cause(ctx), errRevoked) {
+		return status.Errorf(codes.Unauthenticated, "%s: %v; reconnect with a valid credential", info.FullMethod, errRevoked)
+	}
+	return err
+}
+
+// credentialKey carries the credential a call was authorized with.
+type credentialKey struct{}
+
+// callerIsNode says whether the caller of a gRPC call may speak for a node
+// of the cluster (a peer's sketch push naming its origin): a call verified
+// as a node's own (node credential or node certificate, nodeauth.go);
+// without credentials every caller is trusted alike, so a claim costs
+// nothing it could not do anyway. An operator's admin credential is not a
+// node.
+func (s *Server) callerIsNode(ctx context.Context) bool {
+	return s.creds == nil || isNodeCall(ctx)
 }
 
 // ctxStream is a server stream with a derived context.

@@ -38,8 +38,22 @@ type Bounds struct {
 	// GRPCMaxStreamsPerConn is the HTTP/2 concurrent-stream limit a gRPC
 	// connection is given (default 1000).
 	GRPCMaxStreamsPerConn uint32
+	// GRPCMaxConns caps open gRPC connections (default a quarter of the
+	// file descriptor limit, at most 10,000), GRPCMaxConnsPerPeer those
+	// from one IP address (default half of GRPCMaxConns). At a cap the
+	// connection quiet longest with no call in progress (one that never
+	// carried a call first) is closed to admit the new one; with all in a
+	// call the new one is closed at once. The descriptors above the cap
+	// stay for raft, gossip, the HTTP port and the data files.
+	GRPCMaxConns        int
+	GRPCMaxConnsPerPeer int
+	// GRPCIdleTimeout closes a gRPC connection with no call for this long
+	// (default 5m; clients reconnect on their next call). A connection
+	// must finish its TLS and HTTP/2 handshakes within 10s.
+	GRPCIdleTimeout time.Duration
 	// MaxWatchStreams bounds the long-lived streams (WatchCluster,
-	// WatchSummaries, WatchSketches) open on the node (default 10,000);
+	// WatchSummaries, WatchSketches, RateLimit.Sync) open on the node
+	// (default 10,000);
 	// MaxWatchStreamsPerClient those of one client (its credential, or its
 	// IP address without one; default 1,000). Beyond, ResourceExhausted.
 	MaxWatchStreams          int
@@ -73,10 +87,13 @@ func (b *Bounds) setDefaults() error {
 	if b.GRPCMaxStreamsPerConn == 0 {
 		b.GRPCMaxStreamsPerConn = 1000
 	}
+	def(&b.GRPCMaxConns, defaultGRPCMaxConns())
+	def(&b.GRPCMaxConnsPerPeer, max(b.GRPCMaxConns/2, 1))
+	defD(&b.GRPCIdleTimeout, 5*time.Minute)
 	def(&b.MaxWatchStreams, 10_000)
 	def(&b.MaxWatchStreamsPerClient, 1000)
 	defD(&b.WatchSendTimeout, 30*time.Second)
-	if b.HTTPMaxConns < 1 || b.HTTPReadTimeout < 0 || b.HTTPWriteTimeout < 0 || b.HTTPIdleTimeout < 0 || b.HTTPMaxHeaderBytes < 1 ||
+	if b.HTTPMaxConns < 1 || b.GRPCMaxConns < 1 || b.GRPCMaxConnsPerPeer < 1 || b.GRPCIdleTimeout < 0 || b.HTTPReadTimeout < 0 || b.HTTPWriteTimeout < 0 || b.HTTPIdleTimeout < 0 || b.HTTPMaxHeaderBytes < 1 ||
 		b.MaxWatchStreams < 1 || b.MaxWatchStreamsPerClient < 1 || b.WatchSendTimeout < 0 {
 		return fmt.Errorf("config: bounds %+v: connection and stream limits must be ≥ 1 and timeouts ≥ 0", *b)
 	}
@@ -84,14 +101,19 @@ func (b *Bounds) setDefaults() error {
 }
 
 // grpcOptions are the server's connection bounds: the stream limit per
-// connection, and a keepalive policy that closes connections whose client
+// connection, a keepalive policy that closes connections whose client
 // pings more often than every 10s (a ping flood costs the node, not the
-// client) and pings idle clients to find dead connections.
+// client) and pings idle clients to find dead connections, the idle
+// timeout, the handshake deadline and the header bound.
 func (b *Bounds) grpcOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(b.GRPCMaxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: time.Minute, Timeout: 20 * time.Second, MaxConnectionIdle: b.GRPCIdleTimeout}),
+		grpc.ConnectionTimeout(10 * time.Second),
+		// Headers are read before the tap handler can authenticate: bound
+		// them as the HTTP port does (gRPC's default is 16 MiB a stream).
+		grpc.MaxHeaderListSize(uint32(b.HTTPMaxHeaderBytes)),
 	}
 }
 
@@ -101,6 +123,11 @@ var watchMethods = map[string]bool{
 	"/tollgate.v1.Summaries/WatchSummaries": true,
 	"/tollgate.v1.Sketches/WatchSketches":   true,
 }
+
+// syncMethod is the rate-limit client stream: counted with the watch
+// streams (one client's streams are bounded like its watches), its tenant
+// names bounded by the service (ratelimit.ServiceConfig.MaxTenantsPerClient).
+const syncMethod = "/tollgate.v1.RateLimit/Sync"
 
 // streamLimiter counts the open watch streams, in total and per client.
 type streamLimiter struct {
@@ -139,11 +166,14 @@ func (l *streamLimiter) acquire(client string) (release func(), err error) {
 // clientOf names the caller for the per-client bound: its credential's
 // identity when it presented one (set by the auth interceptor), else its
 // IP address.
-func clientOf(ss grpc.ServerStream) string {
-	if id, ok := ss.Context().Value(identityKey{}).(string); ok && id != "" {
+func clientOf(ss grpc.ServerStream) string { return clientOfCtx(ss.Context()) }
+
+// clientOfCtx is clientOf for a call's context.
+func clientOfCtx(ctx context.Context) string {
+	if id, ok := ctx.Value(identityKey{}).(string); ok && id != "" {
 		return id
 	}
-	if p, ok := peer.FromContext(ss.Context()); ok {
+	if p, ok := peer.FromContext(ctx); ok {
 		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
 			return tcp.IP.String()
 		}
@@ -156,7 +186,7 @@ func clientOf(ss grpc.ServerStream) string {
 type identityKey struct{}
 
 func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if !watchMethods[info.FullMethod] || isNodeCall(ss.Context()) {
+	if (!watchMethods[info.FullMethod] && info.FullMethod != syncMethod) || isNodeCall(ss.Context()) {
 		// Nodes' own streams (node credential, nodeauth.go) are not
 		// clients': a flood of client streams must not shut them out.
 		return h(srv, ss)
@@ -167,6 +197,9 @@ func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		return err
 	}
 	defer release()
+	if info.FullMethod == syncMethod {
+		return h(srv, ss) // counted; its own sender never blocks the handler
+	}
 	ws := newSlowReaderStream(ss, s.cfg.Bounds.WatchSendTimeout)
 	defer ws.cancel(nil)
 	err = h(srv, ws)
@@ -226,24 +259,35 @@ func (w *slowReaderStream) SendMsg(m any) error {
 
 // connCap is a listener that holds at most max connections. At the cap
 // the connection idle longest (no request in progress) is closed to admit
-// the new one, so an attacker's idle connections cannot lock out
-// /healthz or a dashboard; with every connection busy the new one is
-// closed at once (refused fast, not queued).
+// the new one, so an attacker's idle connections cannot lock out /healthz
+// or a dashboard. With none idle, the connection whose request has been in
+// progress longest is closed, once that request is older than
+// minBusyAge: slow requests (a body trickling in, headers that never end)
+// cannot lock out /healthz either, since a health check's connection lives
+// milliseconds while a flood's are the oldest. Only when every connection
+// is inside a request younger than minBusyAge is the new one closed at
+// once (refused fast, not queued).
 type connCap struct {
 	net.Listener
 	max     int
 	mu      sync.Mutex
 	conns   map[net.Conn]*capState
+	minBusy time.Duration // minBusyAge; tests raise it under mu
 	refused atomic.Uint64
 	evicted atomic.Uint64
 }
 
+// minBusyAge is how long a request must have been in progress before a
+// new connection at the cap may displace it.
+const minBusyAge = time.Second
+
 type capState struct {
-	idleSince time.Time // zero while a request is in progress
+	idleSince   time.Time // zero while a request is in progress
+	activeSince time.Time // when the request in progress began
 }
 
 func newConnCap(l net.Listener, max int) *connCap {
-	return &connCap{Listener: l, max: max, conns: map[net.Conn]*capState{}}
+	return &connCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge}
 }
 
 func (c *connCap) Accept() (net.Conn, error) {
@@ -254,12 +298,20 @@ func (c *connCap) Accept() (net.Conn, error) {
 		}
 		c.mu.Lock()
 		if len(c.conns) >= c.max {
-			var victim net.Conn
-			var oldest time.Time
+			var victim, busy net.Conn
+			var oldest, oldestBusy time.Time
 			for k, st := range c.conns {
-				if !st.idleSince.IsZero() && (victim == nil || st.idleSince.Before(oldest)) {
-					victim, oldest = k, st.idleSince
+				switch {
+				case !st.idleSince.IsZero():
+					if victim == nil || st.idleSince.Before(oldest) {
+						victim, oldest = k, st.idleSince
+					}
+				case busy == nil || st.activeSince.Before(oldestBusy):
+					busy, oldestBusy = k, st.activeSince
 				}
+			}
+			if victim == nil && busy != nil && time.Since(oldestBusy) >= c.minBusy {
+				victim = busy
 			}
 			if victim == nil {
 				c.mu.Unlock()
@@ -287,7 +339,7 @@ func (c *connCap) connState(conn net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateActive:
 		if ok {
-			cs.idleSince = time.Time{}
+			cs.idleSince, cs.activeSince = time.Time{}, time.Now()
 		}
 	case http.StateIdle:
 		if ok {

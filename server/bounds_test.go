@@ -125,17 +125,24 @@ func TestHTTPConnectionFlood(t *testing.T) {
 	}
 }
 
-// TestHTTPConnectionCapRefusesWhenBusy: with every connection inside a
-// request, one more is closed on accept instead of queued.
-func TestHTTPConnectionCapRefusesWhenBusy(t *testing.T) {
+// TestHTTPConnectionCapBusy: with every connection inside a request, one
+// more displaces the request in progress longest once it is older than
+// minBusyAge (slow requests cannot lock /healthz out), and is closed on
+// accept instead of queued while every request is younger.
+func TestHTTPConnectionCapBusy(t *testing.T) {
 	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Bounds.HTTPMaxConns = 8 })
 	defer stop(t, s)
+	s.httpCap.mu.Lock()
+	s.httpCap.minBusy = time.Hour // every request is young: refuse
+	s.httpCap.mu.Unlock()
+	var slow []net.Conn
 	for range 8 {
 		c, err := net.Dial("tcp", s.HTTPAddr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
+		slow = append(slow, c)
 		fmt.Fprint(c, "POST /api/v1/backlog HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
 	}
 	waitFor(t, "8 requests in progress", func() bool {
@@ -163,6 +170,25 @@ func TestHTTPConnectionCapRefusesWhenBusy(t *testing.T) {
 	}
 	if s.httpCap.refused.Load() == 0 {
 		t.Fatal("refusal not counted")
+	}
+
+	// Requests older than minBusy give way to a health check.
+	s.httpCap.mu.Lock()
+	s.httpCap.minBusy = 0
+	s.httpCap.mu.Unlock()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + s.HTTPAddr() + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz with every connection in a slow request: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || s.httpCap.evicted.Load() == 0 {
+		t.Fatalf("/healthz: %d, evicted %d", resp.StatusCode, s.httpCap.evicted.Load())
+	}
+	// The oldest slow request was closed.
+	_ = slow[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := slow[0].Read(make([]byte, 1)); err == nil {
+		t.Log("the first slow request got an answer before its eviction") // possible: any one of the 8 may be oldest
 	}
 }
 

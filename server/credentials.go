@@ -7,11 +7,15 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -143,13 +147,84 @@ func parseCredentials(data []byte) (credentialSet, error) {
 }
 
 // credStore holds the credentials in force and reloads the file when it
-// changes; a file that fails to parse is logged and the previous set stays.
+// changes. A file that fails to parse is logged and the previous set stays
+// (an operator's half-finished edit must not lock every client out); a file
+// that is gone revokes every credential it held (refuse-all: a deleted file
+// is never a reason to keep honouring tokens it no longer lists), with an
+// error logged at every reload until it is back. The admin token
+// (--admin-token-file) is not in the file and stays valid. A reload that
+// changes the set ends the open streams whose credential it revoked or
+// changed (track).
 type credStore struct {
 	path       string // "" when the admin token is the only credential
 	adminToken string // the node's admin token: an admin credential too
 	log        *slog.Logger
 	set        atomic.Pointer[credentialSet]
 	sum        [32]byte
+	missing    bool // the file is gone and its credentials revoked
+
+	streamsMu sync.Mutex
+	streams   map[*openStream]struct{}
+}
+
+// openStream is a stream that passed the access check, so a reload can
+// check it again.
+type openStream struct {
+	r             rule
+	auth, certIDs []string
+	forwardedFor  string // the principal a node forwarded the stream for ("" for a direct caller)
+	cred          *credential
+	cancel        context.CancelCauseFunc
+}
+
+// errRevoked ends a stream whose credential a reload revoked or changed.
+var errRevoked = errors.New("credential revoked or changed by a credentials reload")
+
+// track registers a stream opened with credential c under rule r; the
+// returned context ends (cause errRevoked) when a reload no longer grants
+// it the same credential. untrack must be called when the stream ends.
+func (cs *credStore) track(ctx context.Context, r rule, auth, certIDs []string, forwardedFor string, c *credential) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	o := &openStream{r: r, auth: auth, certIDs: certIDs, forwardedFor: forwardedFor, cred: c, cancel: cancel}
+	cs.streamsMu.Lock()
+	if cs.streams == nil {
+		cs.streams = map[*openStream]struct{}{}
+	}
+	cs.streams[o] = struct{}{}
+	cs.streamsMu.Unlock()
+	return ctx, func() {
+		cs.streamsMu.Lock()
+		delete(cs.streams, o)
+		cs.streamsMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// endRevoked ends the open streams the set in force no longer grants the
+// credential they opened with: unknown now, without the rule's scope, or
+// with other tenants.
+func (cs *credStore) endRevoked() {
+	cs.streamsMu.Lock()
+	defer cs.streamsMu.Unlock()
+	ended := 0
+	for o := range cs.streams {
+		var presented *credential
+		if o.forwardedFor != "" {
+			presented = cs.byPrincipal(o.forwardedFor)
+		} else {
+			presented = cs.lookup(o.auth, o.certIDs)
+		}
+		v, _, c := cs.checkCred(o.r, presented, nil)
+		if v == allowed && c != nil && c.name == o.cred.name && maps.Equal(c.tenants, o.cred.tenants) && (c.tenants == nil) == (o.cred.tenants == nil) {
+			continue
+		}
+		o.cancel(errRevoked)
+		delete(cs.streams, o)
+		ended++
+	}
+	if ended > 0 {
+		cs.log.Warn("credentials reload ended open streams of revoked or changed credentials", "streams", ended)
+	}
 }
 
 func newCredStore(path, adminToken string, log *slog.Logger) (*credStore, error) {
@@ -167,9 +242,20 @@ func (cs *credStore) reload() error {
 		return nil
 	}
 	data, err := os.ReadFile(cs.path)
+	if errors.Is(err, fs.ErrNotExist) && cs.set.Load() != nil {
+		// Gone after it was loaded: refuse every credential it held.
+		if !cs.missing {
+			cs.missing = true
+			cs.sum = [32]byte{}
+			cs.set.Store(&credentialSet{})
+			cs.endRevoked()
+		}
+		return fmt.Errorf("credentials file %s is gone: every credential it held is revoked (only the admin token is accepted) until it is back: %w", cs.path, err)
+	}
 	if err != nil {
 		return fmt.Errorf("credentials file: %w", err)
 	}
+	cs.missing = false
 	sum := sha256.Sum256(data)
 	if sum == cs.sum && cs.set.Load() != nil {
 		return nil
@@ -180,6 +266,7 @@ func (cs *credStore) reload() error {
 	}
 	cs.set.Store(&set)
 	cs.sum = sum
+	cs.endRevoked()
 	cs.log.Info("credentials loaded", "file", cs.path, "tokens", len(set.tokens), "certificate identities", len(set.certs))
 	return nil
 }
@@ -194,7 +281,11 @@ func (cs *credStore) watch(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 			if err := cs.reload(); err != nil {
-				cs.log.Error("credentials reload failed; the previous credentials stay in force", "err", err)
+				if cs.missing {
+					cs.log.Error("credentials file missing; its credentials are revoked", "err", err)
+				} else {
+					cs.log.Error("credentials reload failed; the previous credentials stay in force", "err", err)
+				}
 			}
 		}
 	}
@@ -270,43 +361,43 @@ func (cs *credStore) byPrincipal(p string) *credential {
 
 // check applies rule r to a caller presenting authorization, acting on
 // tenants (r.tenants' answer for the request). It returns the verdict and,
-// when refused, why; the credential's name when allowed; and the caller's
-// principal (for calls forwarded on its behalf).
-func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string, string) {
-	if r.scope == "" {
-		return allowed, "", principal(cs.lookup(authorization, certIDs))
-	}
+// when refused, why; the credential when allowed (nil for a public rule);
+// and the caller's principal (for calls forwarded on its behalf, public
+// rules included).
+func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string, *credential, string) {
 	c := cs.lookup(authorization, certIDs)
-	v, why := cs.checkCred(r, c, tenants)
-	return v, why, principal(c)
+	v, why, allowedCred := cs.checkCred(r, c, tenants)
+	return v, why, allowedCred, principal(c)
 }
 
-// checkCred applies rule r to credential c (nil: none known).
-func (cs *credStore) checkCred(r rule, c *credential, tenants []string) (verdict, string) {
+// checkCred applies rule r to credential c (nil: none known). It returns
+// the verdict, why when refused (the credential's name when allowed), and
+// the credential when allowed (nil for a public rule).
+func (cs *credStore) checkCred(r rule, c *credential, tenants []string) (verdict, string, *credential) {
 	if r.scope == "" {
-		return allowed, ""
+		return allowed, "", nil
 	}
 	if c == nil {
 		hint := ""
 		if cs.path == "" {
 			hint = "; this node has no credentials file, so its admin token is the only credential"
 		}
-		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.scope, hint)
+		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.scope, hint), nil
 	}
 	if !c.has(r.scope) {
-		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.scope, c.name, scopeList(c))
+		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.scope, c.name, scopeList(c)), nil
 	}
 	if c.tenants != nil {
-		if !r.shared && tenants == nil {
-			return forbidden, fmt.Sprintf("%s reads every tenant's data; credential %q is limited to tenants %s", r.name, c.name, tenantList(c))
+		if !r.shared && !r.inHandler && tenants == nil {
+			return forbidden, fmt.Sprintf("%s reads every tenant's data; credential %q is limited to tenants %s", r.name, c.name, tenantList(c)), nil
 		}
 		for _, t := range tenants {
 			if !c.allows(t) {
-				return forbidden, fmt.Sprintf("%s on tenant %q: credential %q is limited to tenants %s", r.name, t, c.name, tenantList(c))
+				return forbidden, fmt.Sprintf("%s on tenant %q: credential %q is limited to tenants %s", r.name, t, c.name, tenantList(c)), nil
 			}
 		}
 	}
-	return allowed, c.name
+	return allowed, c.name, c
 }
 
 // certIdentities are the names a verified client certificate proves: each

@@ -42,7 +42,16 @@ type envoyRLS struct {
 	requests *prometheus.CounterVec // domain, code
 	decided  *prometheus.CounterVec // domain, rule, decision
 	counters sync.Map               // domain + "\x00" + stats key → *ruleCounters
+	detailed atomic.Int64           // rule label values carrying request values (detailed_metric)
 }
+
+// maxDetailedLabels bounds the rule label values that carry request values
+// (detailed_metric puts the values of key-only and prefix levels in the
+// label): beyond it, further values of a rule are counted under
+// "<rule path>.(overflow)", so clients sending ever new values cannot grow
+// /metrics without bound (3,000 values once made 12,010 series). Label
+// values without request values are bounded by the runtime config.
+const maxDetailedLabels = 1000
 
 type docIndex struct {
 	doc *runtimecfg.Document
@@ -75,7 +84,7 @@ func (s *Server) startEnvoyRLS(g *grpc.Server) error {
 			Help: "ShouldRateLimit calls by domain and overall code (ok, over_limit, invalid). Domains without configuration count as \"(unconfigured)\"."},
 			[]string{"domain", "code"}),
 		decided: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_envoy_ratelimit_descriptor_decisions_total",
-			Help: "Request descriptors that matched a rule, by domain, rule (key_value path; values of key-only levels only with detailed_metric) and decision (ok, over_limit, shadow_over_limit: over the limit but in shadow mode, unlimited)."},
+			Help: "Request descriptors that matched a rule, by domain, rule (key_value path; values of key-only levels only with detailed_metric, at most 1000 such values per node, further ones as <path>.(overflow)) and decision (ok, over_limit, shadow_over_limit: over the limit but in shadow mode, unlimited)."},
 			[]string{"domain", "rule", "decision"}),
 	}
 	s.metrics.reg.MustRegister(e.requests, e.decided,
@@ -106,10 +115,20 @@ func (e *envoyRLS) index() *envoyrl.Index {
 	return x.idx
 }
 
-func (e *envoyRLS) ruleCounters(domain, key string) *ruleCounters {
+func (e *envoyRLS) ruleCounters(domain string, r *envoyrl.Rule, key string) *ruleCounters {
 	k := domain + "\x00" + key
 	if c, ok := e.counters.Load(k); ok {
 		return c.(*ruleCounters)
+	}
+	if key != r.Path {
+		if e.detailed.Add(1) > maxDetailedLabels {
+			e.detailed.Add(-1)
+			key = r.Path + ".(overflow)"
+			k = domain + "\x00" + key
+			if c, ok := e.counters.Load(k); ok {
+				return c.(*ruleCounters)
+			}
+		}
 	}
 	c := &ruleCounters{ok: e.decided.WithLabelValues(domain, key, "ok"), over: e.decided.WithLabelValues(domain, key, "over_limit"),
 		shadow: e.decided.WithLabelValues(domain, key, "shadow_over_limit"), unlimited: e.decided.WithLabelValues(domain, key, "unlimited")}
@@ -208,7 +227,7 @@ func (e *envoyRLS) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequ
 		if r == nil {
 			continue
 		}
-		c := e.ruleCounters(domain, stats[i])
+		c := e.ruleCounters(domain, r, stats[i])
 		if r.Limit.Unlimited {
 			st.LimitRemaining = math.MaxUint32
 			c.unlimited.Inc()

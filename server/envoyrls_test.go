@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -541,5 +542,57 @@ func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 		if status.Code(err) != codes.Unavailable {
 			t.Errorf("%s: %v, want Unavailable (refused by TLS)", name, err)
 		}
+	}
+}
+
+// TestEnvoyRLSDetailedMetricBounded: a detailed_metric rule puts request
+// values in the rule label; 3,000 distinct values (which once made 12,010
+// series) leave at most maxDetailedLabels values of the label on /metrics,
+// the rest counted under the rule's "(overflow)" value, and no decision is
+// lost from the counts.
+func TestEnvoyRLSDetailedMetricBounded(t *testing.T) {
+	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.AdminToken = testToken })
+	defer stop(t, s)
+	applyEnvoy(t, []*Server{s}, map[string]string{"api": `
+domain: api
+descriptors:
+  - key: user
+    detailed_metric: true
+    rate_limit: {unlimited: true}
+`})
+	c := rlsClient(t, s.GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	const n = 3000
+	for i := range n {
+		if _, err := c.ShouldRateLimit(ctx, rlsReq("api", "user", "u"+strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := s.metrics.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := map[string]bool{}
+	series := 0
+	for _, mf := range mfs {
+		if mf.GetName() != "tollgate_envoy_ratelimit_descriptor_decisions_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			series++
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "rule" {
+					rules[lp.GetValue()] = true
+				}
+			}
+		}
+	}
+	t.Logf("%d distinct values: %d rule label values, %d series", n, len(rules), series)
+	if len(rules) > maxDetailedLabels+1 || !rules["user.(overflow)"] {
+		t.Fatalf("%d rule label values (bound %d plus the overflow value; overflow present: %v)", len(rules), maxDetailedLabels, rules["user.(overflow)"])
+	}
+	if got := counterValue(t, s, "tollgate_envoy_ratelimit_descriptor_decisions_total", map[string]string{"domain": "api", "decision": "unlimited"}); got != n {
+		t.Fatalf("decisions counted %v, want %d", got, n)
 	}
 }

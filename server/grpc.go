@@ -30,6 +30,7 @@ func (s *Server) startGRPC() error {
 		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
 	}
 	s.grpcLis = lis
+	s.grpcCap = newGRPCCap(lis, s.cfg.Bounds.GRPCMaxConns, s.cfg.Bounds.GRPCMaxConnsPerPeer) // grpcbounds.go
 	s.streams = newStreamLimiter(s.cfg.Bounds)
 	opts := append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
@@ -37,6 +38,7 @@ func (s *Server) startGRPC() error {
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
+	opts = append(opts, s.grpcBoundOptions()...)                            // auth before messages, busy marks (grpcbounds.go)
 	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
 	// The node's calls to peers carry its node credential (nodeauth.go),
 	// never the admin token.
@@ -52,7 +54,7 @@ func (s *Server) startGRPC() error {
 	}
 	s.metrics.initMethods(s.grpc.GetServiceInfo())
 	go func() {
-		if err := s.grpc.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		if err := s.grpc.Serve(s.grpcCap); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			s.log.Error("grpc server stopped", "err", err)
 		}
 	}()

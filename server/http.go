@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
+	"github.com/tollgate-io/tollgate/tenantscope"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -35,7 +36,7 @@ func (s *Server) startHTTP() error {
 		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
 	}
 	s.httpLis = lis
-	mux := &routeMux{ServeMux: http.NewServeMux()}
+	mux := &routeMux{ServeMux: http.NewServeMux(), guard: s.guardRoute}
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
@@ -73,7 +74,7 @@ func (s *Server) startHTTP() error {
 	b := s.cfg.Bounds
 	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
 	s.httpRoutes = slices.Clone(mux.patterns)
-	s.http = &http.Server{Handler: s.guardHTTP(mux.ServeMux), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
+	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
 		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
 		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
 	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
@@ -96,11 +97,12 @@ func (s *Server) startHTTP() error {
 type routeMux struct {
 	*http.ServeMux
 	patterns []string
+	guard    func(pattern string, h http.Handler) http.Handler // the access rule of each route
 }
 
 func (m *routeMux) Handle(pattern string, h http.Handler) {
 	m.patterns = append(m.patterns, pattern)
-	m.ServeMux.Handle(pattern, h)
+	m.ServeMux.Handle(pattern, m.guard(pattern, h))
 }
 
 func (m *routeMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
@@ -298,8 +300,8 @@ func (s *Server) Tenants() TenantList {
 
 // pageParams reads limit (1..maxPage, default def) and page_token.
 func pageParams(r *http.Request, def int) (limit int, token string, e *httpjson.Error) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		return 0, "", e
 	}
 	limit = def
@@ -373,44 +375,63 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// guardHTTP applies the rule table (rules.go) to every request when
+// guardRoute applies the rule table (rules.go) to one route when
 // credentials are configured: 401 without a known credential, 403 without
-// the route's scope or tenant. A route without a rule is refused; requests
-// no route matches get the mux's 404/405.
-func (s *Server) guardHTTP(mux *http.ServeMux) http.Handler {
+// the route's scope or tenant. It runs after the mux matched the request
+// (so it reads the path values the handler reads) and before the handler
+// reads the body: a caller without a credential never makes the node read
+// or decode a body. Tenants named in a body are the handler's to check
+// (rule.inHandler, tenantscope), on the document it parsed. A route without
+// a rule is refused; requests no route matches get the mux's 404/405.
+func (s *Server) guardRoute(pattern string, h http.Handler) http.Handler {
 	if s.creds == nil {
-		return mux
+		return h
 	}
+	rule, ok := httpRules[pattern]
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, pattern := mux.Handler(r)
-		if pattern == "" {
-			mux.ServeHTTP(w, r)
-			return
-		}
-		rule, ok := httpRules[pattern]
 		if !ok {
-			writeJSONError(w, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
+			refuseHTTP(w, r, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
 			return
 		}
 		var tenants []string
 		if rule.scope != "" && rule.httpTenants != nil {
 			tenants = rule.httpTenants(r)
 		}
-		v, why, caller := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants)
+		v, why, c, caller := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants)
 		switch v {
 		case unauthorized:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-			writeJSONError(w, http.StatusUnauthorized, why)
+			refuseHTTP(w, r, http.StatusUnauthorized, why)
 			return
 		case forbidden:
-			writeJSONError(w, http.StatusForbidden, why)
+			refuseHTTP(w, r, http.StatusForbidden, why)
 			return
+		}
+		if c != nil && c.tenants != nil {
+			r = r.WithContext(tenantscope.With(r.Context(), &tenantscope.Scope{Credential: c.name, Tenants: c.tenants}))
 		}
 		// A call forwarded for this request names the caller's principal,
 		// never its token (forward.Outgoing).
-		mux.ServeHTTP(w, r.WithContext(forward.WithCaller(r.Context(), caller)))
+		h.ServeHTTP(w, r.WithContext(forward.WithCaller(r.Context(), caller)))
 	})
 }
+
+// refuseHTTP answers a refused request without reading its body for the
+// handler: when one may follow, the connection is closed after the answer,
+// and the server drains what the client is still sending (at most 256 KiB,
+// so a client that sends its whole request before reading gets the answer,
+// not a broken pipe) for at most refusedDrain, not the read timeout: a slow
+// body the node will never use holds the connection a second at most.
+func refuseHTTP(w http.ResponseWriter, r *http.Request, code int, msg string) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refusedDrain))
+	}
+	writeJSONError(w, code, msg)
+}
+
+// refusedDrain bounds how long a refused request's body is drained.
+const refusedDrain = time.Second
 
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
 // token, the request must carry "Authorization: Bearer <token>"; without one,

@@ -35,6 +35,17 @@ func flood(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	switch {
+	case strings.HasPrefix(mode, "grpc-incomplete:"):
+		msgLen, _ := strconv.Atoi(strings.TrimPrefix(mode, "grpc-incomplete:"))
+		fmt.Printf("ready %d\n", floodGRPCIncomplete(addr, n, msgLen))
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	case mode == "h2-idle":
+		fmt.Printf("ready %d\n", floodH2Idle(addr, n))
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return 0
+	}
 	var conns []net.Conn
 	for i := range n {
 		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
@@ -52,10 +63,19 @@ func flood(spec string) int {
 		case mode == "slow":
 			// A request whose body never finishes.
 			fmt.Fprint(c, "POST /api/v1/backlog HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{")
+		case mode == "slow-public":
+			// A request to a public route whose body never finishes:
+			// nothing refuses it, and the server drains the body after
+			// the answer.
+			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n{")
+		case mode == "slow-headers":
+			// A request whose headers never finish (nothing to
+			// authenticate yet).
+			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 		}
 	}
 	fmt.Printf("ready %d\n", len(conns))
-	if mode == "slow" {
+	if mode == "slow" || mode == "slow-headers" || mode == "slow-public" {
 		go func() {
 			for range time.Tick(time.Second) {
 				for _, c := range conns {

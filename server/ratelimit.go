@@ -24,6 +24,7 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 		LeaderOf: s.leaderOf,
 		Now:      s.cfg.Clock,
 		Logger:   s.log,
+		ClientOf: clientOfCtx,
 	}, s.cfg.Partitions, s.cfg.Groups, s.rateLimits)
 	if err != nil {
 		return fmt.Errorf("rate-limit owner: %w", err)

@@ -1,15 +1,12 @@
 package server
 
 import (
-	"bytes"
-	"encoding/json"
-	"io"
 	"net/http"
-	"strings"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 )
 
 // rule is what one endpoint needs when credentials are configured
@@ -24,9 +21,25 @@ type rule struct {
 	shared bool
 	// grpcTenants extracts the tenants of a unary gRPC request; nil: all.
 	grpcTenants func(req any) []string
-	// httpTenants extracts the tenants of an HTTP request; nil: all. It
-	// may read (and must restore) the body.
+	// httpTenants extracts the tenants of an HTTP request from its path or
+	// query, after the mux matched it (path values are set); nil: all.
 	httpTenants func(r *http.Request) []string
+	// inHandler: the tenants are in the request body (or stream), which
+	// only the handler parses. The access check authenticates the caller
+	// and checks the scope before the body is read, and attaches the
+	// credential's tenants to the context (tenantscope); the handler checks
+	// exactly the tenants it parsed, before it writes anything.
+	inHandler bool
+}
+
+// queryValue is key's value as the handlers read it (httpjson.Query); ""
+// for a query they refuse.
+func queryValue(r *http.Request, key string) string {
+	q, e := httpjson.Query(r)
+	if e != nil {
+		return ""
+	}
+	return q.Get(key)
 }
 
 func one(t string) []string {
@@ -45,7 +58,9 @@ var grpcRules = map[string]rule{
 	api.Tracker_WatchCluster_FullMethodName:         {scope: ScopeTrack, shared: true},
 	api.Summaries_WatchSummaries_FullMethodName:     {scope: ScopeTrack, shared: true},
 	api.Sketches_WatchSketches_FullMethodName:       {scope: ScopeTrack, shared: true},
-	api.RateLimit_Sync_FullMethodName:               {scope: ScopeTrack, shared: true},
+	// The tenant names a Sync stream introduces are checked by the service
+	// as they arrive (service/ratelimit, tenantscope).
+	api.RateLimit_Sync_FullMethodName: {scope: ScopeTrack, inHandler: true},
 	// A lease client asking a key's owner to decide a request now.
 	api.RateAdmitMethod: {scope: ScopeTrack, shared: true},
 	// Envoy's rate limit service: descriptors are Envoy's, not tenants.
@@ -117,19 +132,18 @@ var httpRules = map[string]rule{
 	"GET /api/v1/sketches": {scope: ScopeRead},
 	"GET /api/v1/tenants":  {scope: ScopeRead},
 	"GET /api/v1/tenants/{tenant}": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
-		// The guard runs before the mux sets path values.
-		return []string{strings.TrimPrefix(r.URL.Path, "/api/v1/tenants/")}
+		return []string{r.PathValue("tenant")} // the value the handler reads
 	}},
 	"GET /api/v1/overview":  {scope: ScopeRead},
 	"/api/v1/backlog":       {scope: ScopeAdmin},
-	"POST /v1/events/start": {scope: ScopeMeter, httpTenants: meterBodyTenants},
-	"POST /v1/events/stop":  {scope: ScopeMeter, httpTenants: meterBodyTenants},
-	"POST /v1/events":       {scope: ScopeMeter, httpTenants: meterBodyTenants},
+	"POST /v1/events/start": {scope: ScopeMeter, inHandler: true},
+	"POST /v1/events/stop":  {scope: ScopeMeter, inHandler: true},
+	"POST /v1/events":       {scope: ScopeMeter, inHandler: true},
 	"GET /v1/usage": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
-		return one(r.URL.Query().Get("organization_id"))
+		return one(queryValue(r, "organization_id"))
 	}},
 	"GET /v1/usage/bill": {scope: ScopeRead, httpTenants: func(r *http.Request) []string {
-		return []string{r.URL.Query().Get("tenant")}
+		return []string{queryValue(r, "tenant")}
 	}},
 	"GET /v1/metering/status":       {scope: ScopeRead},
 	"GET /v1/metering/dead-letters": {scope: ScopeRead},
@@ -150,39 +164,6 @@ func init() {
 		r.name = p
 		httpRules[p] = r
 	}
-}
-
-// maxAuthBody bounds the body the HTTP guard reads to find a metering
-// request's tenants (the batch endpoint's own bound).
-const maxAuthBody = 16 << 20
-
-// meterBodyTenants returns the organization ids (the metering tenant) of
-// a metering write: one event or a batch. An unreadable or undecodable body
-// names no tenant; the handler refuses it (400) after the guard.
-func meterBodyTenants(r *http.Request) []string {
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxAuthBody+1))
-	r.Body.Close()
-	r.Body = io.NopCloser(bytes.NewReader(body))
-	if err != nil || len(body) > maxAuthBody {
-		return []string{}
-	}
-	var doc struct {
-		OrganizationID string `json:"organization_id"`
-		Events         []struct {
-			OrganizationID string `json:"organization_id"`
-		} `json:"events"`
-	}
-	if json.Unmarshal(body, &doc) != nil {
-		return []string{}
-	}
-	out := []string{}
-	if doc.OrganizationID != "" || doc.Events == nil {
-		out = append(out, doc.OrganizationID)
-	}
-	for _, e := range doc.Events {
-		out = append(out, e.OrganizationID)
-	}
-	return out
 }
 
 // HTTPRouteScope returns the credential scope an HTTP route (its mux pattern,

@@ -319,6 +319,7 @@ type Server struct {
 	meter     *metering.Service
 
 	grpcLis    net.Listener
+	grpcCap    *grpcCap // the gRPC connection bound (grpcbounds.go)
 	grpc       *grpc.Server
 	httpLis    net.Listener
 	httpRoutes []string // patterns on the HTTP mux (HTTPRoutes)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 )
@@ -86,6 +87,12 @@ func (s *Server) registerSketches(g *grpc.Server) {
 		}
 		return status.Error(code, msg)
 	}
+	svc.Origin = func(ctx context.Context, claimed string) string {
+		if s.callerIsNode(ctx) {
+			return claimed
+		}
+		return "" // a client's push, whatever it claims
+	}
 	api.RegisterSketchesServer(g, svc)
 }
 
@@ -138,7 +145,12 @@ type SketchStatus struct {
 
 func (s *Server) handleSketches(w http.ResponseWriter, r *http.Request) {
 	n := 20
-	if v := r.URL.Query().Get("top"); v != "" {
+	q, e := httpjson.Query(r)
+	if e != nil {
+		httpjson.WriteErr(w, e)
+		return
+	}
+	if v := q.Get("top"); v != "" {
 		x, err := strconv.Atoi(v)
 		if err != nil || x < 1 || x > 10_000 {
 			writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("top=%q: want an integer in [1, 10000]", v))

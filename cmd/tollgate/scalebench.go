@@ -437,6 +437,8 @@ func (o *scaleOpts) newNode(dir string, tenants int) (*benchNode, error) {
 		"--grpc-addr", n.grpc, "--http-addr", n.httpAddr, "--raft-addr", n.raft,
 		"--default-max-series", "0", "--log-level", "warn", "--limits-file", lf,
 		"--max-watch-streams", streams, "--max-watch-streams-per-client", streams,
+		// Every client connects from this machine's address: one peer.
+		"--grpc-max-conns", streams, "--grpc-max-conns-per-peer", streams,
 		"--metering-granularity", "month",
 		// The clients share this machine's cores with the node: a view of
 		// 100,000 tenants sent to 1,000 streams at once can take one stream

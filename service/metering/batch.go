@@ -14,6 +14,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
+	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
 // MaxBatchEvents bounds the events of one batch call (REST or gRPC).
@@ -38,6 +39,10 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 	out := make([]batchOutcome, len(evs))
 	byGroup := map[int][]int{}
 	for i := range evs {
+		if err := s.checkFuture(&evs[i]); err != nil {
+			out[i].err = err
+			continue
+		}
 		g := s.host.GroupOf(fsmmeter.TargetHash(evs[i].Target))
 		byGroup[g] = append(byGroup[g], i)
 	}
@@ -249,6 +254,15 @@ func (s *Service) handleBatch(w http.ResponseWriter, r *http.Request) {
 		}
 		evs = append(evs, ev)
 		pos = append(pos, i)
+	}
+	// Every tenant the batch would write, as this handler parsed it, must
+	// be the credential's (tenantscope); one that is not refuses the whole
+	// batch before anything is written.
+	for k, ev := range evs {
+		if err := tenantscope.Check(r.Context(), fmt.Sprintf("events[%d].organization_id", pos[k]), ev.Target.Org); err != nil {
+			writeError(w, http.StatusForbidden, status.Convert(err).Message())
+			return
+		}
 	}
 	for k, o := range s.SubmitBatch(forward.FromHTTP(r), evs) {
 		code := httpCode(o.err)

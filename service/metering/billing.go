@@ -139,8 +139,8 @@ func samplesFromProto(ss []*api.SeriesSample) []fsmmeter.Sample {
 }
 
 func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		httpjson.WriteErr(w, e)
 		return
 	}
@@ -159,7 +159,7 @@ func (s *Service) handleBill(w http.ResponseWriter, r *http.Request) {
 	}
 	b, err := s.Bill(forward.FromHTTP(r), tenant, from, to)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
+		writeError(w, readCode(err), status.Convert(err).Message())
 		return
 	}
 	s.writeJSON(w, http.StatusOK, b)

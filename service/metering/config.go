@@ -18,11 +18,21 @@ import (
 // months in the past or future.
 const DefaultSlack = 62 * 24 * time.Hour
 
+// DefaultMaxFuture is the default bound on a timestamp ahead of the
+// node's clock.
+const DefaultMaxFuture = time.Hour
+
 // Config configures metering on a node.
 type Config struct {
 	Granularity interval.Granularity // default Hour
 	Location    *time.Location       // default UTC
 	Slack       time.Duration        // default DefaultSlack
+	// MaxFuture bounds how far ahead of the node's metering clock an
+	// event's timestamp may be (default DefaultMaxFuture): a client clock
+	// is off by seconds, not days, and an event far ahead would open a
+	// span that bills from a time that has not come. Not applied with
+	// TestClock.
+	MaxFuture time.Duration
 	// SinkURL, when set, receives every usage record as a JSON POST (the
 	// HTTP collector sink); the ledger always receives them.
 	SinkURL     string
@@ -54,6 +64,12 @@ func (c *Config) validate() error {
 	}
 	if c.Slack == 0 {
 		c.Slack = DefaultSlack
+	}
+	if c.MaxFuture == 0 {
+		c.MaxFuture = DefaultMaxFuture
+	}
+	if c.MaxFuture < 0 {
+		return fmt.Errorf("metering config: max future %v: must be positive", c.MaxFuture)
 	}
 	if c.Slack < time.Second {
 		return fmt.Errorf("metering config: slack %v: must be at least 1s", c.Slack)

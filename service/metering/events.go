@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/httpjson"
+	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
 // EventDoc is the JSON document of POST /v1/events/start|stop.
@@ -162,6 +163,14 @@ func decodeEventJSON(body []byte, kind fsmmeter.Kind, inBatch bool) (fsmmeter.Ev
 func (s *Service) handleEvent(kind fsmmeter.Kind) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		ev, code, err := s.decodeDoc(w, r, kind)
+		if err == nil {
+			// The tenant the handler parsed is the one the credential
+			// must allow (tenantscope): the node's access check only
+			// authenticated the caller, before the body was read.
+			if err = tenantscope.Check(r.Context(), "organization_id", ev.Target.Org); err != nil {
+				code, err = http.StatusForbidden, errors.New(status.Convert(err).Message())
+			}
+		}
 		if err != nil {
 			s.metrics.events.WithLabelValues(kindLabel(kind), fmt.Sprint(code)).Inc()
 			writeError(w, code, err.Error())
@@ -191,18 +200,27 @@ func kindLabel(k fsmmeter.Kind) string {
 
 // httpCode maps a Submit error to the REST status.
 func httpCode(err error) int {
-	if err == nil {
-		return http.StatusCreated
-	}
 	switch status.Code(err) {
+	case codes.OK:
+		return http.StatusCreated
 	case codes.AlreadyExists:
 		return http.StatusConflict
 	case codes.FailedPrecondition:
 		return http.StatusUnprocessableEntity
-	case codes.InvalidArgument:
-		return http.StatusBadRequest
 	case codes.DeadlineExceeded, codes.Canceled:
 		return http.StatusGatewayTimeout
+	}
+	return readCode(err)
+}
+
+// readCode maps an error of a read (and the rest of httpCode's) to the
+// REST status: the caller's faults (a credential the group leader refused,
+// a bad argument) are 4xx, never a 503 that tells the client to retry what
+// will never succeed; the service's state is 503.
+func readCode(err error) int {
+	switch status.Code(err) {
+	case codes.InvalidArgument:
+		return http.StatusBadRequest
 	case codes.Unauthenticated: // the group leader refused the forwarded caller
 		return http.StatusUnauthorized
 	case codes.PermissionDenied:
@@ -222,6 +240,9 @@ func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteErr
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
 func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEventResponse, error) {
+	if err := s.checkFuture(&ev); err != nil {
+		return nil, err
+	}
 	g := s.host.GroupOf(fsmmeter.TargetHash(ev.Target))
 	if s.host.Leads(g) {
 		res, err := s.batchers[g].submit(ctx, ev)
@@ -240,6 +261,22 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 		return c.Start(octx, req)
 	}
 	return c.Stop(octx, req)
+}
+
+// checkFuture refuses (InvalidArgument naming the field) an event whose
+// timestamp is more than MaxFuture ahead of the node's metering clock. A
+// node on the test clock (development and tests) does not: its clock is
+// set and advanced by hand, and its clients script events ahead of it.
+func (s *Service) checkFuture(ev *fsmmeter.Event) error {
+	if s.cfg.TestClock {
+		return nil
+	}
+	now := s.clock.Now()
+	if ahead := ev.Timestamp - now; ahead > s.cfg.MaxFuture.Milliseconds() {
+		return status.Errorf(codes.InvalidArgument, "field timestamp: %d is %v ahead of this node's clock (%d), at most %v: check the client's clock",
+			ev.Timestamp, time.Duration(ahead)*time.Millisecond, now, s.cfg.MaxFuture)
+	}
+	return nil
 }
 
 func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error) {

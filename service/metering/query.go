@@ -200,8 +200,8 @@ func parseTime(v string) (int64, error) {
 }
 
 func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	if e := httpjson.CheckQuery(q); e != nil {
+	q, e := httpjson.Query(r)
+	if e != nil {
 		httpjson.WriteErr(w, e)
 		return
 	}
@@ -240,7 +240,7 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 		Resource: q.Get("resource_id"), Plan: q.Get("plan_id"), Instance: q.Get("resource_instance_id")}, From: from, To: to, Limit: limit}
 	recs, err := s.queryUsage(forward.FromHTTP(r), -1, f)
 	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, status.Convert(err).Message())
+		writeError(w, readCode(err), status.Convert(err).Message())
 		return
 	}
 	out := struct {

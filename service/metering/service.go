@@ -124,6 +124,9 @@ func (g *grpcService) event(ctx context.Context, kind fsmmeter.Kind, req *api.Me
 }
 
 func (g *grpcService) QueryUsage(ctx context.Context, req *api.QueryUsageRequest) (*api.QueryUsageResponse, error) {
+	if req.Group < -1 {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: want a group number, or -1 for every group", req.Group)
+	}
 	if req.From < 0 || req.To < 0 || (req.To != 0 && req.To < req.From) {
 		return nil, status.Errorf(codes.InvalidArgument, "from %d, to %d: want 0 ≤ from ≤ to (to 0: no upper bound)", req.From, req.To)
 	}

@@ -1,6 +1,7 @@
 package partitionlimit
 
 import (
+	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -192,5 +193,42 @@ func TestCursorDeltas(t *testing.T) {
 	got := c.Take(0)
 	if len(got) != 1 || got[0].Partition != 2 {
 		t.Fatalf("delta %+v, want partition 2 only", got)
+	}
+}
+
+// TestClientCannotClaimOrigin: a push through the service whose origin
+// names a peer, from a caller the node does not know as a node (Origin
+// says so), reaches that peer's cursor: a client once kept its sketches
+// from a peer by claiming the peer's id. A node's claim stands.
+func TestClientCannotClaimOrigin(t *testing.T) {
+	clk := newClock()
+	h := newHub(t, clk, nil)
+	now := clk.now().Unix() / 60
+	r := rand.New(rand.NewPCG(4, 4))
+	svc := NewService(h, nil)
+	isNode := false
+	svc.Origin = func(_ context.Context, claimed string) string {
+		if isNode {
+			return claimed
+		}
+		return ""
+	}
+	c := h.NewCursor("peer-b", true)
+	defer c.Close()
+	c.Take(0)
+	push := func(part uint32) {
+		req := &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{sketchOf(r, "t", part, now, 10, 11, false)}, Origin: "peer-b"}
+		if _, err := svc.PushSketches(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	push(1)
+	if got := c.Take(0); len(got) != 1 {
+		t.Fatalf("a client's push claiming peer-b's origin: %d sketches reach peer-b, want 1", len(got))
+	}
+	isNode = true
+	push(2)
+	if got := c.Take(0); len(got) != 0 {
+		t.Fatalf("peer-b's own push came back to it: %d sketches", len(got))
 	}
 }

@@ -27,6 +27,12 @@ type Service struct {
 	// MapError turns a hub error into a gRPC status (the server's error
 	// table); nil = Status.
 	MapError func(error) error
+	// Origin returns the origin a push may claim: claimed when the caller
+	// proved it is a node of the cluster, else "" (a client). A client
+	// claiming a node's id would otherwise keep its sketches from that
+	// node (its cursor skips the pushes of its own origin). nil: origin
+	// is always cleared.
+	Origin func(ctx context.Context, claimed string) string
 }
 
 // NewService returns the gRPC service of h.
@@ -49,8 +55,15 @@ func Status(err error) error {
 }
 
 // PushSketches merges a client's or a peer's sketches.
-func (s *Service) PushSketches(_ context.Context, req *api.PushSketchesRequest) (*api.PushSketchesResponse, error) {
+func (s *Service) PushSketches(ctx context.Context, req *api.PushSketchesRequest) (*api.PushSketchesResponse, error) {
 	s.h.st.bytesPushed.Add(uint64(proto.Size(req)))
+	if req.Origin != "" {
+		claimed := req.Origin
+		req.Origin = ""
+		if s.Origin != nil {
+			req.Origin = s.Origin(ctx, claimed)
+		}
+	}
 	changed, err := s.h.Merge(req)
 	if err != nil {
 		if s.MapError != nil {

@@ -3,9 +3,11 @@ package ratelimit
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
 // ServiceConfig wires the owner core to a node.
@@ -26,6 +29,14 @@ type ServiceConfig struct {
 	LeaderOf func(g int) (id, addr string)
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger
+	// ClientOf names the caller of a stream for MaxTenantsPerClient (its
+	// credential, or its address); nil: every stream is its own client.
+	ClientOf func(ctx context.Context) string
+	// MaxTenantsPerClient bounds the tenant names one client's open streams
+	// on this node introduced, together (default 200,000): each name holds
+	// state on the node for the stream's life, so many streams of many
+	// names would otherwise spend the node's memory without bound.
+	MaxTenantsPerClient int
 }
 
 // Service is the RateLimit gRPC service of one node plus its tick loop.
@@ -44,6 +55,9 @@ type Service struct {
 	limited                   atomic.Int64
 	limitedRate, limitedLimit atomic.Uint64
 	sessions                  atomic.Int64
+
+	budgetMu sync.Mutex
+	budget   map[string]int // tenant names introduced by each client's open streams
 }
 
 // NewService returns a service for p partitions in g groups, or an error
@@ -55,11 +69,14 @@ func NewService(cfg ServiceConfig, p, g int, limits Limits) (*Service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.MaxTenantsPerClient <= 0 {
+		cfg.MaxTenantsPerClient = 200_000
+	}
 	o, err := New(cfg.Owner, p, g, limits)
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, o: o, closing: make(chan struct{})}, nil
+	return &Service{cfg: cfg, o: o, closing: make(chan struct{}), budget: map[string]int{}}, nil
 }
 
 // Run ticks the owner every period until ctx ends, then ends every stream
@@ -156,6 +173,12 @@ func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateU
 			}
 		}
 	}()
+	client := fmt.Sprintf("stream %p", sess)
+	if s.cfg.ClientOf != nil {
+		client = s.cfg.ClientOf(stream.Context())
+	}
+	var held atomic.Int64 // names this stream took from the client's budget
+	defer func() { s.release(client, int(held.Load())) }()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
@@ -163,6 +186,20 @@ func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateU
 			if err != nil {
 				recvErr <- err
 				return
+			}
+			// The names a report introduces are the tenants it touches:
+			// a credential limited to tenants may introduce only its own
+			// (tenantscope; the node's access check cannot see them).
+			if err := tenantscope.Check(stream.Context(), "new_names", r.NewNames...); err != nil {
+				recvErr <- err
+				return
+			}
+			if n := len(r.NewNames); n > 0 {
+				if err := s.take(client, n); err != nil {
+					recvErr <- err
+					return
+				}
+				held.Add(int64(n))
 			}
 			if err := sess.Absorb(r, s.cfg.Now()); err != nil {
 				recvErr <- err
@@ -190,6 +227,31 @@ func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateU
 		return status.Error(codes.InvalidArgument, err.Error())
 	}
 	return err
+}
+
+// take counts n more tenant names against client's budget, or refuses
+// with ResourceExhausted naming the bound.
+func (s *Service) take(client string, n int) error {
+	s.budgetMu.Lock()
+	defer s.budgetMu.Unlock()
+	if s.budget[client]+n > s.cfg.MaxTenantsPerClient {
+		s.rejected.Add(1)
+		return status.Errorf(codes.ResourceExhausted, "%s: its open rate-report streams on this node would name %d tenants, at most %d per client; close streams it no longer uses",
+			client, s.budget[client]+n, s.cfg.MaxTenantsPerClient)
+	}
+	s.budget[client] += n
+	return nil
+}
+
+func (s *Service) release(client string, n int) {
+	if n == 0 {
+		return
+	}
+	s.budgetMu.Lock()
+	defer s.budgetMu.Unlock()
+	if s.budget[client] -= n; s.budget[client] <= 0 {
+		delete(s.budget, client)
+	}
 }
 
 // Collector exports the owner's state for Prometheus.
