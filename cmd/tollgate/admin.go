@@ -218,18 +218,24 @@ func newStatusCmd() *cobra.Command {
 	return cmd
 }
 
-// tenantStatus prints one tenant's shares (Shares.TenantShares).
-func tenantStatus(cmd *cobra.Command, o *adminOpts, tenant string, asJSON bool) error {
+// tenantShares asks the first node that answers for one tenant's shares
+// per group (Shares.TenantShares, from its replicas), through leader changes.
+func tenantShares(cmd *cobra.Command, o *adminOpts, tenant string) (*api.TenantSharesResponse, error) {
 	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
 	defer cancel()
 	cc, err := o.dialFirst(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer cc.Close()
-	resp, err := retryCall(ctx, func(ctx context.Context) (*api.TenantSharesResponse, error) {
+	return retryCall(ctx, func(ctx context.Context) (*api.TenantSharesResponse, error) {
 		return api.NewSharesClient(cc).TenantShares(ctx, &api.TenantSharesRequest{Tenant: tenant})
 	})
+}
+
+// tenantStatus prints one tenant's shares (Shares.TenantShares).
+func tenantStatus(cmd *cobra.Command, o *adminOpts, tenant string, asJSON bool) error {
+	resp, err := tenantShares(cmd, o, tenant)
 	if err != nil {
 		return fmt.Errorf("status --tenant %s: %w", tenant, err)
 	}

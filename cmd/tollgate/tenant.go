@@ -66,16 +66,7 @@ cluster does not know, usually a typo, is an error).`,
 // dropDryRun prints what `tenant drop` would remove: the tenant's series per
 // group on the answering node's replicas (Shares.TenantShares, admin).
 func dropDryRun(cmd *cobra.Command, o *adminOpts, tenant string) error {
-	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-	defer cancel()
-	cc, err := o.dialFirst(ctx)
-	if err != nil {
-		return err
-	}
-	defer cc.Close()
-	resp, err := retryCall(ctx, func(ctx context.Context) (*api.TenantSharesResponse, error) {
-		return api.NewSharesClient(cc).TenantShares(ctx, &api.TenantSharesRequest{Tenant: tenant})
-	})
+	resp, err := tenantShares(cmd, o, tenant)
 	if err != nil {
 		return fmt.Errorf("tenant drop %s --dry-run: %w", tenant, err)
 	}
