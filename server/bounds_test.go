@@ -34,8 +34,14 @@ import (
 // until its connections are open.
 func startFlood(t *testing.T, mode, addr string, n int) {
 	t.Helper()
+	startFloodFrom(t, mode, addr, n, 0)
+}
+
+// startFloodFrom is startFlood from loopback source address 127.0.0.(1+src).
+func startFloodFrom(t *testing.T, mode, addr string, n, src int) {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), fmt.Sprintf("TOLLGATE_FLOOD=%s,%s,%d", mode, addr, n))
+	cmd.Env = append(os.Environ(), fmt.Sprintf("TOLLGATE_FLOOD=%s,%s,%d,%d", mode, addr, n, src))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

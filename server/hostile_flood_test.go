@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/tollgate-io/tollgate/membership"
+	"github.com/tollgate-io/tollgate/raftnode"
 )
 
 // The attackers below run in a child process (TestMain's TOLLGATE_FLOOD),
@@ -190,18 +193,14 @@ func (h *h2conn) read() {
 // floodH2Idle opens n connections that send the HTTP/2 preface and
 // settings and then nothing, reading (and dropping) what the node sends.
 func floodH2Idle(addr string, n int) int {
-	opened := 0
-	for range n {
-		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-		if err != nil {
-			continue
-		}
+	var opened atomic.Int64
+	dialMany(addr, n, func(_ int, c net.Conn) {
 		fmt.Fprint(c, http2.ClientPreface)
 		_ = http2.NewFramer(c, nil).WriteSettings()
 		go func() { _, _ = io.Copy(io.Discard, c) }()
-		opened++
-	}
-	return opened
+		opened.Add(1)
+	})
+	return int(opened.Load())
 }
 
 // processFootprint is what the test process holds: resident memory,
@@ -278,6 +277,28 @@ func TestPreAuthFloods(t *testing.T) {
 	if v := os.Getenv("TOLLGATE_HOSTILE_STREAMS"); v != "" { // smaller for a check against a build without the bound
 		streams, _ = strconv.Atoi(v)
 	}
+	// TOLLGATE_HOSTILE_FULL=1: the issue's bars at full size (50,000 idle
+	// connections to each of the gRPC, HTTP, raft and gossip ports, 4,096
+	// slow bodies, /healthz probed from before the first flood to the end).
+	full := os.Getenv("TOLLGATE_HOSTILE_FULL") == "1"
+	idle, slow, slowPublic := 3000, 500, 1000
+	perProc := 0
+	if full {
+		idle, slow, slowPublic = 50_000, 4096, 4096
+		// One attacker process holds at most its descriptor limit (hard
+		// limit less headroom; it raises its soft limit to that) and one
+		// source address ~28,000 ports per destination: a 50,000 flood
+		// is split across processes, each with its own source address.
+		var rl syscall.Rlimit
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil {
+			t.Skipf("full-size floods: RLIMIT_NOFILE: %v", err)
+		}
+		if rl.Max < 5000 {
+			t.Skipf("full-size floods split 50,000 connections over attacker processes of at most RLIMIT_NOFILE each: hard limit %d is too small (raise `ulimit -Hn`)", rl.Max)
+		}
+		perProc = min(int(rl.Max)-1024, 20_000)
+		t.Logf("full size; RLIMIT_NOFILE soft %d hard %d (the node's process keeps its own); %d connections per attacker process", rl.Cur, rl.Max, perProc)
+	}
 	const grpcCap, httpCap = 1000, 512
 	creds := writeCredentials(t)
 	tc := startCluster(t, 3, func(_ int, c *Config) {
@@ -290,11 +311,39 @@ func TestPreAuthFloods(t *testing.T) {
 	before := footprint(t)
 	t.Logf("before: %.0f MB RSS, %d goroutines, %d fds", before.rssMB, before.goroutines, before.fds)
 
+	var probe *healthProbe
+	if full {
+		probe = startHealthProbe(target.HTTPAddr())
+		t.Logf("/healthz probe started at %s", time.Now().UTC().Format("15:04:05.000"))
+	}
 	startFlood(t, "grpc-incomplete:"+strconv.Itoa(msgLen), target.GRPCAddr(), streams)
-	startFlood(t, "h2-idle", target.GRPCAddr(), 3000)
-	startFlood(t, "slow", target.HTTPAddr(), 500)
+	if full {
+		for k, left := 0, idle; left > 0; k, left = k+1, left-perProc {
+			startFloodFrom(t, "h2-idle", target.GRPCAddr(), min(left, perProc), 100+k)
+		}
+	} else {
+		startFlood(t, "h2-idle", target.GRPCAddr(), idle)
+	}
+	if full {
+		fp := footprint(t)
+		t.Logf("after the gRPC floods: %.0f MB RSS, %d goroutines, %d fds", fp.rssMB, fp.goroutines, fp.fds)
+	}
+	startFlood(t, "slow", target.HTTPAddr(), slow)
 	startFlood(t, "slow-headers", target.HTTPAddr(), 500)
-	startFlood(t, "slow-public", target.HTTPAddr(), 1000)
+	startFlood(t, "slow-public", target.HTTPAddr(), slowPublic)
+	if full {
+		// Each attacker process its own loopback source address, 127.0.0.2
+		// up (the flood above came from 127.0.0.1).
+		src := 1
+		for _, f := range [][2]string{{"idle", target.HTTPAddr()}, {"tcp-idle", raftEndpoint(target)}, {"tcp-idle", target.GossipAddr()}} {
+			for left := idle; left > 0; left -= perProc {
+				startFloodFrom(t, f[0], f[1], min(left, perProc), src)
+				src++
+			}
+			fp := footprint(t)
+			t.Logf("after %s to %s: %.0f MB RSS, %d goroutines, %d fds", f[0], f[1], fp.rssMB, fp.goroutines, fp.fds)
+		}
+	}
 	time.Sleep(3 * time.Second) // the incomplete messages' bytes arrive
 
 	var lat []time.Duration
@@ -316,6 +365,16 @@ func TestPreAuthFloods(t *testing.T) {
 		}
 		lat = append(lat, best)
 		time.Sleep(200 * time.Millisecond)
+	}
+	if probe != nil {
+		n, slowN, failed, worst := probe.stop()
+		t.Logf("/healthz probed every 250 ms from before the first flood (single tries, new connection each): %d probes, %d over 1s, %d without an answer, slowest %v", n, slowN, failed, worst)
+		for _, e := range probe.errs {
+			t.Logf("/healthz probe: %s", e)
+		}
+		if slowN > 0 || failed > 0 {
+			t.Errorf("/healthz under the full-size floods: %d of %d probes over 1s, %d without an answer", slowN, n, failed)
+		}
 	}
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	t.Logf("/healthz under the floods, best of 3 per round: %v", lat)
@@ -358,5 +417,62 @@ func TestPreAuthFloods(t *testing.T) {
 	// node's, the machine's load is not.
 	if after := groupLeaders(tc); after != leadersBefore {
 		t.Logf("group leaders moved during the floods: %s → %s", leadersBefore, after)
+	} else {
+		t.Logf("group leaders unchanged: %s", after)
 	}
+}
+
+// healthProbe asks /healthz every 250 ms until stopped.
+type healthProbe struct {
+	done    chan struct{}
+	wg      sync.WaitGroup
+	n, slow int
+	failed  int
+	worst   time.Duration
+	errs    []string // the first few failures and slow answers, with when
+}
+
+func startHealthProbe(addr string) *healthProbe {
+	p := &healthProbe{done: make(chan struct{})}
+	start := time.Now()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		for {
+			select {
+			case <-p.done:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+			at := time.Since(start).Round(time.Millisecond)
+			d, err := healthLatency(addr)
+			p.n++
+			switch {
+			case err != nil:
+				p.failed++
+				if len(p.errs) < 40 {
+					p.errs = append(p.errs, fmt.Sprintf("at +%v: %v", at, err))
+				}
+			case d > time.Second:
+				p.slow++
+				if len(p.errs) < 40 {
+					p.errs = append(p.errs, fmt.Sprintf("at +%v: %v", at, d))
+				}
+			}
+			p.worst = max(p.worst, d)
+		}
+	}()
+	return p
+}
+
+func (p *healthProbe) stop() (n, slow, failed int, worst time.Duration) {
+	close(p.done)
+	p.wg.Wait()
+	return p.n, p.slow, p.failed, p.worst
+}
+
+// raftEndpoint is s's raft host:port (RaftAddr carries the incarnation).
+func raftEndpoint(s *Server) string {
+	ep, _ := raftnode.SplitIncarnation(s.RaftAddr())
+	return ep
 }

@@ -8,6 +8,9 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -25,8 +28,12 @@ func TestMain(m *testing.M) {
 
 func flood(spec string) int {
 	parts := strings.Split(spec, ",")
+	if len(parts) == 4 { // a fourth field: this attacker's loopback source address 127.0.0.(1+k)
+		floodSrc, _ = strconv.Atoi(parts[3])
+		parts = parts[:3]
+	}
 	if len(parts) != 3 {
-		fmt.Fprintln(os.Stderr, "TOLLGATE_FLOOD: want mode,addr,n")
+		fmt.Fprintln(os.Stderr, "TOLLGATE_FLOOD: want mode,addr,n[,src]")
 		return 2
 	}
 	mode, addr := parts[0], parts[1]
@@ -35,6 +42,7 @@ func flood(spec string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
+	raiseNoFile(n + 1024)
 	switch {
 	case strings.HasPrefix(mode, "grpc-incomplete:"):
 		msgLen, _ := strconv.Atoi(strings.TrimPrefix(mode, "grpc-incomplete:"))
@@ -47,13 +55,11 @@ func flood(spec string) int {
 		return 0
 	}
 	var conns []net.Conn
-	for i := range n {
-		c, err := net.DialTimeout("tcp", addr, 10*time.Second)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
-			continue // the node may be refusing: that is what is tested
-		}
+	var mu sync.Mutex
+	dialMany(addr, n, func(i int, c net.Conn) {
+		mu.Lock()
 		conns = append(conns, c)
+		mu.Unlock()
 		switch {
 		case mode == "idle" && i%2 == 0:
 			// A keep-alive connection that made one request and went idle.
@@ -73,12 +79,17 @@ func flood(spec string) int {
 			// authenticate yet).
 			fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
 		}
-	}
+		// mode "tcp-idle": a connection that never sends a byte (the raft
+		// and gossip ports).
+	})
 	fmt.Printf("ready %d\n", len(conns))
 	if mode == "slow" || mode == "slow-headers" || mode == "slow-public" {
 		go func() {
 			for range time.Tick(time.Second) {
-				for _, c := range conns {
+				mu.Lock()
+				cs := conns
+				mu.Unlock()
+				for _, c := range cs {
 					_, _ = c.Write([]byte(" "))
 				}
 			}
@@ -86,4 +97,52 @@ func flood(spec string) int {
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
+}
+
+// floodSrc picks this attacker's loopback source address, 127.0.0.(1+floodSrc):
+// one source address has only the kernel's ~28,000 ephemeral ports per
+// destination, so a flood of 50,000 connections to one port comes from
+// several attacker processes with a source address each.
+var floodSrc int
+
+// raiseNoFile lifts this process's soft RLIMIT_NOFILE towards want, up to
+// its hard limit (the parent splits a flood across processes so that each
+// fits under it).
+func raiseNoFile(want int) {
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err != nil || rl.Cur >= uint64(want) {
+		return
+	}
+	rl.Cur = min(uint64(want), rl.Max)
+	_ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &rl)
+}
+
+// dialMany opens n connections to addr with 32 dialers (from floodSrc's
+// source address) and hands each to fn, from several goroutines.
+func dialMany(addr string, n int, fn func(i int, c net.Conn)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n {
+					return
+				}
+				d := net.Dialer{Timeout: 10 * time.Second}
+				if floodSrc > 0 {
+					d.LocalAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, byte(1+floodSrc))}
+				}
+				c, err := d.Dial("tcp", addr)
+				if err != nil {
+					fmt.Fprintf(os.Stderr, "dial %d: %v\n", i, err)
+					continue // the node may be refusing: that is what is tested
+				}
+				fn(i, c)
+			}
+		}()
+	}
+	wg.Wait()
 }
