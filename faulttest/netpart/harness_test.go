@@ -35,7 +35,10 @@ const (
 	stepDownTimeout  = 30 * time.Second // a cut-off leader stops calling itself leader
 	adminCallTO      = 3 * time.Second
 	adminToken       = "netpart-token"
-	groups           = api.DefaultGroups
+	// gossipKey: a cluster with an admin token refuses to start without a
+	// gossip key (or TLS); a fixed test key (base64 of 32 bytes).
+	gossipKey = "bmV0cGFydCB0ZXN0IGdvc3NpcCBrZXksIDMyIGJ5dGU="
+	groups    = api.DefaultGroups
 )
 
 // ---------------------------------------------------------------------------
@@ -291,7 +294,7 @@ func newCluster(t *testing.T) *cluster {
 
 	peers := c.createNetwork(t, c.peersNet, true)
 	clients := c.createNetwork(t, c.clntNet, false)
-	c.env = []string{"NETPART_IMAGE=" + image, "NETPART_TOKEN=" + adminToken,
+	c.env = []string{"NETPART_IMAGE=" + image, "NETPART_TOKEN=" + adminToken, "NETPART_GOSSIP_KEY=" + gossipKey,
 		"NETPART_PEERS=" + peers, "NETPART_CLIENTS=" + clients,
 		"NETPART_PEERS_NET=" + c.peersNet, "NETPART_CLIENTS_NET=" + c.clntNet,
 		fmt.Sprintf("NETPART_DEFAULT_MAX_SERIES=%d", checker.DefaultMaxSeries)}
