@@ -386,8 +386,17 @@ func TestPreAuthFloods(t *testing.T) {
 	t.Logf("under the floods: %.0f MB RSS (+%.0f), %d goroutines, %d fds; gRPC connections %d (evicted %d, refused %d); HTTP connections %d (evicted %d)",
 		after.rssMB, after.rssMB-before.rssMB, after.goroutines, after.fds, target.grpcCap.open(), target.grpcCap.evicted.Load(), target.grpcCap.refused.Load(),
 		target.httpCap.open(), target.httpCap.evicted.Load())
-	if growth := after.rssMB - before.rssMB; growth > 200 {
-		t.Errorf("resident memory grew %.0f MB under unauthenticated floods, bound 200 MB", growth)
+	// The race detector multiplies what each goroutine and connection
+	// holds (+356 MB in CI where a plain build grows +58 to +98 MB): the
+	// bar's 200 MB holds for the build operators run; under -race the
+	// bound is 800 MB, still far below the ~2 GB 1,000 incomplete messages
+	// held before authentication came first (about 2 MB each).
+	bound := 200.0
+	if raceEnabled {
+		bound = 800
+	}
+	if growth := after.rssMB - before.rssMB; growth > bound {
+		t.Errorf("resident memory grew %.0f MB under unauthenticated floods, bound %.0f MB", growth, bound)
 	}
 	if n := target.grpcCap.open(); n > grpcCap {
 		t.Errorf("node holds %d gRPC connections, cap %d", n, grpcCap)
