@@ -44,11 +44,28 @@ func Resolve(base Effective, scopes ...Overrides) Effective {
 	return base
 }
 
-// Key names, as the YAML document, `tollgate limits set` and the API spell
-// them.
+// Key names, as the YAML document, `tollgate limits set`, the patch entries
+// of the replicated runtime config and the API spell them. Every other
+// package names a key through these constants (TestKeysSpelledOnce): a key
+// spelled twice can drift, and a replicated patch that names a key one
+// replica spells differently applies differently there.
 const (
 	KeyMaxSeries             = "max_series"
 	KeyMaxSeriesPerPartition = "max_series_per_partition"
 	KeyIngestionRate         = "ingestion_rate"
 	KeyIngestionBurst        = "ingestion_burst"
+	// KeyUnlimited is a scope's shorthand for max_series 0 (YAML and
+	// `limits set`); it is not stored.
+	KeyUnlimited = "unlimited"
+	// KeySampleRates is a scope's (and the global settings') per-kind sample
+	// percentages: "sample_rates" in YAML, "sample_rates.<kind>" as a set key.
+	KeySampleRates = "sample_rates"
 )
+
+// Keys lists the keys a scope sets, in the order documents list them
+// (sample_rates.<kind> besides).
+var Keys = []string{KeyMaxSeries, KeyMaxSeriesPerPartition, KeyIngestionRate, KeyIngestionBurst, KeyUnlimited}
+
+// SampleRateKey is the set key of one kind's sample percentage:
+// "sample_rates.<kind>".
+func SampleRateKey(kind string) string { return KeySampleRates + "." + kind }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	"github.com/tollgate-io/tollgate/limits"
 	runtimecfgsvc "github.com/tollgate-io/tollgate/service/runtimecfg"
 	"github.com/tollgate-io/tollgate/service/sampling"
 )
@@ -210,7 +211,7 @@ func (sc *samplingCtl) step(now time.Time) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	_, err := sc.s.rcfg.svc.SetLimits(ctx, &api.SetLimitsRequest{Global: true,
-		Set: map[string]string{"sample_rates." + kind: strconv.FormatFloat(want, 'f', -1, 64)}})
+		Set: map[string]string{limits.SampleRateKey(kind): strconv.FormatFloat(want, 'f', -1, 64)}})
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if err != nil {

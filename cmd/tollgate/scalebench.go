@@ -30,6 +30,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // scaleOpts are the sizes of the scale benchmark; every one can be shrunk
@@ -1012,7 +1013,7 @@ func (o *scaleOpts) streams(ctx context.Context, n *benchNode, tenants int) (*St
 	}
 	cfg := api.NewConfigClient(ctl)
 	cctx, ccancel := context.WithTimeout(ctx, time.Minute)
-	_, err = cfg.SetLimits(cctx, &api.SetLimitsRequest{Tenant: scaleTenant(0), Set: map[string]string{"max_series": strconv.Itoa(7_777_777 + int(time.Now().UnixNano()%1000))}})
+	_, err = cfg.SetLimits(cctx, &api.SetLimitsRequest{Tenant: scaleTenant(0), Set: map[string]string{limits.KeyMaxSeries: strconv.Itoa(7_777_777 + int(time.Now().UnixNano()%1000))}})
 	ccancel()
 	if err != nil {
 		return nil, fmt.Errorf("limits change: %w", err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/envoyrl"
 	"github.com/tollgate-io/tollgate/fsm/wire"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // The byte formats are documented in format.md; their fields are fsm/wire's.
@@ -175,16 +176,16 @@ func readScope(r *wire.Decoder, what string) Scope {
 		r.Failf("%s mask %#x has unknown bits", what, mask)
 	}
 	if mask&bitMaxSeries != 0 {
-		s.MaxSeries = ptr(readInt63(r, what+" max_series"))
+		s.MaxSeries = ptr(readInt63(r, what+" "+limits.KeyMaxSeries))
 	}
 	if mask&bitMaxSeriesPerPartition != 0 {
-		s.MaxSeriesPerPartition = ptr(readInt63(r, what+" max_series_per_partition"))
+		s.MaxSeriesPerPartition = ptr(readInt63(r, what+" "+limits.KeyMaxSeriesPerPartition))
 	}
 	if mask&bitIngestionRate != 0 {
-		s.IngestionRate = ptr(readFloat(r, what+" ingestion_rate"))
+		s.IngestionRate = ptr(readFloat(r, what+" "+limits.KeyIngestionRate))
 	}
 	if mask&bitIngestionBurst != 0 {
-		s.IngestionBurst = ptr(readInt63(r, what+" ingestion_burst"))
+		s.IngestionBurst = ptr(readInt63(r, what+" "+limits.KeyIngestionBurst))
 	}
 	s.SampleRates = readRates(r, what+" sample rates")
 	return s

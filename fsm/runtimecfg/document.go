@@ -36,11 +36,13 @@ const (
 // nil pointer (or an absent sample-rate kind) means "not set here: inherit";
 // 0 means "no limit" (max_series 0 = unlimited, ingestion_rate 0 = off,
 // max_series_per_partition 0 = off).
+//
+// The limit keys are limits.Overrides, embedded: the fields and the
+// inheritance rule are the limits package's, and the byte, YAML and JSON
+// forms are unchanged by the embedding (the codec names each field; JSON
+// flattens an embedded struct without a tag).
 type Scope struct {
-	MaxSeries             *int64
-	MaxSeriesPerPartition *int64
-	IngestionRate         *float64
-	IngestionBurst        *int64
+	limits.Overrides
 	// SampleRates: traffic kind → percent in [0, 100]; a kind left out is 100%.
 	SampleRates map[string]float64
 }
@@ -101,10 +103,7 @@ func (d *Document) For(tenant string, base Effective) Effective {
 }
 
 // Limits are the limit keys the scope sets.
-func (s *Scope) Limits() limits.Overrides {
-	return limits.Overrides{MaxSeries: s.MaxSeries, MaxSeriesPerPartition: s.MaxSeriesPerPartition,
-		IngestionRate: s.IngestionRate, IngestionBurst: s.IngestionBurst}
-}
+func (s *Scope) Limits() limits.Overrides { return s.Overrides }
 
 // SampleRate is the tenant's (or API key's) percent for a kind: its own
 // setting, else the defaults', else 100. The global percent is separate
@@ -216,7 +215,7 @@ func (d *Document) Validate() error {
 			return err
 		}
 	}
-	if err := validateRates("global.sample_rates", d.Global.SampleRates); err != nil {
+	if err := validateRates("global."+limits.KeySampleRates, d.Global.SampleRates); err != nil {
 		return err
 	}
 	if bc := d.Global.BacklogController; bc != nil {
@@ -252,22 +251,22 @@ func quoteKey(name string) string {
 
 func (s *Scope) validate(where string) error {
 	if s.MaxSeries != nil && *s.MaxSeries < 0 {
-		return fieldErr(where+".max_series", "%d must be ≥ 0 (0 = unlimited)", *s.MaxSeries)
+		return fieldErr(where+"."+limits.KeyMaxSeries, "%d must be ≥ 0 (0 = unlimited)", *s.MaxSeries)
 	}
 	if s.MaxSeriesPerPartition != nil && *s.MaxSeriesPerPartition < 0 {
-		return fieldErr(where+".max_series_per_partition", "%d must be ≥ 0 (0 = off)", *s.MaxSeriesPerPartition)
+		return fieldErr(where+"."+limits.KeyMaxSeriesPerPartition, "%d must be ≥ 0 (0 = off)", *s.MaxSeriesPerPartition)
 	}
 	if s.IngestionRate != nil {
 		v := *s.IngestionRate
 		if math.IsNaN(v) || math.IsInf(v, 0) || v < 0 || v > MaxRate {
-			return fieldErr(where+".ingestion_rate", "%v must be a finite number in [0, %g] (per second; 0 = off)", v, MaxRate)
+			return fieldErr(where+"."+limits.KeyIngestionRate, "%v must be a finite number in [0, %g] (per second; 0 = off)", v, MaxRate)
 		}
 		*s.IngestionRate = v + 0 // -0 → 0
 	}
 	if s.IngestionBurst != nil && *s.IngestionBurst < 0 {
-		return fieldErr(where+".ingestion_burst", "%d must be ≥ 0", *s.IngestionBurst)
+		return fieldErr(where+"."+limits.KeyIngestionBurst, "%d must be ≥ 0", *s.IngestionBurst)
 	}
-	return validateRates(where+".sample_rates", s.SampleRates)
+	return validateRates(where+"."+limits.KeySampleRates, s.SampleRates)
 }
 
 func validateRates(where string, rates map[string]float64) error {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // TargetKind selects the scope a patch changes.
@@ -71,9 +72,6 @@ type Patch struct {
 // MaxOps bounds the operations of one patch.
 const MaxOps = 1024
 
-// Keys a tenant or defaults scope accepts (sample_rates.<kind> besides).
-var scopeKeys = []string{"max_series", "max_series_per_partition", "ingestion_rate", "ingestion_burst", "unlimited"}
-
 // ApplyPatch returns a validated copy of d with p's operations applied (the
 // version is not changed; the caller decides it). Errors are *FieldError
 // naming the field, and leave d untouched.
@@ -137,17 +135,17 @@ func (s *Scope) apply(where string, op Op) error {
 		return fieldErr(field, "unknown operation %d", op.Kind)
 	}
 	set := op.Kind == OpSet
-	if kind, ok := strings.CutPrefix(op.Key, "sample_rates."); ok {
+	if kind, ok := strings.CutPrefix(op.Key, limits.SampleRateKey("")); ok {
 		return applySampleRate(&s.SampleRates, field, kind, op)
 	}
 	switch op.Key {
-	case "max_series":
+	case limits.KeyMaxSeries:
 		return setInt(&s.MaxSeries, field, op)
-	case "max_series_per_partition":
+	case limits.KeyMaxSeriesPerPartition:
 		return setInt(&s.MaxSeriesPerPartition, field, op)
-	case "ingestion_burst":
+	case limits.KeyIngestionBurst:
 		return setInt(&s.IngestionBurst, field, op)
-	case "ingestion_rate":
+	case limits.KeyIngestionRate:
 		if !set {
 			s.IngestionRate = nil
 			return nil
@@ -158,15 +156,15 @@ func (s *Scope) apply(where string, op Op) error {
 		}
 		s.IngestionRate = &v
 		return nil
-	case "sample_rates":
+	case limits.KeySampleRates:
 		if set {
-			return fieldErr(field, "set one kind at a time: sample_rates.<kind>=<percent>")
+			return fieldErr(field, "set one kind at a time: %s=<percent>", limits.SampleRateKey("<kind>"))
 		}
 		s.SampleRates = nil
 		return nil
-	case "unlimited":
+	case limits.KeyUnlimited:
 		if !set {
-			return fieldErr(field, "unset max_series instead")
+			return fieldErr(field, "unset %s instead", limits.KeyMaxSeries)
 		}
 		b, err := strconv.ParseBool(op.Value)
 		if err != nil {
@@ -177,7 +175,7 @@ func (s *Scope) apply(where string, op Op) error {
 		}
 		return nil
 	}
-	return fieldErr(field, "unknown key (keys: %s, sample_rates.<kind>)", strings.Join(scopeKeys, ", "))
+	return fieldErr(field, "unknown key (keys: %s, %s)", strings.Join(limits.Keys, ", "), limits.SampleRateKey("<kind>"))
 }
 
 func setInt(dst **int64, field string, op Op) error {
@@ -211,7 +209,7 @@ func (g *Global) apply(op Op) error {
 		return fieldErr(field, "unknown operation %d", op.Kind)
 	}
 	set := op.Kind == OpSet
-	if kind, ok := strings.CutPrefix(op.Key, "sample_rates."); ok {
+	if kind, ok := strings.CutPrefix(op.Key, limits.SampleRateKey("")); ok {
 		return applySampleRate(&g.SampleRates, field, kind, op)
 	}
 	if op.Key == "backlog_controller" {
@@ -223,7 +221,7 @@ func (g *Global) apply(op Op) error {
 	}
 	name, ok := strings.CutPrefix(op.Key, "backlog_controller.")
 	if !ok {
-		return fieldErr(field, "unknown key (keys: sample_rates.<kind>, backlog_controller.<field>)")
+		return fieldErr(field, "unknown key (keys: %s, backlog_controller.<field>)", limits.SampleRateKey("<kind>"))
 	}
 	if !set {
 		return fieldErr(field, "a controller field cannot be unset; unset backlog_controller to remove the controller")

@@ -11,6 +11,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // The YAML form, shared by --limits-file, `tollgate limits apply/diff -f` and
@@ -207,23 +208,23 @@ func plainScalar(v *yaml.Node, field string) (string, error) {
 func parseScope(n *yaml.Node, where string, s *Scope) error {
 	unlimited := false
 	err := eachKey(n, where, func(key string, v *yaml.Node) error {
-		if key == "sample_rates" {
-			return eachKey(v, where+".sample_rates", func(kind string, pv *yaml.Node) error {
-				val, err := plainScalar(pv, where+".sample_rates."+kind)
+		if key == limits.KeySampleRates {
+			return eachKey(v, where+"."+limits.KeySampleRates, func(kind string, pv *yaml.Node) error {
+				val, err := plainScalar(pv, where+"."+limits.SampleRateKey(kind))
 				if err != nil {
 					return err
 				}
-				return lineErr(applyChecked(s, where, Op{Kind: OpSet, Key: "sample_rates." + kind, Value: val}), pv)
+				return lineErr(applyChecked(s, where, Op{Kind: OpSet, Key: limits.SampleRateKey(kind), Value: val}), pv)
 			})
 		}
 		val, err := plainScalar(v, join(where, key))
 		if err != nil {
 			return err
 		}
-		if key == "unlimited" {
+		if key == limits.KeyUnlimited {
 			b, err := strconv.ParseBool(val)
 			if err != nil {
-				return lineErr(fieldErr(where+".unlimited", "%q is not true or false", val), v)
+				return lineErr(fieldErr(where+"."+limits.KeyUnlimited, "%q is not true or false", val), v)
 			}
 			unlimited = b
 			return nil
@@ -235,7 +236,7 @@ func parseScope(n *yaml.Node, where string, s *Scope) error {
 	}
 	if unlimited {
 		if s.MaxSeries != nil && *s.MaxSeries != 0 {
-			return lineErr(fieldErr(where+".unlimited", "true contradicts max_series = %d; keep one", *s.MaxSeries), n)
+			return lineErr(fieldErr(where+"."+limits.KeyUnlimited, "true contradicts %s = %d; keep one", limits.KeyMaxSeries, *s.MaxSeries), n)
 		}
 		s.MaxSeries = ptr[int64](0)
 	}
@@ -254,16 +255,16 @@ func applyChecked(s *Scope, where string, op Op) error {
 func parseGlobal(n *yaml.Node, g *Global) error {
 	return eachKey(n, "global", func(key string, v *yaml.Node) error {
 		switch key {
-		case "sample_rates":
-			return eachKey(v, "global.sample_rates", func(kind string, pv *yaml.Node) error {
-				val, err := plainScalar(pv, "global.sample_rates."+kind)
+		case limits.KeySampleRates:
+			return eachKey(v, "global."+limits.KeySampleRates, func(kind string, pv *yaml.Node) error {
+				val, err := plainScalar(pv, "global."+limits.SampleRateKey(kind))
 				if err != nil {
 					return err
 				}
-				if err := g.apply(Op{Kind: OpSet, Key: "sample_rates." + kind, Value: val}); err != nil {
+				if err := g.apply(Op{Kind: OpSet, Key: limits.SampleRateKey(kind), Value: val}); err != nil {
 					return lineErr(err, pv)
 				}
-				return lineErr(validateRates("global.sample_rates", g.SampleRates), pv)
+				return lineErr(validateRates("global."+limits.KeySampleRates, g.SampleRates), pv)
 			})
 		case "backlog_controller":
 			return eachKey(v, "global.backlog_controller", func(f string, fv *yaml.Node) error {
@@ -278,7 +279,7 @@ func parseGlobal(n *yaml.Node, g *Global) error {
 				return lineErr(g.apply(Op{Kind: OpSet, Key: "backlog_controller." + f, Value: val}), fv)
 			})
 		}
-		return lineErr(fieldErr("global."+key, "unknown key (keys: sample_rates, backlog_controller)"), v)
+		return lineErr(fieldErr("global."+key, "unknown key (keys: %s, backlog_controller)", limits.KeySampleRates), v)
 	})
 }
 
@@ -295,7 +296,7 @@ func Flatten(d *Document) []KV {
 		s := d.Tenants[n]
 		out = flattenScope(out, "tenants."+quoteKey(n), &s)
 	}
-	out = flattenRates(out, "global.sample_rates", d.Global.SampleRates)
+	out = flattenRates(out, "global."+limits.KeySampleRates, d.Global.SampleRates)
 	if bc := d.Global.BacklogController; bc != nil {
 		p := "global.backlog_controller."
 		out = append(out, KV{p + "kind", bc.Kind}, KV{p + "target", fmtFloat(bc.Target)}, KV{p + "period", bc.Period.String()},
@@ -348,19 +349,25 @@ func flattenEnvoy(out []KV, where string, ds []envoyrl.Descriptor) []KV {
 }
 
 func flattenScope(out []KV, where string, s *Scope) []KV {
-	if s.MaxSeries != nil {
-		out = append(out, KV{where + ".max_series", strconv.FormatInt(*s.MaxSeries, 10)})
+	renderLimits(&s.Overrides, func(key, value string) { out = append(out, KV{where + "." + key, value}) })
+	return flattenRates(out, where+"."+limits.KeySampleRates, s.SampleRates)
+}
+
+// renderLimits calls put for each limit key the scope sets, in the
+// document's order, with its value as YAML and `limits set` write it.
+func renderLimits(o *limits.Overrides, put func(key, value string)) {
+	if o.MaxSeries != nil {
+		put(limits.KeyMaxSeries, strconv.FormatInt(*o.MaxSeries, 10))
 	}
-	if s.MaxSeriesPerPartition != nil {
-		out = append(out, KV{where + ".max_series_per_partition", strconv.FormatInt(*s.MaxSeriesPerPartition, 10)})
+	if o.MaxSeriesPerPartition != nil {
+		put(limits.KeyMaxSeriesPerPartition, strconv.FormatInt(*o.MaxSeriesPerPartition, 10))
 	}
-	if s.IngestionRate != nil {
-		out = append(out, KV{where + ".ingestion_rate", fmtFloat(*s.IngestionRate)})
+	if o.IngestionRate != nil {
+		put(limits.KeyIngestionRate, fmtFloat(*o.IngestionRate))
 	}
-	if s.IngestionBurst != nil {
-		out = append(out, KV{where + ".ingestion_burst", strconv.FormatInt(*s.IngestionBurst, 10)})
+	if o.IngestionBurst != nil {
+		put(limits.KeyIngestionBurst, strconv.FormatInt(*o.IngestionBurst, 10))
 	}
-	return flattenRates(out, where+".sample_rates", s.SampleRates)
 }
 
 func flattenRates(out []KV, where string, m map[string]float64) []KV {
@@ -409,18 +416,7 @@ func RenderYAML(d *Document) []byte {
 }
 
 func renderScope(b *bytes.Buffer, ind string, s *Scope) {
-	if s.MaxSeries != nil {
-		fmt.Fprintf(b, "%smax_series: %d\n", ind, *s.MaxSeries)
-	}
-	if s.MaxSeriesPerPartition != nil {
-		fmt.Fprintf(b, "%smax_series_per_partition: %d\n", ind, *s.MaxSeriesPerPartition)
-	}
-	if s.IngestionRate != nil {
-		fmt.Fprintf(b, "%singestion_rate: %s\n", ind, fmtFloat(*s.IngestionRate))
-	}
-	if s.IngestionBurst != nil {
-		fmt.Fprintf(b, "%singestion_burst: %d\n", ind, *s.IngestionBurst)
-	}
+	renderLimits(&s.Overrides, func(key, value string) { fmt.Fprintf(b, "%s%s: %s\n", ind, key, value) })
 	renderRates(b, ind, s.SampleRates)
 }
 
@@ -428,7 +424,7 @@ func renderRates(b *bytes.Buffer, ind string, m map[string]float64) {
 	if len(m) == 0 {
 		return
 	}
-	fmt.Fprintf(b, "%ssample_rates:\n", ind)
+	fmt.Fprintf(b, "%s%s:\n", ind, limits.KeySampleRates)
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		fmt.Fprintf(b, "%s  %s: %s\n", ind, k, fmtFloat(m[k]))
 	}

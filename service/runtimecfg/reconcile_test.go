@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // The reconciler's tests run two Services, "a" and "b", over a fake cluster:
@@ -234,7 +235,7 @@ func TestReconcilerReassertsAfterRestore(t *testing.T) {
 	c.waitAll(t, resp.Version)
 	// Group 2 alone holds a newer document, version 9, that group 0 never
 	// ordered (its backup was taken after that change).
-	newer := &runtimecfg.Document{Version: 9, Tenants: map[string]runtimecfg.Scope{"t1": {MaxSeries: ptrI(99)}}}
+	newer := &runtimecfg.Document{Version: 9, Tenants: map[string]runtimecfg.Scope{"t1": {Overrides: limits.Overrides{MaxSeries: ptrI(99)}}}}
 	c.mu.Lock()
 	if _, err := c.mods[2].Apply(fsm.ModuleEntry{Type: runtimecfg.InstallType(newer), Payload: runtimecfg.AppendInstall(nil, newer)}); err != nil {
 		c.mu.Unlock()
