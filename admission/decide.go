@@ -1,6 +1,9 @@
 package admission
 
-import "github.com/tollgate-io/tollgate/fsm"
+import (
+	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/limits"
+)
 
 // Pending holds, per tenant, the hashes logged as new in entries not yet applied,
 // with the number of such entries. A re-send of a pending hash is accepted
@@ -97,8 +100,9 @@ type Decision struct {
 }
 
 // NoHeadroom is the Share of a limited tenant whose group has no headroom
-// left (its share was lowered or given away below zero).
-const NoHeadroom int64 = -1
+// left (its share was lowered or given away below zero); limits.GroupShare
+// returns it.
+const NoHeadroom = limits.NoHeadroom
 
 // Decide applies the tracking rule to every hash of reqs in request order:
 //   - fresh (refreshed this minute already): accepted, nothing to log;

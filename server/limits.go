@@ -105,14 +105,12 @@ func (s *Server) EffectiveLimits() LimitsInfo {
 	return info
 }
 
-// GroupShare is a group's share of a tenant-wide max_series:
-// ceil(maxSeries × partitionsInGroup / P). 0 (unlimited) stays 0.
+// GroupShare is a group's static share of a tenant-wide max_series:
+// ceil(maxSeries × partitionsInGroup / P), limits.GroupShare's rule
+// (limits.Static). 0 (unlimited) stays 0.
 func GroupShare(maxSeries int64, partitionsInGroup, p int) int64 {
-	if maxSeries <= 0 {
-		return 0
-	}
-	num := maxSeries * int64(partitionsInGroup)
-	return (num + int64(p) - 1) / int64(p)
+	base, _ := limits.GroupShare(maxSeries, 0, partitionsInGroup, p, limits.Static, 0, 0)
+	return base
 }
 
 // limitsSource holds the current limits and reloads them from a file when it

@@ -42,6 +42,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/faulttest/history"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 const (
@@ -167,10 +168,8 @@ type Checker struct {
 // partitions, rounded up.
 func Share(maxSeries int64, g int) int64 {
 	lo, hi := api.GroupRange(g, partitions, groups)
-	if maxSeries <= 0 {
-		return 0
-	}
-	return (maxSeries*int64(hi-lo) + partitions - 1) / partitions
+	base, _ := limits.GroupShare(maxSeries, lo, hi, partitions, limits.Static, 0, 0)
+	return base
 }
 
 // DefaultTenants: two tenants with a small limit (4000, i.e. 1000 per group

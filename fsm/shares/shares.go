@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/wire"
+	"github.com/tollgate-io/tollgate/limits"
 )
 
 // Name is the module's name: its registry rows and its snapshot section.
@@ -40,19 +41,11 @@ var ErrBadPayload = errors.New("bad shares payload")
 // Split is a group's base share of limit: the group owns partitions [lo, hi)
 // of p, and its base is floor(limit·hi/p) − floor(limit·lo/p). The bases of
 // all groups telescope to exactly limit (unlike ceil(limit·n/p), whose sum
-// can exceed it). 0 (unlimited) stays 0.
+// can exceed it). 0 (unlimited) stays 0. The rule is limits.GroupShare's
+// (limits.Movable).
 func Split(limit int64, lo, hi, p int) int64 {
-	if limit <= 0 {
-		return 0
-	}
-	return mulDiv(limit, hi, p) - mulDiv(limit, lo, p)
-}
-
-func mulDiv(limit int64, n, p int) int64 {
-	// limit·n may overflow int64 for huge limits: split into quotient and
-	// remainder first.
-	q, r := limit/int64(p), limit%int64(p)
-	return q*int64(n) + r*int64(n)/int64(p)
+	base, _ := limits.GroupShare(limit, lo, hi, p, limits.Movable, 0, 0)
+	return base
 }
 
 // Transfer is one outstanding give: headroom that left this group and that

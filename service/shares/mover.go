@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/tollgate-io/tollgate/admission"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/limits"
 	"github.com/tollgate-io/tollgate/nodeport"
 )
 
@@ -691,14 +691,9 @@ func (m *Mover) Run(ctx context.Context, every time.Duration) {
 // Share is the admission share of a group from the tenant's limit, the
 // group's base share of it, its committed delta and the headroom its leader
 // promised to give entries in flight: 0 for an unlimited tenant, otherwise
-// the positive remainder or admission.NoHeadroom. A group admits a new series
-// only while its usage is below this share.
+// the positive remainder or limits.NoHeadroom. A group admits a new series
+// only while its usage is below this share. The rule is limits.GroupShare's
+// (limits.ShareOver: the base comes from Host.Base).
 func Share(limit, base, delta, reservedOut int64) int64 {
-	if base == 0 && limit == 0 {
-		return 0
-	}
-	if v := base + delta - reservedOut; v > 0 {
-		return v
-	}
-	return admission.NoHeadroom
+	return limits.ShareOver(limit, base, delta, reservedOut)
 }
