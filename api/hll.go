@@ -19,6 +19,11 @@ const (
 	DefaultHLLPrecision = 11
 )
 
+// DefaultHLLWindowMinutes is the sliding window of the per-partition
+// sketches when none is configured. Clients and nodes must use the same
+// window, so both sides' defaults are this one constant.
+const DefaultHLLWindowMinutes = 20
+
 // ErrInvalidSketch is wrapped by every ValidateSketch failure.
 var ErrInvalidSketch = errors.New("invalid sketch")
 

@@ -14,7 +14,7 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultWindowMinutes = 20
+	DefaultWindowMinutes = api.DefaultHLLWindowMinutes // the nodes' default too
 	DefaultPushInterval  = time.Second
 	DefaultRPCTimeout    = 2 * time.Second
 	DefaultPartitions    = 4096

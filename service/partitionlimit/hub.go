@@ -17,7 +17,7 @@ import (
 
 // Defaults applied by New to zero Config fields.
 const (
-	DefaultWindowMinutes = 20
+	DefaultWindowMinutes = api.DefaultHLLWindowMinutes // the clients' default too
 	DefaultPartitions    = 4096
 	DefaultMaxSketches   = 1_000_000
 )
