@@ -34,9 +34,12 @@ func (r *RuntimeConfig) SamplingRates() sampling.Rates {
 // version, from the client's watch stream, so s.ShouldSample decides locally
 // from the replicated rates. The returned function stops the feed.
 //
-// A version the sampler refuses (the config names a kind the sampler's
-// stricter rules reject, e.g. one starting with a digit) leaves the previous
-// rates in force; it is logged on the client's Logger, counted in the
+// The replicated config checks kinds with the samplers' rule narrowed
+// (runtimecfg.ValidateKind: sampleconf.ValidateKind, lower case only), so a
+// sampler takes every version the cluster accepts. A version it refuses all
+// the same (stale: older than the version in force, or that version with
+// other rates; or rules that differ in the client's release) leaves the
+// previous rates in force; it is logged on the client's Logger, counted in the
 // sampler's refused updates (tollgate_client_sample_config_updates_total
 // {result="refused"}), and passed to onError when it is not nil.
 func (c *Client) FeedSampler(s *sampling.Sampler, onError func(version uint64, err error)) (stop func()) {

@@ -34,9 +34,12 @@ import (
 // Authorization header when following one to another host:port.
 //
 // Parameters come from the replicated global.backlog_controller of group 0's
-// replica. Parameters the document accepts but the controller does not (a
-// kind starting with a digit) disable it: the reason is in `tollgate limits
-// get`, /api/v1/status, the log and tollgate_sampling_controller_enabled.
+// replica. The document checks them at least as strictly as the controller
+// (its kind rule, runtimecfg.ValidateKind, is sampleconf's narrowed to
+// [a-z0-9_-]; kp > 0), so the controller takes any set the document holds.
+// A set the controller refused all the same (its rules changed in another
+// release) would disable it: the reason is in `tollgate limits get`,
+// /api/v1/status, the log and tollgate_sampling_controller_enabled.
 //
 // Writing costs G raft entries (group 0's patch, then one install per other
 // group), so the output is written as global sample_rates.<kind> through
