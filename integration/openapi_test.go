@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/server/servertest"
@@ -358,7 +359,7 @@ func TestOpenAPISecurityMatchesRules(t *testing.T) {
 	doc := loadSpec(t)
 	s := startNode(t)
 	for _, r := range s.HTTPRoutes() {
-		scope, ok := server.HTTPRouteScope(r)
+		scope, ok := access.HTTPRouteScope(r)
 		if !ok {
 			t.Errorf("route %q has no access rule", r)
 			continue
