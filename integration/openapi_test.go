@@ -352,7 +352,7 @@ func do(t *testing.T, router routers.Router, base string, c call) string {
 }
 
 // TestOpenAPISecurityMatchesRules: every operation of api/openapi.yaml names
-// the credential its route needs, as the node's access rules (server/rules.go)
+// the credential its route needs, as the node's access rules (access/rules.go)
 // decide it: the scheme named after the scope, or an explicit empty list for
 // the open routes.
 func TestOpenAPISecurityMatchesRules(t *testing.T) {

@@ -69,14 +69,14 @@ type Config struct {
 	LeaderBalanceInterval time.Duration
 	// AdminToken is the admin credential (Bearer token); it satisfies every
 	// scope. When set, every endpoint that writes or reveals tenant data needs
-	// a credential (rules.go): without a credentials file, this token. Empty
+	// a credential (access/rules.go): without a credentials file, this token. Empty
 	// (and no credentials file): the dev default, where admin calls are
 	// accepted from loopback peers only and the rest needs no credential.
 	AdminToken string
 	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
 	TLS TLSConfig
 	// InsecureCluster lets a multi-node cluster with credentials start
-	// without a gossip key or TLS (nodeauth.go): nodes then tell nodes from
+	// without a gossip key or TLS (access/nodeauth.go): nodes then tell nodes from
 	// strangers by a key derived from the admin token, and gossip, raft and
 	// gRPC travel in plaintext. Only for networks no stranger can reach; the
 	// node says so loudly at start and in /readyz's banner.
@@ -127,9 +127,9 @@ type Config struct {
 	EnableDebugEndpoints bool
 	// Bounds are per-connection and per-client resource limits (access.Bounds).
 	Bounds access.Bounds
-	// CredentialsFile holds scoped credentials (hashed tokens, credentials.go),
+	// CredentialsFile holds scoped credentials (hashed tokens, access/credentials.go),
 	// reloaded when it changes. When set, every endpoint follows the rule
-	// table of rules.go: no endpoint that writes or reveals tenant data
+	// table of access/rules.go: no endpoint that writes or reveals tenant data
 	// answers without a credential of its scope. The admin token stays an
 	// admin credential. Empty: the admin token is the only credential.
 	CredentialsFile string
