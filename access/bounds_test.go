@@ -6,8 +6,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // cappedHTTP is a real HTTP server on loopback behind a ConnCap, as the
@@ -109,5 +113,57 @@ func TestHTTPConnectionCapBusy(t *testing.T) {
 	_ = slow[0].SetReadDeadline(time.Now().Add(20 * time.Second))
 	if _, err := slow[0].Read(make([]byte, 1)); err == nil {
 		t.Log("the first slow request got an answer before its eviction") // possible: any one of the 8 may be oldest
+	}
+}
+
+// TestStreamLimiter: one client is refused at its own bound while others
+// still get slots, the node's total bound refuses everyone, both with
+// ResourceExhausted naming the bound, and a release frees the slot.
+func TestStreamLimiter(t *testing.T) {
+	b := Bounds{MaxWatchStreams: 3, MaxWatchStreamsPerClient: 2}
+	if err := b.SetDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	l := newStreamLimiter(b)
+	relA1, err := l.acquire("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.acquire("a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.acquire("a")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "client a holds 2") {
+		t.Fatalf("a's third stream: %v, want ResourceExhausted naming the per-client bound", err)
+	}
+	if _, err := l.acquire("b"); err != nil {
+		t.Fatalf("b's first stream beside a's two: %v", err)
+	}
+	_, err = l.acquire("c")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "at most 3 watch streams") {
+		t.Fatalf("a fourth stream on the node: %v, want ResourceExhausted naming the node's bound", err)
+	}
+	relA1()
+	if _, err := l.acquire("c"); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if n := l.open.Load(); n != 3 {
+		t.Fatalf("open %d, want 3", n)
+	}
+}
+
+// TestBoundsDefaults: zero fields take the defaults; a negative one is
+// refused with an error naming the bounds.
+func TestBoundsDefaults(t *testing.T) {
+	var b Bounds
+	if err := b.SetDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if b.HTTPMaxConns != 4096 || b.GRPCMaxConnsPerPeer != max(b.GRPCMaxConns/2, 1) || b.MaxWatchStreamsPerClient != 1000 || b.WatchSendTimeout != 30*time.Second {
+		t.Fatalf("defaults: %+v", b)
+	}
+	bad := Bounds{HTTPReadTimeout: -time.Second}
+	if err := bad.SetDefaults(); err == nil || !strings.Contains(err.Error(), "bounds") {
+		t.Fatalf("negative timeout: %v, want an error naming the bounds", err)
 	}
 }
