@@ -5,7 +5,7 @@ DATA      ?= data/dev
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 # Packages with concurrency run under the race detector.
-RACE_PKGS := ./admission/... ./forward/... ./fsm/... ./raftnode/... ./server/... ./clientlib/... ./membership/... ./backup/... ./service/... ./ratelease/... ./groupclock/... ./integration/... ./gateway/... ./faulttest/history/...
+RACE_PKGS := ./access/... ./admission/... ./forward/... ./fsm/... ./raftnode/... ./server/... ./clientlib/... ./membership/... ./backup/... ./service/... ./ratelease/... ./groupclock/... ./integration/... ./gateway/... ./faulttest/history/...
 
 .PHONY: all build run test test-fast test-loaded test-race vet fmt-check bench bench-fsm proto tools clean
 

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/server/servertest"
@@ -351,14 +352,14 @@ func do(t *testing.T, router routers.Router, base string, c call) string {
 }
 
 // TestOpenAPISecurityMatchesRules: every operation of api/openapi.yaml names
-// the credential its route needs, as the node's access rules (server/rules.go)
+// the credential its route needs, as the node's access rules (access/rules.go)
 // decide it: the scheme named after the scope, or an explicit empty list for
 // the open routes.
 func TestOpenAPISecurityMatchesRules(t *testing.T) {
 	doc := loadSpec(t)
 	s := startNode(t)
 	for _, r := range s.HTTPRoutes() {
-		scope, ok := server.HTTPRouteScope(r)
+		scope, ok := access.HTTPRouteScope(r)
 		if !ok {
 			t.Errorf("route %q has no access rule", r)
 			continue

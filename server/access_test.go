@@ -26,6 +26,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/tlsutil"
 )
@@ -140,28 +141,28 @@ func accessEvent(org string, start bool) string {
 }
 
 // credential states of the access test, and the token each uses for a rule.
-func tokenFor(state string, r rule, names bool) (string, bool) {
+func tokenFor(state string, r access.Rule, names bool) (string, bool) {
 	switch state {
 	case "none":
 		return "", true
 	case "wrong":
 		return "Bearer not-a-token", true
 	case "wrong scope":
-		other := map[Scope]string{ScopeTrack: "read-all", ScopeMeter: "track-all", ScopeRead: "meter-all", ScopeAdmin: "read-all"}[r.scope]
+		other := map[access.Scope]string{access.ScopeTrack: "read-all", access.ScopeMeter: "track-all", access.ScopeRead: "meter-all", access.ScopeAdmin: "read-all"}[r.Scope]
 		return "Bearer tok-" + other, true
 	case "other tenant":
-		if r.scope == ScopeAdmin {
+		if r.Scope == access.ScopeAdmin {
 			return "", false // admin credentials are never limited to tenants
 		}
-		return "Bearer tok-" + string(r.scope) + "-b", true
+		return "Bearer tok-" + string(r.Scope) + "-b", true
 	case "right":
-		if r.scope == ScopeAdmin {
+		if r.Scope == access.ScopeAdmin {
 			return "Bearer " + accessAdminToken, true
 		}
 		if names {
-			return "Bearer tok-" + string(r.scope) + "-a", true
+			return "Bearer tok-" + string(r.Scope) + "-a", true
 		}
-		return "Bearer tok-" + string(r.scope) + "-all", true
+		return "Bearer tok-" + string(r.Scope) + "-all", true
 	}
 	panic(state)
 }
@@ -169,8 +170,8 @@ func tokenFor(state string, r rule, names bool) (string, bool) {
 // expectRefused says which answer a rule documents for a state: "" when
 // the call must get past the access check, "unauthenticated" or
 // "forbidden".
-func expectRefused(state string, r rule, names bool) string {
-	if r.scope == "" {
+func expectRefused(state string, r access.Rule, names bool) string {
+	if r.Scope == "" {
 		return ""
 	}
 	switch state {
@@ -179,7 +180,7 @@ func expectRefused(state string, r rule, names bool) string {
 	case "wrong scope":
 		return "forbidden"
 	case "other tenant":
-		if r.shared && !names {
+		if r.Shared && !names {
 			return ""
 		}
 		return "forbidden"
@@ -229,8 +230,8 @@ func testAccessRules(t *testing.T, withTLS bool) {
 	for svc, info := range s.grpc.GetServiceInfo() {
 		for _, m := range info.Methods {
 			full := "/" + svc + "/" + m.Name
-			if _, ok := grpcRules[full]; !ok {
-				t.Errorf("gRPC %s has no access rule (rules.go)", full)
+			if _, ok := access.GRPCRule(full); !ok {
+				t.Errorf("gRPC %s has no access rule (access/rules.go)", full)
 			}
 			if _, ok := grpcAccessRows[full]; !ok {
 				t.Errorf("gRPC %s has no row in this test", full)
@@ -238,8 +239,8 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		}
 	}
 	for _, p := range s.httpRoutes {
-		if _, ok := httpRules[p]; !ok {
-			t.Errorf("HTTP %s has no access rule (rules.go)", p)
+		if _, ok := access.HTTPRule(p); !ok {
+			t.Errorf("HTTP %s has no access rule (access/rules.go)", p)
 		}
 		if _, ok := httpAccessRows[p]; !ok {
 			t.Errorf("HTTP %s has no row in this test", p)
@@ -263,12 +264,12 @@ func testAccessRules(t *testing.T, withTLS bool) {
 // against want: "" (past the access check), "unauthenticated" or
 // "forbidden".
 func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Client, states []string,
-	tok func(state string, r rule, names bool) (string, bool), want func(state string, r rule, names bool) string) {
+	tok func(state string, r access.Rule, names bool) (string, bool), want func(state string, r access.Rule, names bool) string) {
 	t.Helper()
 	tokenFor, expectRefused := tok, want
 	for method, req := range grpcAccessRows {
-		r := grpcRules[method]
-		names := r.grpcTenants != nil && r.grpcTenants(req) != nil
+		r, _ := access.GRPCRule(method)
+		names := r.GRPCTenants != nil && r.GRPCTenants(req) != nil
 		for _, st := range states {
 			tok, ok := tokenFor(st, r, names)
 			if !ok {
@@ -289,7 +290,7 @@ func probeTable(t *testing.T, cc *grpc.ClientConn, base string, client *http.Cli
 		}
 	}
 	for pattern, row := range httpAccessRows {
-		r := httpRules[pattern]
+		r, _ := access.HTTPRule(pattern)
 		names := strings.Contains(row[1], "a&") || strings.HasSuffix(row[1], "=a") || strings.HasSuffix(row[1], "/a") || strings.Contains(row[2], `"a"`)
 		for _, st := range states {
 			tok, ok := tokenFor(st, r, names)
@@ -444,33 +445,6 @@ func TestAccessOnFollowerAndReload(t *testing.T) {
 	}
 }
 
-func TestParseCredentials(t *testing.T) {
-	h := strings.Repeat("ab", 32)
-	for _, c := range []struct{ file, err string }{
-		{"a sha256:" + h + " track\n", ""},
-		{"# comment\n\na sha256:" + h + " track,read t1,t2\n", ""},
-		{"a " + h + " track\n", "sha256:"},
-		{"a sha256:abc track\n", "sha256:"},
-		{"a sha256:" + h + " write\n", `scope "write"`},
-		{"a sha256:" + h + " admin t1\n", "admin credential"},
-		{"a sha256:" + h + " track\nb sha256:" + h + " read\n", "same token"},
-		{"a sha256:" + h + " track\na sha256:" + strings.Repeat("cd", 32) + " read\n", "given twice"},
-		{"a sha256:" + h + " track bad/tenant\n", "tenant"},
-		{"a sha256:" + h + "\n", "line 1"},
-		{"a cert:cn=dist track t1\n", ""},
-		{"a cert:spiffe://example.org/envoy track\n", ""},
-		{"a cert:dist track\n", "certificate identity"},
-		{"a cert:cn= track\n", "certificate identity"},
-		{"a cert:cn=ops admin\n", "admin scope"},
-		{"a cert:cn=x track\nb cert:cn=x read\n", "same certificate identity"},
-	} {
-		_, err := parseCredentials([]byte(c.file))
-		if (c.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), c.err)) {
-			t.Errorf("%q: %v, want %q", c.file, err, c.err)
-		}
-	}
-}
-
 // TestCertIdentityScopes: a credentials file line "cert:cn=<name>" maps a
 // verified client certificate to scopes and tenants, with the same rule on
 // gRPC and HTTP: the development client certificate (CN tollgate-client),
@@ -547,7 +521,7 @@ func TestAccessAdminTokenOnly(t *testing.T) {
 	defer stop(t, s)
 	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
 		[]string{"none", "wrong", "admin token"},
-		func(state string, _ rule, _ bool) (string, bool) {
+		func(state string, _ access.Rule, _ bool) (string, bool) {
 			switch state {
 			case "wrong":
 				return "Bearer not-a-token", true
@@ -556,8 +530,8 @@ func TestAccessAdminTokenOnly(t *testing.T) {
 			}
 			return "", true
 		},
-		func(state string, r rule, _ bool) string {
-			if r.scope == "" || state == "admin token" {
+		func(state string, r access.Rule, _ bool) string {
+			if r.Scope == "" || state == "admin token" {
 				return ""
 			}
 			return "unauthenticated"
@@ -571,8 +545,8 @@ func TestAccessDevDefault(t *testing.T) {
 	defer stop(t, s)
 	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
 		[]string{"none"},
-		func(string, rule, bool) (string, bool) { return "", true },
-		func(string, rule, bool) string { return "" })
+		func(string, access.Rule, bool) (string, bool) { return "", true },
+		func(string, access.Rule, bool) string { return "" })
 }
 
 // TestAccessRulesCluster: the table on every node of a three-node cluster,

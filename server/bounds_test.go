@@ -3,10 +3,8 @@ package server
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,7 +88,7 @@ func TestHTTPConnectionFlood(t *testing.T) {
 	startFloodFrom(t, "idle", addr, 10_000, 2)
 	startFloodFrom(t, "idle", addr, 10_000, 3)
 
-	if n := target.httpCap.open(); n > capConns {
+	if n := target.httpCap.Open(); n > capConns {
 		t.Fatalf("node holds %d HTTP connections, cap %d", n, capConns)
 	}
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
@@ -126,79 +124,12 @@ func TestHTTPConnectionFlood(t *testing.T) {
 		tc.trackLeader(g, "flooded", g*16, hashesIn(uint64(g), g*16, 5))
 	}
 	waitApplied(t, tc, 0)
-	if n := target.httpCap.open(); n > capConns {
+	if n := target.httpCap.Open(); n > capConns {
 		t.Fatalf("node holds %d HTTP connections, cap %d", n, capConns)
 	}
-	t.Logf("evicted %d idle connections, refused %d", target.httpCap.evicted.Load(), target.httpCap.refused.Load())
-	if target.httpCap.evicted.Load() == 0 {
+	t.Logf("evicted %d idle connections, refused %d", target.httpCap.Evicted(), target.httpCap.Refused())
+	if target.httpCap.Evicted() == 0 {
 		t.Fatal("no idle connection was evicted: the flood did not reach the cap")
-	}
-}
-
-// TestHTTPConnectionCapBusy: with every connection inside a request, one
-// more displaces the request in progress longest once it is older than
-// minBusyAge (slow requests cannot lock /healthz out), and is closed on
-// accept instead of queued while every request is younger.
-func TestHTTPConnectionCapBusy(t *testing.T) {
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Bounds.HTTPMaxConns = 8 })
-	defer stop(t, s)
-	s.httpCap.mu.Lock()
-	s.httpCap.minBusy = time.Hour // every request is young: refuse
-	s.httpCap.mu.Unlock()
-	var slow []net.Conn
-	for range 8 {
-		c, err := net.Dial("tcp", s.HTTPAddr())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		slow = append(slow, c)
-		fmt.Fprint(c, "POST /api/v1/backlog HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-	}
-	waitFor(t, "8 requests in progress", func() bool {
-		s.httpCap.mu.Lock()
-		defer s.httpCap.mu.Unlock()
-		busy := 0
-		for _, st := range s.httpCap.conns {
-			if st.idleSince.IsZero() {
-				busy++
-			}
-		}
-		return busy == 8
-	})
-	c, err := net.Dial("tcp", s.HTTPAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, err = c.Read(make([]byte, 1))
-	var ne net.Error
-	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("connection beyond the cap: %v, want it closed by the node", err)
-	}
-	if s.httpCap.refused.Load() == 0 {
-		t.Fatal("refusal not counted")
-	}
-
-	// Requests older than minBusy give way to a health check.
-	s.httpCap.mu.Lock()
-	s.httpCap.minBusy = 0
-	s.httpCap.mu.Unlock()
-	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
-	resp, err := client.Get("http://" + s.HTTPAddr() + "/healthz")
-	if err != nil {
-		t.Fatalf("/healthz with every connection in a slow request: %v", err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || s.httpCap.evicted.Load() == 0 {
-		t.Fatalf("/healthz: %d, evicted %d", resp.StatusCode, s.httpCap.evicted.Load())
-	}
-	// The oldest slow request was closed.
-	_ = slow[0].SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := slow[0].Read(make([]byte, 1)); err == nil {
-		t.Log("the first slow request got an answer before its eviction") // possible: any one of the 8 may be oldest
 	}
 }
 
@@ -280,7 +211,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, "1,000 watch streams open", func() bool { return s.streams.open.Load() == streams })
+	waitFor(t, "1,000 watch streams open", func() bool { return s.streams.Open() == streams })
 	time.Sleep(2 * time.Second) // every handler sent its view
 	with := liveHeap()
 
@@ -304,7 +235,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	}
 	conns = nil
 	// The node's own rate-limit client may hold a watch stream of its own.
-	waitFor(t, "the watch streams closed", func() bool { return s.streams.open.Load() < 10 })
+	waitFor(t, "the watch streams closed", func() bool { return s.streams.Open() < 10 })
 	time.Sleep(time.Second)
 	without := liveHeap()
 	growth := int64(with) - int64(without)
@@ -579,5 +510,23 @@ func TestViewEncodingSharesTheConfig(t *testing.T) {
 		if !proto.Equal(&got, want) {
 			t.Fatalf("view %d decodes to %v, want %v", i+1, &got, want)
 		}
+	}
+}
+
+// TestGRPCHeaderBound: a call whose headers exceed 64 KiB (read before
+// the call can be authenticated) fails; gRPC's default admitted 16 MiB.
+func TestGRPCHeaderBound(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), nil)
+	defer stop(t, s)
+	cc := dialAnon(t, s.GRPCAddr())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := api.NewClockClient(cc)
+	if _, err := c.Now(ctx, &api.ClockNowRequest{From: "t"}); err != nil {
+		t.Fatalf("small headers: %v", err)
+	}
+	big := metadata.AppendToOutgoingContext(ctx, "x-big", strings.Repeat("a", 200<<10))
+	if _, err := c.Now(big, &api.ClockNowRequest{From: "t"}); err == nil {
+		t.Fatal("a call with 200 KiB of headers was served")
 	}
 }

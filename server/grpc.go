@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/nodeport"
 )
@@ -30,16 +31,19 @@ func (s *Server) startGRPC() error {
 		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
 	}
 	s.grpcLis = lis
-	s.grpcCap = newGRPCCap(lis, s.cfg.Bounds.GRPCMaxConns, s.cfg.Bounds.GRPCMaxConnsPerPeer) // grpcbounds.go
-	s.streams = newStreamLimiter(s.cfg.Bounds)
+	s.grpcCap = access.NewGRPCCap(lis, s.cfg.Bounds.GRPCMaxConns, s.cfg.Bounds.GRPCMaxConnsPerPeer)
+	s.streams = access.NewStreamBounds(s.cfg.Bounds, s.metrics.streamsRefused, s.metrics.streamsSlow, s.log)
 	opts := append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
-		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.authUnary, s.metricsInterceptor),
-		grpc.ChainStreamInterceptor(s.recoverStream, s.authStream, s.limitStreams),
+		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.guard.Unary, s.metricsInterceptor),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.guard.Stream, s.streams.Intercept),
 		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
-	opts = append(opts, s.grpcBoundOptions()...)                            // auth before messages, busy marks (grpcbounds.go)
-	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.grpcOptions()...)...) // connection bounds (bounds.go)
+	s.metrics.reg.MustRegister(s.grpcCap.Collectors()...)
+	// Authentication before messages (access.Guard.Tap), the busy marks of
+	// the connection cap, the connection bounds.
+	opts = append(opts, grpc.InTapHandle(s.guard.Tap), grpc.StatsHandler(s.grpcCap.StatsHandler()))
+	s.grpc = grpc.NewServer(append(opts, s.cfg.Bounds.GRPCOptions()...)...)
 	// The node's calls to peers carry its node credential (nodeauth.go),
 	// never the admin token.
 	s.peers = nodeport.NewPool(s.peerCredentials(), s.nodeKeys)

@@ -384,8 +384,8 @@ func TestPreAuthFloods(t *testing.T) {
 
 	after := footprint(t)
 	t.Logf("under the floods: %.0f MB RSS (+%.0f), %d goroutines, %d fds; gRPC connections %d (evicted %d, refused %d); HTTP connections %d (evicted %d)",
-		after.rssMB, after.rssMB-before.rssMB, after.goroutines, after.fds, target.grpcCap.open(), target.grpcCap.evicted.Load(), target.grpcCap.refused.Load(),
-		target.httpCap.open(), target.httpCap.evicted.Load())
+		after.rssMB, after.rssMB-before.rssMB, after.goroutines, after.fds, target.grpcCap.Open(), target.grpcCap.Evicted(), target.grpcCap.Refused(),
+		target.httpCap.Open(), target.httpCap.Evicted())
 	// The race detector multiplies what each goroutine and connection
 	// holds (+356 MB in CI where a plain build grows +58 to +98 MB): the
 	// bar's 200 MB holds for the build operators run; under -race the
@@ -398,10 +398,10 @@ func TestPreAuthFloods(t *testing.T) {
 	if growth := after.rssMB - before.rssMB; growth > bound {
 		t.Errorf("resident memory grew %.0f MB under unauthenticated floods, bound %.0f MB", growth, bound)
 	}
-	if n := target.grpcCap.open(); n > grpcCap {
+	if n := target.grpcCap.Open(); n > grpcCap {
 		t.Errorf("node holds %d gRPC connections, cap %d", n, grpcCap)
 	}
-	if target.grpcCap.evicted.Load() == 0 {
+	if target.grpcCap.Evicted() == 0 {
 		t.Error("no idle gRPC connection was evicted: the flood did not reach the cap")
 	}
 

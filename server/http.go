@@ -15,14 +15,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
-	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
-	"github.com/tollgate-io/tollgate/tenantscope"
 	"github.com/tollgate-io/tollgate/ui"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -72,17 +70,12 @@ func (s *Server) startHTTP() error {
 		mux.Handle("/debug/pprof/trace", s.requireAdmin(http.HandlerFunc(pprof.Trace)))
 	}
 	b := s.cfg.Bounds
-	s.httpCap = newConnCap(lis, b.HTTPMaxConns)
+	s.httpCap = access.NewConnCap(lis, b.HTTPMaxConns)
 	s.httpRoutes = slices.Clone(mux.patterns)
 	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
 		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
-		ConnState: s.httpCap.connState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
-	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
-		Help: "Open HTTP connections (at most the connection cap)."}, func() float64 { return float64(s.httpCap.open()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_refused_total",
-			Help: "HTTP connections closed on accept because the cap was reached and none was idle."}, func() float64 { return float64(s.httpCap.refused.Load()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_evicted_total",
-			Help: "Idle HTTP connections closed to admit a new one at the cap."}, func() float64 { return float64(s.httpCap.evicted.Load()) }))
+		ConnState: s.httpCap.ConnState, ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)}
+	s.metrics.reg.MustRegister(s.httpCap.Collectors()...)
 	go func() {
 		if err := s.serveHTTP(s.httpCap); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.log.Error("http server stopped", "err", err)
@@ -375,63 +368,10 @@ func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// guardRoute applies the rule table (rules.go) to one route when
-// credentials are configured: 401 without a known credential, 403 without
-// the route's scope or tenant. It runs after the mux matched the request
-// (so it reads the path values the handler reads) and before the handler
-// reads the body: a caller without a credential never makes the node read
-// or decode a body. Tenants named in a body are the handler's to check
-// (rule.inHandler, tenantscope), on the document it parsed. A route without
-// a rule is refused; requests no route matches get the mux's 404/405.
+// guardRoute applies the rule table to one route (access.Guard.Route).
 func (s *Server) guardRoute(pattern string, h http.Handler) http.Handler {
-	if s.creds == nil {
-		return h
-	}
-	rule, ok := httpRules[pattern]
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !ok {
-			refuseHTTP(w, r, http.StatusForbidden, pattern+": no access rule; refused while credentials are configured")
-			return
-		}
-		var tenants []string
-		if rule.scope != "" && rule.httpTenants != nil {
-			tenants = rule.httpTenants(r)
-		}
-		v, why, c, caller := s.creds.check(rule, r.Header.Values("Authorization"), certIdentities(r.TLS), tenants)
-		switch v {
-		case unauthorized:
-			w.Header().Set("WWW-Authenticate", `Bearer realm="tollgate"`)
-			refuseHTTP(w, r, http.StatusUnauthorized, why)
-			return
-		case forbidden:
-			refuseHTTP(w, r, http.StatusForbidden, why)
-			return
-		}
-		if c != nil && c.tenants != nil {
-			r = r.WithContext(tenantscope.With(r.Context(), &tenantscope.Scope{Credential: c.name, Tenants: c.tenants}))
-		}
-		// A call forwarded for this request names the caller's principal,
-		// never its token (forward.Outgoing).
-		h.ServeHTTP(w, r.WithContext(forward.WithCaller(r.Context(), caller)))
-	})
+	return s.guard.Route(pattern, h)
 }
-
-// refuseHTTP answers a refused request without reading its body for the
-// handler: when one may follow, the connection is closed after the answer,
-// and the server drains what the client is still sending (at most 256 KiB,
-// so a client that sends its whole request before reading gets the answer,
-// not a broken pipe) for at most refusedDrain, not the read timeout: a slow
-// body the node will never use holds the connection a second at most.
-func refuseHTTP(w http.ResponseWriter, r *http.Request, code int, msg string) {
-	if r.ContentLength != 0 {
-		w.Header().Set("Connection", "close")
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(refusedDrain))
-	}
-	writeJSONError(w, code, msg)
-}
-
-// refusedDrain bounds how long a refused request's body is drained.
-const refusedDrain = time.Second
 
 // requireAdmin applies the admin API's rule to an HTTP handler: with an admin
 // token, the request must carry "Authorization: Bearer <token>"; without one,

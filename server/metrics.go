@@ -31,9 +31,9 @@ type metrics struct {
 	batchHashes   prometheus.Histogram
 	commitDur     *prometheus.HistogramVec
 	limitsReloads *prometheus.CounterVec
-	// streamsRefused counts watch streams refused by the stream bounds (bounds.go).
+	// streamsRefused counts watch streams refused by the stream bounds (access.StreamBounds).
 	streamsRefused prometheus.Counter
-	// streamsSlow counts watch streams closed as slow readers (bounds.go).
+	// streamsSlow counts watch streams closed as slow readers (access.StreamBounds).
 	streamsSlow prometheus.Counter
 	// moves counts replica moves by result; misplaced is the replicas of
 	// groups led here that placement wants elsewhere (placemove.go).

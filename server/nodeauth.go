@@ -1,70 +1,26 @@
 package server
 
 import (
-	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"errors"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
-
-	"github.com/tollgate-io/tollgate/forward"
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/membership"
-	"github.com/tollgate-io/tollgate/nodeport"
 )
 
-// Nodes authenticate to each other as nodes (docs/access-control.md, "Node
-// credentials"): never with the admin token, never with a client's
-// credential. The cluster key comes from the gossip keyring (every key, the
-// first signing, so a rotation keeps working); a cluster started with
-// --insecure-cluster and no keyring derives it from the admin token, which
-// is then never sent anywhere either. From the cluster key come one key for
-// node-to-node gRPC (nodeport.Keys) and one for the raft connection header
-// (raftnode.Config.ClusterKeys).
+// Node credentials are defined in package access (nodeauth.go there);
+// this file holds what needs the node: its keys from its config, its
+// addresses, and which gossip members proved they are nodes.
 
 // clusterKeys returns the cluster keys of cfg for purpose ("grpc", "raft"),
 // nil when the cluster has none (no gossip key and no admin token).
 func clusterKeys(cfg Config, purpose string) [][]byte {
-	var base [][]byte
-	switch {
-	case len(cfg.TLS.GossipKeys) > 0:
-		for _, k := range cfg.TLS.GossipKeys {
-			base = append(base, hmacOf(k, "tollgate cluster key v1"))
-		}
-	case cfg.AdminToken != "":
-		sum := sha256.Sum256([]byte(cfg.AdminToken))
-		base = append(base, hmacOf(sum[:], "tollgate cluster key v1 from the admin token"))
-	}
-	var out [][]byte
-	for _, b := range base {
-		out = append(out, hmacOf(b, "tollgate "+purpose+" key"))
-	}
-	return out
+	return access.ClusterKeys(cfg.TLS.GossipKeys, cfg.AdminToken, purpose)
 }
 
 // RaftClusterKeys are the keys cfg's node authenticates raft connection
 // headers with (raftnode.MuxConfig.ClusterKeys), for tools and tests that
 // speak raft as a node of the cluster.
 func RaftClusterKeys(cfg Config) [][]byte { return clusterKeys(cfg, "raft") }
-
-func hmacOf(key []byte, msg string) []byte {
-	h := hmac.New(sha256.New, key)
-	h.Write([]byte(msg))
-	return h.Sum(nil)
-}
-
-// insecureClusterError is why a multi-node node with credentials refuses to
-// start without a gossip key or TLS.
-var errInsecureCluster = errors.New("config: this node joins a multi-node cluster (gossip on) with credentials (admin token or credentials file) but neither a gossip key nor TLS: " +
-	"any process that reaches the gossip port could then pose as a node. Fix: give every node the same gossip key " +
-	"(`tollgate tls gossip-key > gossip.key`, then --gossip-keyring-file gossip.key, or TOLLGATE_GOSSIP_KEY), or serve TLS with node certificates " +
-	"(--tls-cert/--tls-key/--tls-ca, see docs/tls.md); on a network no stranger can reach, --insecure-cluster starts it anyway")
 
 // clusterSecured reports whether nodes can tell nodes from strangers
 // without the insecure flag: a gossip keyring, or TLS with node
@@ -77,17 +33,6 @@ func (c *Config) clusterSecured() bool {
 // and not a --dev single node that joins nobody).
 func (c *Config) multiNode() bool {
 	return c.GossipAddr != "" && (!c.Bootstrap || len(c.Join) > 0)
-}
-
-// nodeCallKey marks the context of a call verified to come from a node of
-// this cluster on its own account.
-type nodeCallKey struct{}
-
-// isNodeCall reports whether ctx serves a node's own call (node credential
-// or node certificate, not forwarded for a caller).
-func isNodeCall(ctx context.Context) bool {
-	v, _ := ctx.Value(nodeCallKey{}).(bool)
-	return v
 }
 
 // nodeTargets are the addresses callers may have dialled to reach this
@@ -107,64 +52,6 @@ func (s *Server) grpcAdvertise() string {
 		return s.cfg.GRPCAdvertise
 	}
 	return advertiseOf(s.grpcLis.Addr())
-}
-
-// nodeCaller checks an incoming call for a node's credential. node: a node
-// of this cluster sent it (node credential, or a node certificate on TLS);
-// caller: the principal it was forwarded for ("" for the node's own call).
-// A call that names a forwarded caller without a node's credential is
-// refused: only a node may assert another's identity.
-func (s *Server) nodeCaller(ctx context.Context, method string) (node bool, caller string, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	caller = forward.ForwardedCaller(ctx)
-	if v := md.Get(nodeport.NodeAuthKey); len(v) > 0 {
-		if s.nodeKeys == nil {
-			return false, "", status.Errorf(codes.Unauthenticated, "%s: a node credential, but this node has no cluster key (no gossip key, no admin token)", method)
-		}
-		if _, err := s.nodeKeys.Verify(v[0], s.nodeTargets(), method, caller); err != nil {
-			return false, "", status.Errorf(codes.Unauthenticated, "%s: %v", method, err)
-		}
-		return true, caller, nil
-	}
-	if hasNodeCert(ctx) {
-		// A verified TLS node certificate is a node credential too.
-		return true, caller, nil
-	}
-	if caller != "" {
-		return false, "", status.Errorf(codes.Unauthenticated, "%s: metadata %q names a forwarded caller, which only a node of this cluster may assert", method, nodeport.CallerKey)
-	}
-	return false, "", nil
-}
-
-// hasNodeCert reports whether the call's peer presented a verified node
-// certificate (URI SAN tollgate://node/<name>).
-func hasNodeCert(ctx context.Context) bool {
-	p, ok := peer.FromContext(ctx)
-	if !ok {
-		return false
-	}
-	ti, ok := p.AuthInfo.(credentials.TLSInfo)
-	if !ok || len(ti.State.VerifiedChains) == 0 || len(ti.State.VerifiedChains[0]) == 0 {
-		return false
-	}
-	for _, u := range ti.State.VerifiedChains[0][0].URIs {
-		if u.Scheme == "tollgate" && u.Host == "node" {
-			return true
-		}
-	}
-	return false
-}
-
-// answerChallenge proves to a peer asking (nodeport.Pool.Prove) that this
-// node belongs to the cluster; a node without a key answers nothing.
-func (s *Server) answerChallenge(ctx context.Context) {
-	if s.nodeKeys == nil {
-		return
-	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(nodeport.ChallengeKey); len(v) == 1 && len(v[0]) <= 64 {
-		_ = grpc.SetHeader(ctx, metadata.Pairs(nodeport.ProofKey, s.nodeKeys.Prove(v[0], s.grpcAdvertise())))
-	}
 }
 
 // trusted reports whether member m proved it is a node of this cluster: in

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/membership"
@@ -354,7 +355,7 @@ func TestInsecureClusterRefusedToStart(t *testing.T) {
 	}
 	c := base()
 	err := c.Validate()
-	if !errors.Is(err, errInsecureCluster) {
+	if !errors.Is(err, access.ErrInsecureCluster) {
 		t.Fatalf("credentials, gossip, no key, no TLS: %v, want the insecure-cluster refusal", err)
 	}
 	for _, want := range []string{"--gossip-keyring-file", "--insecure-cluster", "tollgate tls gossip-key", "docs/tls.md"} {
@@ -362,7 +363,7 @@ func TestInsecureClusterRefusedToStart(t *testing.T) {
 			t.Errorf("the refusal does not name %s: %v", want, err)
 		}
 	}
-	if _, err := New(base()); !errors.Is(err, errInsecureCluster) {
+	if _, err := New(base()); !errors.Is(err, access.ErrInsecureCluster) {
 		t.Fatalf("New: %v", err)
 	}
 	creds := filepath.Join(t.TempDir(), "creds")
@@ -377,7 +378,7 @@ func TestInsecureClusterRefusedToStart(t *testing.T) {
 	} {
 		c := base()
 		mod(&c)
-		if err := c.Validate(); !errors.Is(err, errInsecureCluster) {
+		if err := c.Validate(); !errors.Is(err, access.ErrInsecureCluster) {
 			t.Errorf("%s: %v, want the refusal", name, err)
 		}
 	}

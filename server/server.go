@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc"
 
+	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
@@ -68,14 +69,14 @@ type Config struct {
 	LeaderBalanceInterval time.Duration
 	// AdminToken is the admin credential (Bearer token); it satisfies every
 	// scope. When set, every endpoint that writes or reveals tenant data needs
-	// a credential (rules.go): without a credentials file, this token. Empty
+	// a credential (access/rules.go): without a credentials file, this token. Empty
 	// (and no credentials file): the dev default, where admin calls are
 	// accepted from loopback peers only and the rest needs no credential.
 	AdminToken string
 	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
 	TLS TLSConfig
 	// InsecureCluster lets a multi-node cluster with credentials start
-	// without a gossip key or TLS (nodeauth.go): nodes then tell nodes from
+	// without a gossip key or TLS (access/nodeauth.go): nodes then tell nodes from
 	// strangers by a key derived from the admin token, and gossip, raft and
 	// gRPC travel in plaintext. Only for networks no stranger can reach; the
 	// node says so loudly at start and in /readyz's banner.
@@ -124,11 +125,11 @@ type Config struct {
 	// no token is set). Off by default: profiles and the command line reveal
 	// internals, and a CPU profile or trace is a cheap way to load a node.
 	EnableDebugEndpoints bool
-	// Bounds are per-connection and per-client resource limits (bounds.go).
-	Bounds Bounds
-	// CredentialsFile holds scoped credentials (hashed tokens, credentials.go),
+	// Bounds are per-connection and per-client resource limits (access.Bounds).
+	Bounds access.Bounds
+	// CredentialsFile holds scoped credentials (hashed tokens, access/credentials.go),
 	// reloaded when it changes. When set, every endpoint follows the rule
-	// table of rules.go: no endpoint that writes or reveals tenant data
+	// table of access/rules.go: no endpoint that writes or reveals tenant data
 	// answers without a credential of its scope. The admin token stays an
 	// admin credential. Empty: the admin token is the only credential.
 	CredentialsFile string
@@ -232,7 +233,7 @@ func (c *Config) Validate() error {
 	if c.ApplyTimeout == 0 {
 		c.ApplyTimeout = 5 * time.Second
 	}
-	if err := c.Bounds.setDefaults(); err != nil {
+	if err := c.Bounds.SetDefaults(); err != nil {
 		return err
 	}
 	if c.CredentialsFile != "" && c.AdminToken == "" {
@@ -242,7 +243,7 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
-		return errInsecureCluster // nodeauth.go
+		return access.ErrInsecureCluster
 	}
 	if err := c.Sketches.validate(); err != nil {
 		return err
@@ -285,9 +286,10 @@ type Server struct {
 	host     *raftnode.Host
 	members  *membership.Membership // nil when gossip is disabled
 	view     clusterView
-	streams  *streamLimiter // watch-stream bounds (bounds.go)
-	httpCap  *connCap       // HTTP connection cap (bounds.go)
-	creds    *credStore     // nil without any credential: no admin token, no credentials file (credentials.go)
+	streams  *access.StreamBounds // watch-stream bounds
+	httpCap  *access.ConnCap      // HTTP connection cap
+	creds    *access.Store        // nil without any credential: no admin token, no credentials file
+	guard    *access.Guard        // the access check (access.go)
 	admin    *adminService
 	learners learnerAdds    // learner additions in progress while leading (learner.go)
 	moves    moveState      // replica moves towards placement (placemove.go)
@@ -319,7 +321,7 @@ type Server struct {
 	meter     *metering.Service
 
 	grpcLis    net.Listener
-	grpcCap    *grpcCap // the gRPC connection bound (grpcbounds.go)
+	grpcCap    *access.GRPCCap // the gRPC connection bound
 	grpc       *grpc.Server
 	httpLis    net.Listener
 	httpRoutes []string // patterns on the HTTP mux (HTTPRoutes)
@@ -435,16 +437,17 @@ func New(cfg Config) (*Server, error) {
 	// protected only the admin API would leave billing writes, usage reads
 	// and tracking open to anyone who reaches the node.
 	if cfg.CredentialsFile != "" || cfg.AdminToken != "" {
-		if s.creds, err = newCredStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
+		if s.creds, err = access.NewStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
 			return fail(err)
 		}
 		if cfg.CredentialsFile != "" {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() { <-s.closing; cancel() }()
-			go s.creds.watch(ctx, 2*time.Second)
+			go s.creds.Watch(ctx, 2*time.Second)
 		}
 	}
 	s.nodeKeys = nodeport.NewKeys(cfg.NodeID, clusterKeys(cfg, "grpc")) // nodeauth.go
+	s.guard = s.newGuard()                                              // access.go
 	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
 		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
 	}

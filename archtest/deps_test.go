@@ -1,4 +1,4 @@
-package layout_test
+package archtest
 
 import (
 	"os"
@@ -17,7 +17,7 @@ func TestStateLinksNoRPC(t *testing.T) {
 	if err != nil {
 		t.Skip("go tool not on PATH: cannot list dependencies")
 	}
-	for _, pkg := range []string{"../fsm/...", "../backup", ".", "../limits", "./handoff"} {
+	for _, pkg := range []string{"../fsm/...", "../backup", "../layout", "../limits", "../layout/handoff"} {
 		out, err := exec.Command(goBin, "list", "-deps", pkg).CombinedOutput()
 		if err != nil {
 			t.Fatalf("go list -deps %s: %v\n%s", pkg, err, out)
@@ -43,7 +43,6 @@ func TestServerSideImportsNoClientlib(t *testing.T) {
 	if err != nil {
 		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
 	}
-	const mod = "github.com/tollgate-io/tollgate/"
 	out, err := exec.Command(goBin, "list", "-f", "{{.ImportPath}} {{join .Deps \" \"}}", mod+"...").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list %s...: %v\n%s", mod, err, out)

@@ -1,4 +1,4 @@
-package server
+package access
 
 import (
 	"context"
@@ -9,58 +9,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/stats"
-	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/tap"
 )
-
-// tapAuth authenticates a gRPC call from its headers, before gRPC reads
-// any of its messages (grpc.InTapHandle): a caller without a credential
-// the method needs is refused while the stream is still only headers, so
-// it never makes the node allocate for a message (a message's length
-// prefix alone once reserved up to the receive limit, about 2 MB, per
-// stream). The scope is checked here too; the tenants a request names are
-// checked after decoding by the interceptor (authorize) or the handler
-// (tenantscope), which run as before.
-func (s *Server) tapAuth(ctx context.Context, info *tap.Info) (context.Context, error) {
-	// A node's call (node credential or node certificate, nodeauth.go) is
-	// verified here, before its messages too; the credential's nonce is
-	// spent by the check, so authorize takes this verdict from the context
-	// instead of verifying again.
-	node, caller, err := s.nodeCaller(ctx, info.FullMethodName)
-	if err != nil {
-		return ctx, err
-	}
-	if node {
-		return context.WithValue(ctx, tapNodeKey{}, caller), nil
-	}
-	if s.creds == nil {
-		if !isAdminMethod(info.FullMethodName) {
-			return ctx, nil
-		}
-		return ctx, authorizeAdmin(metadata.NewIncomingContext(ctx, info.Header), info.FullMethodName, s.cfg.AdminToken)
-	}
-	r, ok := grpcRules[info.FullMethodName]
-	if !ok || r.scope == "" {
-		return ctx, nil // no rule: the interceptor refuses; public: nothing to check
-	}
-	r.inHandler = true // no tenants yet: the message is not read
-	switch v, why, _, _ := s.creds.check(r, info.Header.Get("authorization"), grpcCertIdentities(ctx), nil); v {
-	case unauthorized:
-		return ctx, status.Error(codes.Unauthenticated, why)
-	case forbidden:
-		return ctx, status.Error(codes.PermissionDenied, why)
-	}
-	return ctx, nil
-}
-
-// tapNodeKey carries, from tapAuth to authorize, the verdict that a call
-// comes from a node of the cluster: the caller it forwards for ("" for the
-// node's own call).
-type tapNodeKey struct{}
 
 // defaultGRPCMaxConns is the gRPC connection cap when none is configured:
 // a quarter of the process's file descriptor limit, at most 10,000, so
@@ -74,15 +24,15 @@ func defaultGRPCMaxConns() int {
 	return int(min(max(rl.Cur/4, 64), 10_000))
 }
 
-// grpcCap is the gRPC listener's connection bound: at most max connections,
+// GRPCCap is the gRPC listener's connection bound: at most max connections,
 // and at most perPeer from one IP address. At a bound the connection with
 // no call in progress that has been quiet longest is closed to admit the
 // new one, one that never carried a call first (an idle HTTP/2 connection
 // costs a descriptor and a reader, and a flood of them once filled the
 // node's descriptors until health checks failed); with every connection in
 // a call, the new one is closed at once. The server's stats handler
-// (grpcCap.handler) tells it which connections are in a call.
-type grpcCap struct {
+// (GRPCCap.StatsHandler) tells it which connections are in a call.
+type GRPCCap struct {
 	net.Listener
 	max, perPeer int
 	mu           sync.Mutex
@@ -94,7 +44,7 @@ type grpcCap struct {
 
 type capConn struct {
 	net.Conn
-	c       *grpcCap
+	c       *GRPCCap
 	key, ip string
 	calls   int       // in progress
 	used    bool      // carried a call
@@ -107,11 +57,12 @@ func (c *capConn) Close() error {
 	return c.Conn.Close()
 }
 
-func newGRPCCap(l net.Listener, max, perPeer int) *grpcCap {
-	return &grpcCap{Listener: l, max: max, perPeer: perPeer, conns: map[string]*capConn{}, byIP: map[string]int{}}
+// NewGRPCCap bounds l at max connections, perPeer from one IP address.
+func NewGRPCCap(l net.Listener, max, perPeer int) *GRPCCap {
+	return &GRPCCap{Listener: l, max: max, perPeer: perPeer, conns: map[string]*capConn{}, byIP: map[string]int{}}
 }
 
-func (g *grpcCap) forget(c *capConn) {
+func (g *GRPCCap) forget(c *capConn) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.conns[c.key] == c {
@@ -125,7 +76,7 @@ func (g *grpcCap) forget(c *capConn) {
 // victim picks the connection to close at a bound (g.mu held): among
 // those of ip ("" any), with no call in progress, never used first, then
 // quiet longest; nil when every one is in a call.
-func (g *grpcCap) victim(ip string) *capConn {
+func (g *GRPCCap) victim(ip string) *capConn {
 	var v *capConn
 	for _, c := range g.conns {
 		if c.calls > 0 || (ip != "" && c.ip != ip) {
@@ -138,7 +89,7 @@ func (g *grpcCap) victim(ip string) *capConn {
 	return v
 }
 
-func (g *grpcCap) Accept() (net.Conn, error) {
+func (g *GRPCCap) Accept() (net.Conn, error) {
 	for {
 		conn, err := g.Listener.Accept()
 		if err != nil {
@@ -186,24 +137,25 @@ func (g *grpcCap) Accept() (net.Conn, error) {
 }
 
 // dropLocked removes v from the books (g.mu held).
-func (g *grpcCap) dropLocked(v *capConn) {
+func (g *GRPCCap) dropLocked(v *capConn) {
 	delete(g.conns, v.key)
 	if g.byIP[v.ip]--; g.byIP[v.ip] <= 0 {
 		delete(g.byIP, v.ip)
 	}
 }
 
-func (g *grpcCap) open() int {
+// Open is the number of connections the cap holds.
+func (g *GRPCCap) Open() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.conns)
 }
 
-// handler is the gRPC stats handler that marks connections busy while a
-// call is in progress.
-func (g *grpcCap) handler() stats.Handler { return capStats{g} }
+// StatsHandler is the gRPC stats handler that marks connections busy
+// while a call is in progress (grpc.StatsHandler).
+func (g *GRPCCap) StatsHandler() stats.Handler { return capStats{g} }
 
-type capStats struct{ g *grpcCap }
+type capStats struct{ g *GRPCCap }
 
 type capConnKey struct{}
 
@@ -243,16 +195,21 @@ func (h capStats) HandleRPC(ctx context.Context, st stats.RPCStats) {
 	}
 }
 
-// grpcServerOptions are the options of the connection bounds that need
-// the server: authentication before messages (tapAuth) and the busy marks
-// of the connection cap.
-func (s *Server) grpcBoundOptions() []grpc.ServerOption {
-	g := s.grpcCap
-	s.metrics.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_grpc_connections",
-		Help: "Open gRPC connections (at most the connection cap)."}, func() float64 { return float64(g.open()) }),
+// Collectors are the cap's metrics: open connections, and those refused
+// and evicted at a cap.
+func (g *GRPCCap) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_grpc_connections",
+			Help: "Open gRPC connections (at most the connection cap)."}, func() float64 { return float64(g.Open()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_grpc_connections_refused_total",
-			Help: "gRPC connections closed on accept because a cap was reached and every connection was in a call."}, func() float64 { return float64(g.refused.Load()) }),
+			Help: "gRPC connections closed on accept because a cap was reached and every connection was in a call."}, func() float64 { return float64(g.Refused()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_grpc_connections_evicted_total",
-			Help: "Quiet gRPC connections closed to admit a new one at a cap."}, func() float64 { return float64(g.evicted.Load()) }))
-	return []grpc.ServerOption{grpc.InTapHandle(s.tapAuth), grpc.StatsHandler(s.grpcCap.handler())}
+			Help: "Quiet gRPC connections closed to admit a new one at a cap."}, func() float64 { return float64(g.Evicted()) }),
+	}
 }
+
+// Refused counts the connections closed on accept at a cap.
+func (g *GRPCCap) Refused() uint64 { return g.refused.Load() }
+
+// Evicted counts the connections closed to admit a new one at a cap.
+func (g *GRPCCap) Evicted() uint64 { return g.evicted.Load() }

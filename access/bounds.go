@@ -1,19 +1,20 @@
-package server
+package access
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 )
 
@@ -68,7 +69,9 @@ type Bounds struct {
 	WatchSendTimeout time.Duration
 }
 
-func (b *Bounds) setDefaults() error {
+// SetDefaults fills the zero fields with the defaults and checks the
+// rest, naming the bounds when one is out of range.
+func (b *Bounds) SetDefaults() error {
 	def := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -100,12 +103,12 @@ func (b *Bounds) setDefaults() error {
 	return nil
 }
 
-// grpcOptions are the server's connection bounds: the stream limit per
+// GRPCOptions are the server's connection bounds: the stream limit per
 // connection, a keepalive policy that closes connections whose client
 // pings more often than every 10s (a ping flood costs the node, not the
 // client) and pings idle clients to find dead connections, the idle
 // timeout, the handshake deadline and the header bound.
-func (b *Bounds) grpcOptions() []grpc.ServerOption {
+func (b *Bounds) GRPCOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.MaxConcurrentStreams(b.GRPCMaxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -163,49 +166,45 @@ func (l *streamLimiter) acquire(client string) (release func(), err error) {
 	}, nil
 }
 
-// clientOf names the caller for the per-client bound: its credential's
-// identity when it presented one (set by the auth interceptor), else its
-// IP address.
-func clientOf(ss grpc.ServerStream) string { return clientOfCtx(ss.Context()) }
-
-// clientOfCtx is clientOf for a call's context.
-func clientOfCtx(ctx context.Context) string {
-	if id, ok := ctx.Value(identityKey{}).(string); ok && id != "" {
-		return id
-	}
-	if p, ok := peer.FromContext(ctx); ok {
-		if tcp, ok := p.Addr.(*net.TCPAddr); ok {
-			return tcp.IP.String()
-		}
-		return p.Addr.String()
-	}
-	return "unknown"
+// StreamBounds applies the watch-stream bounds to a node's gRPC streams
+// (its Intercept is a stream interceptor, after the access check, which
+// names the client).
+type StreamBounds struct {
+	limiter       *streamLimiter
+	sendTimeout   time.Duration
+	refused, slow prometheus.Counter
+	log           *slog.Logger
 }
 
-// identityKey carries the caller's credential identity in a call's context.
-type identityKey struct{}
+// NewStreamBounds bounds streams by b's MaxWatchStreams,
+// MaxWatchStreamsPerClient and WatchSendTimeout, counting refused streams
+// and slow readers in refused and slow.
+func NewStreamBounds(b Bounds, refused, slow prometheus.Counter, log *slog.Logger) *StreamBounds {
+	return &StreamBounds{limiter: newStreamLimiter(b), sendTimeout: b.WatchSendTimeout, refused: refused, slow: slow, log: log}
+}
 
-func (s *Server) limitStreams(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if (!watchMethods[info.FullMethod] && info.FullMethod != syncMethod) || isNodeCall(ss.Context()) {
+// Intercept is the stream interceptor of the stream bounds.
+func (sb *StreamBounds) Intercept(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if (!watchMethods[info.FullMethod] && info.FullMethod != syncMethod) || IsNodeCall(ss.Context()) {
 		// Nodes' own streams (node credential, nodeauth.go) are not
 		// clients': a flood of client streams must not shut them out.
 		return h(srv, ss)
 	}
-	release, err := s.streams.acquire(clientOf(ss))
+	release, err := sb.limiter.acquire(ClientOf(ss.Context()))
 	if err != nil {
-		s.metrics.streamsRefused.Inc()
+		sb.refused.Inc()
 		return err
 	}
 	defer release()
 	if info.FullMethod == syncMethod {
 		return h(srv, ss) // counted; its own sender never blocks the handler
 	}
-	ws := newSlowReaderStream(ss, s.cfg.Bounds.WatchSendTimeout)
+	ws := newSlowReaderStream(ss, sb.sendTimeout)
 	defer ws.cancel(nil)
 	err = h(srv, ws)
 	if ws.slow.Load() {
-		s.metrics.streamsSlow.Inc()
-		s.log.Warn("watch stream dropped: slow reader", "method", info.FullMethod, "client", clientOf(ss), "send_timeout", s.cfg.Bounds.WatchSendTimeout)
+		sb.slow.Inc()
+		sb.log.Warn("watch stream dropped: slow reader", "method", info.FullMethod, "client", ClientOf(ss.Context()), "send_timeout", sb.sendTimeout)
 		return ws.slowErr(info.FullMethod)
 	}
 	return err
@@ -257,7 +256,7 @@ func (w *slowReaderStream) SendMsg(m any) error {
 	}
 }
 
-// connCap is a listener that holds at most max connections. At the cap
+// ConnCap is a listener that holds at most max connections. At the cap
 // the connection idle longest (no request in progress) is closed to admit
 // the new one, so an attacker's idle connections cannot lock out /healthz
 // or a dashboard. With none idle, the connection whose request has been in
@@ -267,7 +266,7 @@ func (w *slowReaderStream) SendMsg(m any) error {
 // milliseconds while a flood's are the oldest. Only when every connection
 // is inside a request younger than minBusyAge is the new one closed at
 // once (refused fast, not queued).
-type connCap struct {
+type ConnCap struct {
 	net.Listener
 	max     int
 	mu      sync.Mutex
@@ -286,11 +285,13 @@ type capState struct {
 	activeSince time.Time // when the request in progress began
 }
 
-func newConnCap(l net.Listener, max int) *connCap {
-	return &connCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge}
+// NewConnCap caps l at max connections (see ConnCap); its ConnState must
+// be the http.Server's ConnState hook.
+func NewConnCap(l net.Listener, max int) *ConnCap {
+	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge}
 }
 
-func (c *connCap) Accept() (net.Conn, error) {
+func (c *ConnCap) Accept() (net.Conn, error) {
 	for {
 		conn, err := c.Listener.Accept()
 		if err != nil {
@@ -329,9 +330,9 @@ func (c *connCap) Accept() (net.Conn, error) {
 	}
 }
 
-// connState is the http.Server hook keeping the idle marks (the
+// ConnState is the http.Server hook keeping the idle marks (the
 // connection the server sees may be a *tls.Conn over ours).
-func (c *connCap) connState(conn net.Conn, st http.ConnState) {
+func (c *ConnCap) ConnState(conn net.Conn, st http.ConnState) {
 	raw := underlying(conn)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -350,10 +351,24 @@ func (c *connCap) connState(conn net.Conn, st http.ConnState) {
 	}
 }
 
-func (c *connCap) open() int {
+// Open is the number of connections the cap holds.
+func (c *ConnCap) Open() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.conns)
+}
+
+// Collectors are the cap's metrics: open connections, and those refused
+// and evicted at the cap.
+func (c *ConnCap) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_http_connections",
+			Help: "Open HTTP connections (at most the connection cap)."}, func() float64 { return float64(c.Open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_refused_total",
+			Help: "HTTP connections closed on accept because the cap was reached and none was idle."}, func() float64 { return float64(c.Refused()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_evicted_total",
+			Help: "Idle HTTP connections closed to admit a new one at the cap."}, func() float64 { return float64(c.Evicted()) }),
+	}
 }
 
 // underlying returns the accepted connection under a TLS one.
@@ -363,3 +378,12 @@ func underlying(c net.Conn) net.Conn {
 	}
 	return c
 }
+
+// Refused counts the connections closed on accept at a cap.
+func (c *ConnCap) Refused() uint64 { return c.refused.Load() }
+
+// Evicted counts the connections closed to admit a new one at a cap.
+func (c *ConnCap) Evicted() uint64 { return c.evicted.Load() }
+
+// Open is the number of watch streams open on the node.
+func (sb *StreamBounds) Open() int64 { return sb.limiter.open.Load() }

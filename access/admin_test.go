@@ -1,4 +1,4 @@
-package server
+package access
 
 import (
 	"context"
@@ -55,9 +55,9 @@ func TestAdminAuthorize(t *testing.T) {
 		{"metering events need nothing", ctxFrom(remote), "/tollgate.v1.Metering/Start", "tok", codes.OK},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := authorizeAdmin(tc.ctx, tc.method, tc.token)
+			err := AuthorizeAdmin(tc.ctx, tc.method, tc.token)
 			if got := status.Code(err); got != tc.want {
-				t.Fatalf("authorizeAdmin: %v (code %v), want %v", err, got, tc.want)
+				t.Fatalf("AuthorizeAdmin: %v (code %v), want %v", err, got, tc.want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package server
+package access
 
 import (
 	"bufio"
@@ -26,7 +26,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 )
 
-// Scope is what a credential may do (see rules.go for which endpoint needs
+// Scope is what a credential may do (rules.go says which endpoint needs
 // which): track (tracking, sketches, rate clients, cluster and summary
 // streams), meter (metering writes), read (usage, bills, status and
 // dashboard data), admin (everything).
@@ -146,8 +146,8 @@ func parseCredentials(data []byte) (credentialSet, error) {
 	return set, sc.Err()
 }
 
-// credStore holds the credentials in force and reloads the file when it
-// changes. A file that fails to parse is logged and the previous set stays
+// Store holds the credentials in force and reloads the file when it
+// changes (Watch). A file that fails to parse is logged and the previous set stays
 // (an operator's half-finished edit must not lock every client out); a file
 // that is gone revokes every credential it held (refuse-all: a deleted file
 // is never a reason to keep honouring tokens it no longer lists), with an
@@ -155,7 +155,7 @@ func parseCredentials(data []byte) (credentialSet, error) {
 // (--admin-token-file) is not in the file and stays valid. A reload that
 // changes the set ends the open streams whose credential it revoked or
 // changed (track).
-type credStore struct {
+type Store struct {
 	path       string // "" when the admin token is the only credential
 	adminToken string // the node's admin token: an admin credential too
 	log        *slog.Logger
@@ -170,7 +170,7 @@ type credStore struct {
 // openStream is a stream that passed the access check, so a reload can
 // check it again.
 type openStream struct {
-	r             rule
+	r             Rule
 	auth, certIDs []string
 	forwardedFor  string // the principal a node forwarded the stream for ("" for a direct caller)
 	cred          *credential
@@ -183,7 +183,7 @@ var errRevoked = errors.New("credential revoked or changed by a credentials relo
 // track registers a stream opened with credential c under rule r; the
 // returned context ends (cause errRevoked) when a reload no longer grants
 // it the same credential. untrack must be called when the stream ends.
-func (cs *credStore) track(ctx context.Context, r rule, auth, certIDs []string, forwardedFor string, c *credential) (context.Context, func()) {
+func (cs *Store) track(ctx context.Context, r Rule, auth, certIDs []string, forwardedFor string, c *credential) (context.Context, func()) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	o := &openStream{r: r, auth: auth, certIDs: certIDs, forwardedFor: forwardedFor, cred: c, cancel: cancel}
 	cs.streamsMu.Lock()
@@ -203,7 +203,7 @@ func (cs *credStore) track(ctx context.Context, r rule, auth, certIDs []string, 
 // endRevoked ends the open streams the set in force no longer grants the
 // credential they opened with: unknown now, without the rule's scope, or
 // with other tenants.
-func (cs *credStore) endRevoked() {
+func (cs *Store) endRevoked() {
 	cs.streamsMu.Lock()
 	defer cs.streamsMu.Unlock()
 	ended := 0
@@ -227,15 +227,20 @@ func (cs *credStore) endRevoked() {
 	}
 }
 
-func newCredStore(path, adminToken string, log *slog.Logger) (*credStore, error) {
-	cs := &credStore{path: path, adminToken: adminToken, log: log}
-	if err := cs.reload(); err != nil {
+// NewStore loads the credentials file at path ("" when the admin token is
+// the only credential) and holds it with the admin token; Watch keeps it
+// current.
+func NewStore(path, adminToken string, log *slog.Logger) (*Store, error) {
+	cs := &Store{path: path, adminToken: adminToken, log: log}
+	if err := cs.Reload(); err != nil {
 		return nil, err
 	}
 	return cs, nil
 }
 
-func (cs *credStore) reload() error {
+// Reload reads the file again when it changed (see Store for a file that
+// fails to parse or is gone).
+func (cs *Store) Reload() error {
 	if cs.path == "" {
 		// The admin token alone: no scoped credentials.
 		cs.set.Store(&credentialSet{})
@@ -271,8 +276,8 @@ func (cs *credStore) reload() error {
 	return nil
 }
 
-// watch reloads the file every period until ctx ends.
-func (cs *credStore) watch(ctx context.Context, period time.Duration) {
+// Watch reloads the file every period until ctx ends.
+func (cs *Store) Watch(ctx context.Context, period time.Duration) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
@@ -280,7 +285,7 @@ func (cs *credStore) watch(ctx context.Context, period time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := cs.reload(); err != nil {
+			if err := cs.Reload(); err != nil {
 				if cs.missing {
 					cs.log.Error("credentials file missing; its credentials are revoked", "err", err)
 				} else {
@@ -298,7 +303,7 @@ var adminCredential = &credential{name: "admin-token", scopes: map[Scope]bool{Sc
 // its verified client certificate (certIDs, certIdentities) when the file
 // maps one; a caller that sends a token is known by the token alone, so a
 // wrong token is refused even over a mapped certificate.
-func (cs *credStore) lookup(authorization, certIDs []string) *credential {
+func (cs *Store) lookup(authorization, certIDs []string) *credential {
 	set := cs.set.Load()
 	if len(authorization) == 0 {
 		for _, id := range certIDs {
@@ -313,7 +318,7 @@ func (cs *credStore) lookup(authorization, certIDs []string) *credential {
 		if !ok {
 			continue
 		}
-		if cs.adminToken != "" && checkAdmin(nil, []string{v}, cs.adminToken) == adminAllowed {
+		if cs.adminToken != "" && CheckAdmin(nil, []string{v}, cs.adminToken) == AdminAllowed {
 			return adminCredential
 		}
 		// A lookup by the token's hash: timing reveals nothing about a
@@ -349,7 +354,7 @@ func principal(c *credential) string {
 // byPrincipal is the credential a forwarded call names (nil: anonymous, or
 // one this node does not know). Every node reads the same credentials file,
 // so a name means the same scopes and tenants here as where it was checked.
-func (cs *credStore) byPrincipal(p string) *credential {
+func (cs *Store) byPrincipal(p string) *credential {
 	if p == forward.CallerAdminToken && cs.adminToken != "" {
 		return adminCredential
 	}
@@ -364,7 +369,7 @@ func (cs *credStore) byPrincipal(p string) *credential {
 // when refused, why; the credential when allowed (nil for a public rule);
 // and the caller's principal (for calls forwarded on its behalf, public
 // rules included).
-func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (verdict, string, *credential, string) {
+func (cs *Store) check(r Rule, authorization, certIDs, tenants []string) (verdict, string, *credential, string) {
 	c := cs.lookup(authorization, certIDs)
 	v, why, allowedCred := cs.checkCred(r, c, tenants)
 	return v, why, allowedCred, principal(c)
@@ -373,8 +378,8 @@ func (cs *credStore) check(r rule, authorization, certIDs, tenants []string) (ve
 // checkCred applies rule r to credential c (nil: none known). It returns
 // the verdict, why when refused (the credential's name when allowed), and
 // the credential when allowed (nil for a public rule).
-func (cs *credStore) checkCred(r rule, c *credential, tenants []string) (verdict, string, *credential) {
-	if r.scope == "" {
+func (cs *Store) checkCred(r Rule, c *credential, tenants []string) (verdict, string, *credential) {
+	if r.Scope == "" {
 		return allowed, "", nil
 	}
 	if c == nil {
@@ -382,13 +387,13 @@ func (cs *credStore) checkCred(r rule, c *credential, tenants []string) (verdict
 		if cs.path == "" {
 			hint = "; this node has no credentials file, so its admin token is the only credential"
 		}
-		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.scope, hint), nil
+		return unauthorized, fmt.Sprintf("%s needs a credential with scope %q: send \"Authorization: Bearer <token>\" (missing or unknown token%s)", r.name, r.Scope, hint), nil
 	}
-	if !c.has(r.scope) {
-		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.scope, c.name, scopeList(c)), nil
+	if !c.has(r.Scope) {
+		return forbidden, fmt.Sprintf("%s needs scope %q; credential %q has %s", r.name, r.Scope, c.name, scopeList(c)), nil
 	}
 	if c.tenants != nil {
-		if !r.shared && !r.inHandler && tenants == nil {
+		if !r.Shared && !r.InHandler && tenants == nil {
 			return forbidden, fmt.Sprintf("%s reads every tenant's data; credential %q is limited to tenants %s", r.name, c.name, tenantList(c)), nil
 		}
 		for _, t := range tenants {

@@ -1,0 +1,169 @@
+package access
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// cappedHTTP is a real HTTP server on loopback behind a ConnCap, as the
+// node runs its HTTP port: /slow reads its whole body, /healthz answers.
+type cappedHTTP struct {
+	cap  *ConnCap
+	addr string
+}
+
+func startCappedHTTP(t *testing.T, max int) *cappedHTTP {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewConnCap(lis, max)
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) })
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ConnState: c.ConnState}
+	go func() { _ = srv.Serve(c) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return &cappedHTTP{cap: c, addr: lis.Addr().String()}
+}
+
+// waitFor polls cond until it holds (a condition, not a timed assertion:
+// the deadline only catches a hang).
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestHTTPConnectionCapBusy: with every connection inside a request, one
+// more displaces the request in progress longest once it is older than
+// minBusyAge (slow requests cannot lock /healthz out), and is closed on
+// accept instead of queued while every request is younger.
+func TestHTTPConnectionCapBusy(t *testing.T) {
+	s := startCappedHTTP(t, 8)
+	s.cap.mu.Lock()
+	s.cap.minBusy = time.Hour // every request is young: refuse
+	s.cap.mu.Unlock()
+	var slow []net.Conn
+	for range 8 {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		slow = append(slow, c)
+		fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	}
+	waitFor(t, "8 requests in progress", func() bool {
+		s.cap.mu.Lock()
+		defer s.cap.mu.Unlock()
+		busy := 0
+		for _, st := range s.cap.conns {
+			if st.idleSince.IsZero() {
+				busy++
+			}
+		}
+		return busy == 8
+	})
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = c.Read(make([]byte, 1))
+	var ne net.Error
+	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("connection beyond the cap: %v, want it closed by the node", err)
+	}
+	if s.cap.refused.Load() == 0 {
+		t.Fatal("refusal not counted")
+	}
+
+	// Requests older than minBusy give way to a health check.
+	s.cap.mu.Lock()
+	s.cap.minBusy = 0
+	s.cap.mu.Unlock()
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	resp, err := client.Get("http://" + s.addr + "/healthz")
+	if err != nil {
+		t.Fatalf("/healthz with every connection in a slow request: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || s.cap.evicted.Load() == 0 {
+		t.Fatalf("/healthz: %d, evicted %d", resp.StatusCode, s.cap.evicted.Load())
+	}
+	// The oldest slow request was closed.
+	_ = slow[0].SetReadDeadline(time.Now().Add(20 * time.Second))
+	if _, err := slow[0].Read(make([]byte, 1)); err == nil {
+		t.Log("the first slow request got an answer before its eviction") // possible: any one of the 8 may be oldest
+	}
+}
+
+// TestStreamLimiter: one client is refused at its own bound while others
+// still get slots, the node's total bound refuses everyone, both with
+// ResourceExhausted naming the bound, and a release frees the slot.
+func TestStreamLimiter(t *testing.T) {
+	b := Bounds{MaxWatchStreams: 3, MaxWatchStreamsPerClient: 2}
+	if err := b.SetDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	l := newStreamLimiter(b)
+	relA1, err := l.acquire("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.acquire("a"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = l.acquire("a")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "client a holds 2") {
+		t.Fatalf("a's third stream: %v, want ResourceExhausted naming the per-client bound", err)
+	}
+	if _, err := l.acquire("b"); err != nil {
+		t.Fatalf("b's first stream beside a's two: %v", err)
+	}
+	_, err = l.acquire("c")
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "at most 3 watch streams") {
+		t.Fatalf("a fourth stream on the node: %v, want ResourceExhausted naming the node's bound", err)
+	}
+	relA1()
+	if _, err := l.acquire("c"); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if n := l.open.Load(); n != 3 {
+		t.Fatalf("open %d, want 3", n)
+	}
+}
+
+// TestBoundsDefaults: zero fields take the defaults; a negative one is
+// refused with an error naming the bounds.
+func TestBoundsDefaults(t *testing.T) {
+	var b Bounds
+	if err := b.SetDefaults(); err != nil {
+		t.Fatal(err)
+	}
+	if b.HTTPMaxConns != 4096 || b.GRPCMaxConnsPerPeer != max(b.GRPCMaxConns/2, 1) || b.MaxWatchStreamsPerClient != 1000 || b.WatchSendTimeout != 30*time.Second {
+		t.Fatalf("defaults: %+v", b)
+	}
+	bad := Bounds{HTTPReadTimeout: -time.Second}
+	if err := bad.SetDefaults(); err == nil || !strings.Contains(err.Error(), "bounds") {
+		t.Fatalf("negative timeout: %v, want an error naming the bounds", err)
+	}
+}
