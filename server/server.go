@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
@@ -282,16 +283,15 @@ type Server struct {
 	limits  *limitsSource
 	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
 
-	host     *raftnode.Host
-	members  *membership.Membership // nil when gossip is disabled
-	view     clusterView
-	streams  *streamLimiter // watch-stream bounds (bounds.go)
-	httpCap  *connCap       // HTTP connection cap (bounds.go)
-	creds    *credStore     // nil without any credential: no admin token, no credentials file (credentials.go)
-	admin    *adminService
-	learners learnerAdds    // learner additions in progress while leading (learner.go)
-	moves    moveState      // replica moves towards placement (placemove.go)
-	peers    *nodeport.Pool // connections to other nodes (peers.go; set with the gRPC server)
+	host    *raftnode.Host
+	members *membership.Membership // nil when gossip is disabled
+	view    clusterView
+	streams *streamLimiter // watch-stream bounds (bounds.go)
+	httpCap *connCap       // HTTP connection cap (bounds.go)
+	creds   *credStore     // nil without any credential: no admin token, no credentials file (credentials.go)
+	admin   *adminService
+	ctl     *cluster.Controller // cluster duties: placement, learners, moves, incarnations (clusterport.go)
+	peers   *nodeport.Pool      // connections to other nodes (peers.go; set with the gRPC server)
 	// nodeKeys sign and verify node credentials (nodeauth.go); nil when
 	// the cluster has no key.
 	nodeKeys *nodeport.Keys
@@ -331,8 +331,7 @@ type Server struct {
 	// Node identity (identity.go, incarnation.go).
 	ident       *nodeIdentity
 	refused     refusedIncarnations
-	joinRefused atomic.Value         // string: why the cluster refused this node's join
-	incLogged   map[string]time.Time // under refused.mu
+	joinRefused atomic.Value // string: why the cluster refused this node's join
 
 	leaderEvents chan leaderEvent
 	closing      chan struct{} // closed when Stop begins (ends watch streams)
@@ -501,6 +500,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
+	s.ctl = newController(s) // clusterport.go
 	s.trackers = make([]*groupTracker, cfg.Groups)
 	for g := range s.trackers {
 		lo, hi := api.GroupRange(g, cfg.Partitions, cfg.Groups)
