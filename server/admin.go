@@ -327,7 +327,7 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 		})
 		if r.State() == raft.Leader {
 			// The leader's configuration is the current one; Status compares
-			// it with placement (placemove.go).
+			// it with placement (cluster.PlacementStatus).
 			if fut := r.GetConfiguration(); fut.Error() == nil {
 				gs := out.Groups[len(out.Groups)-1]
 				for _, srv := range fut.Configuration().Servers {

@@ -24,7 +24,7 @@ import (
 // refuses every connection meant for the earlier one (raftnode/identity.go):
 // it cannot vote as its former self or count towards a quorum in its place.
 // A group leader replaces the earlier incarnation with the new one
-// (replaceIncarnations); until then the node reports why it takes no part.
+// (cluster/incarnation.go); until then the node reports why it takes no part.
 
 const identityFile = "identity.json"
 

@@ -60,7 +60,7 @@ type Config struct {
 	// zone has no voter (operators then use the admin API).
 	DisableAutoPlace bool
 	// MoveInterval is the least time between two replica moves started by
-	// one leader (placemove.go): each move copies a group's state to a new
+	// one leader (cluster/move.go): each move copies a group's state to a new
 	// node, so they run one at a time per leader and this far apart. Default
 	// 5s; negative disables moves (joins into empty zones still happen).
 	MoveInterval time.Duration
@@ -328,7 +328,7 @@ type Server struct {
 	dir        *dataDir // locked for the server's lifetime
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
 
-	// Node identity (identity.go, incarnation.go).
+	// Node identity (identity.go; replacement: cluster/incarnation.go).
 	ident       *nodeIdentity
 	refused     refusedIncarnations
 	joinRefused atomic.Value // string: why the cluster refused this node's join
