@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
 	"github.com/tollgate-io/tollgate/membership"
 )
@@ -103,12 +104,12 @@ func (a *adminService) AddVoter(ctx context.Context, req *api.AddVoterRequest) (
 		return c.AddVoter(fctx, req)
 	}
 	// A plain address that matches the member's gossiped endpoint names its
-	// current incarnation (incarnation.go).
+	// current incarnation (cluster/incarnation.go).
 	addr := req.Address
 	if addr != "" {
-		addr = a.s.incarnationAddr(req.Id, addr)
+		addr = a.s.ctl.IncarnationAddr(req.Id, addr)
 	}
-	res, err := a.s.addLearner(ctx, learnerRequest{
+	res, err := a.s.ctl.AddLearner(ctx, cluster.LearnerRequest{
 		Group: g, ID: req.Id, Addr: addr, Force: req.Force,
 		CatchUp: time.Duration(req.CatchUpTimeoutMillis) * time.Millisecond, Reason: "admin add-voter",
 	})
@@ -154,7 +155,7 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 		return nil, status.Errorf(codes.FailedPrecondition, "remove-server: %q is the last voter of group %d", req.Id, g)
 	}
 	if !req.Force {
-		if err := a.s.removalKeepsQuorum(g, peers, req.Id); err != nil {
+		if err := a.s.ctl.RemovalKeepsQuorum(g, peers, req.Id); err != nil {
 			return nil, err
 		}
 	}
@@ -168,37 +169,6 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 	}
 	peers, _, _ = peersOf(r)
 	return &api.MembershipResponse{Group: uint32(g), Index: fut.Index(), Peers: peers}, nil
-}
-
-// removalKeepsQuorum refuses to remove a voter when the voters left would
-// not have a quorum of running members (this leader, and alive members by
-// serf): removing a healthy voter while another is down would stop the group.
-func (s *Server) removalKeepsQuorum(g int, peers []*api.Peer, id string) error {
-	alive := map[string]bool{s.cfg.NodeID: true}
-	for _, m := range s.memberList() {
-		if m.Status == membership.StatusAlive {
-			alive[m.ID] = true
-		}
-	}
-	var left, up int
-	var down []string
-	for _, p := range peers {
-		if p.Suffrage != raft.Voter.String() || p.Id == id {
-			continue
-		}
-		left++
-		if alive[p.Id] {
-			up++
-		} else {
-			down = append(down, p.Id)
-		}
-	}
-	if need := left/2 + 1; up < need {
-		return status.Errorf(codes.FailedPrecondition,
-			"remove-server: removing %q would leave group %d %d voters of which only %d run (down: %s); it needs %d to commit anything: bring the down voters back or remove them first (--force to remove anyway); nothing was changed",
-			id, g, left, up, strings.Join(down, ", "), need)
-	}
-	return nil
 }
 
 // removeLeader removes this node, the group's leader: it hands leadership to
@@ -357,7 +327,7 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 		})
 		if r.State() == raft.Leader {
 			// The leader's configuration is the current one; Status compares
-			// it with placement (placemove.go).
+			// it with placement (cluster.PlacementStatus).
 			if fut := r.GetConfiguration(); fut.Error() == nil {
 				gs := out.Groups[len(out.Groups)-1]
 				for _, srv := range fut.Configuration().Servers {
@@ -453,7 +423,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
 		}
 	}
-	placementStatus(resp, s.cfg.Groups, s.cfg.Replicas)
+	cluster.PlacementStatus(resp, s.cfg.Groups, s.cfg.Replicas)
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController

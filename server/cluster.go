@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/membership"
 )
 
@@ -310,10 +310,8 @@ func (s *Server) clusterLoop() {
 	joined := len(seeds) == 0
 	joinFailures := 0
 	everJoined := false
-	var nextJoin, nextBalance, nextLearners time.Time
+	var nextJoin, nextBalance time.Time
 	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
-	bootstrapped := s.cfg.BootstrapExpect == 0
-	seenAlive := map[string]bool{}
 	lastLed := ""
 	for {
 		select {
@@ -376,40 +374,21 @@ func (s *Server) clusterLoop() {
 			// all list the same names) names this node too, and a join that
 			// reached only itself, because the others' names did not resolve
 			// yet, would otherwise leave the nodes apart for good.
-			if joined && !bootstrapped && len(s.cfg.Join) > 0 && now.After(nextJoin) &&
+			if joined && !s.ctl.Bootstrapped() && len(s.cfg.Join) > 0 && now.After(nextJoin) &&
 				len(alive(s.memberList())) < s.cfg.BootstrapExpect {
 				joined = false
 			}
 			s.noteKnown()                       // nodeauth.go
 			s.proveMembers(s.members.Members()) // nodeauth.go
-			s.adoptClusterID()                  // identity.go
-			if !bootstrapped {
-				bootstrapped = s.tryBootstrap()
-			}
-			// Reconcile when a member became alive (joined or came back).
-			ms := alive(s.memberList())
-			fresh := false
-			aliveNow := map[string]bool{}
-			for _, m := range ms {
-				aliveNow[m.ID] = true
-				if !seenAlive[m.ID] {
-					fresh = true
-				}
-			}
-			seenAlive = aliveNow
-			if fresh && !s.cfg.DisableAutoPlace {
-				s.reconcileAll(ms)
-			} else if !s.cfg.DisableAutoPlace && now.After(nextLearners) {
-				nextLearners = now.Add(learnerResume)
-				s.resumeLearners(ms)
-				s.maybeMove(now) // placemove.go
-			}
+			// Cluster id, bootstrap, placement repairs, learners and
+			// replica moves (package cluster).
+			s.ctl.Place(now)
 		}
 		s.enforceHalts()
 		s.publishView()
 		if s.cfg.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
-			nextBalance = time.Now().Add(balanceDelay(s.cfg.LeaderBalanceInterval, rand.N[time.Duration]))
-			s.balanceLeaders()
+			nextBalance = time.Now().Add(cluster.BalanceDelay(s.cfg.LeaderBalanceInterval, rand.N[time.Duration]))
+			s.ctl.BalanceLeaders()
 		}
 	}
 }
@@ -425,187 +404,30 @@ func (s *Server) publishView() {
 	}
 }
 
-// tryBootstrap executes planBootstrap: once --bootstrap-expect members are
-// alive it bootstraps the groups this node is a voter of. It returns true when
-// nothing is left to do.
-func (s *Server) tryBootstrap() bool {
-	ms := s.memberList()
-	if len(alive(ms)) < s.cfg.BootstrapExpect {
-		return false // not yet; skip reading every group's state
-	}
-	hasState := make([]bool, s.cfg.Groups)
-	for g := range hasState {
-		has, err := s.host.GroupHasState(g)
-		if err != nil {
-			s.log.Error("bootstrap: check group state", "group", g, "err", err)
-			return false
-		}
-		hasState[g] = has
-	}
-	plan := planBootstrap(bootstrapInput{Self: s.cfg.NodeID, Expect: s.cfg.BootstrapExpect, Replicas: s.cfg.Replicas, Members: ms, HasState: hasState})
-	if plan.Wait {
-		return false
-	}
-	// A cluster formed by other members (or by this data dir before it was
-	// replaced) is joined, never bootstrapped again (identity.go).
-	formed := bootstrapClusterID(aliveByID(ms)[:s.cfg.BootstrapExpect])
-	if mine := s.ident.clusterID(); mine != "" && mine != formed {
-		s.log.Info("not bootstrapping: this data dir belongs to an existing cluster", "cluster_id", mine)
-		return true
-	}
-	if exists, why := clusterExists(s.cfg.NodeID, ms, formed); exists {
-		s.log.Info("not bootstrapping: a cluster exists already; waiting for its leaders to add this node", "why", why)
-		return true
-	}
-	if len(plan.Groups) > 0 && s.ident.clusterID() == "" {
-		s.setClusterID(formed, "bootstrapped")
-	}
-	if len(plan.Ignored) > 0 {
-		s.log.Warn("more members alive than --bootstrap-expect; bootstrapping with the first ones by id", "expect", s.cfg.BootstrapExpect, "left_out", plan.Ignored)
-	}
-	for _, gc := range plan.Groups {
-		if err := s.host.BootstrapGroup(gc.Group, gc.Servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			s.log.Error("bootstrap group", "group", gc.Group, "err", err)
-			return false
-		}
-	}
-	s.log.Info("bootstrap complete", "expect", s.cfg.BootstrapExpect)
-	return true
+// handOffLeadership hands every group led here to another voter before a
+// graceful stop (cluster.Controller.HandOffLeadership).
+func (s *Server) handOffLeadership(ctx context.Context) { s.ctl.HandOffLeadership(ctx) }
+
+// incarnationLoop runs the leaders' side of incarnation replacement until
+// the node stops (cluster/incarnation.go).
+func (s *Server) incarnationLoop() { s.ctl.RunIncarnations() }
+
+// logIncarnationOnce logs a repeating warning about member id at most every
+// 30 s per (group, member) (cluster.Controller.LogOnce).
+func (s *Server) logIncarnationOnce(g int, id, msg string, args ...any) {
+	s.ctl.LogOnce(g, id, msg, args...)
 }
 
-// ledConfig is the configuration of a group this node leads.
-type ledConfig struct {
-	group int
-	conf  raft.Configuration
-}
-
-// ledConfigs returns, in group order, the configuration of every group this
-// node leads now; a group whose configuration cannot be read (leadership
-// just lost) is left out.
-func (s *Server) ledConfigs() []ledConfig {
-	var out []ledConfig
-	for g := range s.cfg.Groups {
-		r := s.host.Raft(g)
-		if r.State() != raft.Leader {
-			continue
+// untilClosing is a context for background work of the node: cancelled when
+// the node starts stopping, or by cancel.
+func (s *Server) untilClosing() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		select {
+		case <-s.closing:
+			cancel()
+		case <-ctx.Done():
 		}
-		fut := r.GetConfiguration()
-		if fut.Error() != nil {
-			continue
-		}
-		out = append(out, ledConfig{group: g, conf: fut.Configuration()})
-	}
-	return out
-}
-
-// reconcileAll executes planReconcile for every group led here, one group at a
-// time, so each plan starts from that group's current configuration.
-func (s *Server) reconcileAll(ms []membership.Member) {
-	targets := PlaceAll(s.cfg.Groups, placementCandidates(ms), s.cfg.Replicas)
-	for _, lc := range s.ledConfigs() {
-		for _, add := range planReconcile(ms, s.cfg.Replicas, targets[lc.group], groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
-			s.addVoter(add)
-		}
-	}
-}
-
-// resumeLearners finishes the learner additions a previous leader of a group
-// led here started but did not promote (it lost leadership while the server
-// caught up): placement's additions of servers that are non-voters now. Other
-// additions wait for a member to become alive, as in reconcileAll, so a
-// server an operator removed stays out.
-func (s *Server) resumeLearners(ms []membership.Member) {
-	var targets [][]membership.Member
-	for _, lc := range s.ledConfigs() {
-		learners := map[string]bool{}
-		for _, srv := range lc.conf.Servers {
-			if srv.Suffrage == raft.Nonvoter {
-				learners[string(srv.ID)] = true
-			}
-		}
-		if len(learners) == 0 {
-			continue
-		}
-		if targets == nil {
-			targets = PlaceAll(s.cfg.Groups, placementCandidates(ms), s.cfg.Replicas)
-		}
-		for _, add := range planReconcile(ms, s.cfg.Replicas, targets[lc.group], groupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
-			if learners[add.Member.ID] {
-				s.addVoter(add)
-			}
-		}
-	}
-}
-
-// addVoter executes one voterAdd through the learner path (learner.go), in
-// the background; a failure is logged and retried at the next reconcile (when
-// a member becomes alive again).
-func (s *Server) addVoter(add voterAdd) {
-	s.learners.start(s, add)
-}
-
-// balanceInput gathers planBalance's snapshot: alive members with their
-// gossiped leader counts, and the configuration of every group led here.
-func (s *Server) balanceInput() balanceInput {
-	in := balanceInput{Self: s.cfg.NodeID}
-	for _, m := range s.memberList() {
-		// A member whose clock is out of bound may not lead (clock.go).
-		if m.ID == s.cfg.NodeID || s.clock.peerReason(m.ID) == "" {
-			in.Members = append(in.Members, m)
-		}
-	}
-	for _, g := range s.ledGroups() {
-		gc := groupConfig{Group: g}
-		if fut := s.host.Raft(g).GetConfiguration(); fut.Error() == nil {
-			gc.Servers = fut.Configuration().Servers
-		}
-		in.Led = append(in.Led, gc)
-	}
-	return in
-}
-
-// balanceLeaders executes planBalance: at most one leadership transfer.
-func (s *Server) balanceLeaders() {
-	if mv, ok := planBalance(s.balanceInput()); ok {
-		s.moveLeader(mv)
-	}
-}
-
-// moveLeader executes one leaderMove. Raft's transfer is best effort (another
-// voter's election may win); the next balance check sees the outcome.
-func (s *Server) moveLeader(mv leaderMove) {
-	s.log.Info("balancing leadership", "group", mv.Group, "to", mv.To.ID, "led_here", mv.LedHere, "led_there", mv.LedThere)
-	if err := s.host.Raft(mv.Group).LeadershipTransferToServer(mv.To.ID, mv.To.Address).Error(); err != nil {
-		s.log.Warn("leadership transfer failed", "group", mv.Group, "to", mv.To.ID, "err", err)
-	}
-}
-
-// handOffLeadership transfers every group led here to another voter before a
-// graceful stop, so clients see a new leader at once instead of after an
-// election timeout.
-func (s *Server) handOffLeadership(ctx context.Context) {
-	var wg sync.WaitGroup
-	for _, g := range s.ledGroups() {
-		r := s.host.Raft(g)
-		fut := r.GetConfiguration()
-		if fut.Error() != nil || len(fut.Configuration().Servers) < 2 {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			done := make(chan error, 1)
-			go func() { done <- r.LeadershipTransfer().Error() }()
-			select {
-			case err := <-done:
-				if err != nil {
-					s.log.Warn("leadership hand-off failed", "group", g, "err", err)
-				} else {
-					s.log.Info("leadership handed off", "group", g)
-				}
-			case <-ctx.Done():
-			}
-		}()
-	}
-	wg.Wait()
+	}()
+	return ctx, cancel
 }

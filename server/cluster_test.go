@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 )
 
 const testToken = "s3cret"
@@ -396,8 +397,8 @@ func TestAdminMembershipAndTransfer(t *testing.T) {
 	}
 }
 
-// TestLeadersBalance drives the balancer's own pieces (balanceInput →
-// planBalance → moveLeader, what the cluster loop runs every interval) on a
+// TestLeadersBalance drives the balancer's own pieces (BalanceInput →
+// PlanBalance → MoveLeader, what the cluster loop runs every interval) on a
 // real 3-node cluster from a skewed start, one move at a time on a settled
 // cluster, until no node plans a move. It fails, with the history of moves,
 // if the planner stops before leaders are within one of even, or if it keeps
@@ -432,7 +433,7 @@ func TestLeadersBalance(t *testing.T) {
 	// settled returns every node's balance input once raft has one leader per
 	// group and every node's gossiped view of who leads what agrees with raft,
 	// so each plan starts from the truth.
-	var inputs []balanceInput
+	var inputs []cluster.BalanceInput
 	var state string
 	settled := func() bool {
 		led := map[string][]int{}
@@ -453,7 +454,7 @@ func TestLeadersBalance(t *testing.T) {
 		}
 		inputs = inputs[:0]
 		for _, s := range nodes {
-			in := s.balanceInput()
+			in := s.ctl.BalanceInput()
 			var own []int
 			for _, gc := range in.Led {
 				own = append(own, gc.Group)
@@ -472,7 +473,7 @@ func TestLeadersBalance(t *testing.T) {
 	}
 
 	var history []string
-	var last *leaderMove
+	var last *cluster.LeaderMove
 	for {
 		waitFor(t, "a settled cluster (one leader per group, gossip agrees with raft)", settled)
 		if last != nil && byID[string(last.To.ID)].Raft(last.Group).State() != raft.Leader {
@@ -481,9 +482,9 @@ func TestLeadersBalance(t *testing.T) {
 			history[len(history)-1] += " (did not land)"
 		}
 		var mover *Server
-		var mv leaderMove
+		var mv cluster.LeaderMove
 		for i, in := range inputs {
-			if m, ok := planBalance(in); ok {
+			if m, ok := cluster.PlanBalance(in); ok {
 				mover, mv = nodes[i], m
 				break
 			}
@@ -497,7 +498,7 @@ func TestLeadersBalance(t *testing.T) {
 		if len(history) > 20 {
 			t.Fatalf("balancer still moving after %d moves (now %s): %v", len(history), state, history)
 		}
-		mover.moveLeader(mv)
+		mover.ctl.MoveLeader(mv)
 		last = &mv
 	}
 	counts := map[string]int{}
@@ -648,7 +649,7 @@ func TestBootstrapTwoNodesPerZone(t *testing.T) {
 			hosting[p.Id]++
 		}
 		var want []string
-		for _, m := range Placement(g, ms, 3) {
+		for _, m := range cluster.Placement(g, ms, 3) {
 			want = append(want, m.ID)
 		}
 		slices.Sort(got)

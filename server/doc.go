@@ -3,5 +3,8 @@
 // (package admission, wired in tracker.go; errors.go maps its and raft's errors
 // to gRPC codes), serves the gRPC API and the HTTP endpoints (/metrics,
 // /healthz, /readyz, /api/v1/..., /ui/, and /debug/pprof when enabled), reloads
-// runtime limits, and holds the data dir's lock.
+// runtime limits, and holds the data dir's lock. Cluster control (placement,
+// learners, moves, incarnations) is package cluster's controller, which
+// reaches this node through the port in clusterport.go; server keeps the
+// cluster view it serves (cluster.go) and the admin handlers that call it.
 package server

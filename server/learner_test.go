@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 )
 
 // joinNode starts one more node, joined to tc's gossip but in no group (the
@@ -175,7 +176,7 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 	if err != nil {
 		t.Fatalf("add n4 to group 2: %v", err)
 	}
-	if resp.LagEntries > learnerMaxLag || resp.AlreadyVoter {
+	if resp.LagEntries > cluster.LearnerMaxLag || resp.AlreadyVoter {
 		t.Fatalf("add n4 to group 2: %+v", resp)
 	}
 	var isVoter bool

@@ -36,7 +36,7 @@ type metrics struct {
 	// streamsSlow counts watch streams closed as slow readers (access.StreamBounds).
 	streamsSlow prometheus.Counter
 	// moves counts replica moves by result; misplaced is the replicas of
-	// groups led here that placement wants elsewhere (placemove.go).
+	// groups led here that placement wants elsewhere (cluster/move.go).
 	moves     *prometheus.CounterVec
 	misplaced prometheus.Gauge
 }

@@ -11,8 +11,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/hashicorp/raft"
-
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
@@ -20,7 +19,7 @@ import (
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
-// Outage recovery: a group whose voters are gone for good (disks lost, more
+// Outage recovery (the per-group plan is cluster.PlanGroupRecovery): a group whose voters are gone for good (disks lost, more
 // than a quorum of them) can never elect a leader again, and nothing online
 // can change its configuration, because that needs the quorum it lost. The
 // survivors' data is still there. RecoverPlan/Apply rewrite, offline, the
@@ -43,20 +42,12 @@ type RecoverOptions struct {
 	Logger *slog.Logger
 }
 
-// GroupRecovery is the plan for one group.
-type GroupRecovery struct {
-	raftnode.OfflineGroup // the group as it is on disk (Group, Configuration, …)
-	New                   raft.Configuration
-	// Skip says why the group is left alone ("" = it will be rewritten).
-	Skip string
-}
-
 // RecoverPlan is what Apply will do; it holds the data dir's lock (no node can
 // start on it) until Close.
 type RecoverPlan struct {
 	opts                       RecoverOptions
 	Partitions, Groups, Shards int
-	Plans                      []GroupRecovery
+	Plans                      []cluster.GroupRecovery
 	dir                        *dataDir
 }
 
@@ -142,36 +133,10 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 			errs = append(errs, err)
 			continue
 		}
-		gr := GroupRecovery{OfflineGroup: og}
-		switch {
-		case !og.HasState && explicit:
-			errs = append(errs, fmt.Errorf("group %d: %s holds no raft state for it: nothing to recover from here", g, opts.DataDir))
+		gr, err := cluster.PlanGroupRecovery(og, opts.NodeID, opts.DataDir, keep, explicit)
+		if err != nil {
+			errs = append(errs, err)
 			continue
-		case !og.HasState:
-			gr.Skip = "no raft state on this node"
-			p.Plans = append(p.Plans, gr)
-			continue
-		}
-		byID := map[raft.ServerID]raft.Server{}
-		for _, s := range og.Configuration.Servers {
-			byID[s.ID] = s
-		}
-		if _, ok := byID[raft.ServerID(opts.NodeID)]; !ok {
-			errs = append(errs, fmt.Errorf("group %d: %s is not in the group's configuration (%s): its data for the group may be stale; recover the group on a node that is",
-				g, opts.NodeID, FormatConfiguration(og.Configuration)))
-			continue
-		}
-		for _, id := range keep {
-			s, ok := byID[raft.ServerID(id)]
-			if !ok {
-				errs = append(errs, fmt.Errorf("group %d: --voters names %s, which is not in the group's configuration (%s)", g, id, FormatConfiguration(og.Configuration)))
-				continue
-			}
-			s.Suffrage = raft.Voter
-			gr.New.Servers = append(gr.New.Servers, s)
-		}
-		if sameConfiguration(og.Configuration, gr.New) {
-			gr.Skip = "its configuration already is the new one"
 		}
 		p.Plans = append(p.Plans, gr)
 	}
@@ -227,29 +192,4 @@ func recoveryFSM(partitions, groups, shardCount, g int, log *slog.Logger) (*fsm.
 	return fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
 		MaxClusterVersion: fsm.CurrentClusterVersion,
 		Modules:           []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
-}
-
-// FormatConfiguration prints a raft configuration as "id address suffrage"
-// entries, comma-separated.
-func FormatConfiguration(c raft.Configuration) string {
-	if len(c.Servers) == 0 {
-		return "(empty)"
-	}
-	var parts []string
-	for _, s := range c.Servers {
-		parts = append(parts, fmt.Sprintf("%s %s %s", s.ID, s.Address, s.Suffrage))
-	}
-	return strings.Join(parts, ", ")
-}
-
-func sameConfiguration(a, b raft.Configuration) bool {
-	if len(a.Servers) != len(b.Servers) {
-		return false
-	}
-	for i := range a.Servers {
-		if a.Servers[i] != b.Servers[i] {
-			return false
-		}
-	}
-	return true
 }

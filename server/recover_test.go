@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tollgate-io/tollgate/cluster"
 )
 
 // TestRecoveryFSMMatchesServer: the state machine raft recover replays the log
@@ -57,7 +59,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	}
 	for _, g := range p.Plans {
 		if g.Skip == "" {
-			t.Errorf("group %d of a single node: planned a rewrite (%s → %s)", g.Group, FormatConfiguration(g.Configuration), FormatConfiguration(g.New))
+			t.Errorf("group %d of a single node: planned a rewrite (%s → %s)", g.Group, cluster.FormatConfiguration(g.Configuration), cluster.FormatConfiguration(g.New))
 		}
 	}
 	if len(p.Plans) != cfg.Groups {

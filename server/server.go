@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
@@ -60,7 +61,7 @@ type Config struct {
 	// zone has no voter (operators then use the admin API).
 	DisableAutoPlace bool
 	// MoveInterval is the least time between two replica moves started by
-	// one leader (placemove.go): each move copies a group's state to a new
+	// one leader (cluster/move.go): each move copies a group's state to a new
 	// node, so they run one at a time per leader and this far apart. Default
 	// 5s; negative disables moves (joins into empty zones still happen).
 	MoveInterval time.Duration
@@ -291,9 +292,8 @@ type Server struct {
 	creds    *access.Store        // nil without any credential: no admin token, no credentials file
 	guard    *access.Guard        // the access check (access.go)
 	admin    *adminService
-	learners learnerAdds    // learner additions in progress while leading (learner.go)
-	moves    moveState      // replica moves towards placement (placemove.go)
-	peers    *nodeport.Pool // connections to other nodes (peers.go; set with the gRPC server)
+	ctl      *cluster.Controller // cluster duties: placement, learners, moves, incarnations (clusterport.go)
+	peers    *nodeport.Pool      // connections to other nodes (peers.go; set with the gRPC server)
 	// nodeKeys sign and verify node credentials (nodeauth.go); nil when
 	// the cluster has no key.
 	nodeKeys *nodeport.Keys
@@ -330,11 +330,10 @@ type Server struct {
 	dir        *dataDir // locked for the server's lifetime
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
 
-	// Node identity (identity.go, incarnation.go).
+	// Node identity (identity.go; replacement: cluster/incarnation.go).
 	ident       *nodeIdentity
 	refused     refusedIncarnations
-	joinRefused atomic.Value         // string: why the cluster refused this node's join
-	incLogged   map[string]time.Time // under refused.mu
+	joinRefused atomic.Value // string: why the cluster refused this node's join
 
 	leaderEvents chan leaderEvent
 	closing      chan struct{} // closed when Stop begins (ends watch streams)
@@ -504,6 +503,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
+	s.ctl = newController(s) // clusterport.go
 	s.trackers = make([]*groupTracker, cfg.Groups)
 	for g := range s.trackers {
 		lo, hi := api.GroupRange(g, cfg.Partitions, cfg.Groups)

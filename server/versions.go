@@ -14,15 +14,15 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
-	"github.com/tollgate-io/tollgate/membership"
 )
 
 // Rolling upgrades. Every node advertises the highest cluster version its build
 // supports (serf tag "ver", Config.MaxClusterVersion). A leader appends an entry
 // of a type introduced in cluster version v only when every server of the
 // group's raft configuration advertises v or more — a server that is down
-// counting with the version it last advertised (see versionLag); otherwise the
+// counting with the version it last advertised (see cluster.VersionLag); otherwise the
 // request gets FailedPrecondition naming the nodes that lag. A replica that
 // still meets an entry it cannot apply halts that group (fsm.FSM.Apply): it
 // reports the group not ready, refuses to lead it, and waits to be restarted
@@ -73,73 +73,15 @@ func (s *Server) MaxClusterVersion() int { return s.cfg.MaxClusterVersion }
 // groupSupports reports whether every server of group g's raft configuration
 // (voters and non-voters: both apply the log) supports cluster version
 // `version`, as read from this node's copy of the configuration and the
-// gossiped "ver" tags (versionLag decides). lagging describes each server that
+// gossiped "ver" tags (cluster.VersionLag decides). lagging describes each server that
 // does not, or whose version is unknown.
 func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 	fut := s.host.Raft(g).GetConfiguration()
 	if err := fut.Error(); err != nil {
 		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.NodeID, err)}
 	}
-	lagging = versionLag(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging = cluster.VersionLag(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
 	return len(lagging) == 0, lagging
-}
-
-// versionLag lists the servers that cannot be counted on to apply an entry of
-// cluster version `version`: self when selfVersion is below it, a server the
-// member list advertises below it, and a server missing from the member list.
-//
-// A member that is down (failed, leaving, left) counts with the version it
-// last advertised: serf keeps a failed member, tags included, until the
-// reconnect timeout (24 h, membership.New) and a member that left until the
-// tombstone timeout, so its last "ver" tag is what its build supported. Only
-// a downgrade could bring it back below that, and downgrades are unsupported:
-// such a replica halts the group on the first entry it cannot apply, which
-// /readyz and tollgate_group_halted report — the same outcome as adding a
-// voter with an older build to a group that already uses newer entry types.
-// Treating a down voter as "unknown" instead blocked every newer entry type
-// (runtime config, share moves, metering) for the whole outage of one node.
-//
-// A server absent from the member list (reaped, or not rejoined since a
-// restart: serf's snapshot keeps addresses, not tags) counts with the version
-// this node's peers record holds for it (recorded, 0 for none): by the same
-// argument, it is what its build supported when last seen. Without one its
-// version is unknown and it lags.
-func versionLag(servers []raft.Server, members []membership.Member, recorded func(id string) int, self string, selfVersion, version int) (lagging []string) {
-	lagging, _ = versionLagUnknown(servers, members, recorded, self, selfVersion, version)
-	return lagging
-}
-
-// versionLagUnknown is versionLag, also counting how many of the lagging
-// servers lag only because their version is not known (absent from the
-// member list): a leader that has just restarted sees its peers that way
-// until it rejoins gossip, which is no reason to treat them as older builds.
-func versionLagUnknown(servers []raft.Server, members []membership.Member, recorded func(id string) int, self string, selfVersion, version int) (lagging []string, unknown int) {
-	byID := make(map[string]membership.Member, len(members))
-	for _, m := range members {
-		byID[m.ID] = m
-	}
-	for _, srv := range servers {
-		id := string(srv.ID)
-		if id == self {
-			if selfVersion < version {
-				lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, selfVersion))
-			}
-			continue
-		}
-		m, known := byID[id]
-		switch {
-		case !known && recorded != nil && recorded(id) >= version:
-		case !known:
-			lagging = append(lagging, fmt.Sprintf("%s is not in the member list (cluster version unknown)", id))
-			unknown++
-		case m.ClusterVersion >= version:
-		case m.Status == membership.StatusAlive:
-			lagging = append(lagging, fmt.Sprintf("%s supports cluster version %d", id, m.ClusterVersion))
-		default:
-			lagging = append(lagging, fmt.Sprintf("%s is %s and last advertised cluster version %d", id, m.Status, m.ClusterVersion))
-		}
-	}
-	return lagging, unknown
 }
 
 // versionGate is what an entry of cluster version `version` may do in group
@@ -155,7 +97,7 @@ func (s *Server) versionGate(g, version int) gate {
 	if fut.Error() != nil {
 		return gateUnknown
 	}
-	lagging, unknown := versionLagUnknown(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging, unknown := cluster.VersionLagUnknown(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
 	switch {
 	case len(lagging) == 0:
 		return gateOpen

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/server"
 )
 
@@ -116,8 +117,8 @@ func printRecoverPlan(out io.Writer, p *server.RecoverPlan) int {
 		fmt.Fprintln(out)
 		fmt.Fprintf(out, "  on disk:            log %d..%d (last term %d), current term %d, newest snapshot at index %d\n",
 			g.FirstIndex, g.LastIndex, g.LastTerm, g.CurrentTerm, g.SnapshotIndex)
-		fmt.Fprintf(out, "  old configuration:  %s (written at index %d)\n", server.FormatConfiguration(g.Configuration), g.ConfigurationIndex)
-		fmt.Fprintf(out, "  new configuration:  %s\n", server.FormatConfiguration(g.New))
+		fmt.Fprintf(out, "  old configuration:  %s (written at index %d)\n", cluster.FormatConfiguration(g.Configuration), g.ConfigurationIndex)
+		fmt.Fprintf(out, "  new configuration:  %s\n", cluster.FormatConfiguration(g.New))
 		var gone []string
 		for _, s := range g.Configuration.Servers {
 			kept := false
@@ -143,7 +144,7 @@ func printRecoverPlan(out io.Writer, p *server.RecoverPlan) int {
 func newVoters(p *server.RecoverPlan, g int) string {
 	for _, gr := range p.Plans {
 		if gr.Group == g {
-			return server.FormatConfiguration(gr.New)
+			return cluster.FormatConfiguration(gr.New)
 		}
 	}
 	return "?"

@@ -1,4 +1,4 @@
-package server
+package cluster
 
 import (
 	"context"
@@ -14,9 +14,9 @@ import (
 )
 
 // A group leader replaces a server's earlier incarnation with the one its
-// member now gossips (identity.go explains incarnations): remove the earlier
-// incarnation — only while the voters left include a quorum that is up to
-// date — add the new one as a non-voter, wait (bounded) until its log is
+// member now gossips (package server's identity.go explains incarnations):
+// remove the earlier incarnation — only while the voters left include a
+// quorum that is up to date — add the new one as a non-voter, wait (bounded) until its log is
 // within catchUpLag entries of the leader's commit index, then promote it.
 // The new incarnation never counts towards a quorum before it holds the log.
 
@@ -92,11 +92,11 @@ func listedAddr(srv raft.Server, m membership.Member) string {
 // endpoint of an alive member that gossips an incarnation becomes that
 // incarnation's address (the transport refuses plain addresses for data dirs
 // created by this build). Any other address is returned as it is.
-func (s *Server) incarnationAddr(id, addr string) string {
-	if s.members == nil {
+func (c *Controller) IncarnationAddr(id, addr string) string {
+	if !c.node.Gossip() {
 		return addr
 	}
-	for _, m := range alive(s.memberList()) {
+	for _, m := range alive(c.node.Members()) {
 		if m.ID != id || m.Incarnation == "" {
 			continue
 		}
@@ -107,28 +107,29 @@ func (s *Server) incarnationAddr(id, addr string) string {
 	return addr
 }
 
-// incarnationLoop runs the leader's side of incarnation replacement until stop.
-func (s *Server) incarnationLoop() {
+// RunIncarnations runs the leader's side of incarnation replacement until
+// the node starts stopping.
+func (c *Controller) RunIncarnations() {
 	t := time.NewTicker(incarnationCheckEvery)
 	defer t.Stop()
 	var mu sync.Mutex
 	busy := map[string]bool{}
 	for {
 		select {
-		case <-s.closing:
+		case <-c.cfg.Closing:
 			return
 		case <-t.C:
 		}
-		if s.members == nil || s.cfg.DisableAutoPlace {
+		if !c.node.Gossip() || c.cfg.DisableAutoPlace {
 			// --disable-auto-place: operators replace incarnations by hand
 			// (remove-server, add-voter), as the node's /readyz says.
 			continue
 		}
 		byID := map[string]membership.Member{}
-		for _, m := range alive(s.memberList()) {
+		for _, m := range alive(c.node.Members()) {
 			byID[m.ID] = m
 		}
-		for _, lc := range s.ledConfigs() {
+		for _, lc := range c.ledConfigs() {
 			g, conf := lc.group, lc.conf
 			voters := 0
 			zones := map[string]bool{}
@@ -137,17 +138,17 @@ func (s *Server) incarnationLoop() {
 					voters++
 					if m, ok := byID[string(srv.ID)]; ok {
 						zones[m.Zone] = true
-					} else if string(srv.ID) == s.cfg.NodeID {
-						zones[s.cfg.Zone] = true
+					} else if string(srv.ID) == c.cfg.NodeID {
+						zones[c.cfg.Zone] = true
 					}
 				}
 			}
 			for _, srv := range conf.Servers {
 				m, ok := byID[string(srv.ID)]
-				if !ok || m.ID == s.cfg.NodeID {
+				if !ok || m.ID == c.cfg.NodeID {
 					continue
 				}
-				act := planIncarnation(srv, m, s.ident.clusterID(), voters, s.cfg.Replicas, zones[m.Zone])
+				act := planIncarnation(srv, m, c.node.ClusterID(), voters, c.cfg.Replicas, zones[m.Zone])
 				if act == incarnationKeep {
 					continue
 				}
@@ -159,21 +160,21 @@ func (s *Server) incarnationLoop() {
 				}
 				// One path at a time per (group, server): a learner addition
 				// in progress (learner.go) promotes its own non-voter.
-				if !s.learners.claim(g, m.ID) {
+				if !c.learners.claim(g, m.ID) {
 					mu.Unlock()
 					continue
 				}
 				busy[key] = true
 				mu.Unlock()
-				s.wg.Add(1)
+				c.cfg.WG.Add(1)
 				go func() {
-					defer s.wg.Done()
-					defer s.learners.release(g, m.ID)
+					defer c.cfg.WG.Done()
+					defer c.learners.release(g, m.ID)
 					defer func() { mu.Lock(); delete(busy, key); mu.Unlock() }()
 					if act == incarnationReplace {
-						s.replaceIncarnation(g, srv, m, conf)
+						c.replaceIncarnation(g, srv, m, conf)
 					} else {
-						s.promoteCaughtUp(g, m)
+						c.promoteCaughtUp(g, m)
 					}
 				}()
 			}
@@ -183,48 +184,48 @@ func (s *Server) incarnationLoop() {
 
 // replaceIncarnation removes srv (an earlier incarnation of m) from group g
 // and adds m in its place through the non-voter path.
-func (s *Server) replaceIncarnation(g int, srv raft.Server, m membership.Member, conf raft.Configuration) {
-	r := s.host.Raft(g)
+func (c *Controller) replaceIncarnation(g int, srv raft.Server, m membership.Member, conf raft.Configuration) {
+	r := c.node.Raft(g)
 	if srv.Suffrage == raft.Voter {
-		if ok, why := s.quorumUpToDateWithout(g, srv.ID, conf); !ok {
-			s.logIncarnationOnce(g, m.ID, "not replacing the earlier incarnation yet: "+why,
+		if ok, why := c.quorumUpToDateWithout(g, srv.ID, conf); !ok {
+			c.LogOnce(g, m.ID, "not replacing the earlier incarnation yet: "+why,
 				"group", g, "node", m.ID, "listed", string(srv.Address), "new", m.RaftAddr)
 			return
 		}
 	}
-	s.log.Warn("replacing an earlier incarnation of a node (its data dir was replaced): removing it, adding the new one as a non-voter, promoting it once caught up",
+	c.log.Warn("replacing an earlier incarnation of a node (its data dir was replaced): removing it, adding the new one as a non-voter, promoting it once caught up",
 		"group", g, "node", m.ID, "earlier", string(srv.Address), "new", m.RaftAddr)
-	if err := r.RemoveServer(srv.ID, 0, membershipTimeout).Error(); err != nil {
-		s.log.Warn("remove earlier incarnation failed; retrying", "group", g, "node", m.ID, "err", err)
+	if err := r.RemoveServer(srv.ID, 0, MembershipTimeout).Error(); err != nil {
+		c.log.Warn("remove earlier incarnation failed; retrying", "group", g, "node", m.ID, "err", err)
 		return
 	}
 	// The earlier incarnation is out: nothing else would add the new one
 	// back (reconcile acts when a member becomes alive), so retry here while
 	// this node leads.
 	for attempt := 1; ; attempt++ {
-		err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error()
+		err := r.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, MembershipTimeout).Error()
 		if err == nil {
 			break
 		}
-		s.log.Warn("add new incarnation as non-voter failed; retrying", "group", g, "node", m.ID, "attempt", attempt, "err", err)
+		c.log.Warn("add new incarnation as non-voter failed; retrying", "group", g, "node", m.ID, "attempt", attempt, "err", err)
 		if r.State() != raft.Leader {
 			return
 		}
 		select {
-		case <-s.closing:
+		case <-c.cfg.Closing:
 			return
 		case <-time.After(time.Second):
 		}
 	}
 	if srv.Suffrage == raft.Voter {
-		s.promoteCaughtUp(g, m)
+		c.promoteCaughtUp(g, m)
 	}
 }
 
 // promoteCaughtUp waits (bounded) until m's replica of group g is within
 // catchUpLag of this leader's commit index, then makes it a voter.
-func (s *Server) promoteCaughtUp(g int, m membership.Member) {
-	r := s.host.Raft(g)
+func (c *Controller) promoteCaughtUp(g int, m membership.Member) {
+	r := c.node.Raft(g)
 	deadline := time.Now().Add(catchUpTimeout)
 	t := time.NewTicker(250 * time.Millisecond)
 	defer t.Stop()
@@ -232,26 +233,26 @@ func (s *Server) promoteCaughtUp(g int, m membership.Member) {
 		if r.State() != raft.Leader {
 			return // the next leader takes over (planIncarnation: promote)
 		}
-		st, err := s.peerGroupState(m, g)
+		st, err := c.peerGroupState(m, g)
 		if err == nil && st.LastIndex+catchUpLag >= r.CommitIndex() && st.AppliedIndex+catchUpLag >= r.CommitIndex() {
 			break
 		}
 		if time.Now().After(deadline) {
-			s.log.Warn("new incarnation did not catch up in time; still a non-voter, will retry", "group", g, "node", m.ID,
+			c.log.Warn("new incarnation did not catch up in time; still a non-voter, will retry", "group", g, "node", m.ID,
 				"waited", catchUpTimeout, "leader_commit", r.CommitIndex(), "peer", fmtPeerState(st, err))
 			return
 		}
 		select {
-		case <-s.closing:
+		case <-c.cfg.Closing:
 			return
 		case <-t.C:
 		}
 	}
-	if err := r.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, membershipTimeout).Error(); err != nil {
-		s.log.Warn("promote new incarnation failed; retrying", "group", g, "node", m.ID, "err", err)
+	if err := r.AddVoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, MembershipTimeout).Error(); err != nil {
+		c.log.Warn("promote new incarnation failed; retrying", "group", g, "node", m.ID, "err", err)
 		return
 	}
-	s.log.Info("new incarnation caught up and promoted to voter", "group", g, "node", m.ID, "address", m.RaftAddr)
+	c.log.Info("new incarnation caught up and promoted to voter", "group", g, "node", m.ID, "address", m.RaftAddr)
 }
 
 func fmtPeerState(st *api.GroupState, err error) string {
@@ -265,11 +266,11 @@ func fmtPeerState(st *api.GroupState, err error) string {
 // `without` include a quorum (of themselves) that is up to date: this leader,
 // and followers at the incarnation listed that follow it and whose log is
 // within catchUpLag of its commit index.
-func (s *Server) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.Configuration) (bool, string) {
-	r := s.host.Raft(g)
+func (c *Controller) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.Configuration) (bool, string) {
+	r := c.node.Raft(g)
 	commit := r.CommitIndex()
 	byID := map[string]membership.Member{}
-	for _, m := range alive(s.memberList()) {
+	for _, m := range alive(c.node.Members()) {
 		byID[m.ID] = m
 	}
 	left, ok := 0, 0
@@ -279,7 +280,7 @@ func (s *Server) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.C
 			continue
 		}
 		left++
-		if string(srv.ID) == s.cfg.NodeID {
+		if string(srv.ID) == c.cfg.NodeID {
 			ok++
 			continue
 		}
@@ -289,8 +290,8 @@ func (s *Server) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.C
 			behind = append(behind, string(srv.ID)+" (down or replaced)")
 			continue
 		}
-		st, err := s.peerGroupState(m, g)
-		if err != nil || st.LeaderId != s.cfg.NodeID || st.LastIndex+catchUpLag < commit {
+		st, err := c.peerGroupState(m, g)
+		if err != nil || st.LeaderId != c.cfg.NodeID || st.LastIndex+catchUpLag < commit {
 			behind = append(behind, fmt.Sprintf("%s (%s)", srv.ID, fmtPeerState(st, err)))
 			continue
 		}
@@ -302,20 +303,15 @@ func (s *Server) quorumUpToDateWithout(g int, without raft.ServerID, conf raft.C
 	return true, ""
 }
 
-// peerGroupState asks member m for its replica of group g (admin NodeGroups).
-func (s *Server) peerGroupState(m membership.Member, g int) (*api.GroupState, error) {
-	if s.admin == nil || m.GRPCAddr == "" {
+// peerGroupState asks member m for its replica of group g (admin NodeGroups,
+// through the port).
+func (c *Controller) peerGroupState(m membership.Member, g int) (*api.GroupState, error) {
+	if m.GRPCAddr == "" {
 		return nil, fmt.Errorf("%s: no gRPC address", m.ID)
 	}
-	c, err := s.admin.client(m.GRPCAddr)
-	if err != nil {
-		return nil, err
-	}
-	// The node credential goes with it (nodeport.Pool), and only once the
-	// address proved it is a node of this cluster.
 	ctx, cancel := context.WithTimeout(context.Background(), peerStateTimeout)
 	defer cancel()
-	resp, err := c.NodeGroups(ctx, &api.NodeGroupsRequest{})
+	resp, err := c.node.PeerGroups(ctx, m.GRPCAddr)
 	if err != nil {
 		return nil, fmt.Errorf("%s: NodeGroups: %w", m.ID, err)
 	}
@@ -327,20 +323,21 @@ func (s *Server) peerGroupState(m membership.Member, g int) (*api.GroupState, er
 	return nil, fmt.Errorf("%s: no state for group %d", m.ID, g)
 }
 
-// logIncarnationOnce logs a waiting replacement at most every 30 s per (group,
-// node): the check repeats every second.
-func (s *Server) logIncarnationOnce(g int, id, msg string, args ...any) {
+// LogOnce logs a waiting replacement (or another repeating warning about
+// a member) at most every 30 s per (group, node): the checks repeat every
+// second. Any goroutine.
+func (c *Controller) LogOnce(g int, id, msg string, args ...any) {
 	key := fmt.Sprint(g, "/", id)
-	s.refused.mu.Lock()
-	if s.incLogged == nil {
-		s.incLogged = map[string]time.Time{}
+	c.logMu.Lock()
+	if c.incLogged == nil {
+		c.incLogged = map[string]time.Time{}
 	}
-	last := s.incLogged[key]
+	last := c.incLogged[key]
 	if time.Since(last) < 30*time.Second {
-		s.refused.mu.Unlock()
+		c.logMu.Unlock()
 		return
 	}
-	s.incLogged[key] = time.Now()
-	s.refused.mu.Unlock()
-	s.log.Warn(msg, args...)
+	c.incLogged[key] = time.Now()
+	c.logMu.Unlock()
+	c.log.Warn(msg, args...)
 }

@@ -1,4 +1,4 @@
-package server
+package cluster
 
 import (
 	"slices"
@@ -15,12 +15,13 @@ import (
 // takes a snapshot of what the node knows (members with zones and status,
 // groups' raft configurations, which groups it leads) and returns the actions
 // to take. They do no I/O and read no clock, so table tests cover every case;
-// cluster.go gathers the snapshot from serf and raft and executes the plan.
+// controller.go gathers the snapshot through the port (port.go) and executes
+// the plan.
 
-// groupConfig is one group's raft configuration as the planners see it. Nil
+// GroupConfig is one group's raft configuration as the planners see it. Nil
 // Servers means the configuration could not be read: such a group gets no
 // action.
-type groupConfig struct {
+type GroupConfig struct {
 	Group   int
 	Servers []raft.Server
 }
@@ -47,7 +48,7 @@ type bootstrapInput struct {
 type bootstrapPlan struct {
 	Wait    bool          // fewer than Expect members alive: nothing to do yet
 	Ignored []string      // alive members beyond Expect (by id), left out of every configuration
-	Groups  []groupConfig // groups to bootstrap here, ascending
+	Groups  []GroupConfig // groups to bootstrap here, ascending
 }
 
 // planBootstrap: once Expect members are alive, every one of them places every
@@ -73,7 +74,7 @@ func planBootstrap(in bootstrapInput) bootstrapPlan {
 		if !slices.ContainsFunc(voters, func(m membership.Member) bool { return m.ID == in.Self }) {
 			continue
 		}
-		gc := groupConfig{Group: g}
+		gc := GroupConfig{Group: g}
 		for _, v := range voters {
 			gc.Servers = append(gc.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
 		}
@@ -106,7 +107,7 @@ type voterAdd struct {
 // among the alive members. It never removes a server: removal is an operator
 // decision (raft remove-server), and a removed node stays out until it joins
 // again.
-func planReconcile(members []membership.Member, replicas int, target []membership.Member, gc groupConfig) []voterAdd {
+func planReconcile(members []membership.Member, replicas int, target []membership.Member, gc GroupConfig) []voterAdd {
 	if gc.Servers == nil {
 		return nil
 	}
@@ -166,33 +167,33 @@ func planReconcile(members []membership.Member, replicas int, target []membershi
 	return plan
 }
 
-// balanceInput is what a node knows when it considers handing off leadership.
-type balanceInput struct {
+// BalanceInput is what a node knows when it considers handing off leadership.
+type BalanceInput struct {
 	Self    string
 	Members []membership.Member // with the groups each leads as gossiped; only alive ones count
-	Led     []groupConfig       // the groups this node leads (per raft), ascending
+	Led     []GroupConfig       // the groups this node leads (per raft), ascending
 }
 
-// leaderMove transfers leadership of Group from this node to To.
-type leaderMove struct {
+// LeaderMove transfers leadership of Group from this node to To.
+type LeaderMove struct {
 	Group    int
 	To       raft.Server
 	LedHere  int // groups this node leads
 	LedThere int // groups To leads
 }
 
-// planBalance picks at most one leadership transfer: a group led here whose
+// PlanBalance picks at most one leadership transfer: a group led here whose
 // voters include an alive node (whose disk takes writes) leading at least two
 // fewer groups, the least
 // loaded such voter (first in configuration order on a tie), starting from the
 // highest-numbered group led here. Each step lowers the spread, so counts
 // converge to within one of each other (a leader does its group's deciding
-// and fsyncs). One move per call, and calls jittered (balanceDelay), keeps
+// and fsyncs). One move per call, and calls jittered (BalanceDelay), keeps
 // nodes from all dumping on the same target at once.
-func planBalance(in balanceInput) (leaderMove, bool) {
+func PlanBalance(in BalanceInput) (LeaderMove, bool) {
 	ms := alive(in.Members)
 	if len(ms) < 2 {
-		return leaderMove{}, false
+		return LeaderMove{}, false
 	}
 	counts := map[string]int{}
 	for _, m := range ms {
@@ -224,16 +225,16 @@ func planBalance(in balanceInput) (leaderMove, bool) {
 			}
 		}
 		if best != nil {
-			return leaderMove{Group: gc.Group, To: *best, LedHere: mine, LedThere: bestN}, true
+			return LeaderMove{Group: gc.Group, To: *best, LedHere: mine, LedThere: bestN}, true
 		}
 	}
-	return leaderMove{}, false
+	return LeaderMove{}, false
 }
 
-// balanceDelay is the wait before the next balance check: the interval ±25 %
+// BalanceDelay is the wait before the next balance check: the interval ±25 %
 // (rnd(n) returns a value in [0, n)), so nodes do not decide at the same
 // instant.
-func balanceDelay(iv time.Duration, rnd func(time.Duration) time.Duration) time.Duration {
+func BalanceDelay(iv time.Duration, rnd func(time.Duration) time.Duration) time.Duration {
 	return iv*3/4 + rnd(iv/2+1)
 }
 
@@ -250,7 +251,7 @@ type moveInput struct {
 	Groups   int                 // G
 	Replicas int                 // voters per group
 	Members  []membership.Member // every known member, any status
-	Led      []groupConfig       // the groups this node leads, ascending
+	Led      []GroupConfig       // the groups this node leads, ascending
 }
 
 // placementMove is one step towards PlaceAll's placement of one group. Exactly

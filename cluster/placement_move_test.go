@@ -1,4 +1,4 @@
-package server
+package cluster
 
 import (
 	"fmt"
@@ -129,7 +129,7 @@ func (c *simCluster) step() bool {
 		in := moveInput{Self: self.ID, Groups: c.groups, Replicas: 3, Members: ms}
 		for g := range c.groups {
 			if c.leader[g] == self.ID {
-				in.Led = append(in.Led, groupConfig{Group: g, Servers: slices.Clone(c.conf[g])})
+				in.Led = append(in.Led, GroupConfig{Group: g, Servers: slices.Clone(c.conf[g])})
 			}
 		}
 		mv, ok := planMoves(in)

@@ -1,4 +1,4 @@
-package server
+package cluster
 
 import (
 	"fmt"
@@ -247,7 +247,7 @@ func TestPlanReconcile(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []add
-			for _, a := range planReconcile(tc.members, 3, tc.target, groupConfig{Group: tc.group, Servers: tc.servers}) {
+			for _, a := range planReconcile(tc.members, 3, tc.target, GroupConfig{Group: tc.group, Servers: tc.servers}) {
 				if a.Group != tc.group || a.Member.Status != membership.StatusAlive {
 					t.Fatalf("action %+v: wrong group or not an alive member", a)
 				}
@@ -278,10 +278,10 @@ func TestPlanBalance(t *testing.T) {
 		}
 		return out
 	}
-	led := func(conf []raft.Server, groups ...int) []groupConfig {
-		var out []groupConfig
+	led := func(conf []raft.Server, groups ...int) []GroupConfig {
+		var out []GroupConfig
 		for _, g := range groups {
-			out = append(out, groupConfig{Group: g, Servers: conf})
+			out = append(out, GroupConfig{Group: g, Servers: conf})
 		}
 		return out
 	}
@@ -291,7 +291,7 @@ func TestPlanBalance(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		members []membership.Member
-		led     []groupConfig // self is "a"
+		led     []GroupConfig // self is "a"
 		want    string        // "group→to", or "" for no move
 	}{
 		{name: "alone", members: []membership.Member{aliveM("a", "z1")}, led: led(all("a"), 0, 1)},
@@ -326,10 +326,10 @@ func TestPlanBalance(t *testing.T) {
 		{name: "stale own tag claiming more is ignored too", members: []membership.Member{aliveM("a", "z1", 0, 1, 2, 3), aliveM("b", "z2", 4), aliveM("c", "z3", 5)},
 			led: led(abc, 0)},
 		{name: "unreadable configuration is skipped", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), aliveM("c", "z3", 3)},
-			led: append(led(abc, 0), groupConfig{Group: 1}, groupConfig{Group: 2}), want: "0→b"},
+			led: append(led(abc, 0), GroupConfig{Group: 1}, GroupConfig{Group: 2}), want: "0→b"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mv, ok := planBalance(balanceInput{Self: "a", Members: tc.members, Led: tc.led})
+			mv, ok := PlanBalance(BalanceInput{Self: "a", Members: tc.members, Led: tc.led})
 			got := ""
 			if ok {
 				got = fmt.Sprintf("%d→%s", mv.Group, mv.To.ID)
@@ -366,8 +366,8 @@ func TestPlanBalanceConverges(t *testing.T) {
 					leader[g] = rng.IntN(sz.nodes)
 				}
 			}
-			snapshot := func(self int) balanceInput {
-				in := balanceInput{Self: fmt.Sprintf("n%d", self)}
+			snapshot := func(self int) BalanceInput {
+				in := BalanceInput{Self: fmt.Sprintf("n%d", self)}
 				for i := range sz.nodes {
 					m := aliveM(fmt.Sprintf("n%d", i), fmt.Sprintf("z%d", i))
 					for g, l := range leader {
@@ -378,7 +378,7 @@ func TestPlanBalanceConverges(t *testing.T) {
 					in.Members = append(in.Members, m)
 				}
 				for _, g := range in.Members[self].GroupsLed {
-					in.Led = append(in.Led, groupConfig{Group: g, Servers: conf})
+					in.Led = append(in.Led, GroupConfig{Group: g, Servers: conf})
 				}
 				return in
 			}
@@ -396,7 +396,7 @@ func TestPlanBalanceConverges(t *testing.T) {
 				}
 				moved := false
 				for _, self := range rng.Perm(sz.nodes) {
-					if mv, ok := planBalance(snapshot(self)); ok {
+					if mv, ok := PlanBalance(snapshot(self)); ok {
 						if leader[mv.Group] != self {
 							t.Fatalf("node %d moves group %d it does not lead", self, mv.Group)
 						}
@@ -419,8 +419,8 @@ func TestPlanBalanceConverges(t *testing.T) {
 
 func TestPlanBalanceDelayJitter(t *testing.T) {
 	iv := 10 * time.Second
-	lo := balanceDelay(iv, func(time.Duration) time.Duration { return 0 })
-	hi := balanceDelay(iv, func(n time.Duration) time.Duration { return n - 1 })
+	lo := BalanceDelay(iv, func(time.Duration) time.Duration { return 0 })
+	hi := BalanceDelay(iv, func(n time.Duration) time.Duration { return n - 1 })
 	if lo != 7500*time.Millisecond || hi != 12500*time.Millisecond {
 		t.Fatalf("delay range [%v, %v], want [7.5s, 12.5s]", lo, hi)
 	}
