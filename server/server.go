@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/service/envoyrls"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
@@ -304,12 +305,12 @@ type Server struct {
 	trackers []*groupTracker
 	vers     versionState
 	rates    *ratelimit.Service // global rate limits (ratelimit.go)
-	// ownerIndexes: Envoy rule matchers of the replicas' documents, for
+	// ownerRules: Envoy rule matchers of the replicas' documents, for
 	// the limits of Envoy counter keys this node owns (envoyrls.go).
-	ownerIndexes indexCache
-	rls          *envoyRLS    // Envoy rate limit service (envoyrls.go)
-	sampling     *samplingCtl // backlog controller (sampling.go)
-	clock        *clockState  // peer clock offsets and group clocks (clock.go)
+	ownerRules envoyrls.Rules
+	rls        *envoyrls.Service // Envoy rate limit service (envoyrls.go)
+	sampling   *samplingCtl      // backlog controller (sampling.go)
+	clock      *clockState       // peer clock offsets and group clocks (clock.go)
 
 	summaries *summaries.Hub      // near-limit summary stream (summaries.go)
 	sketches  *partitionlimit.Hub // sketches.go
