@@ -9,7 +9,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/httpjson"
@@ -79,14 +78,7 @@ func (s *Server) newSketches() error {
 
 func (s *Server) registerSketches(g *grpc.Server) {
 	svc := partitionlimit.NewService(s.sketches, s.closing)
-	svc.MapError = func(err error) error {
-		code, hint := codeOf(err)
-		msg := err.Error()
-		if hint != "" {
-			msg += "; " + hint
-		}
-		return status.Error(code, msg)
-	}
+	svc.MapError = grpcError
 	svc.Origin = func(ctx context.Context, claimed string) string {
 		if s.callerIsNode(ctx) {
 			return claimed
