@@ -37,7 +37,7 @@ func (s *Server) components() []component {
 		{name: "envoy rate limit service", grpc: s.startEnvoyRLS}, // envoyrls.go
 		{name: "near-limit summaries", grpc: register(s.registerSummaries)},
 		{name: "sketches", grpc: register(s.registerSketches),
-			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.handleSketches) },
+			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.sketches.Handler(s.cfg.NodeID, s.log)) },
 			start: s.startSketchLoops},
 		{name: "runtime config", grpc: register(func(g *grpc.Server) { api.RegisterConfigServer(g, s.configServer()) }), // ReportBacklog: sampling.go
 			start: s.startRuntimeConfig},

@@ -245,7 +245,7 @@ func (c *Config) Validate() error {
 	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
 		return errInsecureCluster // nodeauth.go
 	}
-	if err := c.Sketches.validate(); err != nil {
+	if err := c.Sketches.Validate(); err != nil {
 		return err
 	}
 	if c.Clock == nil {
