@@ -32,7 +32,7 @@ func (s *Server) components() []component {
 	return []component{
 		{name: "tracking", grpc: register(func(g *grpc.Server) { api.RegisterTrackerServer(g, &trackerService{s: s}) })},
 		{name: "admin", grpc: register(func(g *grpc.Server) { api.RegisterAdminServer(g, s.admin) })},
-		{name: "movable shares", grpc: register(func(g *grpc.Server) { api.RegisterSharesServer(g, &sharesService{st: s.shares}) })},
+		{name: "movable shares", grpc: register(func(g *grpc.Server) { api.RegisterSharesServer(g, &sharesService{s: s}) })},
 		{name: "global rate limits", grpc: s.startRateLimit},      // ratelimit.go
 		{name: "envoy rate limit service", grpc: s.startEnvoyRLS}, // envoyrls.go
 		{name: "near-limit summaries", grpc: register(s.registerSummaries)},

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
+	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 	"github.com/tollgate-io/tollgate/service/summaries"
 )
 
@@ -314,7 +315,7 @@ type Server struct {
 
 	summaries *summaries.Hub      // near-limit summary stream (summaries.go)
 	sketches  *partitionlimit.Hub // sketches.go
-	shares    *shareState         // movable per-group shares (shares.go)
+	shares    *sharessvc.Node     // movable per-group shares (shares.go)
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
@@ -453,7 +454,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 
-	if s.shares, err = newShareState(s); err != nil {
+	if s.shares, err = s.newShares(); err != nil {
 		return fail(err)
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
@@ -463,7 +464,7 @@ func New(cfg Config) (*Server, error) {
 		gc := s.clock.groups[g]
 		s.meterMods[g].SetTimeObserver(gc.Observe)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g]),
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.FSMModules(g), s.rcfg.mods[g], s.meterMods[g]),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
@@ -516,13 +517,13 @@ func New(cfg Config) (*Server, error) {
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
 			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
-			Share:             s.shares.admitShare(g, hi-lo),
-			OnReset:           s.shares.mods[g].ResetReservations,
-			Track:             s.shares.track,
+			Share:             s.shares.AdmitShare(g),
+			OnReset:           s.shares.Module(g).ResetReservations,
+			Track:             s.shares.Track,
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.shares.run(s.stop) }()
+	go func() { defer s.wg.Done(); s.shares.Run(s.stop) }()
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
 
