@@ -28,7 +28,7 @@ func (sc *samplingCtl) State() SamplingControllerState {
 	return SamplingControllerState{sc.Owner.State()}
 }
 
-func (s *Server) setupSampling() {
+func (s *Server) setupSampling() error {
 	s.sampling = &samplingCtl{sampling.NewOwner(sampling.OwnerConfig{
 		Port:       nodePort{s},
 		Replica:    func() *runtimecfg.Document { return s.rcfg.mods[runtimecfgsvc.OrderGroup].Current() },
@@ -40,6 +40,7 @@ func (s *Server) setupSampling() {
 		Logger:     s.log,
 		Registerer: s.metrics.reg,
 	})}
+	return nil
 }
 
 func (s *Server) startSampling() {
@@ -47,10 +48,7 @@ func (s *Server) startSampling() {
 	go func() { defer s.wg.Done(); s.sampling.Run(s.closing) }()
 }
 
-func (s *Server) configServer() api.ConfigServer {
-	s.setupSampling()
-	return s.sampling.ConfigServer(s.rcfg.svc)
-}
+func (s *Server) configServer() api.ConfigServer { return s.sampling.ConfigServer(s.rcfg.svc) }
 
 // backlogHandler serves POST /api/v1/backlog behind the admin rule.
 func (s *Server) backlogHandler() http.Handler {

@@ -450,21 +450,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
 		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
 	}
-	if err := s.setupRuntimeConfig(); err != nil {
-		return fail(err)
-	}
-
-	if s.shares, err = s.newShares(); err != nil {
+	s.clock = newClockState(s)
+	// The capabilities, each built from the node's port with its FSM
+	// modules (components.go).
+	if err := s.buildComponents(); err != nil {
 		return fail(err)
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
-	s.meteringModules()
-	s.clock = newClockState(s)
 	for g := range s.fsms {
 		gc := s.clock.groups[g]
-		s.meterMods[g].SetTimeObserver(gc.Observe)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.FSMModules(g), s.rcfg.mods[g], s.meterMods[g]),
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: s.fsmModules(g),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
@@ -523,20 +519,10 @@ func New(cfg Config) (*Server, error) {
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.shares.Run(s.stop) }()
-	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
-
-	if err := s.startSummaries(); err != nil {
+	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}
-	if err := s.newSketches(); err != nil {
-		return fail(err)
-	}
-	if err := s.startMetering(); err != nil {
-		return fail(err)
-	}
-	s.comps = s.components()
 	if err := s.startGRPC(); err != nil {
 		return fail(err)
 	}
