@@ -1,6 +1,9 @@
 package server
 
 import (
+	"fmt"
+	"time"
+
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -72,6 +75,36 @@ func (s *Server) components() []component {
 			stop:    s.stopMetering},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, &clockService{s: s}) })},
 	}
+}
+
+// validateComponents fills the defaults of the capabilities' settings and
+// checks their ranges, one group each in list order.
+func (c *Config) validateComponents() error {
+	if c.ShareMode == "" {
+		c.ShareMode = ShareMovable
+	}
+	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
+		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
+	}
+	if c.RatePeriod == 0 {
+		c.RatePeriod = defaultRatePeriod
+	}
+	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
+		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
+	}
+	if c.NearLimitFraction == 0 {
+		c.NearLimitFraction = 0.85
+	}
+	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
+		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
+	}
+	if err := c.Sketches.Validate(); err != nil {
+		return err
+	}
+	if c.LimitsReload == 0 {
+		c.LimitsReload = 5 * time.Second
+	}
+	return nil
 }
 
 // buildComponents runs every component's build, in list order.

@@ -91,9 +91,6 @@ type Config struct {
 
 	IdleTimeout         time.Duration // default 20m; whole minutes in [1m, 60m]
 	DefaultMaxSeries    int64         // default max_series for tenants without override; 0 = unlimited
-	LimitsFile          string        // optional YAML runtime limits, reloaded on change
-	LimitsReload        time.Duration // poll period of LimitsFile; default 5s
-	NearLimitFraction   float64       // tenants ≥ this fraction of their share are "close to limit"; default 0.85
 	MaxHashesPerRequest int           // default 100,000
 
 	BatchWindow    time.Duration // how long the leader gathers requests into one entry while an earlier one is unanswered; default 200µs
@@ -139,17 +136,28 @@ type Config struct {
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
 	// older build (upgrade tests); operators never need it.
 	MaxClusterVersion int
-	// RatePeriod is how often the rate-limit owner folds reports and streams
-	// updates (server/ratelimit.go); default 100ms, the clients' report period.
-	RatePeriod time.Duration
 
-	// Sketches configures the per-partition HLL sketch hub (sketches.go).
-	Sketches SketchConfig
+	// The capabilities' settings (components.go), one group each, in list
+	// order; validateComponents checks them.
+
 	// ShareMode is how a tenant's max_series is split between groups:
 	// "movable" (default: headroom moves, so max_series is exact per tenant;
-	// server/shares.go) or "static" (the fixed split of earlier builds).
+	// service/shares) or "static" (the fixed split of earlier builds).
 	ShareMode string
-	// Metering configures continuous-usage metering (server/metering.go).
+	// RatePeriod is how often the rate-limit owner folds reports and streams
+	// updates (service/ratelimit); default 100ms, the clients' report period.
+	RatePeriod time.Duration
+	// NearLimitFraction: tenants ≥ this fraction of their share are "close
+	// to limit" (near-limit summaries); default 0.85.
+	NearLimitFraction float64
+	// Sketches configures the per-partition HLL sketch hub (service/partitionlimit).
+	Sketches SketchConfig
+	// LimitsFile is optional YAML runtime limits, reloaded on change and
+	// proposed as the replicated runtime config; LimitsReload is its poll
+	// period (default 5s).
+	LimitsFile   string
+	LimitsReload time.Duration
+	// Metering configures continuous-usage metering (service/metering).
 	Metering metering.Config
 }
 
@@ -213,14 +221,8 @@ func (c *Config) Validate() error {
 	if c.DefaultMaxSeries < 0 {
 		return fmt.Errorf("config: default max series %d: must be ≥ 0", c.DefaultMaxSeries)
 	}
-	if c.LimitsReload == 0 {
-		c.LimitsReload = 5 * time.Second
-	}
-	if c.NearLimitFraction == 0 {
-		c.NearLimitFraction = 0.85
-	}
-	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
-		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
+	if err := c.validateComponents(); err != nil { // components.go
+		return err
 	}
 	if c.BatchWindow == 0 {
 		c.BatchWindow = 200 * time.Microsecond
@@ -246,9 +248,6 @@ func (c *Config) Validate() error {
 	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
 		return errInsecureCluster // nodeauth.go
 	}
-	if err := c.Sketches.Validate(); err != nil {
-		return err
-	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -258,20 +257,8 @@ func (c *Config) Validate() error {
 	if c.MaxClockOffset < MinMaxClockOffset || c.MaxClockOffset > MaxMaxClockOffset {
 		return fmt.Errorf("config: max clock offset %v: must be in [%v, %v]", c.MaxClockOffset, MinMaxClockOffset, MaxMaxClockOffset)
 	}
-	if c.RatePeriod == 0 {
-		c.RatePeriod = defaultRatePeriod
-	}
-	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
-		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.ShareMode == "" {
-		c.ShareMode = ShareMovable
-	}
-	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
-		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
 	}
 	return nil
 }
