@@ -1,30 +1,47 @@
 package server
 
 import (
+	"fmt"
+	"time"
+
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/service/sampling"
 )
 
-// component is one capability as the server wires it: the gRPC services it
-// registers (before Serve), the HTTP routes it mounts, what it starts once
-// the node's listeners, membership and leadership watcher exist, and what it
-// stops when the node stops (after gRPC stopped, before raft shuts down; in
-// reverse order). A replicated capability's FSM module registers its own
-// entry types (fsm.RegisterModuleEntry) and reaches the node through
-// nodePort. So adding one is a state package, a service package and an
-// entry in components.
+// component is one capability as the node builds it. New walks one list
+// (components) through the node's start, each stage in list order:
+//
+//  1. build: the capability's state, its FSM modules among it, from the
+//     node's port (nodePort) and config; before the FSMs exist.
+//  2. modules: group g's FSM modules (each registers its own entry types,
+//     fsm.RegisterModuleEntry, and owns a snapshot section), in list order.
+//  3. open: what needs the raft groups and leader paths, before gRPC.
+//  4. grpc: the gRPC services it registers (before Serve); http: the routes
+//     it mounts.
+//  5. start: what runs once the listeners, membership and the leadership
+//     watcher exist.
+//  6. stop, when the node stops: after gRPC stopped, before raft shuts
+//     down, in reverse list order.
+//
+// So adding a capability is a state package, a service package and one
+// entry here. Every stage is optional.
 type component struct {
-	name  string
-	grpc  func(*grpc.Server) error
-	http  func(*routeMux)
-	start func()
-	stop  func()
+	name    string
+	build   func() error
+	modules func(g int) []fsm.Module
+	open    func() error
+	grpc    func(*grpc.Server) error
+	http    func(*routeMux)
+	start   func()
+	stop    func()
 }
 
-// components is the node's capabilities, in the order they are registered
-// and started.
+// components is the node's capabilities, in the order they are built,
+// registered and started. The order of the FSM modules (shares, runtime
+// config, metering) is the order of their snapshot sections.
 func (s *Server) components() []component {
 	register := func(fn func(*grpc.Server)) func(*grpc.Server) error {
 		return func(g *grpc.Server) error { fn(g); return nil }
@@ -32,20 +49,102 @@ func (s *Server) components() []component {
 	return []component{
 		{name: "tracking", grpc: register(func(g *grpc.Server) { api.RegisterTrackerServer(g, &trackerService{s: s}) })},
 		{name: "admin", grpc: register(func(g *grpc.Server) { api.RegisterAdminServer(g, s.admin) })},
-		{name: "movable shares", grpc: register(func(g *grpc.Server) { api.RegisterSharesServer(g, &sharesService{st: s.shares}) })},
-		{name: "global rate limits", grpc: s.startRateLimit},      // ratelimit.go
-		{name: "envoy rate limit service", grpc: s.startEnvoyRLS}, // envoyrls.go
-		{name: "near-limit summaries", grpc: register(s.registerSummaries)},
-		{name: "sketches", grpc: register(s.registerSketches),
-			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.handleSketches) },
+		{name: "movable shares", // shares.go
+			build:   func() (err error) { s.shares, err = s.newShares(); return err },
+			modules: func(g int) []fsm.Module { return s.shares.FSMModules(g) },
+			open:    func() error { s.goUntilStop(s.shares.Run); return nil },
+			grpc:    register(func(g *grpc.Server) { api.RegisterSharesServer(g, &sharesService{s: s}) })},
+		{name: "global rate limits", grpc: s.startRateLimit},                                        // ratelimit.go
+		{name: "envoy rate limit service", grpc: s.startEnvoyRLS},                                   // envoyrls.go
+		{name: "near-limit summaries", open: s.startSummaries, grpc: register(s.registerSummaries)}, // summaries.go
+		{name: "sketches", open: s.newSketches, grpc: register(s.registerSketches), // sketches.go
+			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.sketches.Handler(s.cfg.NodeID, s.log)) },
 			start: s.startSketchLoops},
-		{name: "runtime config", grpc: register(func(g *grpc.Server) { api.RegisterConfigServer(g, s.configServer()) }), // ReportBacklog: sampling.go
-			start: s.startRuntimeConfig},
-		{name: "sampling", http: func(m *routeMux) { m.Handle(sampling.BacklogPath, s.backlogHandler()) },
+		{name: "runtime config", build: s.setupRuntimeConfig, // runtimeconfig.go
+			modules: func(g int) []fsm.Module { return []fsm.Module{s.rcfg.mods[g]} },
+			grpc:    register(func(g *grpc.Server) { api.RegisterConfigServer(g, s.configServer()) }), // ReportBacklog: sampling.go
+			start:   s.startRuntimeConfig},
+		{name: "sampling", build: s.setupSampling, // sampling.go
+			http:  func(m *routeMux) { m.Handle(sampling.BacklogPath, s.backlogHandler()) },
 			start: s.startSampling},
-		{name: "metering", grpc: register(s.registerMetering),
-			http: func(m *routeMux) { s.mountMetering(m) },
-			stop: s.stopMetering},
+		{name: "metering", build: func() error { s.meteringModules(); return nil }, // metering.go
+			modules: func(g int) []fsm.Module { return []fsm.Module{s.meterMods[g]} },
+			open:    s.startMetering,
+			grpc:    register(s.registerMetering),
+			http:    func(m *routeMux) { s.mountMetering(m) },
+			stop:    s.stopMetering},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, &clockService{s: s}) })},
 	}
+}
+
+// validateComponents fills the defaults of the capabilities' settings and
+// checks their ranges, one group each in list order.
+func (c *Config) validateComponents() error {
+	if c.ShareMode == "" {
+		c.ShareMode = ShareMovable
+	}
+	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
+		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
+	}
+	if c.RatePeriod == 0 {
+		c.RatePeriod = defaultRatePeriod
+	}
+	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
+		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
+	}
+	if c.NearLimitFraction == 0 {
+		c.NearLimitFraction = 0.85
+	}
+	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
+		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
+	}
+	if err := c.Sketches.Validate(); err != nil {
+		return err
+	}
+	if c.LimitsReload == 0 {
+		c.LimitsReload = 5 * time.Second
+	}
+	return nil
+}
+
+// buildComponents runs every component's build, in list order.
+func (s *Server) buildComponents() error {
+	s.comps = s.components()
+	for _, c := range s.comps {
+		if c.build != nil {
+			if err := c.build(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// fsmModules is group g's FSM modules, in list order.
+func (s *Server) fsmModules(g int) []fsm.Module {
+	var mods []fsm.Module
+	for _, c := range s.comps {
+		if c.modules != nil {
+			mods = append(mods, c.modules(g)...)
+		}
+	}
+	return mods
+}
+
+// openComponents runs every component's open, in list order.
+func (s *Server) openComponents() error {
+	for _, c := range s.comps {
+		if c.open != nil {
+			if err := c.open(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// goUntilStop runs fn until the node stops (s.stop closes).
+func (s *Server) goUntilStop(fn func(stop <-chan struct{})) {
+	s.wg.Add(1)
+	go func() { defer s.wg.Done(); fn(s.stop) }()
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/service/envoyrls"
 	"github.com/tollgate-io/tollgate/tlsutil"
 )
 
@@ -161,7 +162,7 @@ func TestEnvoyRLSDecisions(t *testing.T) {
 	warm("tier", "free", "user", "joe")
 	warm("tier", "free", "user", "ann")
 	warm("team", "a", "op", "read")
-	waitFor(t, "leases for the warmed keys", func() bool { return s.rls.client.Stats().Owners > 0 && s.rls.leased() >= 3 })
+	waitFor(t, "leases for the warmed keys", func() bool { return s.rls.Client().Stats().Owners > 0 && leased(s) >= 3 })
 
 	// Nested default value: 2/minute per user; joe's third request is over,
 	// ann still has hers.
@@ -223,7 +224,7 @@ func TestEnvoyRLSDecisions(t *testing.T) {
 	}
 	// hits_addend: 2 hits on a fresh 2/minute key spend it at once.
 	warm("tier", "free", "user", "bo")
-	waitFor(t, "lease for bo", func() bool { return s.rls.leased() >= 4 })
+	waitFor(t, "lease for bo", func() bool { return leased(s) >= 4 })
 	req := rlsReq("shop", "tier", "free", "user", "bo")
 	req.HitsAddend = 2
 	if r := call(req); r.OverallCode != rlsv3.RateLimitResponse_OK {
@@ -264,7 +265,7 @@ func TestEnvoyRLSDecisions(t *testing.T) {
 	// 3/minute afresh, decided and owned under the new rule.
 	applyEnvoy(t, []*Server{s}, map[string]string{"shop": strings.Replace(rlsDecisionsConfig, "{unit: minute, requests_per_unit: 2}", "{unit: minute, requests_per_unit: 3}", 1)})
 	warm("tier", "free", "user", "joe")
-	waitFor(t, "lease for joe under the new rule", func() bool { return s.rls.hasLease("shop", "tier", "free", "user", "joe") })
+	waitFor(t, "lease for joe under the new rule", func() bool { return hasLease(s, "shop", "tier", "free", "user", "joe") })
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		r := call(rlsReq("shop", "tier", "free", "user", "joe"))
 		if r.OverallCode != want || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 3 {
@@ -407,10 +408,10 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	offRatio := sent / (limit * span)
 	t.Logf("offered %.2f× the limit, admitted %.0f in %.2fs = %.3f× the limit; %d errors", offRatio, admitted, span, ratio, errs.Load())
 	for _, s := range nodes {
-		for _, ts := range s.rls.client.TenantStats() {
+		for _, ts := range s.rls.Client().TenantStats() {
 			t.Logf("%s lease client since start: allowed %v, blocked %v", s.cfg.NodeID, ts.AllowedBy, ts.BlockedBy)
 		}
-		st := s.rls.client.Stats()
+		st := s.rls.Client().Stats()
 		t.Logf("%s: reroutes %d, stream errors %d, stale keys %d", s.cfg.NodeID, st.Reroutes, st.StreamErrors, st.StaleTenant)
 	}
 	if errs.Load() > 0 || badStatus.Load() > 0 {
@@ -466,17 +467,17 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 
 // hasLease says whether the node holds a limit for the key of a descriptor
 // under the rule it matches now.
-func (e *envoyRLS) hasLease(domain string, kv ...string) bool {
+func hasLease(s *Server, domain string, kv ...string) bool {
 	var es []envoyrl.Entry
 	for i := 0; i+1 < len(kv); i += 2 {
 		es = append(es, envoyrl.Entry{Key: kv[i], Value: kv[i+1]})
 	}
-	r, _ := e.index().Match(domain, es)
+	r, _ := envoyrl.NewIndex(s.RuntimeConfig().Envoy).Match(domain, es)
 	if r == nil {
 		return false
 	}
 	key := envoyrl.CounterKey(r, es)
-	for _, ts := range e.client.TenantStats() {
+	for _, ts := range s.rls.Client().TenantStats() {
 		if ts.Tenant == key {
 			return ts.HasUpdate && ts.Limit > 0 && !ts.Stale
 		}
@@ -485,9 +486,9 @@ func (e *envoyRLS) hasLease(domain string, kv ...string) bool {
 }
 
 // leased counts the keys the node's lease client holds a limit for.
-func (e *envoyRLS) leased() int {
+func leased(s *Server) int {
 	n := 0
-	for _, ts := range e.client.TenantStats() {
+	for _, ts := range s.rls.Client().TenantStats() {
 		if ts.HasUpdate && ts.Limit > 0 && !ts.Stale {
 			n++
 		}
@@ -530,7 +531,7 @@ func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 	if _, err := c.ShouldRateLimit(ctx, warm); err != nil {
 		t.Fatalf("with a client certificate and the token: %v", err)
 	}
-	waitFor(t, "a lease over TLS", func() bool { return s.rls.hasLease("edge", "ip", "10.1.2.3") })
+	waitFor(t, "a lease over TLS", func() bool { return hasLease(s, "edge", "ip", "10.1.2.3") })
 	for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
 		r, err := c.ShouldRateLimit(ctx, req)
 		if err != nil || r.OverallCode != want {
@@ -547,7 +548,7 @@ func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 
 // TestEnvoyRLSDetailedMetricBounded: a detailed_metric rule puts request
 // values in the rule label; 3,000 distinct values (which once made 12,010
-// series) leave at most maxDetailedLabels values of the label on /metrics,
+// series) leave at most envoyrls.MaxDetailedLabels values of the label on /metrics,
 // the rest counted under the rule's "(overflow)" value, and no decision is
 // lost from the counts.
 func TestEnvoyRLSDetailedMetricBounded(t *testing.T) {
@@ -589,8 +590,8 @@ descriptors:
 		}
 	}
 	t.Logf("%d distinct values: %d rule label values, %d series", n, len(rules), series)
-	if len(rules) > maxDetailedLabels+1 || !rules["user.(overflow)"] {
-		t.Fatalf("%d rule label values (bound %d plus the overflow value; overflow present: %v)", len(rules), maxDetailedLabels, rules["user.(overflow)"])
+	if len(rules) > envoyrls.MaxDetailedLabels+1 || !rules["user.(overflow)"] {
+		t.Fatalf("%d rule label values (bound %d plus the overflow value; overflow present: %v)", len(rules), envoyrls.MaxDetailedLabels, rules["user.(overflow)"])
 	}
 	if got := counterValue(t, s, "tollgate_envoy_ratelimit_descriptor_decisions_total", map[string]string{"domain": "api", "decision": "unlimited"}); got != n {
 		t.Fatalf("decisions counted %v, want %d", got, n)

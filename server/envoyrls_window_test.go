@@ -55,7 +55,7 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 			nodes := tc.live()
 			applyEnvoy(t, nodes, map[string]string{"win": rlsWindowConfig})
 			for _, s := range nodes {
-				waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.client.Stats().Owners > 0 })
+				waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.Client().Stats().Owners > 0 })
 			}
 			clients := make([]rlsv3.RateLimitServiceClient, len(nodes))
 			for i, s := range nodes {

@@ -71,6 +71,17 @@ func codeOf(err error) (codes.Code, string) {
 	return codes.Internal, ""
 }
 
+// grpcError turns a capability's error into a gRPC status: the code of its
+// row, the message and the row's hint.
+func grpcError(err error) error {
+	code, hint := codeOf(err)
+	msg := err.Error()
+	if hint != "" {
+		msg += "; " + hint
+	}
+	return status.Error(code, msg)
+}
+
 // raftStatus turns an error of an operation on group g into a gRPC status
 // naming the group and the operation.
 func raftStatus(g int, what string, err error) error {

@@ -169,8 +169,7 @@ func (s *Server) nearShare(active, share int64) bool {
 
 // groupShares returns group g's current share function (shares.go).
 func (s *Server) groupShares(g int) func(tenant string) int64 {
-	lo, hi := s.fsms[g].PartitionRange()
-	return s.shares.share(g, hi-lo)
+	return s.shares.Share(g)
 }
 
 // closeToLimit lists tenants at or above NearLimitFraction of their group

@@ -201,7 +201,7 @@ func (s *Server) Usage(tenant string) TenantUsage {
 		n := f.TenantActive(tenant)
 		u.Series += n
 		u.PerGroup = append(u.PerGroup, n)
-		ts := s.shares.tenantShares(g, tenant)
+		ts := s.shares.TenantShares(g, tenant)
 		u.Shares = append(u.Shares, ts.Share)
 		u.ShareMoves = append(u.ShareMoves, ts)
 	}

@@ -36,11 +36,13 @@ func (h meteringHost) TenantsActive(g int) []fsmmeter.TenantActive {
 	return out
 }
 
-// meteringModules creates one metering module per group (before the FSMs).
+// meteringModules creates one metering module per group (before the FSMs),
+// each observing its group's time.
 func (s *Server) meteringModules() {
 	s.meterMods = make([]*fsmmeter.Module, s.cfg.Groups)
 	for g := range s.meterMods {
 		s.meterMods[g] = fsmmeter.New(g)
+		s.meterMods[g].SetTimeObserver(s.clock.groups[g].Observe)
 	}
 }
 

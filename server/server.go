@@ -26,9 +26,11 @@ import (
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/service/envoyrls"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
+	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 	"github.com/tollgate-io/tollgate/service/summaries"
 )
 
@@ -91,9 +93,6 @@ type Config struct {
 
 	IdleTimeout         time.Duration // default 20m; whole minutes in [1m, 60m]
 	DefaultMaxSeries    int64         // default max_series for tenants without override; 0 = unlimited
-	LimitsFile          string        // optional YAML runtime limits, reloaded on change
-	LimitsReload        time.Duration // poll period of LimitsFile; default 5s
-	NearLimitFraction   float64       // tenants ≥ this fraction of their share are "close to limit"; default 0.85
 	MaxHashesPerRequest int           // default 100,000
 
 	BatchWindow    time.Duration // how long the leader gathers requests into one entry while an earlier one is unanswered; default 200µs
@@ -139,17 +138,28 @@ type Config struct {
 	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
 	// older build (upgrade tests); operators never need it.
 	MaxClusterVersion int
-	// RatePeriod is how often the rate-limit owner folds reports and streams
-	// updates (server/ratelimit.go); default 100ms, the clients' report period.
-	RatePeriod time.Duration
 
-	// Sketches configures the per-partition HLL sketch hub (sketches.go).
-	Sketches SketchConfig
+	// The capabilities' settings (components.go), one group each, in list
+	// order; validateComponents checks them.
+
 	// ShareMode is how a tenant's max_series is split between groups:
 	// "movable" (default: headroom moves, so max_series is exact per tenant;
-	// server/shares.go) or "static" (the fixed split of earlier builds).
+	// service/shares) or "static" (the fixed split of earlier builds).
 	ShareMode string
-	// Metering configures continuous-usage metering (server/metering.go).
+	// RatePeriod is how often the rate-limit owner folds reports and streams
+	// updates (service/ratelimit); default 100ms, the clients' report period.
+	RatePeriod time.Duration
+	// NearLimitFraction: tenants ≥ this fraction of their share are "close
+	// to limit" (near-limit summaries); default 0.85.
+	NearLimitFraction float64
+	// Sketches configures the per-partition HLL sketch hub (service/partitionlimit).
+	Sketches SketchConfig
+	// LimitsFile is optional YAML runtime limits, reloaded on change and
+	// proposed as the replicated runtime config; LimitsReload is its poll
+	// period (default 5s).
+	LimitsFile   string
+	LimitsReload time.Duration
+	// Metering configures continuous-usage metering (service/metering).
 	Metering metering.Config
 }
 
@@ -213,14 +223,8 @@ func (c *Config) Validate() error {
 	if c.DefaultMaxSeries < 0 {
 		return fmt.Errorf("config: default max series %d: must be ≥ 0", c.DefaultMaxSeries)
 	}
-	if c.LimitsReload == 0 {
-		c.LimitsReload = 5 * time.Second
-	}
-	if c.NearLimitFraction == 0 {
-		c.NearLimitFraction = 0.85
-	}
-	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
-		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
+	if err := c.validateComponents(); err != nil { // components.go
+		return err
 	}
 	if c.BatchWindow == 0 {
 		c.BatchWindow = 200 * time.Microsecond
@@ -246,9 +250,6 @@ func (c *Config) Validate() error {
 	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
 		return access.ErrInsecureCluster
 	}
-	if err := c.Sketches.validate(); err != nil {
-		return err
-	}
 	if c.Clock == nil {
 		c.Clock = time.Now
 	}
@@ -258,20 +259,8 @@ func (c *Config) Validate() error {
 	if c.MaxClockOffset < MinMaxClockOffset || c.MaxClockOffset > MaxMaxClockOffset {
 		return fmt.Errorf("config: max clock offset %v: must be in [%v, %v]", c.MaxClockOffset, MinMaxClockOffset, MaxMaxClockOffset)
 	}
-	if c.RatePeriod == 0 {
-		c.RatePeriod = defaultRatePeriod
-	}
-	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
-		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
-	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.ShareMode == "" {
-		c.ShareMode = ShareMovable
-	}
-	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
-		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
 	}
 	return nil
 }
@@ -284,16 +273,16 @@ type Server struct {
 	limits  *limitsSource
 	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
 
-	host     *raftnode.Host
-	members  *membership.Membership // nil when gossip is disabled
-	view     clusterView
-	streams  *access.StreamBounds // watch-stream bounds
-	httpCap  *access.ConnCap      // HTTP connection cap
-	creds    *access.Store        // nil without any credential: no admin token, no credentials file
-	guard    *access.Guard        // the access check (access.go)
-	admin    *adminService
-	ctl      *cluster.Controller // cluster duties: placement, learners, moves, incarnations (clusterport.go)
-	peers    *nodeport.Pool      // connections to other nodes (peers.go; set with the gRPC server)
+	host    *raftnode.Host
+	members *membership.Membership // nil when gossip is disabled
+	view    clusterView
+	streams *access.StreamBounds // watch-stream bounds
+	httpCap *access.ConnCap      // HTTP connection cap
+	creds   *access.Store        // nil without any credential: no admin token, no credentials file
+	guard   *access.Guard        // the access check (access.go)
+	admin   *adminService
+	ctl     *cluster.Controller // cluster duties: placement, learners, moves, incarnations (clusterport.go)
+	peers   *nodeport.Pool      // connections to other nodes (peers.go; set with the gRPC server)
 	// nodeKeys sign and verify node credentials (nodeauth.go); nil when
 	// the cluster has no key.
 	nodeKeys *nodeport.Keys
@@ -306,16 +295,16 @@ type Server struct {
 	trackers []*groupTracker
 	vers     versionState
 	rates    *ratelimit.Service // global rate limits (ratelimit.go)
-	// ownerIndexes: Envoy rule matchers of the replicas' documents, for
+	// ownerRules: Envoy rule matchers of the replicas' documents, for
 	// the limits of Envoy counter keys this node owns (envoyrls.go).
-	ownerIndexes indexCache
-	rls          *envoyRLS    // Envoy rate limit service (envoyrls.go)
-	sampling     *samplingCtl // backlog controller (sampling.go)
-	clock        *clockState  // peer clock offsets and group clocks (clock.go)
+	ownerRules envoyrls.Rules
+	rls        *envoyrls.Service // Envoy rate limit service (envoyrls.go)
+	sampling   *samplingCtl      // backlog controller (sampling.go)
+	clock      *clockState       // peer clock offsets and group clocks (clock.go)
 
 	summaries *summaries.Hub      // near-limit summary stream (summaries.go)
 	sketches  *partitionlimit.Hub // sketches.go
-	shares    *shareState         // movable per-group shares (shares.go)
+	shares    *sharessvc.Node     // movable per-group shares (shares.go)
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
@@ -450,21 +439,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
 		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
 	}
-	if err := s.setupRuntimeConfig(); err != nil {
-		return fail(err)
-	}
-
-	if s.shares, err = newShareState(s); err != nil {
+	s.clock = newClockState(s)
+	// The capabilities, each built from the node's port with its FSM
+	// modules (components.go).
+	if err := s.buildComponents(); err != nil {
 		return fail(err)
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
-	s.meteringModules()
-	s.clock = newClockState(s)
 	for g := range s.fsms {
 		gc := s.clock.groups[g]
-		s.meterMods[g].SetTimeObserver(gc.Observe)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: append(s.shares.fsmModules(g), s.rcfg.mods[g], s.meterMods[g]),
+			MaxClusterVersion: cfg.MaxClusterVersion, Modules: s.fsmModules(g),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
@@ -518,26 +503,16 @@ func New(cfg Config) (*Server, error) {
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
 			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
-			Share:             s.shares.admitShare(g, hi-lo),
-			OnReset:           s.shares.mods[g].ResetReservations,
-			Track:             s.shares.track,
+			Share:             s.shares.AdmitShare(g),
+			OnReset:           s.shares.Module(g).ResetReservations,
+			Track:             s.shares.Track,
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.shares.run(s.stop) }()
-	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
-
-	if err := s.startSummaries(); err != nil {
+	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}
-	if err := s.newSketches(); err != nil {
-		return fail(err)
-	}
-	if err := s.startMetering(); err != nil {
-		return fail(err)
-	}
-	s.comps = s.components()
 	if err := s.startGRPC(); err != nil {
 		return fail(err)
 	}

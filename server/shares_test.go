@@ -15,10 +15,10 @@ import (
 // plus the headroom in transit (given, not yet received).
 func sumShares(s *Server, tenant string) (sum, inTransit int64) {
 	for g := range s.cfg.Groups {
-		v := s.shares.tenantShares(g, tenant)
+		v := s.shares.TenantShares(g, tenant)
 		sum += v.Share
 		for _, o := range v.Outstanding {
-			if !s.shares.mods[o.To].Received(tenant, g, o.Seq) {
+			if !s.shares.Module(o.To).Received(tenant, g, o.Seq) {
 				inTransit += o.Amount
 			}
 		}
@@ -140,7 +140,7 @@ func TestStaticHonoursMovedHeadroom(t *testing.T) {
 	}
 	var given int64
 	for g := 1; g < 4; g++ {
-		if d, _ := s.shares.mods[g].Delta("sw"); d < 0 {
+		if d, _ := s.shares.Module(g).Delta("sw"); d < 0 {
 			given -= d
 		}
 	}
@@ -162,7 +162,7 @@ func TestStaticHonoursMovedHeadroom(t *testing.T) {
 	for g := range 4 {
 		a, _ := s.FSM(g).TenantUsage("sw")
 		total += a
-		shareSum += s.shares.tenantShares(g, "sw").Share
+		shareSum += s.shares.TenantShares(g, "sw").Share
 	}
 	if total != 64 || shareSum != 64 {
 		t.Fatalf("static after movable: %d series, Σ shares %d; want 64 and 64 (the limit)", total, shareSum)
@@ -203,7 +203,7 @@ func TestMovableSharesCluster(t *testing.T) {
 	waitFor(t, "no outstanding transfers", func() bool {
 		for _, n := range tc.live() {
 			for g := range 4 {
-				if n.Raft(g).State() == raft.Leader && len(n.shares.mods[g].Outstanding()) > 0 {
+				if n.Raft(g).State() == raft.Leader && len(n.shares.Module(g).Outstanding()) > 0 {
 					return false
 				}
 			}

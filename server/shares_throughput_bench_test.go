@@ -191,7 +191,7 @@ func BenchmarkShareModeThroughput(b *testing.B) {
 	// The only per-request difference between the modes when nothing is
 	// borrowed: the share lookup, once per (tenant, batch) in Decide.
 	for _, n := range nodes {
-		share := n.s.shares.share(0, 16)
+		share := n.s.shares.Share(0)
 		const calls = 1_000_000
 		t0 := time.Now()
 		var sink int64

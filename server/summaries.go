@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -63,14 +62,7 @@ func (s *Server) startSummaries() error {
 		go func() { <-s.stop; cancel() }()
 		hub.Run(ctx)
 	}()
-	s.metrics.reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "tollgate_summary_subscribers", Help: "Open WatchSummaries streams on this node."},
-			func() float64 { return float64(hub.Stats().Subscribers) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_summary_updates_total", Help: "Summary updates queued to WatchSummaries subscribers."},
-			func() float64 { return float64(hub.Stats().Updates) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_summary_dropped_subscribers_total", Help: "WatchSummaries subscribers dropped because they read too slowly."},
-			func() float64 { return float64(hub.Stats().Dropped) }),
-	)
+	s.metrics.reg.MustRegister(hub.Collectors()...)
 	return nil
 }
 

@@ -12,5 +12,7 @@
 // registers are set.
 //
 // Hub is the state; Service serves the api.Sketches gRPC service over it;
-// RunPeers pushes changes to the other nodes. Package server only wires them.
+// RunPeers pushes changes to the other nodes; RunExpiry drops old minutes;
+// NodeConfig is a node's settings and Handler its /api/v1/sketches (node.go).
+// Package server only wires them.
 package partitionlimit

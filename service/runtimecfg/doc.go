@@ -11,5 +11,7 @@
 // newer, so copies only move forward). See ARCHITECTURE.md (runtime config) and docs/limits.md.
 //
 // The package reaches raft and peers only through Backend, which the server
-// implements; it knows nothing of series.
+// implements; it knows nothing of series. FileProposer proposes a node's
+// --limits-file as the runtime config (file.go); ViewCache keeps the newest
+// document's wire form, and its delta, for cluster views (view.go).
 package runtimecfg

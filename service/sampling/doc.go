@@ -30,7 +30,9 @@
 // controller: it still records reports, but never changes the output, and
 // Status().Reason says why, for `tollgate status` and the logs.
 //
-// The package is pure: no goroutines except in Run, no I/O, time passed in.
-// The config owner calls Tick (or Run) and, when the output changed, writes it
-// as the global sample rate of the kind through the replicated config.
+// Controller is pure: no goroutines except in Run, no I/O, time passed in.
+// Owner is the controller on a node (owner.go): built from the node's
+// nodeport.Port, it runs the controller while the node leads the runtime
+// config's order group, writes the output as the global sample rate of the
+// kind through the replicated config, and forwards reports to the owner.
 package sampling

@@ -11,4 +11,10 @@
 // transfers that stayed outstanding (a crash between the two commits, a lost
 // Complete): it asks the receiver's leader to commit the receive (idempotent)
 // and then commits the complete.
+//
+// Node is all of this on one node, built from its nodeport.Port: each
+// group's module, the share functions admission decides with (Share,
+// AdmitShare), Track (decide, borrow, decide again), the Mover's Host and
+// the validated Shares calls. Package server adds the limits and usage it
+// reads and the admin guard of the gRPC service.
 package shares
