@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+	if brokenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(brokenBin))
+	}
 	os.Exit(code)
 }
 
