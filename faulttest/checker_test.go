@@ -85,3 +85,33 @@ func (ck *ckr) finish() {
 	}
 	ck.c.checkNoCrashes()
 }
+
+// recordHistory starts a recorder writing history.jsonl beside the nodes'
+// logs (kept with them, see cleanup), for tests whose clients are not the
+// checker's. Close it with checkHistory.
+func (c *cluster) recordHistory() *history.Recorder {
+	c.t.Helper()
+	h, err := history.Create(filepath.Join(c.dir, "history.jsonl"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = h.Close() }) // idempotent
+	return h
+}
+
+// checkHistory closes h and checks its operations, plus extra (operations
+// derived from a recorded one, e.g. one ledger read per instance), with m.
+// A violation fails the test and writes porcupine's visualisation to
+// history.html beside the history.
+func (c *cluster) checkHistory(h *history.Recorder, m history.Model, extra ...history.Op) {
+	c.t.Helper()
+	if err := h.Close(); err != nil {
+		c.t.Fatal(err)
+	}
+	ops := append(h.Ops(), extra...)
+	start := time.Now()
+	if err := history.Check(m, ops, filepath.Join(c.dir, "history.html"), 2*time.Minute); err != nil {
+		c.t.Error(err)
+	}
+	c.t.Logf("history: %d operations checked for linearizability in %v", len(ops), time.Since(start).Round(time.Millisecond))
+}
