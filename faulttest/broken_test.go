@@ -70,7 +70,7 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			opts := defaultClusterOptions()
 			opts.bin = bin
 			c := newCluster(t, opts)
-			ck := startChecker(t, c, withHistory(c, defaultCheckerConfig()))
+			ck := startChecker(t, c, defaultCheckerConfig())
 			ck.waitProgress("start")
 			loadFor(12 * time.Second)
 			ck.Stop()

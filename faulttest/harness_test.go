@@ -457,6 +457,8 @@ type cluster struct {
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
+
+	histories int // recorders started (historyPath numbers them)
 }
 
 // dialOptions keep reconnection quick: a node that was down for a few seconds

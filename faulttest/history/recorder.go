@@ -76,6 +76,7 @@ type Op struct {
 // for Ops. It is safe for concurrent use.
 type Recorder struct {
 	start time.Time
+	path  string
 
 	mu      sync.Mutex
 	f       *os.File
@@ -94,8 +95,11 @@ func Create(path string) (*Recorder, error) {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	return &Recorder{start: time.Now(), f: f, w: w, enc: json.NewEncoder(w), pending: map[*Call]struct{}{}}, nil
+	return &Recorder{start: time.Now(), path: path, f: f, w: w, enc: json.NewEncoder(w), pending: map[*Call]struct{}{}}, nil
 }
+
+// Path is the file the recorder writes.
+func (r *Recorder) Path() string { return r.path }
 
 // now is the time since the recorder started. time.Since uses the monotonic
 // clock, so wall-clock steps cannot reorder operations.
