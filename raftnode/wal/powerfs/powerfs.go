@@ -59,6 +59,10 @@ type FS struct {
 	files   map[string]*fileState
 	removed map[string][]byte // removed since the last directory sync: durable contents
 	frozen  bool
+	// armed > 0: the power goes off right after that many more writes
+	// (CutAfter); fired is closed then.
+	armed int
+	fired chan struct{}
 	// SyncDelay, when set, is slept in every Datasync (a slow disk).
 	syncDelay time.Duration
 }
@@ -156,6 +160,16 @@ func (fs *FS) Freeze() {
 	fs.mu.Unlock()
 }
 
+// CutAfter arms the disk to lose power right after n more writes reach it
+// (the last of them written but not synced: the moment a power cut does
+// most damage). The returned channel is closed when it does.
+func (fs *FS) CutAfter(n int) <-chan struct{} {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.armed, fs.fired = max(n, 1), make(chan struct{})
+	return fs.fired
+}
+
 // CutReport says what a cut did.
 type CutReport struct {
 	Files       int // files rewritten
@@ -211,7 +225,7 @@ func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
 			rep.Resurrected++
 		}
 	}
-	fs.files, fs.removed, fs.frozen = map[string]*fileState{}, map[string][]byte{}, false
+	fs.files, fs.removed, fs.frozen, fs.armed = map[string]*fileState{}, map[string][]byte{}, false, 0
 	return rep, nil
 }
 
@@ -251,6 +265,12 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	}
 	n, err := f.f.WriteAt(p, off)
 	st.pending = append(st.pending, op{off: off, data: append([]byte(nil), p[:n]...)})
+	if f.fs.armed > 0 {
+		if f.fs.armed--; f.fs.armed == 0 {
+			f.fs.frozen = true
+			close(f.fs.fired)
+		}
+	}
 	return n, err
 }
 
