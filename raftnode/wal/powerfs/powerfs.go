@@ -63,8 +63,19 @@ type FS struct {
 	// (CutAfter); fired is closed then.
 	armed int
 	fired chan struct{}
-	// SyncDelay, when set, is slept in every Datasync (a slow disk).
+	// syncDelay, when set, is slept in every Datasync (a slow disk).
 	syncDelay time.Duration
+	// lying: Datasync reports success and makes nothing durable (a disk
+	// or mount that ignores flushes): a deliberately broken disk, for
+	// tests that their check catches lost acknowledged writes.
+	lying bool
+}
+
+// SetLying makes Datasync succeed without making anything durable.
+func (fs *FS) SetLying(lying bool) {
+	fs.mu.Lock()
+	fs.lying = lying
+	fs.mu.Unlock()
 }
 
 // New returns a disk that has lost nothing yet.
@@ -304,6 +315,9 @@ func (f *file) Datasync() error {
 	defer f.fs.mu.Unlock()
 	if f.fs.frozen {
 		return ErrPowerCut
+	}
+	if f.fs.lying {
+		return nil
 	}
 	st, err := f.fs.state(f.name)
 	if err != nil {
