@@ -2,6 +2,7 @@ package raftnode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -202,7 +203,17 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 				}
 				op := powerOp{g: g, v: uint64(c+1)<<40 | seq, call: time.Since(epoch)}
 				f := leader.Raft(g).Apply(cmd(op.v), time.Second)
-				err := f.Error()
+				// A node whose disk died mid-append may never answer (its
+				// group is parked on the disk, see disk.go): the client
+				// gives up, as a real one would, and the outcome is unknown.
+				errc := make(chan error, 1)
+				go func() { errc <- f.Error() }()
+				var err error
+				select {
+				case err = <-errc:
+				case <-time.After(3 * time.Second):
+					err = errors.New("no answer within 3s")
+				}
 				op.ret = time.Since(epoch)
 				if err == nil {
 					if s, isSum := f.Response().(uint64); isSum {
