@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // DefaultSegmentSize is the size past which a new segment file is started.
@@ -92,6 +93,17 @@ type WAL struct {
 // counters are updated by the writer only.
 type counters struct {
 	rounds, failed, requests, bytes, syncNanos atomic.Uint64
+	writing                                    atomic.Int64 // unix ns the round in flight began its write; 0: none
+}
+
+// Stalled is how long the round now being written and synced has taken so
+// far (0 when none is): a disk whose fsync takes seconds shows here while
+// it happens, not only once it returns.
+func (w *WAL) Stalled() time.Duration {
+	if at := w.stats.writing.Load(); at != 0 {
+		return time.Since(time.Unix(0, at))
+	}
+	return 0
 }
 
 // Stats are the log's counters since Open.

@@ -61,10 +61,12 @@ func (w *WAL) writeFrame(seg *segment, frame []byte) error {
 	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
 	start := time.Now()
+	w.stats.writing.Store(start.UnixNano())
 	_, err := seg.f.WriteAt(frame, base)
 	if err == nil {
 		err = w.sync(seg.f)
 	}
+	w.stats.writing.Store(0)
 	w.stats.syncNanos.Add(uint64(time.Since(start)))
 	w.stats.rounds.Add(1)
 	if err != nil {
