@@ -13,18 +13,20 @@ import (
 // walDir is where a node's shared raft log lives (package wal).
 func walDir(dataDir string) string { return filepath.Join(dataDir, "wal") }
 
-// testWALFS, when set, gives the file layer under a node's shared log by
-// data dir. It is a test knob of this package: only its own tests set it
-// (the power-loss test puts raftnode/wal/powerfs there); nothing else can
-// reach it, so production always opens the log on the OS.
-var testWALFS func(dataDir string) wal.FS
+// testWALOptions, when set, adjusts the options a node's shared log opens
+// with (its file layer, its segment size), by data dir. It is a test knob of
+// this package: only its own tests set it (the power-loss and slow-disk
+// tests put raftnode/wal/powerfs there); nothing else can reach it, so
+// production always opens the log on the OS with the default segments.
+var testWALOptions func(dataDir string, o *wal.Options)
 
-// walFS is the file layer for dataDir's log: nil (the OS) in production.
-func walFS(dataDir string) wal.FS {
-	if testWALFS == nil {
-		return nil
+// walOptions are the options dataDir's log opens with.
+func walOptions(dataDir string, noSync bool) wal.Options {
+	o := wal.Options{NoSync: noSync}
+	if testWALOptions != nil {
+		testWALOptions(dataDir, &o)
 	}
-	return testWALFS(dataDir)
+	return o
 }
 
 // upgradeChunk is how many entries one append of the upgrade copy carries.

@@ -110,15 +110,17 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 
 	disks := map[string]*powerfs.FS{}
 	var disksMu sync.Mutex
-	testWALFS = func(dataDir string) wal.FS {
+	testWALOptions = func(dataDir string, o *wal.Options) {
 		disksMu.Lock()
 		defer disksMu.Unlock()
-		if d, ok := disks[dataDir]; ok {
-			return d
+		if d, ok := disks[dataDir]; ok { // not another test's node
+			o.FS = d
+			// Small segments: they fill, roll over and are removed after
+			// compaction within seconds, so cuts also land on removals.
+			o.SegmentSize = 64 << 10
 		}
-		return nil // another test's node: the OS
 	}
-	t.Cleanup(func() { testWALFS = nil })
+	t.Cleanup(func() { testWALOptions = nil })
 
 	nodes := make([]*powerNode, N)
 	for i := range nodes {

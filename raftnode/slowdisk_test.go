@@ -25,13 +25,12 @@ import (
 func TestSlowDisk(t *testing.T) {
 	const G, N, clients = 3, 3, 4
 	disks := map[string]*powerfs.FS{}
-	testWALFS = func(dataDir string) wal.FS {
+	testWALOptions = func(dataDir string, o *wal.Options) {
 		if d, ok := disks[dataDir]; ok {
-			return d
+			o.FS = d
 		}
-		return nil
 	}
-	t.Cleanup(func() { testWALFS = nil })
+	t.Cleanup(func() { testWALOptions = nil })
 	hosts := make([]*Host, N)
 	fsms := make([][]*sumFSM, N)
 	for i := range hosts {
