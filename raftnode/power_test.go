@@ -88,8 +88,8 @@ func TestPowerLoss(t *testing.T) {
 // same cluster on disks whose sync makes nothing durable (as a disk that
 // ignores flushes would), two of three nodes cut at once with every
 // unsynced write dropped. The history check must report acknowledged
-// appends lost (or, the weaker catch, a group that cannot elect a leader
-// again: the test logs which).
+// appends lost (or, weaker catches, a group that cannot elect a leader
+// again, or replicas whose logs never agree again: the test logs which).
 func TestPowerLossCatchesLyingDisk(t *testing.T) {
 	v := runPowerLoss(t, 3, true)
 	if len(v) == 0 {
@@ -336,10 +336,23 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 	final := make([][]uint64, G)
 	for g := range G {
 		applyRetry(t, []*Host{nodes[0].h, nodes[1].h, nodes[2].h}, g, cmd(0), 30*time.Second) // a marker all must reach
-		eventually(t, 60*time.Second, fmt.Sprintf("group %d converged", g), func() bool {
+		converged := func() bool {
 			a := nodes[0].fsms[g].values()
 			return slices.Equal(a, nodes[1].fsms[g].values()) && slices.Equal(a, nodes[2].fsms[g].values())
-		})
+		}
+		if lying {
+			// Replicas that lost different acknowledged entries may never
+			// agree again: that is caught too.
+			deadline := time.Now().Add(30 * time.Second)
+			for !converged() && time.Now().Before(deadline) {
+				time.Sleep(50 * time.Millisecond)
+			}
+			if !converged() {
+				return []string{fmt.Sprintf("group %d: the replicas' logs differ for good (%d, %d and %d entries)", g,
+					len(nodes[0].fsms[g].values()), len(nodes[1].fsms[g].values()), len(nodes[2].fsms[g].values()))}
+			}
+		}
+		eventually(t, 60*time.Second, fmt.Sprintf("group %d converged", g), converged)
 		// Without the markers (0: no client sends it; a marker whose
 		// apply timed out may be there twice).
 		final[g] = slices.DeleteFunc(nodes[0].fsms[g].values(), func(v uint64) bool { return v == 0 })

@@ -4,9 +4,10 @@
 // makes every later write fail, as a dead machine's would, and rewrites
 // each file as the disk could hold it after the cut: the contents as of
 // the last sync, plus none, all, or a random subset of the writes since,
-// the last kept one possibly torn at a random byte. Segments removed since
+// the last kept one possibly torn at a random byte. Files removed since
 // the directory's last sync may come back (their removal was never made
-// durable).
+// durable): the newest removals, in order, as a journalling file system
+// would lose them.
 //
 // It is a fake disk and says so: it cannot lose what the kernel's page
 // cache or the drive's own cache would lose in other ways, and directory

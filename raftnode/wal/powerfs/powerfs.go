@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -34,6 +35,13 @@ type op struct {
 	truncate bool // to off
 }
 
+// removal is a file removed since the last directory sync, with the
+// contents it had durably.
+type removal struct {
+	name    string
+	durable []byte
+}
+
 type fileState struct {
 	durable []byte // the contents as of the last sync
 	pending []op   // since then, in order
@@ -43,7 +51,7 @@ type fileState struct {
 type FS struct {
 	mu      sync.Mutex
 	files   map[string]*fileState
-	removed map[string][]byte // removed since the last directory sync: durable contents
+	removed []removal // since the last directory sync, oldest first
 	frozen  bool
 	// armed > 0: the power goes off right after that many more writes
 	// (CutAfter); fired is closed then.
@@ -65,7 +73,7 @@ func (fs *FS) SetLying(lying bool) {
 }
 
 // New returns a disk that has lost nothing yet.
-func New() *FS { return &FS{files: map[string]*fileState{}, removed: map[string][]byte{}} }
+func New() *FS { return &FS{files: map[string]*fileState{}} }
 
 // SetSyncDelay makes every later Datasync take d first (0: no delay).
 func (fs *FS) SetSyncDelay(d time.Duration) {
@@ -107,7 +115,7 @@ func (fs *FS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error
 	if flag&os.O_TRUNC != 0 {
 		st.pending = append(st.pending, op{off: 0, truncate: true})
 	}
-	delete(fs.removed, name)
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return r.name == name })
 	return &file{fs: fs, name: name, f: f}, nil
 }
 
@@ -129,7 +137,7 @@ func (fs *FS) Remove(name string) error {
 	if err := os.Remove(name); err != nil {
 		return err
 	}
-	fs.removed[name] = st.durable
+	fs.removed = append(fs.removed, removal{name, st.durable})
 	delete(fs.files, name)
 	return nil
 }
@@ -141,11 +149,7 @@ func (fs *FS) SyncDir(dir string) error {
 	if fs.frozen {
 		return ErrPowerCut
 	}
-	for name := range fs.removed {
-		if filepath.Dir(name) == filepath.Clean(dir) {
-			delete(fs.removed, name)
-		}
-	}
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return filepath.Dir(r.name) == filepath.Clean(dir) })
 	return nil
 }
 
@@ -214,15 +218,23 @@ func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
 		}
 		rep.Files++
 	}
-	for name, durable := range fs.removed {
-		if mode == DropAll || (mode == Random && rng.IntN(2) == 0) {
-			if err := os.WriteFile(name, durable, 0o600); err != nil {
-				return rep, fmt.Errorf("powerfs: restore %s: %w", name, err)
-			}
-			rep.Resurrected++
-		}
+	// Removals reach the disk in order (a journalling file system commits
+	// directory changes in order): a cut may undo the newest ones, never an
+	// older one while keeping a newer.
+	undo := 0
+	switch mode {
+	case DropAll:
+		undo = len(fs.removed)
+	case Random:
+		undo = rng.IntN(len(fs.removed) + 1)
 	}
-	fs.files, fs.removed, fs.frozen, fs.armed = map[string]*fileState{}, map[string][]byte{}, false, 0
+	for _, r := range fs.removed[len(fs.removed)-undo:] {
+		if err := os.WriteFile(r.name, r.durable, 0o600); err != nil {
+			return rep, fmt.Errorf("powerfs: restore %s: %w", r.name, err)
+		}
+		rep.Resurrected++
+	}
+	fs.files, fs.removed, fs.frozen, fs.armed = map[string]*fileState{}, nil, false, 0
 	return rep, nil
 }
 
