@@ -13,9 +13,13 @@
 // the time from a leader SIGKILL to the next successful write
 // (TOLLGATE_FAILOVER_KILLS=20 for the figure in BENCHMARKS.md).
 //
-// TestLeaderKills also records every attempt of the checker (history.jsonl
+// Every test that runs the checker also records every attempt (history.jsonl
 // beside the node logs) and checks the history for linearizability with the
-// tracking model of faulttest/history at the end.
+// tracking model of faulttest/history at the end; TestMeteringKillDuringSampling
+// checks its metering events with the metering model. TestCheckerCatchesBrokenBuilds
+// runs three deliberately broken servers (tollgate_broken build tag) and
+// requires each history check to fail. docs/testing.md says what each test
+// proves and what it does not.
 //
 // The procedures of the operations runbook (docs/operations.md) run here too,
 // step by step with the tollgate CLI: replacing nodes and zones

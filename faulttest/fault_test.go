@@ -20,7 +20,7 @@ func loadFor(d time.Duration) { time.Sleep(d) }
 // linearizability at the end.
 func TestLeaderKills(t *testing.T) {
 	c := newCluster(t, defaultClusterOptions())
-	ck := startChecker(t, c, withHistory(c, defaultCheckerConfig()))
+	ck := startChecker(t, c, defaultCheckerConfig())
 	ck.waitProgress("start")
 	loadFor(3 * time.Second)
 	for round := 1; round <= 5; round++ {

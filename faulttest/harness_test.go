@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 	if buildDir != "" {
 		_ = os.RemoveAll(buildDir)
 	}
+	if brokenBin != "" {
+		_ = os.RemoveAll(filepath.Dir(brokenBin))
+	}
 	os.Exit(code)
 }
 
@@ -454,6 +457,8 @@ type cluster struct {
 
 	connMu sync.Mutex
 	conns  map[string]*grpc.ClientConn
+
+	histories int // recorders started (historyPath numbers them)
 }
 
 // dialOptions keep reconnection quick: a node that was down for a few seconds

@@ -206,6 +206,7 @@ func finishWiped(t *testing.T, c *cluster, ck *ckr) {
 	}
 	ck.Sweep()
 	ck.Report()
+	ck.checkHistory()
 	c.checkNoCrashes()
 }
 

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 // meterRecord is the part of a usage record (ledger answer and sink body)
@@ -195,7 +197,10 @@ func TestMeteringKillDuringSampling(t *testing.T) {
 	// order (start, stop, start, stop), to a random live node, retrying with
 	// the same id on transport errors and 503 (a retry is a duplicate: 201).
 	var sent, retries atomic.Int64
-	send := func(kind string, id string, inst int, ts int64, r *rand.Rand) error {
+	// Every attempt is recorded (history.jsonl) and, with the final ledger
+	// read, checked with the metering model.
+	hist := c.recordHistory()
+	send := func(client int, kind string, id string, inst int, ts int64, r *rand.Rand) error {
 		ev := map[string]any{"id": id, "timestamp": ts, "organization_id": "org", "space_id": "space",
 			"consumer_id": "c", "resource_id": "postgres", "plan_id": "large", "resource_instance_id": fmt.Sprint("inst-", inst)}
 		if kind == "start" {
@@ -205,7 +210,18 @@ func TestMeteringKillDuringSampling(t *testing.T) {
 		for {
 			n := c.nodes[r.IntN(len(c.nodes))]
 			if n.usable() {
+				call := hist.Begin(client, history.Op{Kind: history.KindMeterEvent, Key: fmt.Sprint("inst-", inst), ID: id, Time: ts, Stop: kind == "stop"})
 				code, body, err := meterHTTP("POST", "http://"+n.httpAddr+"/v1/events/"+kind, ev, nil)
+				switch {
+				case err == nil && code == http.StatusCreated:
+					call.End(history.Op{Outcome: history.OK})
+				case err == nil && code < 500:
+					call.End(history.Op{Outcome: history.Failed, Err: fmt.Sprintf("%d %s", code, body)})
+				case err != nil:
+					call.End(history.Op{Outcome: history.Unknown, Err: err.Error()})
+				default: // 503 and other 5xx: it may have been applied
+					call.End(history.Op{Outcome: history.Unknown, Err: fmt.Sprintf("%d %s", code, body)})
+				}
 				if err == nil && code == http.StatusCreated {
 					sent.Add(1)
 					return nil
@@ -231,11 +247,11 @@ func TestMeteringKillDuringSampling(t *testing.T) {
 			for sp := range 2 {
 				for i := w; i < targets; i += callers {
 					s := truth[i][sp]
-					if err := send("start", fmt.Sprintf("s%d-%d", i, sp), i, s.start, r); err != nil {
+					if err := send(w, "start", fmt.Sprintf("s%d-%d", i, sp), i, s.start, r); err != nil {
 						loadErr <- err
 						return
 					}
-					if err := send("stop", fmt.Sprintf("e%d-%d", i, sp), i, s.end, r); err != nil {
+					if err := send(w, "stop", fmt.Sprintf("e%d-%d", i, sp), i, s.end, r); err != nil {
 						loadErr <- err
 						return
 					}
@@ -276,10 +292,30 @@ func TestMeteringKillDuringSampling(t *testing.T) {
 	var q struct {
 		Records []meterRecord `json:"records"`
 	}
+	readCall := hist.Begin(callers, history.Op{Kind: history.KindMeterLedger, Key: "ledger"})
 	code, body, err := meterHTTP("GET", "http://"+c.nodes[0].httpAddr+"/v1/usage?organization_id=org", nil, &q)
 	if err != nil || code != http.StatusOK {
 		t.Fatalf("ledger query: %d %s %v", code, body, err)
 	}
+	readCall.End(history.Op{Outcome: history.OK})
+	// One read answers for every instance: record it as one usage read per
+	// instance over the same interval.
+	readOp := hist.Ops()[len(hist.Ops())-1]
+	perInst := map[string]map[int64]int64{}
+	for _, r := range q.Records {
+		u := perInst[r.ResourceInstanceID]
+		if u == nil {
+			u = map[int64]int64{}
+			perInst[r.ResourceInstanceID] = u
+		}
+		u[r.Timestamp/h*h] += r.duration(t)
+	}
+	var reads []history.Op
+	for i := range targets {
+		key := fmt.Sprint("inst-", i)
+		reads = append(reads, history.Op{Client: callers, Kind: history.KindMeterUsage, Key: key, Call: readOp.Call, Return: readOp.Return, Outcome: history.OK, Usage: perInst[key]})
+	}
+	c.checkHistory(hist, history.MeteringModel(h), reads...)
 	ledger := map[string]meterRecord{}
 	sums := map[string]int64{}
 	for _, r := range q.Records {

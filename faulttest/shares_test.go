@@ -425,5 +425,6 @@ func TestMovableSharesUnderFaults(t *testing.T) {
 	}
 	ck.Sweep()
 	ck.Report()
+	ck.checkHistory()
 	c.checkNoCrashes()
 }

@@ -42,6 +42,14 @@ import (
 // followers are caught up by their leaders and DiskError clears: nothing was
 // acknowledged that a quorum had not persisted, so nothing is lost.
 
+// slowSync: a shared-log write and fsync taking longer than this makes the
+// node hand away the groups it leads, as a full disk does. A leader appends
+// to its own log before it can commit, so a disk whose fsync takes seconds
+// (dying, or shared with a noisy neighbour) slows every group it leads while
+// the followers' disks are fine; raft itself never moves leadership for
+// that, since the slow leader still sends heartbeats.
+const slowSync = time.Second
+
 // DefaultDiskCheckInterval is how often the data dir is probed.
 const DefaultDiskCheckInterval = time.Second
 
@@ -331,7 +339,12 @@ func (h *Host) watchDisk() {
 		}
 		wasBad = err != nil
 		if err == nil {
-			continue
+			stalled := h.wal.Stalled()
+			if stalled < slowSync {
+				continue
+			}
+			err = fmt.Errorf("a raft log write and fsync has taken %v so far", stalled.Round(time.Millisecond))
+			h.log.Warn("raftnode: slow disk; handing leaderships away", "stalled", stalled)
 		}
 		for _, g := range h.groups {
 			if g.raft.State() != raft.Leader || transferring[g.id].Swap(true) {
@@ -344,7 +357,7 @@ func (h *Host) watchDisk() {
 					h.log.Warn("raftnode: could not hand leadership away from a node that cannot write", "group", g.id, "error", err)
 					return
 				}
-				h.log.Info("raftnode: leadership handed away (disk not writable)", "group", g.id)
+				h.log.Info("raftnode: leadership handed away (disk not writable or slow)", "group", g.id)
 			}()
 		}
 	}

@@ -124,7 +124,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		closing: make(chan struct{}),
 		disk:    newDiskState(cfg.DataDir),
 	}
-	w, err := wal.Open(walDir(cfg.DataDir), wal.Options{NoSync: cfg.NoSync})
+	w, err := wal.Open(walDir(cfg.DataDir), walOptions(cfg.DataDir, cfg.NoSync))
 	if err != nil {
 		_ = h.Shutdown()
 		return nil, fmt.Errorf("raftnode: open the raft log: %w", err)

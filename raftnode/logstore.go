@@ -13,6 +13,22 @@ import (
 // walDir is where a node's shared raft log lives (package wal).
 func walDir(dataDir string) string { return filepath.Join(dataDir, "wal") }
 
+// testWALOptions, when set, adjusts the options a node's shared log opens
+// with (its file layer, its segment size), by data dir. It is a test knob of
+// this package: only its own tests set it (the power-loss and slow-disk
+// tests put raftnode/wal/powerfs there); nothing else can reach it, so
+// production always opens the log on the OS with the default segments.
+var testWALOptions func(dataDir string, o *wal.Options)
+
+// walOptions are the options dataDir's log opens with.
+func walOptions(dataDir string, noSync bool) wal.Options {
+	o := wal.Options{NoSync: noSync}
+	if testWALOptions != nil {
+		testWALOptions(dataDir, &o)
+	}
+	return o
+}
+
 // upgradeChunk is how many entries one append of the upgrade copy carries.
 const upgradeChunk = 1024
 

@@ -87,8 +87,25 @@ func (g *groupTracker) ready() bool { return g.t.Ready() }
 // leading reports whether a leader session runs (ready or not).
 func (g *groupTracker) leading() bool { return g.t.Leading() }
 
+// testBreak, when set, replaces track with a deliberately broken version of
+// it. Only broken_build.go sets it, and that file compiles only with the
+// tollgate_broken build tag: the fault tests build such a binary to prove
+// that their history checker catches a broken server. No production build
+// (make build, the release, the container image) uses the tag, so there
+// this is always nil.
+var testBreak func(ctx context.Context, g *groupTracker, tenant string, hashes []uint64) ([]uint64, error)
+
 // track submits a request and waits for its decision and commit.
 func (g *groupTracker) track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
+	if testBreak != nil {
+		return testBreak(ctx, g, tenant, hashes)
+	}
+	return g.trackCommitted(ctx, tenant, hashes)
+}
+
+// trackCommitted is the correct track: decided by the leader, answered
+// after commit.
+func (g *groupTracker) trackCommitted(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
 	if g.wrap != nil {
 		return g.wrap(ctx, g.group, g.t, tenant, hashes)
 	}

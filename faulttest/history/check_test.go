@@ -22,6 +22,16 @@ func cas(c int, call, ret int64, expected uint64, value string, outcome Outcome,
 	return Op{Client: c, Kind: KindConfigCAS, Key: "doc", Call: call, Return: ret, Expected: expected, Value: value, Outcome: outcome, Version: version}
 }
 
+// ev is a metering event (stop when stop) on instance "a" at ts ms.
+func ev(c int, call, ret int64, id string, ts int64, stop bool, outcome Outcome) Op {
+	return Op{Client: c, Kind: KindMeterEvent, Key: "a", Call: call, Return: ret, ID: id, Time: ts, Stop: stop, Outcome: outcome}
+}
+
+// usage is a read of instance "a"'s usage: window start → ms.
+func usage(c int, call, ret int64, u map[int64]int64) Op {
+	return Op{Client: c, Kind: KindMeterUsage, Key: "a", Call: call, Return: ret, Outcome: OK, Usage: u}
+}
+
 func limitOf(n int) func(string) int { return func(string) int { return n } }
 
 func hs(h ...uint64) []uint64 { return h }
@@ -56,6 +66,21 @@ func TestCheckLegalHistories(t *testing.T) {
 			tr(2, 4, 5, "a", hs(2), OK),          // …or it did: both legal
 			tr(0, 6, 7, "a", hs(5), Failed),
 			tr(1, 8, 9, "a", hs(2), OK),
+		}},
+		{"metering: a retried event counts once, a span split over windows", MeteringModel(100), []Op{
+			ev(0, 0, 1, "s1", 50, false, Unknown),
+			ev(0, 2, 3, "s1", 50, false, OK), // the retry: same id
+			ev(1, 2, 3, "s1", 50, false, OK), // a duplicate from elsewhere
+			ev(0, 4, 5, "e1", 230, true, OK),
+			usage(2, 6, 7, map[int64]int64{0: 50, 100: 100, 200: 30}),
+		}},
+		{"metering: an unknown stop may or may not have closed the span", MeteringModel(100), []Op{
+			ev(0, 0, 1, "s1", 10, false, OK),
+			ev(0, 2, 3, "e1", 20, true, Unknown),
+			usage(1, 4, 5, map[int64]int64{0: 10}),
+			ev(0, 6, 7, "s2", 40, false, OK),
+			ev(0, 8, 9, "e2", 50, true, Failed),
+			usage(1, 10, 11, map[int64]int64{0: 10, 100: 0}),
 		}},
 		{"runtime config: reads and compare-and-set", RuntimeConfigModel(1, "v1"), []Op{
 			get(0, 0, 1, 1, "v1"),
@@ -127,6 +152,22 @@ func TestCheckCatchesBrokenHistories(t *testing.T) {
 		{"compare-and-set lost on the current version", RuntimeConfigModel(1, "v1"), []Op{
 			get(0, 0, 1, 1, "v1"),
 			cas(0, 2, 3, 1, "v2", Rejected, 0),
+		}},
+		{"metering: a retried event counted twice", MeteringModel(100), []Op{
+			ev(0, 0, 1, "s1", 50, false, OK),
+			ev(0, 2, 3, "e1", 80, true, Unknown),
+			ev(0, 4, 5, "e1", 80, true, OK),
+			usage(1, 6, 7, map[int64]int64{0: 60}),
+		}},
+		{"metering: a window of a span lost", MeteringModel(100), []Op{
+			ev(0, 0, 1, "s1", 50, false, OK),
+			ev(0, 2, 3, "e1", 230, true, OK),
+			usage(1, 4, 5, map[int64]int64{0: 50, 200: 30}),
+		}},
+		{"metering: usage from an event that failed", MeteringModel(100), []Op{
+			ev(0, 0, 1, "s1", 50, false, OK),
+			ev(0, 2, 3, "e1", 80, true, Failed),
+			usage(1, 4, 5, map[int64]int64{0: 30}),
 		}},
 		{"read of a value never written", RuntimeConfigModel(1, "v1"), []Op{
 			cas(0, 0, 1, 1, "v2", Unknown, 0),

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -21,9 +22,12 @@ type Kind string
 
 // The operation kinds the models know.
 const (
-	KindTrack     Kind = "track"      // track Hashes for tenant Key
-	KindConfigGet Kind = "config_get" // read document Key
-	KindConfigCAS Kind = "config_cas" // write Value to document Key if its version is Expected
+	KindTrack       Kind = "track"        // track Hashes for tenant Key
+	KindConfigGet   Kind = "config_get"   // read document Key
+	KindConfigCAS   Kind = "config_cas"   // write Value to document Key if its version is Expected
+	KindMeterEvent  Kind = "meter_event"  // metering start (or Stop) event ID at Time for resource instance Key
+	KindMeterUsage  Kind = "meter_usage"  // read resource instance Key's usage per window (Usage)
+	KindMeterLedger Kind = "meter_ledger" // one read of the whole ledger, checked as a KindMeterUsage per instance
 )
 
 // Outcome is what the client learned of an operation.
@@ -59,13 +63,20 @@ type Op struct {
 	Version uint64 `json:"version,omitempty"`
 	// Value: config_cas the value written; config_get the value read.
 	Value string `json:"value,omitempty"`
-	Err   string `json:"err,omitempty"`
+	// Metering: an event's id, timestamp (ms) and kind; a usage read's
+	// answer, duration (ms) per window start (ms).
+	ID    string          `json:"id,omitempty"`
+	Time  int64           `json:"time,omitempty"`
+	Stop  bool            `json:"stop,omitempty"`
+	Usage map[int64]int64 `json:"usage,omitempty"`
+	Err   string          `json:"err,omitempty"`
 }
 
 // Recorder appends operations to a JSON-lines file and keeps them in memory
 // for Ops. It is safe for concurrent use.
 type Recorder struct {
 	start time.Time
+	path  string
 
 	mu      sync.Mutex
 	f       *os.File
@@ -84,8 +95,11 @@ func Create(path string) (*Recorder, error) {
 		return nil, fmt.Errorf("history: %w", err)
 	}
 	w := bufio.NewWriter(f)
-	return &Recorder{start: time.Now(), f: f, w: w, enc: json.NewEncoder(w), pending: map[*Call]struct{}{}}, nil
+	return &Recorder{start: time.Now(), path: path, f: f, w: w, enc: json.NewEncoder(w), pending: map[*Call]struct{}{}}, nil
 }
+
+// Path is the file the recorder writes.
+func (r *Recorder) Path() string { return r.path }
 
 // now is the time since the recorder started. time.Since uses the monotonic
 // clock, so wall-clock steps cannot reorder operations.
@@ -126,6 +140,9 @@ func (c *Call) End(out Op) {
 	op := c.op
 	op.Return = ret
 	op.Outcome, op.Rejected, op.Version, op.Err = out.Outcome, slices.Clone(out.Rejected), out.Version, out.Err
+	if out.Usage != nil {
+		op.Usage = maps.Clone(out.Usage)
+	}
 	if out.Value != "" {
 		op.Value = out.Value
 	}

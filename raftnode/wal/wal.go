@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // DefaultSegmentSize is the size past which a new segment file is started.
@@ -51,6 +52,8 @@ type Options struct {
 	// ReadOnly opens the log for reading only (offline tools): nothing is
 	// written, not even the cut of a torn tail, and every write fails.
 	ReadOnly bool
+	// FS is the file layer under the segments; nil is the OS (OSFS).
+	FS FS
 }
 
 // Recovered is what Open found.
@@ -90,6 +93,17 @@ type WAL struct {
 // counters are updated by the writer only.
 type counters struct {
 	rounds, failed, requests, bytes, syncNanos atomic.Uint64
+	writing                                    atomic.Int64 // unix ns the round in flight began its write; 0: none
+}
+
+// Stalled is how long the round now being written and synced has taken so
+// far (0 when none is): a disk whose fsync takes seconds shows here while
+// it happens, not only once it returns.
+func (w *WAL) Stalled() time.Duration {
+	if at := w.stats.writing.Load(); at != 0 {
+		return time.Since(time.Unix(0, at))
+	}
+	return 0
 }
 
 // Stats are the log's counters since Open.
@@ -117,7 +131,7 @@ func (w *WAL) Stats() Stats {
 type segment struct {
 	seq  uint64
 	path string
-	f    *os.File
+	f    File
 	size int64
 	// live counts the entries of the groups' logs stored here; the
 	// segment may go once it is 0 (and it is the oldest).
@@ -156,6 +170,9 @@ type request struct {
 func Open(dir string, opts Options) (*WAL, error) {
 	if opts.SegmentSize <= 0 {
 		opts.SegmentSize = DefaultSegmentSize
+	}
+	if opts.FS == nil {
+		opts.FS = OSFS{}
 	}
 	if !opts.ReadOnly {
 		if err := os.MkdirAll(dir, 0o750); err != nil {
@@ -237,7 +254,7 @@ func segName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentSuff
 // frame is written to it. Caller holds mu or is single-threaded.
 func (w *WAL) newSegment(seq uint64) error {
 	path := filepath.Join(w.dir, segName(seq))
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	f, err := w.opts.FS.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 	if err != nil {
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
@@ -248,40 +265,22 @@ func (w *WAL) newSegment(seq uint64) error {
 		err = w.sync(f)
 	}
 	if err == nil {
-		err = syncDir(w.dir)
+		err = w.opts.FS.SyncDir(w.dir)
 	}
 	if err != nil {
 		_ = f.Close()
-		_ = os.Remove(path)
+		_ = w.opts.FS.Remove(path)
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
 	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen})
 	return nil
 }
 
-func (w *WAL) sync(f *os.File) error {
+func (w *WAL) sync(f File) error {
 	if w.opts.NoSync {
 		return nil
 	}
-	return fdatasync(f)
-}
-
-func fdatasync(f *os.File) error {
-	for {
-		err := syscall.Fdatasync(int(f.Fd()))
-		if err != syscall.EINTR {
-			return err
-		}
-	}
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return f.Datasync()
 }
 
 // listSegments returns the segment files of dir in order.
@@ -414,11 +413,11 @@ func (w *WAL) replay() error {
 		if w.opts.ReadOnly {
 			flag = os.O_RDONLY
 		}
-		f, err := os.OpenFile(path, flag, 0)
+		f, err := w.opts.FS.OpenFile(path, flag, 0)
 		if err != nil {
 			return fmt.Errorf("wal: open %s: %w", path, err)
 		}
-		data, err := os.ReadFile(path)
+		data, err := w.opts.FS.ReadFile(path)
 		if err != nil {
 			_ = f.Close()
 			return fmt.Errorf("wal: read %s: %w", path, err)
@@ -429,7 +428,7 @@ func (w *WAL) replay() error {
 				// Created but its header never made durable: a crash
 				// inside newSegment. Nothing was written to it.
 				_ = f.Close()
-				if err := os.Remove(path); err != nil {
+				if err := w.opts.FS.Remove(path); err != nil {
 					return fmt.Errorf("wal: remove unfinished segment %s: %w", path, err)
 				}
 				w.recovered.TornFile, w.recovered.TornBytes = path, int64(len(data))

@@ -3,7 +3,6 @@ package wal
 import (
 	"errors"
 	"fmt"
-	"os"
 	"time"
 )
 
@@ -62,10 +61,12 @@ func (w *WAL) writeFrame(seg *segment, frame []byte) error {
 	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
 	start := time.Now()
+	w.stats.writing.Store(start.UnixNano())
 	_, err := seg.f.WriteAt(frame, base)
 	if err == nil {
 		err = w.sync(seg.f)
 	}
+	w.stats.writing.Store(0)
 	w.stats.syncNanos.Add(uint64(time.Since(start)))
 	w.stats.rounds.Add(1)
 	if err != nil {
@@ -172,19 +173,19 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	dead := w.deadSegments()
 	pinned := len(w.segs) > 2
 	w.mu.Unlock()
-	removeSegments(dead)
+	w.removeSegments(dead)
 	if pinned {
 		w.carryForward()
 	}
 	return frame
 }
 
-func removeSegments(dead []*segment) {
+func (w *WAL) removeSegments(dead []*segment) {
 	for _, s := range dead {
 		// Every entry in it is void and so is every entry before it; its
 		// reads are over (callers hold mu while reading).
 		_ = s.f.Close()
-		_ = os.Remove(s.path)
+		_ = w.opts.FS.Remove(s.path)
 	}
 }
 
@@ -278,7 +279,7 @@ func (w *WAL) carryForward() {
 	}
 	dead := w.deadSegments()
 	w.mu.Unlock()
-	removeSegments(dead)
+	w.removeSegments(dead)
 }
 
 // deadSegments removes from w.segs, and returns, the oldest segments whose

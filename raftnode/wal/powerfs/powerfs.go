@@ -1,0 +1,331 @@
+package powerfs
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tollgate-io/tollgate/raftnode/wal"
+)
+
+// ErrPowerCut is what every write, sync or removal returns after Freeze.
+var ErrPowerCut = errors.New("powerfs: the power is off")
+
+// Mode is what a cut keeps of the writes since the last sync.
+type Mode int
+
+const (
+	DropAll Mode = iota // the disk holds exactly what was synced
+	KeepAll             // every write reached the disk (as after SIGKILL)
+	Random              // a random subset, in order, the last possibly torn
+)
+
+func (m Mode) String() string {
+	return [...]string{"drop-all", "keep-all", "random"}[m]
+}
+
+type op struct {
+	off      int64
+	data     []byte
+	truncate bool // to off
+}
+
+// removal is a file removed since the last directory sync, with the
+// contents it had durably.
+type removal struct {
+	name    string
+	durable []byte
+}
+
+type fileState struct {
+	durable []byte // the contents as of the last sync
+	pending []op   // since then, in order
+}
+
+// FS is one machine's disk. The zero value is not usable: use New.
+type FS struct {
+	mu      sync.Mutex
+	files   map[string]*fileState
+	removed []removal // since the last directory sync, oldest first
+	frozen  bool
+	// armed > 0: the power goes off right after that many more writes
+	// (CutAfter); fired is closed then.
+	armed int
+	fired chan struct{}
+	// syncDelay, when set, is slept in every Datasync (a slow disk).
+	syncDelay time.Duration
+	// lying: Datasync reports success and makes nothing durable (a disk
+	// or mount that ignores flushes): a deliberately broken disk, for
+	// tests that their check catches lost acknowledged writes.
+	lying bool
+}
+
+// SetLying makes Datasync succeed without making anything durable.
+func (fs *FS) SetLying(lying bool) {
+	fs.mu.Lock()
+	fs.lying = lying
+	fs.mu.Unlock()
+}
+
+// New returns a disk that has lost nothing yet.
+func New() *FS { return &FS{files: map[string]*fileState{}} }
+
+// SetSyncDelay makes every later Datasync take d first (0: no delay).
+func (fs *FS) SetSyncDelay(d time.Duration) {
+	fs.mu.Lock()
+	fs.syncDelay = d
+	fs.mu.Unlock()
+}
+
+// state returns name's state, reading its current contents as durable if
+// the disk has not seen the file since the last cut.
+func (fs *FS) state(name string) (*fileState, error) {
+	if st, ok := fs.files[name]; ok {
+		return st, nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	st := &fileState{durable: b}
+	fs.files[name] = st
+	return st, nil
+}
+
+// OpenFile opens the real file and tracks its writes.
+func (fs *FS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.frozen && flag&(os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_RDWR) != 0 {
+		return nil, ErrPowerCut
+	}
+	st, err := fs.state(name)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	if flag&os.O_TRUNC != 0 {
+		st.pending = append(st.pending, op{off: 0, truncate: true})
+	}
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return r.name == name })
+	return &file{fs: fs, name: name, f: f}, nil
+}
+
+// ReadFile reads the real file.
+func (fs *FS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
+
+// Remove removes the real file; until the directory is synced, a cut may
+// bring it back with its durable contents.
+func (fs *FS) Remove(name string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.frozen {
+		return ErrPowerCut
+	}
+	st, err := fs.state(name)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(name); err != nil {
+		return err
+	}
+	fs.removed = append(fs.removed, removal{name, st.durable})
+	delete(fs.files, name)
+	return nil
+}
+
+// SyncDir makes the removals in dir durable.
+func (fs *FS) SyncDir(dir string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.frozen {
+		return ErrPowerCut
+	}
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return filepath.Dir(r.name) == filepath.Clean(dir) })
+	return nil
+}
+
+// Freeze cuts the power: from now on every write, sync and removal fails
+// with ErrPowerCut. Stop the node, then call Cut.
+func (fs *FS) Freeze() {
+	fs.mu.Lock()
+	fs.frozen = true
+	fs.mu.Unlock()
+}
+
+// CutAfter arms the disk to lose power right after n more writes reach it
+// (the last of them written but not synced: the moment a power cut does
+// most damage). The returned channel is closed when it does.
+func (fs *FS) CutAfter(n int) <-chan struct{} {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.armed, fs.fired = max(n, 1), make(chan struct{})
+	return fs.fired
+}
+
+// CutReport says what a cut did.
+type CutReport struct {
+	Files       int // files rewritten
+	Unsynced    int // writes (and truncates) not yet synced at the cut
+	Kept        int // of them, kept whole
+	Torn        int // kept in part (0 or 1 per file)
+	Resurrected int // removed files that came back
+}
+
+// Cut rewrites every file the disk has seen as it could be after the power
+// cut (mode, with rng for Random), then turns the power back on: the files
+// as they are now become the durable state. Call it after Freeze, once
+// nothing uses the files any more.
+func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if !fs.frozen {
+		return CutReport{}, errors.New("powerfs: Cut without Freeze")
+	}
+	var rep CutReport
+	for name, st := range fs.files {
+		rep.Unsynced += len(st.pending)
+		if len(st.pending) == 0 {
+			continue // the file is what was synced
+		}
+		img := st.durable
+		for i, o := range st.pending {
+			keep := mode == KeepAll || (mode == Random && rng.IntN(2) == 0)
+			if !keep {
+				if mode == Random {
+					continue // an independent subset: later writes may survive
+				}
+				break
+			}
+			if mode == Random && !o.truncate && i == len(st.pending)-1 && rng.IntN(3) == 0 && len(o.data) > 1 {
+				o.data = o.data[:rng.IntN(len(o.data))] // torn
+				rep.Torn++
+			} else {
+				rep.Kept++
+			}
+			img = apply(img, o)
+		}
+		if err := os.WriteFile(name, img, 0o600); err != nil {
+			return rep, fmt.Errorf("powerfs: rewrite %s: %w", name, err)
+		}
+		rep.Files++
+	}
+	// Removals reach the disk in order (a journalling file system commits
+	// directory changes in order): a cut may undo the newest ones, never an
+	// older one while keeping a newer.
+	undo := 0
+	switch mode {
+	case DropAll:
+		undo = len(fs.removed)
+	case Random:
+		undo = rng.IntN(len(fs.removed) + 1)
+	}
+	for _, r := range fs.removed[len(fs.removed)-undo:] {
+		if err := os.WriteFile(r.name, r.durable, 0o600); err != nil {
+			return rep, fmt.Errorf("powerfs: restore %s: %w", r.name, err)
+		}
+		rep.Resurrected++
+	}
+	fs.files, fs.removed, fs.frozen, fs.armed = map[string]*fileState{}, nil, false, 0
+	return rep, nil
+}
+
+// apply returns img with o applied (img may be reused).
+func apply(img []byte, o op) []byte {
+	if o.truncate {
+		if int64(len(img)) > o.off {
+			return append([]byte(nil), img[:o.off]...)
+		}
+		return append(img, make([]byte, o.off-int64(len(img)))...)
+	}
+	out := append([]byte(nil), img...)
+	if end := o.off + int64(len(o.data)); end > int64(len(out)) {
+		out = append(out, make([]byte, end-int64(len(out)))...)
+	}
+	copy(out[o.off:], o.data)
+	return out
+}
+
+type file struct {
+	fs   *FS
+	name string
+	f    *os.File
+}
+
+func (f *file) ReadAt(p []byte, off int64) (int, error) { return f.f.ReadAt(p, off) }
+
+func (f *file) WriteAt(p []byte, off int64) (int, error) {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.frozen {
+		return 0, ErrPowerCut
+	}
+	st, err := f.fs.state(f.name)
+	if err != nil {
+		return 0, err
+	}
+	n, err := f.f.WriteAt(p, off)
+	st.pending = append(st.pending, op{off: off, data: append([]byte(nil), p[:n]...)})
+	if f.fs.armed > 0 {
+		if f.fs.armed--; f.fs.armed == 0 {
+			f.fs.frozen = true
+			close(f.fs.fired)
+		}
+	}
+	return n, err
+}
+
+func (f *file) Truncate(size int64) error {
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.frozen {
+		return ErrPowerCut
+	}
+	st, err := f.fs.state(f.name)
+	if err != nil {
+		return err
+	}
+	if err := f.f.Truncate(size); err != nil {
+		return err
+	}
+	st.pending = append(st.pending, op{off: size, truncate: true})
+	return nil
+}
+
+// Datasync makes the file's writes so far survive any cut. It does not
+// call fdatasync: durability here is the model's, not the disk's.
+func (f *file) Datasync() error {
+	f.fs.mu.Lock()
+	delay := f.fs.syncDelay
+	f.fs.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	f.fs.mu.Lock()
+	defer f.fs.mu.Unlock()
+	if f.fs.frozen {
+		return ErrPowerCut
+	}
+	if f.fs.lying {
+		return nil
+	}
+	st, err := f.fs.state(f.name)
+	if err != nil {
+		return err
+	}
+	for _, o := range st.pending {
+		st.durable = apply(st.durable, o)
+	}
+	st.pending = nil
+	return nil
+}
+
+func (f *file) Close() error { return f.f.Close() }
