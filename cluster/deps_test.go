@@ -7,9 +7,8 @@ import (
 )
 
 // TestImportsNoServer keeps cluster control below the node: it reaches the
-// node only through its port (port.go), so nothing it links may be package
-// server (which implements the port and would make a cycle in spirit, if not
-// in the compiler's eyes, through any package both import).
+// node only through its port (port.go), which package server implements, so
+// nothing cluster links, directly or through another package, is server.
 func TestImportsNoServer(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
