@@ -285,9 +285,10 @@ func (s *Server) hostsGroup(g int) bool {
 	return false
 }
 
-// clusterLoop runs the node's cluster duties until stop: rebuild the view,
-// gossip the groups led here, join seeds, bootstrap a new cluster, add joining
-// members to groups whose zones lack a voter, balance leadership.
+// clusterLoop runs the node's cluster duties until stop: gossip the groups
+// led here, join seeds, rebuild the view; and, through the controller
+// (package cluster), bootstrap a new cluster, place replicas and balance
+// leadership.
 func (s *Server) clusterLoop() {
 	t := time.NewTicker(viewPoll)
 	defer t.Stop()
