@@ -57,6 +57,6 @@
 // 250 ms while this node is not confirmed, on the node's pooled connection;
 // 8 samples kept per peer. Confirmed, the clock is read with one atomic
 // load on hot paths (every group-time stamp, raft's vote gate); the rule
-// is recomputed once a probe round and, from the samples held, on each
-// election, transfer or leader-session start.
+// is recomputed once a probe round and, from the samples held, when raft's
+// gate is asked while confirmed or a leader session is about to start.
 package clockbound
