@@ -57,8 +57,8 @@ func isHarness(pkg string) bool {
 	return false
 }
 
-// TestNothingImportsServer keeps server the top of the node. access and
-// cluster are what server wires, so neither links it, directly or through
+// TestNothingImportsServer keeps server the top of the node. access,
+// cluster and clockbound are what server wires, so none links it, directly or through
 // another package; and no package imports server except the binary
 // (cmd/...) and test harnesses. A package that needs something of the
 // server's gets it through a port of its own (nodeport, cluster's port),
@@ -67,7 +67,7 @@ func isHarness(pkg string) bool {
 func TestNothingImportsServer(t *testing.T) {
 	pkgs := listModule(t)
 	const server = mod + "server"
-	for _, want := range []string{"access", "cluster"} {
+	for _, want := range []string{"access", "cluster", "clockbound"} {
 		found := 0
 		for pkg, info := range pkgs {
 			if !isUnder(pkg, mod+want) {

@@ -272,7 +272,7 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		if addr == "" {
 			return nil, status.Errorf(codes.InvalidArgument, "transfer-leadership: %q is not a voter of group %d", req.ToId, g)
 		}
-		if why := a.s.clock.peerReason(req.ToId); why != "" {
+		if why := a.s.clock.PeerReason(req.ToId); why != "" {
 			return nil, status.Errorf(codes.FailedPrecondition, "transfer-leadership: group %d: %s, so it may not lead", g, why)
 		}
 		fut = r.LeadershipTransferToServer(raft.ServerID(req.ToId), raft.ServerAddress(addr))

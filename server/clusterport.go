@@ -36,7 +36,7 @@ func (p clusterPort) Gossip() bool                      { return p.s.members != 
 func (p clusterPort) GroupHasState(g int) (bool, error) { return p.s.host.GroupHasState(g) }
 func (p clusterPort) ClusterID() string                 { return p.s.ident.clusterID() }
 func (p clusterPort) SetClusterID(cid, how string)      { p.s.setClusterID(cid, how) }      // identity.go
-func (p clusterPort) MayLead(id string) string          { return p.s.clock.peerReason(id) } // clock.go
+func (p clusterPort) MayLead(id string) string          { return p.s.clock.PeerReason(id) } // clockbound
 
 func (p clusterPort) BootstrapGroup(g int, servers []raft.Server) error {
 	return p.s.host.BootstrapGroup(g, servers)

@@ -73,7 +73,7 @@ func (s *Server) components() []component {
 			grpc:    register(s.registerMetering),
 			http:    func(m *routeMux) { s.mountMetering(m) },
 			stop:    s.stopMetering},
-		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, &clockService{s: s}) })},
+		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, s.clock.Service()) })},
 	}
 }
 

@@ -107,7 +107,7 @@ func (s *Server) trackError(g int, err error) error {
 		if id == s.cfg.NodeID {
 			// Raft's leader, but its clock is not confirmed: it runs no
 			// session and is handing the group away.
-			if why := s.clock.outOfBound(); why != "" {
+			if why := s.clock.OutOfBound(); why != "" {
 				return status.Errorf(codes.Unavailable, "group %d: this node holds raft leadership but may not lead: %s; retry", g, why)
 			}
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/clockbound"
 	"github.com/tollgate-io/tollgate/httpjson"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/ui"
@@ -44,7 +45,7 @@ func (s *Server) startHTTP() error {
 			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
-		if why := s.clock.outOfBound(); why != "" {
+		if why := s.clock.OutOfBound(); why != "" {
 			// Still ready: it serves as a follower and forwards writes.
 			fmt.Fprintln(w, "ready (follower only): "+why)
 			return
@@ -140,8 +141,8 @@ type NodeStatus struct {
 	// leader does not answer within 2s are listed in its errors.
 	Billing *metering.BillingSummary `json:"billing,omitempty"`
 	// Clock: the maximum clock offset, this node's offset to the cluster's
-	// median clock and to each peer, and whether it may lead (clock.go).
-	Clock *ClockStatus `json:"clock,omitempty"`
+	// median clock and to each peer, and whether it may lead (clockbound).
+	Clock *clockbound.Status `json:"clock,omitempty"`
 }
 
 // statusTopPartitions bounds the per-partition estimates in /api/v1/status.
@@ -149,7 +150,7 @@ const statusTopPartitions = 10
 
 // Status returns this node's view of its groups.
 func (s *Server) Status() NodeStatus {
-	st := NodeStatus{Node: s.cfg.NodeID, Zone: s.cfg.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.status()}
+	st := NodeStatus{Node: s.cfg.NodeID, Zone: s.cfg.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.Status()}
 	for g, f := range s.fsms {
 		r := s.host.Raft(g)
 		_, leader := r.LeaderWithID()

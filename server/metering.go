@@ -42,7 +42,7 @@ func (s *Server) meteringModules() {
 	s.meterMods = make([]*fsmmeter.Module, s.cfg.Groups)
 	for g := range s.meterMods {
 		s.meterMods[g] = fsmmeter.New(g)
-		s.meterMods[g].SetTimeObserver(s.clock.groups[g].Observe)
+		s.meterMods[g].SetTimeObserver(s.clock.Group(g).Observe)
 	}
 }
 
@@ -52,9 +52,9 @@ func (s *Server) startMetering() error {
 	mc.Logger = s.log
 	mc.Registerer = s.metrics.reg
 	clk := metering.NewClock(s.cfg.Clock, mc.TestClock)
-	// Each group's entries carry its group time (clock.go), so the slack
+	// Each group's entries carry its group time (clockbound), so the slack
 	// check, dedup expiry and sampler boundaries read one clock.
-	clk.SetGroupTime(func(g int) int64 { return s.clock.groups[g].Now() })
+	clk.SetGroupTime(func(g int) int64 { return s.clock.Group(g).Now() })
 	svc, err := metering.New(mc, meteringHost{nodePort{s}, s}, clk)
 	if err != nil {
 		return err

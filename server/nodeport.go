@@ -26,7 +26,7 @@ func (p nodePort) Hosts(g int) bool { return p.s.hostsGroup(g) }
 // entryMinute stamps a module entry: the group's time, as admission stamps
 // tracking entries, never behind the time the FSM has applied.
 func (p nodePort) entryMinute(g int) int64 {
-	return max(p.s.clock.groupMinute(g), p.s.fsms[g].Now())
+	return max(p.s.clock.GroupMinute(g), p.s.fsms[g].Now())
 }
 
 func (p nodePort) Append(g int, typ byte, payload []byte) (func(context.Context) (any, error), error) {

@@ -35,7 +35,7 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	tc := startCluster(t, 3, func(i int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.TestClockOffset = skew[i] })
 	fast := tc.nodes[2]
 	waitFor(t, "n3 out of bound and not leading group 0", func() bool {
-		st := fast.clock.status()
+		st := fast.clock.Status()
 		return st != nil && !st.InBound && fast.Raft(runtimecfg.OrderGroup).State() != raft.Leader
 	})
 	cfg := api.NewConfigClient(dial(t, tc.nodes[0].GRPCAddr()))

@@ -20,6 +20,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/clockbound"
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
@@ -116,7 +117,7 @@ type Config struct {
 	// MaxClockOffset is the largest difference between node clocks the
 	// cluster tolerates (default 1s): nodes measure their offset to every
 	// peer, and a node further than this from a majority does not lead
-	// (clock.go).
+	// (clockbound).
 	MaxClockOffset time.Duration
 	Logger         *slog.Logger
 
@@ -300,7 +301,7 @@ type Server struct {
 	ownerRules envoyrls.Rules
 	rls        *envoyrls.Service // Envoy rate limit service (envoyrls.go)
 	sampling   *samplingCtl      // backlog controller (sampling.go)
-	clock      *clockState       // peer clock offsets and group clocks (clock.go)
+	clock      *clockbound.Clock // peer clock offsets and group clocks (clockport.go)
 
 	summaries *summaries.Hub      // near-limit summary stream (summaries.go)
 	sketches  *partitionlimit.Hub // sketches.go
@@ -335,7 +336,7 @@ type Server struct {
 type leaderEvent struct {
 	group  int
 	leader bool
-	// recheck: sent by this node, not raft (clock.go): acted on only if raft
+	// recheck: sent by this node, not raft (clockbound): acted on only if raft
 	// still names this node leader when it is handled.
 	recheck bool
 }
@@ -439,7 +440,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
 		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
 	}
-	s.clock = newClockState(s)
+	if s.clock, err = newClock(s); err != nil { // clockport.go
+		return fail(err)
+	}
 	// The capabilities, each built from the node's port with its FSM
 	// modules (components.go).
 	if err := s.buildComponents(); err != nil {
@@ -447,7 +450,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.fsms = make([]*fsm.FSM, cfg.Groups)
 	for g := range s.fsms {
-		gc := s.clock.groups[g]
+		gc := s.clock.Group(g)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
 			MaxClusterVersion: cfg.MaxClusterVersion, Modules: s.fsmModules(g),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
@@ -475,8 +478,8 @@ func New(cfg Config) (*Server, error) {
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
 		// No votes asked and no transfer accepted while this node's clock
-		// is not confirmed (clock.go): it cannot become a leader at all.
-		MayCampaign: s.clock.campaignGate,
+		// is not confirmed (clockbound): it cannot become a leader at all.
+		MayCampaign: s.clock.CampaignGate,
 		LeaderNotify: func(group int, leader bool) {
 			select {
 			case s.leaderEvents <- leaderEvent{group: group, leader: leader}:
@@ -502,7 +505,7 @@ func New(cfg Config) (*Server, error) {
 			MaxBatchHashes:    cfg.MaxBatchHashes,
 			MaxInFlight:       cfg.MaxInFlight,
 			ApplyTimeout:      cfg.ApplyTimeout,
-			Clock:             func() time.Time { return time.UnixMilli(s.clock.groups[g].Now()) },
+			Clock:             func() time.Time { return time.UnixMilli(s.clock.Group(g).Now()) },
 			Share:             s.shares.AdmitShare(g),
 			OnReset:           s.shares.Module(g).ResetReservations,
 			Track:             s.shares.Track,
@@ -551,9 +554,9 @@ func New(cfg Config) (*Server, error) {
 	go func() { defer s.wg.Done(); s.incarnationLoop() }()
 	// From here the clock bound is computed from membership and the groups'
 	// configurations (both exist now); until then this node asks for no
-	// votes (clock.go).
-	s.clock.host.Store(host)
-	go func() { defer s.wg.Done(); s.clock.run() }()
+	// votes (clockbound).
+	s.clock.Attach()
+	go func() { defer s.wg.Done(); s.clock.Run(s.closing) }()
 	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
 		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.clusterID(),
@@ -610,10 +613,10 @@ func (s *Server) watchLeadership() {
 			}
 			s.log.Info("leadership changed", "group", ev.group, "leader", ev.leader)
 			// A group halted here, or a node whose clock is out of bound, must
-			// not lead (versions.go, clock.go). The group clock learns of the
+			// not lead (versions.go, clockbound). The group clock learns of the
 			// change before the session stamps anything.
 			lead := ev.leader && s.mayLead(ev.group)
-			s.clock.groups[ev.group].SetLeader(lead)
+			s.clock.Group(ev.group).SetLeader(lead)
 			s.trackers[ev.group].setLeader(lead)
 		}
 	}

@@ -29,7 +29,7 @@ func (s *Server) newSketches() error {
 		// clock corrected by its measured offset), so a node whose clock is
 		// off, even beyond the bound, keeps the same minutes as its peers
 		// and as clients with correct clocks (docs/clocks.md).
-		Partitions: c.Partitions, MaxSketches: c.MaxSketches, Clock: s.clock.wall, Logger: s.log,
+		Partitions: c.Partitions, MaxSketches: c.MaxSketches, Clock: s.clock.Wall, Logger: s.log,
 		// A tenant has sketches only when it has a per-partition limit.
 		TenantKnown: func(t string) bool { return s.TenantLimitsFor(t).MaxSeriesPerPartition > 0 },
 	})

@@ -161,7 +161,7 @@ func TestSketchWindowOnSkewedNode(t *testing.T) {
 	tc := startCluster(t, 3, func(i int, c *Config) { c.LimitsFile = limits; c.TestClockOffset = skew[i] })
 	slow := tc.nodes[2]
 	waitFor(t, "n3 measured out of bound", func() bool {
-		st := slow.clock.status()
+		st := slow.clock.Status()
 		return st != nil && !st.InBound
 	})
 	for i, s := range tc.nodes[1:] {

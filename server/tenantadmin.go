@@ -129,7 +129,7 @@ func (a *adminService) dropTenantGroup(ctx context.Context, g int, tenant string
 	}
 	f := s.fsms[g]
 	// The group's clock stamps the entry, never behind the group's time.
-	now := max(s.clock.groupMinute(g), f.Now())
+	now := max(s.clock.GroupMinute(g), f.Now())
 	out, index, err := s.proposeVersioned(ctx, g, fsm.EntryDropTenant, fsm.AppendDropTenant(nil, now, tenant))
 	if err != nil {
 		return nil, err

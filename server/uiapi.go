@@ -60,7 +60,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 			for _, g := range m.GroupsLed {
 				mo.GroupsLed = append(mo.GroupsLed, int(g))
 			}
-			if off, ok := s.clock.offsetFromMedian(m.Id); ok {
+			if off, ok := s.clock.OffsetFromMedian(m.Id); ok {
 				ns := int64(off)
 				mo.ClockOffsetNs, mo.ClockOutOfBound = &ns, off > s.cfg.MaxClockOffset || off < -s.cfg.MaxClockOffset
 			}

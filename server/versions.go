@@ -216,12 +216,12 @@ func (s *Server) haltedLeaderStatus(g int) error {
 // group is not halted here. Raft leadership alone is not enough: a leader
 // that has not applied its predecessor's entries would decide from stale
 // state. Its clock must be confirmed against a majority of the voters'
-// clocks (clock.go): the same gate as the session's start (mayLead), read
+// clocks (clockbound): the same gate as the session's start (mayLead), read
 // here too so that nothing leads in the moment between the clock losing its
 // confirmation and the session stopping. One peer restarting does not
 // unconfirm a leader (the other peers still confirm it).
 func (s *Server) leads(g int) bool {
-	if s.host.Raft(g).State() != raft.Leader || !s.clock.confirmed() || !s.trackers[g].ready() {
+	if s.host.Raft(g).State() != raft.Leader || !s.clock.Confirmed() || !s.trackers[g].ready() {
 		return false
 	}
 	halted, _ := s.fsms[g].Halted()
@@ -231,7 +231,7 @@ func (s *Server) leads(g int) bool {
 // mayLead reports whether this node may run a leader session for group g.
 func (s *Server) mayLead(g int) bool {
 	halted, _ := s.fsms[g].Halted()
-	return !halted && s.clock.mayLeadReason() == ""
+	return !halted && s.clock.MayLeadReason() == ""
 }
 
 // enforceHalts runs on every cluster loop tick: a group halted here loses its

@@ -55,7 +55,7 @@ type MemberOverview struct {
 	GroupsLed []int  `json:"groups_led"`
 	// ClockOffsetNs is the member's clock minus the cluster's median clock
 	// as this node measures it (absent: not measured); ClockOutOfBound: it
-	// is beyond the maximum clock offset and may not lead (clock.go).
+	// is beyond the maximum clock offset and may not lead (package clockbound).
 	ClockOffsetNs   *int64 `json:"clock_offset_ns,omitempty"`
 	ClockOutOfBound bool   `json:"clock_out_of_bound,omitempty"`
 }
