@@ -14,8 +14,8 @@
 #     of every server-side process (the reference: ratelimit + redis-server;
 #     Tollgate: the node), CPU read from /proc/<pid>/stat;
 #   - open loops at each of RATES: p50/p99 from the calls' scheduled times;
-#   - a burst of 2× the limit just before a 1 s window boundary and another
-#     just after it: admitted ÷ limit (a fixed window admits up to 2×).
+#   - a burst of 2× the limit 300 ms before a 1 s window boundary and another
+#     300 ms after it: admitted ÷ limit (a fixed window admits up to 2×).
 # With MINUTE=1, one more boundary test per server on a per-minute rule.
 # Then it prints the medians and Tollgate ÷ reference ratios.
 #
@@ -23,7 +23,8 @@
 # Environment: RATES="2000 5000" (open-loop calls/s), CONC=32 (closed loop),
 #   MINUTE=0|1, REF_PIPELINE_WINDOW (the reference's REDIS_PIPELINE_WINDOW,
 #   default unset = its default 0: every Redis write flushed at once),
-#   PEER_GOBIN (reuse an installed reference binary), OUT (a file for the
+#   PEER_GOBIN (reuse an installed reference binary), TOLLGATE_BIN (reuse a
+#   built tollgate), OUT (a file for the
 #   raw JSON lines; default in the run's temporary directory, removed).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,8 +57,8 @@ if ! command -v redis-server >/dev/null; then
   echo "installing Debian's redis-server" >&2
   apt-get update -qq && apt-get install -y -qq redis-server >/dev/null
 fi
-go build -o "$dir/tollgate" ./cmd/tollgate
-tg=$dir/tollgate
+tg=${TOLLGATE_BIN:-$dir/tollgate}
+[ -n "${TOLLGATE_BIN:-}" ] || go build -o "$tg" ./cmd/tollgate
 
 # Ports: loopback, below 32768, apart from the ones other scripts use.
 redis_port=18446
@@ -120,16 +121,23 @@ $tg limits apply-envoy --addr $tg_grpc -f "$dir/runtime/ratelimit/config/bench.y
 # see over-limit answers. The reference reads the file at start; the node
 # decides with it once it has applied the change.
 applied() { # addr value
-  $tg envoybench --addr "$1" --descriptor "boundary_s=$2" --boundary 1s --limit 50 --burst 60 --json |
+  $tg envoybench --addr "$1" --descriptor "boundary_s=$2" --boundary 1s --limit 50 --burst 60 --offset 300ms --json |
     jq -e '.errors == 0 and .boundary.before_ok + .boundary.after_ok < 120' >/dev/null
 }
-for i in $(seq 10); do applied $tg_grpc "check$i" && break; sleep 0.5; done
-applied $tg_grpc check || { echo "the Tollgate node did not apply bench.yaml" >&2; cat "$dir/tollgate.log" >&2; exit 1; }
-applied $ref_grpc check || { echo "the reference did not apply bench.yaml" >&2; cat "$dir/ref.log" >&2; exit 1; }
+check() { # name addr log
+  for i in $(seq 10); do applied "$2" "check$i" && return 0; sleep 0.5; done
+  echo "$1 does not decide with bench.yaml" >&2; cat "$3" >&2; exit 1
+}
+check Tollgate $tg_grpc "$dir/tollgate.log"
+check "the reference" $ref_grpc "$dir/ref.log"
 
 run() { # name addr pids args...
   local name=$1 addr=$2 p=$3; shift 3
-  $tg envoybench --addr "$addr" --pid "$p" --json "$@" | jq -c --arg s "$name" --arg r "$round" '. + {server: $s, round: ($r|tonumber)}' >> "$out"
+  local res
+  if ! res=$($tg envoybench --addr "$addr" --pid "$p" --json "$@" 2>"$dir/err"); then
+    echo "round $round, $name, $*: $(cat "$dir/err")" >&2; return 0
+  fi
+  jq -c --arg s "$name" --arg r "$round" '. + {server: $s, round: ($r|tonumber)}' <<<"$res" >> "$out"
 }
 both() { # args... ; the order alternates by round
   if (( round % 2 )); then
@@ -146,7 +154,7 @@ for round in $(seq "$rounds"); do
   for rate in $rates; do
     both --descriptor api=ingest --rate "$rate" --concurrency 64 --duration "$dur" --warmup 500ms
   done
-  both --descriptor "boundary_s=r$round" --boundary 1s --limit 50 --burst 100 --concurrency 16
+  both --descriptor "boundary_s=r$round" --boundary 1s --limit 50 --burst 100 --concurrency 16 --offset 300ms
   echo "round $round done, load average $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 done
 if [ "${MINUTE:-0}" = 1 ]; then
