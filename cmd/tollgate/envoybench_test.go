@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -41,7 +42,7 @@ func TestEnvoyBenchAgainstANode(t *testing.T) {
 	}
 	file := filepath.Join(t.TempDir(), "bench.yaml")
 	yaml := "domain: bench\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 1000000}\n" +
-		"  - key: edge\n    rate_limit: {unit: second, requests_per_unit: 20}\n"
+		"  - key: edge_m\n    rate_limit: {unit: minute, requests_per_unit: 20}\n"
 	if err := os.WriteFile(file, []byte(yaml), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -67,19 +68,33 @@ func TestEnvoyBenchAgainstANode(t *testing.T) {
 		t.Fatalf("closed loop cost and latency: %+v", r)
 	}
 
-	// 40 calls before and 40 after a second's boundary against 20 a second:
-	// the node admits some, and its sliding window no more than the limit
-	// (+5 %) within the unit, where a fixed window would admit up to 2×.
-	out, err = run("envoybench", "--descriptor", "edge=t1", "--boundary", "1s", "--limit", "20", "--burst", "40", "--offset", "300ms", "--json")
-	if err != nil {
-		t.Fatalf("boundary: %v\n%s", err, out)
+	// 40 calls 0.9 s before and 40 0.9 s after a 2 s boundary, against a
+	// rule of 20 a minute (the 2 s only places the bursts; a minute's rule
+	// keeps the answer exact whatever the machine's speed): the tool counts
+	// what the node admitted, some and at most the limit. A machine too slow
+	// to answer the first burst within 0.9 s is told so by the tool (its own
+	// check), and the test tries again with a fresh counter.
+	var b *BoundaryResult
+	for try := range 3 {
+		out, err = run("envoybench", "--descriptor", fmt.Sprintf("edge_m=t%d", try), "--boundary", "2s", "--offset", "900ms",
+			"--limit", "20", "--burst", "40", "--json")
+		if err != nil && strings.Contains(err.Error(), "first burst ended") {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("boundary: %v\n%s", err, out)
+		}
+		r = EnvoyBenchResult{}
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		b = r.Boundary
+		break
 	}
-	r = EnvoyBenchResult{}
-	if err := json.Unmarshal([]byte(out), &r); err != nil {
-		t.Fatalf("%v\n%s", err, out)
+	if b == nil {
+		t.Fatalf("boundary: no try answered the first burst before the boundary: %v", err)
 	}
-	b := r.Boundary
-	if b == nil || r.Errors != 0 || b.Burst != 40 || b.BeforeOK+b.AfterOK == 0 || b.BeforeOK+b.AfterOK > 21 ||
+	if r.Errors != 0 || b.Burst != 40 || b.BeforeOK+b.AfterOK == 0 || b.BeforeOK+b.AfterOK > 20 ||
 		b.Admitted != float64(b.BeforeOK+b.AfterOK)/20 {
 		t.Fatalf("boundary: %+v %+v", r, b)
 	}
