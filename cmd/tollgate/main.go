@@ -34,5 +34,6 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newNodeCmd())
 	root.AddCommand(newScaleBenchCmd())
 	root.AddCommand(newGatewayCmd(), newRWBenchCmd(), newRWSinkCmd())
+	root.AddCommand(newEnvoyBenchCmd())
 	return root
 }
