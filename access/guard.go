@@ -139,8 +139,7 @@ func (g *Guard) authorize(ctx context.Context, method string, req any) (context.
 	if node {
 		presented = g.Creds.byPrincipal(caller) // the caller the forwarding node verified
 	} else {
-		md, _ := metadata.FromIncomingContext(ctx)
-		presented = g.Creds.lookup(md.Get("authorization"), grpcCertIdentities(ctx))
+		presented = g.Creds.lookup(metadata.ValueFromIncomingContext(ctx, "authorization"), grpcCertIdentities(ctx))
 	}
 	v, why, c := g.Creds.checkCred(r, presented, tenants)
 	switch v {

@@ -66,9 +66,8 @@ var ErrInsecureCluster = errors.New("config: this node joins a multi-node cluste
 // A call that names a forwarded caller without a node's credential is
 // refused: only a node may assert another's identity.
 func (g *Guard) nodeCaller(ctx context.Context, method string) (node bool, caller string, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
 	caller = forward.ForwardedCaller(ctx)
-	if v := md.Get(nodeport.NodeAuthKey); len(v) > 0 {
+	if v := metadata.ValueFromIncomingContext(ctx, nodeport.NodeAuthKey); len(v) > 0 {
 		if g.NodeKeys == nil {
 			return false, "", status.Errorf(codes.Unauthenticated, "%s: a node credential, but this node has no cluster key (no gossip key, no admin token)", method)
 		}
@@ -112,8 +111,7 @@ func (g *Guard) answerChallenge(ctx context.Context) {
 	if g.NodeKeys == nil {
 		return
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(nodeport.ChallengeKey); len(v) == 1 && len(v[0]) <= 64 {
+	if v := metadata.ValueFromIncomingContext(ctx, nodeport.ChallengeKey); len(v) == 1 && len(v[0]) <= 64 {
 		_ = grpc.SetHeader(ctx, metadata.Pairs(nodeport.ProofKey, g.NodeKeys.Prove(v[0], g.Advertise())))
 	}
 }

@@ -63,8 +63,9 @@ func Outgoing(ctx context.Context) context.Context {
 // ForwardedCaller is the principal an incoming forwarded call names ("" when
 // none: a node's own call).
 func ForwardedCaller(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if v := md.Get(CallerKey); len(v) > 0 {
+	// ValueFromIncomingContext reads the key in place: FromIncomingContext
+	// copies the whole metadata map, and this runs on every call.
+	if v := metadata.ValueFromIncomingContext(ctx, CallerKey); len(v) > 0 {
 		return v[0]
 	}
 	return ""
@@ -81,8 +82,7 @@ func Own(ctx context.Context) context.Context {
 
 // Was reports whether another node already forwarded this incoming call.
 func Was(ctx context.Context) bool {
-	md, _ := metadata.FromIncomingContext(ctx)
-	return len(md.Get(Header)) > 0
+	return len(metadata.ValueFromIncomingContext(ctx, Header)) > 0
 }
 
 // IsOutgoing reports whether an outgoing context is a forwarded call (the
