@@ -11,9 +11,11 @@
 //     (TestServerSideImportsNoClientlib);
 //   - a capability has one name: fsm/<name>, service/<name>,
 //     clientlib/<name> (TestCapabilityPackagesLineUp);
-//   - server is the top of the node: access and cluster, which it wires,
+//   - server is the top of the node: access, cluster and clockbound, which it wires,
 //     never import it, and no package imports it except the binary
 //     (cmd/...) and test harnesses (TestNothingImportsServer);
-//   - server/ stays a room for wiring: its size is reported against the
-//     7,000-line bar (TestServerSize).
+//   - server/ stays a room for wiring: at most 7,000 lines of non-test Go
+//     (TestServerSize);
+//   - a runtime-config key is spelled once, as a limits.Key* constant:
+//     no non-test file outside limits spells one (TestKeysSpelledOnce).
 package archtest

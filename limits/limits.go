@@ -46,7 +46,7 @@ func Resolve(base Effective, scopes ...Overrides) Effective {
 
 // Key names, as the YAML document, `tollgate limits set`, the patch entries
 // of the replicated runtime config and the API spell them. Every other
-// package names a key through these constants (TestKeysSpelledOnce): a key
+// package names a key through these constants (archtest.TestKeysSpelledOnce): a key
 // spelled twice can drift, and a replicated patch that names a key one
 // replica spells differently applies differently there.
 const (

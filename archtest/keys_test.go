@@ -1,4 +1,4 @@
-package limits
+package archtest
 
 import (
 	"go/ast"
@@ -9,15 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/tollgate-io/tollgate/limits"
 )
 
-// TestKeysSpelledOnce: outside this package, no non-test Go file spells a
+// TestKeysSpelledOnce: outside package limits, no non-test Go file spells a
 // runtime-config key as a string literal ("max_series", or a set key such
 // as "sample_rates.locate"); it names the Key* constant. Docs, YAML
 // examples and tests may spell them. KeyUnlimited is left out: "unlimited"
 // is also an ordinary word that status pages and labels print.
 func TestKeysSpelledOnce(t *testing.T) {
-	keys := []string{KeyMaxSeries, KeyMaxSeriesPerPartition, KeyIngestionRate, KeyIngestionBurst, KeySampleRates}
+	keys := []string{limits.KeyMaxSeries, limits.KeyMaxSeriesPerPartition, limits.KeyIngestionRate, limits.KeyIngestionBurst, limits.KeySampleRates}
 	spells := func(s string) bool {
 		for _, k := range keys {
 			if s == k || strings.HasPrefix(s, k+".") {
@@ -30,7 +32,7 @@ func TestKeysSpelledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	here, _ := filepath.Abs(".")
+	here, _ := filepath.Abs(filepath.Join("..", "limits")) // the one package that spells them
 	fset := token.NewFileSet()
 	files := 0
 	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
