@@ -16,6 +16,8 @@ import (
 // with it, so the current leader's transfer fails at once and keeps its
 // leadership (accepting it would make this node a candidate at a higher
 // term, which deposes the leader even though this node cannot win).
+// Incoming TimeoutNows from a peer other than the leader, and this node's
+// pre-votes, also pass the successor tie-break (succession.go).
 // Everything else (replication, votes for others, snapshots) passes through.
 //
 // Refusing to ask for votes is always safe for raft (a candidate that never
@@ -24,6 +26,7 @@ import (
 type gatedTransport struct {
 	*raft.NetworkTransport
 	gate func() error
+	succ *succession // nil: no successor tie-break (succession.go)
 
 	consumer  chan raft.RPC
 	done      chan struct{}
@@ -33,8 +36,11 @@ type gatedTransport struct {
 // ErrMayNotLead wraps Config.MayCampaign's refusal.
 var ErrMayNotLead = errors.New("raftnode: this node may not lead now")
 
-func newGatedTransport(inner *raft.NetworkTransport, gate func() error) *gatedTransport {
-	t := &gatedTransport{NetworkTransport: inner, gate: gate, consumer: make(chan raft.RPC), done: make(chan struct{})}
+func newGatedTransport(inner *raft.NetworkTransport, gate func() error, succ *succession) *gatedTransport {
+	t := &gatedTransport{NetworkTransport: inner, gate: gate, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
+	if succ != nil {
+		succ.nudge = inner.TimeoutNow
+	}
 	go t.pump()
 	return t
 }
@@ -59,8 +65,15 @@ func (t *gatedTransport) pump() {
 		case <-t.done:
 			return
 		case rpc := <-in:
-			if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok {
-				if err := t.check(); err != nil {
+			switch req := rpc.Command.(type) {
+			case *raft.AppendEntriesRequest:
+				t.succ.heard(req.RPCHeader)
+			case *raft.TimeoutNowRequest:
+				err := t.check()
+				if err == nil {
+					err = t.succ.admit(req)
+				}
+				if err != nil {
 					rpc.Respond(nil, err)
 					continue
 				}
@@ -78,6 +91,21 @@ func (t *gatedTransport) pump() {
 // Consumer is what raft reads incoming RPCs from.
 func (t *gatedTransport) Consumer() <-chan raft.RPC { return t.consumer }
 
+// SetHeartbeatHandler installs raft's fast path for heartbeats (they skip
+// Consumer), noting their sender as the leader for the successor tie-break.
+func (t *gatedTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil || t.succ == nil {
+		t.NetworkTransport.SetHeartbeatHandler(cb)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok {
+			t.succ.heard(req.RPCHeader)
+		}
+		cb(rpc)
+	})
+}
+
 // RequestVote asks target for its vote, unless the gate is shut.
 func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	if err := t.check(); err != nil {
@@ -86,9 +114,13 @@ func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress
 	return t.NetworkTransport.RequestVote(id, target, args, resp)
 }
 
-// RequestPreVote asks target for its pre-vote, unless the gate is shut.
+// RequestPreVote asks target for its pre-vote, unless the gate is shut or
+// this node yields the round to the group's successor (succession.go).
 func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	if err := t.check(); err != nil {
+		return err
+	}
+	if err := t.succ.yield(args.RPCHeader); err != nil {
 		return err
 	}
 	return t.NetworkTransport.RequestPreVote(id, target, args, resp)

@@ -1,0 +1,170 @@
+package raftnode
+
+import (
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+func TestSuccessorOrder(t *testing.T) {
+	srv := func(id string, s raft.ServerSuffrage) raft.Server {
+		return raft.Server{ID: raft.ServerID(id), Address: raft.ServerAddress(id + ":1"), Suffrage: s}
+	}
+	three := []raft.Server{srv("c", raft.Voter), srv("a", raft.Voter), srv("x", raft.Nonvoter), srv("b", raft.Voter)}
+	cases := []struct {
+		g      int
+		leader raft.ServerID
+		want   raft.ServerID
+	}{
+		// group 0 ranks a, b, c; group 1 b, c, a; group 2 c, a, b; group 3 as 0.
+		{0, "a", "b"}, {0, "b", "a"}, {0, "c", "a"}, {0, "", "a"},
+		{1, "a", "b"}, {1, "b", "c"}, {1, "c", "b"},
+		{2, "a", "c"}, {2, "b", "c"}, {2, "c", "a"},
+		{3, "a", "b"}, {3, "b", "a"},
+	}
+	for _, c := range cases {
+		got, ok := successorOf(c.g, three, c.leader)
+		if !ok || got.ID != c.want {
+			t.Errorf("group %d, leader %q: successor %q (ok %v), want %q", c.g, c.leader, got.ID, ok, c.want)
+		}
+	}
+	if s, ok := successorOf(0, three[:2], "a"); ok {
+		t.Errorf("two voters: successor %q, want none (a lone survivor has no quorum)", s.ID)
+	}
+	if s, ok := successorOf(0, []raft.Server{srv("a", raft.Voter), srv("b", raft.Nonvoter), srv("c", raft.Nonvoter)}, ""); ok {
+		t.Errorf("one voter: successor %q, want none", s.ID)
+	}
+}
+
+// clusterOf3 starts three real hosts on loopback with G groups and returns
+// them once every group has a leader.
+func clusterOf3(t *testing.T, G int) []*Host {
+	t.Helper()
+	hosts := make([]*Host, 3)
+	for i := range hosts {
+		cfg := Config{NodeID: "node-" + string(rune('a'+i)), DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
+			Groups: G, NoSync: true, Logger: testLogger(t, slog.LevelWarn).With("node", i)}
+		hosts[i] = mustNew(t, cfg, newFSMs(G))
+	}
+	servers := make([]raft.Server, len(hosts))
+	for i, h := range hosts {
+		servers[i] = raft.Server{Suffrage: raft.Voter, ID: h.NodeID(), Address: h.Addr()}
+	}
+	if err := hosts[0].BootstrapCluster(servers); err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hosts {
+		waitReady(t, h, 45*time.Second)
+	}
+	for g := range G {
+		applyRetry(t, hosts, g, cmd(1), 30*time.Second)
+	}
+	return hosts
+}
+
+func leaderOf(hosts []*Host, g int) *Host {
+	for _, h := range hosts {
+		if h.Raft(g).State() == raft.Leader {
+			return h
+		}
+	}
+	return nil
+}
+
+// TestSuccessorWinsAfterLeaderDies: node-a leads all four groups of a real
+// three-node cluster and is shut down. In every group the survivor ranked
+// first (successorOf: rotated per group, so it is node-b in groups 0, 1 and 3
+// and node-c in group 2) becomes leader, at the next term: one election
+// round, no split vote. Without the tie-break each survivor campaigns on its
+// own timer and either may win, sometimes after a split.
+func TestSuccessorWinsAfterLeaderDies(t *testing.T) {
+	const G = 4
+	hosts := clusterOf3(t, G)
+	a := hosts[0]
+	terms := make([]uint64, G)
+	for g := range G {
+		eventually(t, 30*time.Second, "node-a leads the group", func() bool {
+			l := leaderOf(hosts, g)
+			if l == a {
+				return true
+			}
+			if l != nil {
+				_ = l.Raft(g).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
+			}
+			return false
+		})
+	}
+	// Every survivor holds the whole log, so the successor can win.
+	for g := range G {
+		applyRetry(t, hosts, g, cmd(2), 30*time.Second)
+		want := a.Raft(g).LastIndex()
+		eventually(t, 30*time.Second, "followers caught up", func() bool {
+			return hosts[1].Raft(g).AppliedIndex() >= want && hosts[2].Raft(g).AppliedIndex() >= want
+		})
+		terms[g] = a.Raft(g).CurrentTerm()
+	}
+	conf := a.Raft(0).GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	servers := conf.Configuration().Servers
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	survivors := hosts[1:]
+	for g := range G {
+		succ, ok := successorOf(g, servers, a.NodeID())
+		if !ok {
+			t.Fatalf("group %d: no successor", g)
+		}
+		var l *Host
+		eventually(t, 30*time.Second, "a new leader", func() bool { l = leaderOf(survivors, g); return l != nil })
+		term := l.Raft(g).CurrentTerm()
+		t.Logf("group %d: %s leads at term %d (was %d), successor %s", g, l.NodeID(), term, terms[g], succ.ID)
+		if l.NodeID() != succ.ID {
+			t.Errorf("group %d: %s won, want the successor %s", g, l.NodeID(), succ.ID)
+		}
+		if term != terms[g]+1 {
+			t.Errorf("group %d: elected at term %d, want %d (one round)", g, term, terms[g]+1)
+		}
+	}
+}
+
+// TestSuccessorNudgeRefusedWhileLeaderHeard: a follower's TimeoutNow to
+// the other follower, or to the leader, is refused while the leader is
+// alive, and nothing changes (same leader, same term). So a follower that
+// stalls and wakes with its heartbeat timer fired cannot start an election
+// through its peer.
+func TestSuccessorNudgeRefusedWhileLeaderHeard(t *testing.T) {
+	hosts := clusterOf3(t, 1)
+	l := leaderOf(hosts, 0)
+	if l == nil {
+		t.Fatal("no leader")
+	}
+	var f []*Host
+	for _, h := range hosts {
+		if h != l {
+			f = append(f, h)
+		}
+	}
+	term := l.Raft(0).CurrentTerm()
+	from := f[0]
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from.NodeID()), Addr: []byte(from.Addr())}
+	for _, to := range []*Host{f[1], l} {
+		var resp raft.TimeoutNowResponse
+		err := from.groups[0].trans.NetworkTransport.TimeoutNow(to.NodeID(), to.Addr(), &raft.TimeoutNowRequest{RPCHeader: header}, &resp)
+		// Errors that crossed the transport come back as text.
+		if err == nil || !strings.Contains(err.Error(), errNudgeRefused.Error()) {
+			t.Errorf("TimeoutNow %s → %s with a live leader: %v, want refused", from.NodeID(), to.NodeID(), err)
+		} else {
+			t.Logf("TimeoutNow %s → %s: %v", from.NodeID(), to.NodeID(), err)
+		}
+	}
+	time.Sleep(time.Second)
+	if leaderOf(hosts, 0) != l || l.Raft(0).CurrentTerm() != term {
+		t.Errorf("after refused nudges: leader %v at term %d, want %s at %d", leaderOf(hosts, 0), l.Raft(0).CurrentTerm(), l.NodeID(), term)
+	}
+}
