@@ -40,6 +40,7 @@ func newGatedTransport(inner *raft.NetworkTransport, gate func() error, succ *su
 	t := &gatedTransport{NetworkTransport: inner, gate: gate, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
 	if succ != nil {
 		succ.nudge = inner.TimeoutNow
+		succ.campaign = t.campaign
 	}
 	go t.pump()
 	return t
@@ -68,6 +69,14 @@ func (t *gatedTransport) pump() {
 			switch req := rpc.Command.(type) {
 			case *raft.AppendEntriesRequest:
 				t.succ.heard(req.RPCHeader)
+			case *raft.RequestVoteRequest:
+				if t.succ.watching(req.ID) {
+					rpc = t.watchVote(rpc)
+				}
+			case *raft.RequestPreVoteRequest:
+				if t.succ.watching(req.ID) {
+					rpc = t.watchVote(rpc)
+				}
 			case *raft.TimeoutNowRequest:
 				err := t.check()
 				if err == nil {
@@ -85,6 +94,49 @@ func (t *gatedTransport) pump() {
 				return
 			}
 		}
+	}
+}
+
+// watchVote passes the successor's (pre-)vote request on to raft and tells
+// the succession if raft refused it.
+func (t *gatedTransport) watchVote(rpc raft.RPC) raft.RPC {
+	orig := rpc.RespChan
+	ch := make(chan raft.RPCResponse, 1)
+	rpc.RespChan = ch
+	go func() {
+		var resp raft.RPCResponse
+		select {
+		case resp = <-ch:
+		case <-t.done:
+			return
+		}
+		orig <- resp
+		granted := false
+		switch r := resp.Response.(type) {
+		case *raft.RequestVoteResponse:
+			granted = r.Granted
+		case *raft.RequestPreVoteResponse:
+			granted = r.Granted
+		}
+		if resp.Error == nil && !granted {
+			t.succ.refused()
+		}
+	}()
+	return rpc
+}
+
+// campaign makes this node's raft start an election now, as a leader's
+// TimeoutNow does (a follower becomes a candidate; a candidate carries on).
+// The gate still decides whether its vote requests leave the node.
+func (t *gatedTransport) campaign() {
+	if t.check() != nil {
+		return
+	}
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(t.succ.self), Addr: []byte(t.LocalAddr())}
+	rpc := raft.RPC{Command: &raft.TimeoutNowRequest{RPCHeader: header}, RespChan: make(chan raft.RPCResponse, 1)}
+	select {
+	case t.consumer <- rpc:
+	case <-t.done:
 	}
 }
 

@@ -31,15 +31,19 @@ import (
 //   - any other voter whose timer fires first does not campaign: it sends the
 //     successor a TimeoutNow (the RPC a leader uses to hand over leadership),
 //     which makes the successor start its election at once, and refuses its
-//     own pre-vote requests for that round. It then grants the successor's
-//     vote, so one round elects the successor, at the time the first of the
-//     survivors' timers fires.
+//     own pre-vote requests for that round and the next ones, for up to
+//     3×ElectionTimeout. It grants the successor's vote, so one round elects
+//     the successor, at about the time the first of the survivors' timers
+//     fires. A nudge not answered in time (a busy host) still holds: the
+//     successor is alive and its own timer will fire.
 //
-// A voter yields at most once per silence of the leader (keyed by raft's
-// LastContact): if the successor does not win within that round (its log is
-// behind, it died too, it cannot lead), the next round is raft's own
-// election. If the successor refuses or does not answer within
-// ElectionTimeout/2, the voter campaigns in the same round.
+// The hold ends early when the successor answers the nudge with an error (it
+// is down, or its MayCampaign refuses) and when this node refuses the
+// successor's (pre-)vote (its log is behind this node's, so it cannot win):
+// this node then starts its own election at once (a TimeoutNow delivered to
+// its own raft, which makes a follower campaign). After 3×ElectionTimeout
+// without a new leader the group is back to raft's own elections, so the
+// tie-break can delay an election by at most that, never prevent one.
 //
 // The successor accepts such a nudge only when it has itself not heard the
 // leader for 3/4 of HeartbeatTimeout (the leader's own transfer is accepted
@@ -53,18 +57,23 @@ type succession struct {
 	self  raft.ServerID
 	// accept: how long the leader must have been silent for a nudge to be
 	// accepted (3/4 HeartbeatTimeout); wait: how long a nudge's answer is
-	// awaited (ElectionTimeout/2).
-	accept, wait time.Duration
-	log          *slog.Logger
+	// awaited (ElectionTimeout/2); holdMax: how long a silence may be left to
+	// the successor (3×ElectionTimeout).
+	accept, wait, holdMax time.Duration
+	log                   *slog.Logger
 
 	raft   atomic.Pointer[raft.Raft]     // set once raft is built
 	leader atomic.Pointer[raft.ServerID] // last sender of an AppendEntries
 	nudge  func(id raft.ServerID, addr raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error
+	// campaign delivers a TimeoutNow to this node's own raft (gate.go).
+	campaign func()
 
 	mu        sync.Mutex
-	episode   time.Time // raft's LastContact when this node last decided
-	decidedAt time.Time
-	held      bool
+	episode   time.Time // raft's LastContact of the silence being decided
+	succ      raft.Server
+	holdUntil time.Time // zero: not decided in this episode
+	lifted    bool      // this episode is left to raft's own elections
+	lastNudge time.Time
 }
 
 // errYield is the yielding voter's answer to its own pre-vote requests. Like
@@ -76,8 +85,11 @@ var errYield = errors.New("raftnode: holding off: the group's successor was aske
 var errNudgeRefused = errors.New("raftnode: campaign request refused")
 
 func newSuccession(group int, self raft.ServerID, hb, et time.Duration, log *slog.Logger) *succession {
-	return &succession{group: group, self: self, accept: hb * 3 / 4, wait: et / 2, log: log}
+	return &succession{group: group, self: self, accept: hb * 3 / 4, wait: et / 2, holdMax: 3 * et, log: log}
 }
+
+// errNoAnswer: the successor did not answer the nudge in time.
+var errNoAnswer = errors.New("no answer")
 
 // heard records the sender of an AppendEntries (heartbeat or entries): the
 // leader this node follows. raft forgets its leader when the heartbeat timer
@@ -139,32 +151,74 @@ func (s *succession) yield(header raft.RPCHeader) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	episode := r.LastContact()
-	if !s.decidedAt.IsZero() && s.episode.Equal(episode) {
-		if s.held && time.Since(s.decidedAt) < s.wait {
-			return errYield // the other peers' requests of the same round
+	if ep := r.LastContact(); !ep.Equal(s.episode) {
+		s.episode, s.holdUntil, s.lifted, s.lastNudge = ep, time.Time{}, false, time.Time{}
+	}
+	if s.lifted {
+		return nil
+	}
+	now := time.Now()
+	if s.holdUntil.IsZero() {
+		var leader raft.ServerID
+		if p := s.leader.Load(); p != nil {
+			leader = *p
 		}
-		return nil // yielded once for this silence already: campaign
-	}
-	s.episode, s.decidedAt, s.held = episode, time.Now(), false
-	var leader raft.ServerID
-	if p := s.leader.Load(); p != nil {
-		leader = *p
-	}
-	succ, ok := successorOf(s.group, r.GetConfiguration().Configuration().Servers, leader)
-	if !ok || succ.ID == s.self {
+		succ, ok := successorOf(s.group, r.GetConfiguration().Configuration().Servers, leader)
+		if !ok || succ.ID == s.self {
+			s.lifted = true
+			return nil
+		}
+		s.succ, s.holdUntil = succ, now.Add(s.holdMax)
+		s.log.Info("raftnode: election: leader silent, the group's successor campaigns first", "group", s.group,
+			"successor", succ.ID, "silent_leader", leader)
+	} else if now.After(s.holdUntil) {
+		s.lifted = true
+		s.log.Info("raftnode: election: no leader after holding off; campaigning", "group", s.group,
+			"successor", s.succ.ID, "held", s.holdMax)
 		return nil
 	}
-	err := s.ask(succ, header)
-	if err != nil {
-		s.log.Info("raftnode: election: the successor did not take the campaign; campaigning", "group", s.group,
-			"successor", succ.ID, "silent_leader", leader, "error", err)
+	if !s.lastNudge.IsZero() && now.Sub(s.lastNudge) < s.wait {
+		return errYield // the other peers' requests of the same round
+	}
+	err := s.ask(s.succ, header)
+	s.lastNudge = time.Now()
+	if err != nil && !errors.Is(err, errNoAnswer) {
+		s.lifted = true
+		s.log.Info("raftnode: election: the successor refused the campaign; campaigning", "group", s.group,
+			"successor", s.succ.ID, "error", err)
 		return nil
 	}
-	s.log.Info("raftnode: election: leader silent, the successor campaigns first", "group", s.group,
-		"successor", succ.ID, "silent_leader", leader)
-	s.held, s.decidedAt = true, time.Now()
 	return errYield
+}
+
+// watching says whether an incoming (pre-)vote request comes from the
+// successor this node is holding off for.
+func (s *succession) watching(from []byte) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.holdUntil.IsZero() && !s.lifted && string(s.succ.ID) == string(from)
+}
+
+// refused is called when this node refused the successor's (pre-)vote while
+// holding off for it: the successor cannot win (its log is behind this
+// node's), so this node campaigns at once.
+func (s *succession) refused() {
+	s.mu.Lock()
+	if s.holdUntil.IsZero() || s.lifted {
+		s.mu.Unlock()
+		return
+	}
+	s.lifted = true
+	succ := s.succ.ID
+	s.mu.Unlock()
+	s.log.Info("raftnode: election: refused the successor's vote (its log is behind); campaigning", "group", s.group,
+		"successor", succ)
+	if s.campaign != nil {
+		s.campaign()
+	}
 }
 
 // ask sends succ a TimeoutNow and waits at most s.wait for its answer.
@@ -180,7 +234,7 @@ func (s *succession) ask(succ raft.Server, header raft.RPCHeader) error {
 	case err := <-done:
 		return err
 	case <-t.C:
-		return fmt.Errorf("no answer within %v", s.wait)
+		return fmt.Errorf("%w within %v", errNoAnswer, s.wait)
 	}
 }
 
