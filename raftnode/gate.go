@@ -172,8 +172,12 @@ func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 	if err := t.check(); err != nil {
 		return err
 	}
-	if err := t.succ.yield(args.RPCHeader); err != nil {
-		return err
+	if t.succ.yield(args.RPCHeader) != nil {
+		// Holding off for the successor: answered as a refused pre-vote at
+		// the requested term rather than an error, which raft would log at
+		// ERROR once per peer and round (succession.go logs the decision).
+		resp.Term, resp.Granted = args.Term, false
+		return nil
 	}
 	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
 }

@@ -41,12 +41,16 @@ func TestSuccessorOrder(t *testing.T) {
 
 // clusterOf3 starts three real hosts on loopback with G groups and returns
 // them once every group has a leader.
+// Timers of 1 s (not 400 ms) keep a loaded machine, or the race detector,
+// from turning scheduling stalls into extra elections that the tests would
+// take for the tie-break's.
 func clusterOf3(t *testing.T, G int) []*Host {
 	t.Helper()
 	hosts := make([]*Host, 3)
 	for i := range hosts {
 		cfg := Config{NodeID: "node-" + string(rune('a'+i)), DataDir: t.TempDir(), BindAddr: "127.0.0.1:0",
-			Groups: G, NoSync: true, Logger: testLogger(t, slog.LevelWarn).With("node", i)}
+			Groups: G, NoSync: true, Logger: testLogger(t, slog.LevelWarn).With("node", i),
+			HeartbeatTimeout: time.Second, ElectionTimeout: time.Second, LeaderLeaseTimeout: time.Second}
 		hosts[i] = mustNew(t, cfg, newFSMs(G))
 	}
 	servers := make([]raft.Server, len(hosts))
