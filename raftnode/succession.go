@@ -32,7 +32,7 @@ import (
 //     successor a TimeoutNow (the RPC a leader uses to hand over leadership),
 //     which makes the successor start its election at once, and refuses its
 //     own pre-vote requests for that round and the next ones, for up to
-//     3×ElectionTimeout. It grants the successor's vote, so one round elects
+//     3×ElectionTimeout after the successor was last seen campaigning. It grants the successor's vote, so one round elects
 //     the successor, at about the time the first of the survivors' timers
 //     fires. A nudge not answered in time (a busy host) still holds: the
 //     successor is alive and its own timer will fire.
@@ -42,8 +42,9 @@ import (
 // successor's (pre-)vote (its log is behind this node's, so it cannot win):
 // this node then starts its own election at once (a TimeoutNow delivered to
 // its own raft, which makes a follower campaign). After 3×ElectionTimeout
-// without a new leader the group is back to raft's own elections, so the
-// tie-break can delay an election by at most that, never prevent one.
+// without a new leader and without a vote request from the successor, the
+// group is back to raft's own elections: the tie-break delays an election
+// only while the successor is seen campaigning, and never prevents one.
 //
 // The successor accepts such a nudge only when it has itself not heard the
 // leader for 3/4 of HeartbeatTimeout (the leader's own transfer is accepted
@@ -192,14 +193,24 @@ func (s *succession) yield(header raft.RPCHeader) error {
 }
 
 // watching says whether an incoming (pre-)vote request comes from the
-// successor this node is holding off for.
+// successor this node is holding off for. Such a request is proof that the
+// successor is alive and campaigning, so the hold is extended by holdMax
+// from now: on a starved host the successor's rounds can time out before
+// this node's answers reach it, and a second campaigner would only split
+// the vote.
 func (s *succession) watching(from []byte) bool {
 	if s == nil {
 		return false
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return !s.holdUntil.IsZero() && !s.lifted && string(s.succ.ID) == string(from)
+	if s.holdUntil.IsZero() || s.lifted || string(s.succ.ID) != string(from) {
+		return false
+	}
+	if until := time.Now().Add(s.holdMax); until.After(s.holdUntil) {
+		s.holdUntil = until
+	}
+	return true
 }
 
 // refused is called when this node refused the successor's (pre-)vote while
