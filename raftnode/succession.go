@@ -42,9 +42,10 @@ import (
 // successor's (pre-)vote (its log is behind this node's, so it cannot win):
 // this node then starts its own election at once (a TimeoutNow delivered to
 // its own raft, which makes a follower campaign). After 3×ElectionTimeout
-// without a new leader and without a vote request from the successor, the
-// group is back to raft's own elections: the tie-break delays an election
-// only while the successor is seen campaigning, and never prevents one.
+// without a new leader and without a vote request from the successor (and
+// after 12×ElectionTimeout in any case), the group is back to raft's own
+// elections: the tie-break delays an election only while the successor is
+// seen campaigning, and never prevents one.
 //
 // The successor accepts such a nudge only when it has itself not heard the
 // leader for 3/4 of HeartbeatTimeout (the leader's own transfer is accepted
@@ -72,6 +73,7 @@ type succession struct {
 	mu        sync.Mutex
 	episode   time.Time // raft's LastContact of the silence being decided
 	succ      raft.Server
+	heldSince time.Time
 	holdUntil time.Time // zero: not decided in this episode
 	lifted    bool      // this episode is left to raft's own elections
 	lastNudge time.Time
@@ -88,6 +90,10 @@ var errNudgeRefused = errors.New("raftnode: campaign request refused")
 func newSuccession(group int, self raft.ServerID, hb, et time.Duration, log *slog.Logger) *succession {
 	return &succession{group: group, self: self, accept: hb * 3 / 4, wait: et / 2, holdMax: 3 * et, log: log}
 }
+
+// holdLimit caps a hold at holdLimit×holdMax (12×ElectionTimeout) however
+// long the successor is seen campaigning without winning.
+const holdLimit = 4
 
 // errNoAnswer: the successor did not answer the nudge in time.
 var errNoAnswer = errors.New("no answer")
@@ -169,7 +175,7 @@ func (s *succession) yield(header raft.RPCHeader) error {
 			s.lifted = true
 			return nil
 		}
-		s.succ, s.holdUntil = succ, now.Add(s.holdMax)
+		s.succ, s.holdUntil, s.heldSince = succ, now.Add(s.holdMax), now
 		s.log.Info("raftnode: election: leader silent, the group's successor campaigns first", "group", s.group,
 			"successor", succ.ID, "silent_leader", leader)
 	} else if now.After(s.holdUntil) {
@@ -207,7 +213,11 @@ func (s *succession) watching(from []byte) bool {
 	if s.holdUntil.IsZero() || s.lifted || string(s.succ.ID) != string(from) {
 		return false
 	}
-	if until := time.Now().Add(s.holdMax); until.After(s.holdUntil) {
+	until := time.Now().Add(s.holdMax)
+	if limit := s.heldSince.Add(holdLimit * s.holdMax); until.After(limit) {
+		until = limit // whatever happens, raft's own elections resume
+	}
+	if until.After(s.holdUntil) {
 		s.holdUntil = until
 	}
 	return true

@@ -172,3 +172,49 @@ func TestSuccessorNudgeRefusedWhileLeaderHeard(t *testing.T) {
 		t.Errorf("after refused nudges: leader %v at term %d, want %s at %d", leaderOf(hosts, 0), l.Raft(0).CurrentTerm(), l.NodeID(), term)
 	}
 }
+
+// TestSuccessorBehindYields: the successor's log is behind the other
+// survivor's (it was down while the leader committed entries with the
+// third node), so it cannot win. The other survivor holds off for it, refuses
+// its vote for the log, and then campaigns itself at once: it leads with
+// every committed entry. Were the hold kept while the successor's vote
+// requests keep arriving, the group would never elect.
+func TestSuccessorBehindYields(t *testing.T) {
+	hosts := clusterOf3(t, 1)
+	a, b, c := hosts[0], hosts[1], hosts[2]
+	// Group 0 ranks node-a, node-b, node-c: with node-a leading, node-b is
+	// the successor.
+	eventually(t, 30*time.Second, "node-a leads", func() bool {
+		l := leaderOf(hosts, 0)
+		if l == a {
+			return true
+		}
+		if l != nil {
+			_ = l.Raft(0).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
+		}
+		return false
+	})
+	bCfg := b.cfg
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		applyRetry(t, []*Host{a}, 0, cmd(uint64(10+i)), 30*time.Second)
+	}
+	want := a.Raft(0).LastIndex()
+	eventually(t, 30*time.Second, "node-c has the entries", func() bool { return c.Raft(0).LastIndex() >= want })
+	if err := a.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	// node-b again, on its old address and data dir, behind node-c.
+	bCfg.BindAddr = string(b.Addr())
+	b2 := mustNew(t, bCfg, newFSMs(1))
+	var l *Host
+	eventually(t, 60*time.Second, "a new leader", func() bool { l = leaderOf([]*Host{b2, c}, 0); return l != nil })
+	if l != c {
+		t.Fatalf("%s leads, want node-c (node-b's log is behind)", l.NodeID())
+	}
+	if got := c.Raft(0).LastIndex(); got < want {
+		t.Errorf("node-c leads with last index %d, want ≥ %d", got, want)
+	}
+}
