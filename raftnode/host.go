@@ -302,6 +302,9 @@ func (h *Host) buildGroup(g *group) error {
 		for {
 			select {
 			case v := <-g.notifyCh:
+				if v {
+					succ.led()
+				}
 				q.push(v)
 			case <-g.stopNotify:
 				for {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,9 +38,12 @@ import (
 //     fires. A nudge not answered in time (a busy host) still holds: the
 //     successor is alive and its own timer will fire.
 //
-// The hold ends early when the successor answers the nudge with an error (it
-// is down, or its MayCampaign refuses) and when this node refuses the
-// successor's (pre-)vote (its log is behind this node's, so it cannot win):
+// A successor that is down too, or whose MayCampaign refuses, is skipped:
+// the next voter in rank order is asked (or, if that is this node, this node
+// campaigns), so survivors that disagree on which leader went silent (one of
+// them led briefly and stalled) still end on the same candidate. The hold
+// ends when the successor refuses because it hears a leader or leads, and
+// when this node refuses the successor's (pre-)vote (its log is behind this node's, so it cannot win):
 // this node then starts its own election at once (a TimeoutNow delivered to
 // its own raft, which makes a follower campaign). After 3×ElectionTimeout
 // without a new leader and without a vote request from the successor (and
@@ -73,6 +77,7 @@ type succession struct {
 	mu        sync.Mutex
 	episode   time.Time // raft's LastContact of the silence being decided
 	succ      raft.Server
+	skip      map[raft.ServerID]bool // the silent leader, successors found down
 	heldSince time.Time
 	holdUntil time.Time // zero: not decided in this episode
 	lifted    bool      // this episode is left to raft's own elections
@@ -113,10 +118,10 @@ func (s *succession) heard(header raft.RPCHeader) {
 }
 
 // successorOf is the first voter of servers, in group g's rotated order,
-// that is not leader. ok is false with fewer than three voters (with two,
-// the survivor of a dead leader has no quorum; with one there is no one to
-// ask).
-func successorOf(g int, servers []raft.Server, leader raft.ServerID) (raft.Server, bool) {
+// that is not in skip (the silent leader, and successors found down). ok is
+// false with fewer than three voters (with two, the survivor of a dead
+// leader has no quorum; with one there is no one to ask) or none left.
+func successorOf(g int, servers []raft.Server, skip map[raft.ServerID]bool) (raft.Server, bool) {
 	var voters []raft.Server
 	for _, s := range servers {
 		if s.Suffrage == raft.Voter {
@@ -138,7 +143,7 @@ func successorOf(g int, servers []raft.Server, leader raft.ServerID) (raft.Serve
 	})
 	for i := range n {
 		v := voters[(i+g)%n]
-		if v.ID != leader {
+		if !skip[v.ID] {
 			return v, true
 		}
 	}
@@ -170,7 +175,8 @@ func (s *succession) yield(header raft.RPCHeader) error {
 		if p := s.leader.Load(); p != nil {
 			leader = *p
 		}
-		succ, ok := successorOf(s.group, r.GetConfiguration().Configuration().Servers, leader)
+		s.skip = map[raft.ServerID]bool{leader: true}
+		succ, ok := successorOf(s.group, r.GetConfiguration().Configuration().Servers, s.skip)
 		if !ok || succ.ID == s.self {
 			s.lifted = true
 			return nil
@@ -187,15 +193,43 @@ func (s *succession) yield(header raft.RPCHeader) error {
 	if !s.lastNudge.IsZero() && now.Sub(s.lastNudge) < s.wait {
 		return errYield // the other peers' requests of the same round
 	}
-	err := s.ask(s.succ, header)
-	s.lastNudge = time.Now()
-	if err != nil && !errors.Is(err, errNoAnswer) {
-		s.lifted = true
-		s.log.Info("raftnode: election: the successor refused the campaign; campaigning", "group", s.group,
-			"successor", s.succ.ID, "error", err)
-		return nil
+	for {
+		err := s.ask(s.succ, header)
+		s.lastNudge = time.Now()
+		if err == nil || errors.Is(err, errNoAnswer) {
+			return errYield
+		}
+		if strings.Contains(err.Error(), errNudgeRefused.Error()) {
+			// It hears a leader, or leads: no tie to break.
+			s.lifted = true
+			s.log.Info("raftnode: election: the successor refused the campaign; campaigning", "group", s.group,
+				"successor", s.succ.ID, "error", err)
+			return nil
+		}
+		// Down too, or it may not lead: the next in rank. Every survivor
+		// that finds it so agrees on the next one, where a survivor that
+		// simply campaigned would split the vote with the others.
+		s.skip[s.succ.ID] = true
+		next, ok := successorOf(s.group, r.GetConfiguration().Configuration().Servers, s.skip)
+		s.log.Info("raftnode: election: the successor cannot campaign; the next in rank does", "group", s.group,
+			"successor", s.succ.ID, "next", next.ID, "error", err)
+		if !ok || next.ID == s.self {
+			s.lifted = true
+			return nil
+		}
+		s.succ, s.holdUntil = next, time.Now().Add(s.holdMax)
 	}
-	return errYield
+}
+
+// led records that this node became leader: if it stalls and loses the
+// leadership, it is the silent leader of the election that follows, as it
+// is for the followers that heard it last.
+func (s *succession) led() {
+	if s == nil {
+		return
+	}
+	id := s.self
+	s.leader.Store(&id)
 }
 
 // watching says whether an incoming (pre-)vote request comes from the

@@ -26,15 +26,18 @@ func TestSuccessorOrder(t *testing.T) {
 		{3, "a", "b"}, {3, "b", "a"},
 	}
 	for _, c := range cases {
-		got, ok := successorOf(c.g, three, c.leader)
+		got, ok := successorOf(c.g, three, map[raft.ServerID]bool{c.leader: true})
 		if !ok || got.ID != c.want {
 			t.Errorf("group %d, leader %q: successor %q (ok %v), want %q", c.g, c.leader, got.ID, ok, c.want)
 		}
 	}
-	if s, ok := successorOf(0, three[:2], "a"); ok {
+	if s, ok := successorOf(1, three, map[raft.ServerID]bool{"b": true, "c": true}); !ok || s.ID != "a" {
+		t.Errorf("group 1, b and c skipped: successor %q (ok %v), want a", s.ID, ok)
+	}
+	if s, ok := successorOf(0, three[:2], map[raft.ServerID]bool{"a": true}); ok {
 		t.Errorf("two voters: successor %q, want none (a lone survivor has no quorum)", s.ID)
 	}
-	if s, ok := successorOf(0, []raft.Server{srv("a", raft.Voter), srv("b", raft.Nonvoter), srv("c", raft.Nonvoter)}, ""); ok {
+	if s, ok := successorOf(0, []raft.Server{srv("a", raft.Voter), srv("b", raft.Nonvoter), srv("c", raft.Nonvoter)}, nil); ok {
 		t.Errorf("one voter: successor %q, want none", s.ID)
 	}
 }
@@ -120,7 +123,7 @@ func TestSuccessorWinsAfterLeaderDies(t *testing.T) {
 	}
 	survivors := hosts[1:]
 	for g := range G {
-		succ, ok := successorOf(g, servers, a.NodeID())
+		succ, ok := successorOf(g, servers, map[raft.ServerID]bool{a.NodeID(): true})
 		if !ok {
 			t.Fatalf("group %d: no successor", g)
 		}
