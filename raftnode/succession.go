@@ -74,6 +74,7 @@ type succession struct {
 	// campaign delivers a TimeoutNow to this node's own raft (gate.go).
 	campaign func()
 
+	askMu     sync.Mutex
 	mu        sync.Mutex
 	episode   time.Time // raft's LastContact of the silence being decided
 	succ      raft.Server
@@ -84,8 +85,8 @@ type succession struct {
 	lastNudge time.Time
 }
 
-// errYield is the yielding voter's answer to its own pre-vote requests. Like
-// every gate answer it must not contain "unexpected command" (gate.go).
+// errYield is the yielding voter's decision on its own pre-vote requests;
+// gate.go turns it into a refused pre-vote.
 var errYield = errors.New("raftnode: holding off: the group's successor was asked to campaign first")
 
 // errNudgeRefused answers a TimeoutNow from a peer while this node still
@@ -161,6 +162,11 @@ func (s *succession) yield(header raft.RPCHeader) error {
 	if r == nil {
 		return nil
 	}
+	// One round's requests decide once (askMu); mu guards the state and is
+	// never held across a nudge, so the successor's vote requests (watching)
+	// are not delayed by one.
+	s.askMu.Lock()
+	defer s.askMu.Unlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if ep := r.LastContact(); !ep.Equal(s.episode) {
@@ -194,8 +200,14 @@ func (s *succession) yield(header raft.RPCHeader) error {
 		return errYield // the other peers' requests of the same round
 	}
 	for {
-		err := s.ask(s.succ, header)
+		succ := s.succ
+		s.mu.Unlock()
+		err := s.ask(succ, header)
+		s.mu.Lock()
 		s.lastNudge = time.Now()
+		if s.lifted {
+			return nil // refused() decided meanwhile: this node campaigns
+		}
 		if err == nil || errors.Is(err, errNoAnswer) {
 			return errYield
 		}
