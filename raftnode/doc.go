@@ -76,8 +76,8 @@
 // leader in an order of the voters by ID, rotated by the group's number) asks
 // the successor to campaign at once (TimeoutNow) and holds off that round, so
 // the vote does not split (succession.go). A TimeoutNow from anyone but the
-// leader is refused while the receiver leads or heard the leader within 3/4
-// of HeartbeatTimeout. Config.MayCampaign still decides whether this node may
+// leader is refused while the receiver leads or heard the leader within
+// HeartbeatTimeout. Config.MayCampaign still decides whether this node may
 // ask for votes at all (gate.go).
 //
 // # Lifecycle
