@@ -2,6 +2,7 @@ package faulttest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"slices"
 	"strconv"
@@ -86,7 +87,7 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		_, err := cl.TrackPartition(ctx, "failover", lo, []uint64{first + seq.Add(1)})
 		return err
 	}
-	var took []time.Duration
+	var took, electedIn []time.Duration
 	for round := 1; round <= kills; round++ {
 		loadFor(time.Second)
 		l := c.waitLeader(g, nil)
@@ -101,8 +102,28 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		} else {
 			took = append(took, d)
 		}
-		t.Logf("kill %d/%d: %s → next success through clientlib after %v (%d retries, %d leader wakes)",
-			round, kills, l.id, d.Round(time.Millisecond), st1.Retries-st0.Retries, st1.LeaderWakes-st0.LeaderWakes)
+		// Kill → a survivor's raft reports leadership of g: the server's
+		// part of the failover (the rest is the client finding it).
+		elected, best := "not seen", time.Duration(-1)
+		for _, n := range c.nodes {
+			if n == l {
+				continue
+			}
+			lines := logSince(t, n, killAt, fmt.Sprintf(`msg="raftnode: leadership changed" group=%d leader=true`, g))
+			if len(lines) == 0 {
+				continue
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(lines[0], "time="), " ")
+			if at, err := time.Parse(time.RFC3339Nano, ts); err == nil && (best < 0 || at.Sub(killAt) < best) {
+				best = at.Sub(killAt)
+				elected = fmt.Sprintf("%v (%s)", best.Round(time.Millisecond), n.id)
+			}
+		}
+		if best >= 0 {
+			electedIn = append(electedIn, best)
+		}
+		t.Logf("kill %d/%d: %s → next success through clientlib after %v (%d retries, %d leader wakes); raft leader of group %d after %s",
+			round, kills, l.id, d.Round(time.Millisecond), st1.Retries-st0.Retries, st1.LeaderWakes-st0.LeaderWakes, g, elected)
 		if d > 2*time.Second {
 			// What the survivors' logs say of the elections in between.
 			for _, n := range c.nodes {
@@ -121,6 +142,11 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		slices.Sort(took)
 		t.Logf("%d kills beside %d spinning processes: kill → next success through clientlib median %v, max %v; load average %s",
 			len(took), hog, took[len(took)/2].Round(time.Millisecond), took[len(took)-1].Round(time.Millisecond), strings.TrimSpace(string(loadavg)))
+	}
+	if len(electedIn) > 0 {
+		slices.Sort(electedIn)
+		t.Logf("kill → raft leader of group %d (first survivor log line), %d kills: median %v, max %v",
+			g, len(electedIn), electedIn[len(electedIn)/2].Round(time.Millisecond), electedIn[len(electedIn)-1].Round(time.Millisecond))
 	}
 	c.checkNoCrashes()
 }

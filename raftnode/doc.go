@@ -69,6 +69,17 @@
 // and a refused term/vote write is retried rather than returned (raft would
 // panic). All of it clears by itself once writes succeed again.
 //
+// # Elections: the successor campaigns
+//
+// When a group's leader dies, its survivors do not both campaign: a survivor
+// that is not the group's successor (the first voter other than the silent
+// leader in an order of the voters by ID, rotated by the group's number) asks
+// the successor to campaign at once (TimeoutNow) and holds off that round, so
+// the vote does not split (succession.go). A TimeoutNow from anyone but the
+// leader is refused while the receiver leads or heard the leader within
+// HeartbeatTimeout. Config.MayCampaign still decides whether this node may
+// ask for votes at all (gate.go).
+//
 // # Lifecycle
 //
 //	h, err := raftnode.New(cfg, func(g int) raft.FSM { return fsms[g] })

@@ -16,6 +16,8 @@ import (
 // with it, so the current leader's transfer fails at once and keeps its
 // leadership (accepting it would make this node a candidate at a higher
 // term, which deposes the leader even though this node cannot win).
+// Incoming TimeoutNows from a peer other than the leader, and this node's
+// pre-votes, also pass the successor tie-break (succession.go).
 // Everything else (replication, votes for others, snapshots) passes through.
 //
 // Refusing to ask for votes is always safe for raft (a candidate that never
@@ -24,6 +26,7 @@ import (
 type gatedTransport struct {
 	*raft.NetworkTransport
 	gate func() error
+	succ *succession // nil: no successor tie-break (succession.go)
 
 	consumer  chan raft.RPC
 	done      chan struct{}
@@ -33,8 +36,12 @@ type gatedTransport struct {
 // ErrMayNotLead wraps Config.MayCampaign's refusal.
 var ErrMayNotLead = errors.New("raftnode: this node may not lead now")
 
-func newGatedTransport(inner *raft.NetworkTransport, gate func() error) *gatedTransport {
-	t := &gatedTransport{NetworkTransport: inner, gate: gate, consumer: make(chan raft.RPC), done: make(chan struct{})}
+func newGatedTransport(inner *raft.NetworkTransport, gate func() error, succ *succession) *gatedTransport {
+	t := &gatedTransport{NetworkTransport: inner, gate: gate, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
+	if succ != nil {
+		succ.nudge = inner.TimeoutNow
+		succ.campaign = t.campaign
+	}
 	go t.pump()
 	return t
 }
@@ -59,8 +66,23 @@ func (t *gatedTransport) pump() {
 		case <-t.done:
 			return
 		case rpc := <-in:
-			if _, ok := rpc.Command.(*raft.TimeoutNowRequest); ok {
-				if err := t.check(); err != nil {
+			switch req := rpc.Command.(type) {
+			case *raft.AppendEntriesRequest:
+				t.succ.heard(req.RPCHeader)
+			case *raft.RequestVoteRequest:
+				if t.succ.watching(req.ID) {
+					rpc = t.watchVote(rpc)
+				}
+			case *raft.RequestPreVoteRequest:
+				if t.succ.watching(req.ID) {
+					rpc = t.watchVote(rpc)
+				}
+			case *raft.TimeoutNowRequest:
+				err := t.check()
+				if err == nil {
+					err = t.succ.admit(req)
+				}
+				if err != nil {
 					rpc.Respond(nil, err)
 					continue
 				}
@@ -75,8 +97,66 @@ func (t *gatedTransport) pump() {
 	}
 }
 
+// watchVote passes the successor's (pre-)vote request on to raft and tells
+// the succession if raft refused it.
+func (t *gatedTransport) watchVote(rpc raft.RPC) raft.RPC {
+	orig := rpc.RespChan
+	ch := make(chan raft.RPCResponse, 1)
+	rpc.RespChan = ch
+	go func() {
+		var resp raft.RPCResponse
+		select {
+		case resp = <-ch:
+		case <-t.done:
+			return
+		}
+		orig <- resp
+		granted := false
+		switch r := resp.Response.(type) {
+		case *raft.RequestVoteResponse:
+			granted = r.Granted
+		case *raft.RequestPreVoteResponse:
+			granted = r.Granted
+		}
+		if resp.Error == nil && !granted {
+			t.succ.refused()
+		}
+	}()
+	return rpc
+}
+
+// campaign makes this node's raft start an election now, as a leader's
+// TimeoutNow does (a follower becomes a candidate; a candidate carries on).
+// The gate still decides whether its vote requests leave the node.
+func (t *gatedTransport) campaign() {
+	if t.check() != nil {
+		return
+	}
+	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(t.succ.self), Addr: []byte(t.LocalAddr())}
+	rpc := raft.RPC{Command: &raft.TimeoutNowRequest{RPCHeader: header}, RespChan: make(chan raft.RPCResponse, 1)}
+	select {
+	case t.consumer <- rpc:
+	case <-t.done:
+	}
+}
+
 // Consumer is what raft reads incoming RPCs from.
 func (t *gatedTransport) Consumer() <-chan raft.RPC { return t.consumer }
+
+// SetHeartbeatHandler installs raft's fast path for heartbeats (they skip
+// Consumer), noting their sender as the leader for the successor tie-break.
+func (t *gatedTransport) SetHeartbeatHandler(cb func(rpc raft.RPC)) {
+	if cb == nil || t.succ == nil {
+		t.NetworkTransport.SetHeartbeatHandler(cb)
+		return
+	}
+	t.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if req, ok := rpc.Command.(*raft.AppendEntriesRequest); ok {
+			t.succ.heard(req.RPCHeader)
+		}
+		cb(rpc)
+	})
+}
 
 // RequestVote asks target for its vote, unless the gate is shut.
 func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
@@ -86,10 +166,18 @@ func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress
 	return t.NetworkTransport.RequestVote(id, target, args, resp)
 }
 
-// RequestPreVote asks target for its pre-vote, unless the gate is shut.
+// RequestPreVote asks target for its pre-vote, unless the gate is shut or
+// this node yields the round to the group's successor (succession.go).
 func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	if err := t.check(); err != nil {
 		return err
+	}
+	if t.succ.yield(args.RPCHeader) != nil {
+		// Holding off for the successor: answered as a refused pre-vote at
+		// the requested term rather than an error, which raft would log at
+		// ERROR once per peer and round (succession.go logs the decision).
+		resp.Term, resp.Granted = args.Term, false
+		return nil
 	}
 	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
 }

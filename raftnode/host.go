@@ -227,7 +227,8 @@ func (h *Host) buildGroup(g *group) error {
 		// HashiCorp measured pipelining to bring little benefit (raft#541).
 		MaxRPCsInFlight: 1,
 	})
-	g.trans = newGatedTransport(inner, cfg.MayCampaign)
+	succ := newSuccession(id, raft.ServerID(cfg.NodeID), cfg.HeartbeatTimeout, cfg.ElectionTimeout, h.log)
+	g.trans = newGatedTransport(inner, cfg.MayCampaign, succ)
 
 	boltOpts := *bbolt.DefaultOptions
 	boltOpts.Timeout = boltOpenTimeout
@@ -289,6 +290,7 @@ func (h *Host) buildGroup(g *group) error {
 		return err
 	}
 	g.raft = r
+	succ.raft.Store(r)
 	g.startIndex = r.LastIndex()
 
 	cb := h.cfg.LeaderNotify
@@ -300,6 +302,9 @@ func (h *Host) buildGroup(g *group) error {
 		for {
 			select {
 			case v := <-g.notifyCh:
+				if v {
+					succ.led()
+				}
 				q.push(v)
 			case <-g.stopNotify:
 				for {
