@@ -55,7 +55,7 @@ type Config struct {
 	// Defaults raftnode.DefaultMaxPendingConns, membership.DefaultMaxStreams.
 	RaftMaxPendingConns int
 	GossipMaxStreams    int
-	Join                []string      // gossip addresses of existing members, retried until one answers
+	Join                []string // gossip addresses of existing members, retried until one answers
 	// BootstrapExpect > 0 forms a new cluster once that many members are alive:
 	// each computes the same placement and bootstraps the groups it is a voter
 	// of. Start exactly that many nodes for a new cluster.
