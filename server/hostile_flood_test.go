@@ -316,7 +316,9 @@ func TestPreAuthFloods(t *testing.T) {
 		probe = startHealthProbe(target.HTTPAddr())
 		t.Logf("/healthz probe started at %s", time.Now().UTC().Format("15:04:05.000"))
 	}
+	probe.setPhase("grpc-incomplete")
 	startFlood(t, "grpc-incomplete:"+strconv.Itoa(msgLen), target.GRPCAddr(), streams)
+	probe.setPhase("grpc-h2-idle")
 	if full {
 		for k, left := 0, idle; left > 0; k, left = k+1, left-perProc {
 			startFloodFrom(t, "h2-idle", target.GRPCAddr(), min(left, perProc), 100+k)
@@ -328,6 +330,7 @@ func TestPreAuthFloods(t *testing.T) {
 		fp := footprint(t)
 		t.Logf("after the gRPC floods: %.0f MB RSS, %d goroutines, %d fds", fp.rssMB, fp.goroutines, fp.fds)
 	}
+	probe.setPhase("http-slow")
 	startFlood(t, "slow", target.HTTPAddr(), slow)
 	startFlood(t, "slow-headers", target.HTTPAddr(), 500)
 	startFlood(t, "slow-public", target.HTTPAddr(), slowPublic)
@@ -335,7 +338,8 @@ func TestPreAuthFloods(t *testing.T) {
 		// Each attacker process its own loopback source address, 127.0.0.2
 		// up (the flood above came from 127.0.0.1).
 		src := 1
-		for _, f := range [][2]string{{"idle", target.HTTPAddr()}, {"tcp-idle", raftEndpoint(target)}, {"tcp-idle", target.GossipAddr()}} {
+		for i, f := range [][2]string{{"idle", target.HTTPAddr()}, {"tcp-idle", raftEndpoint(target)}, {"tcp-idle", target.GossipAddr()}} {
+			probe.setPhase([]string{"http-idle", "raft-idle", "gossip-idle"}[i])
 			for left := idle; left > 0; left -= perProc {
 				startFloodFrom(t, f[0], f[1], min(left, perProc), src)
 				src++
@@ -344,6 +348,7 @@ func TestPreAuthFloods(t *testing.T) {
 			t.Logf("after %s to %s: %.0f MB RSS, %d goroutines, %d fds", f[0], f[1], fp.rssMB, fp.goroutines, fp.fds)
 		}
 	}
+	probe.setPhase("all floods held")
 	time.Sleep(3 * time.Second) // the incomplete messages' bytes arrive
 
 	var lat []time.Duration
@@ -371,6 +376,10 @@ func TestPreAuthFloods(t *testing.T) {
 		t.Logf("/healthz probed every 250 ms from before the first flood (single tries, new connection each): %d probes, %d over 1s, %d without an answer, slowest %v", n, slowN, failed, worst)
 		for _, e := range probe.errs {
 			t.Logf("/healthz probe: %s", e)
+		}
+		for _, ph := range probe.order {
+			c := probe.byPhase[ph]
+			t.Logf("/healthz during %s: %d probes, %d over 1s, %d without an answer", ph, c[0], c[1], c[2])
 		}
 		if slowN > 0 || failed > 0 {
 			t.Errorf("/healthz under the full-size floods: %d of %d probes over 1s, %d without an answer", slowN, n, failed)
@@ -449,10 +458,41 @@ type healthProbe struct {
 	failed  int
 	worst   time.Duration
 	errs    []string // the first few failures and slow answers, with when
+
+	mu      sync.Mutex
+	phase   string            // the flood being opened (setPhase)
+	order   []string          // phases in the order set
+	byPhase map[string][3]int // phase → probes, slow, failed
+}
+
+// setPhase names the flood being opened, for the per-phase counts (a nil
+// probe ignores it).
+func (p *healthProbe) setPhase(ph string) {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.phase = ph
+	p.order = append(p.order, ph)
+}
+
+func (p *healthProbe) count(slow, failed bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.byPhase[p.phase]
+	c[0]++
+	if slow {
+		c[1]++
+	}
+	if failed {
+		c[2]++
+	}
+	p.byPhase[p.phase] = c
 }
 
 func startHealthProbe(addr string) *healthProbe {
-	p := &healthProbe{done: make(chan struct{})}
+	p := &healthProbe{done: make(chan struct{}), phase: "start", order: []string{"start"}, byPhase: map[string][3]int{}}
 	start := time.Now()
 	p.wg.Add(1)
 	go func() {
@@ -465,6 +505,7 @@ func startHealthProbe(addr string) *healthProbe {
 			}
 			at := time.Since(start).Round(time.Millisecond)
 			d, err := healthLatency(addr)
+			p.count(err == nil && d > time.Second, err != nil)
 			p.n++
 			switch {
 			case err != nil:
