@@ -6,47 +6,63 @@ import (
 )
 
 // victimLocked picks the connection a new one displaces at the HTTP
-// connection cap (c.mu held), or nil when the new one is to be refused:
-// an idle connection (one that has not sent a request yet, or is between
-// keep-alive requests) of the IP address that holds the most idle
-// connections, the one idle longest; with none idle, the request in
-// progress longest once it is older than minBusy.
+// connection cap (c.mu held), or nil when the new one is to be refused.
+// In order:
 //
-// Choosing by address first keeps one client's flood from displacing
-// everyone else's fresh connections: a health check's connection is idle
-// from its accept until the server reads its request, and under a burst of
-// idle connections from elsewhere it was once the longest idle of the
-// set and closed before it was read (61 of 674 /healthz probes reset
-// during a 50,000-connection flood).
+//  1. an idle connection (between keep-alive requests, or accepted more
+//     than minBusy ago without a request) of the IP address holding the
+//     most such, the one idle longest;
+//  2. the request in progress longest, once it is older than minBusy;
+//  3. a connection accepted less than minBusy ago that has not sent a
+//     request yet, of the address holding the most such, the oldest.
+//
+// A health check's connection is idle from its accept until the server
+// reads its request. Taking the longest-idle connection overall closed it
+// under a burst of idle connections from elsewhere, or beside slow
+// requests, before it was read (61 of 674 /healthz probes reset during a
+// 50,000-connection flood): here it is taken only after every slow request
+// and, among fresh connections, after those of the address that floods.
 func (c *connCap) victimLocked() net.Conn {
-	idleBy := map[string]int{}
-	for _, st := range c.conns {
-		if !st.idleSince.IsZero() {
-			idleBy[st.ip]++
-		}
+	now := time.Now()
+	fresh := func(st *capState) bool {
+		return st.activeSince.IsZero() && now.Sub(st.idleSince) < c.minBusy
 	}
-	top, most := "", 0
-	for ip, n := range idleBy {
-		if n > most || (n == most && ip < top) {
-			top, most = ip, n
-		}
-	}
-	var victim, busy net.Conn
-	var oldest, oldestBusy time.Time
-	for k, st := range c.conns {
-		switch {
-		case !st.idleSince.IsZero():
-			if st.ip == top && (victim == nil || st.idleSince.Before(oldest)) {
-				victim, oldest = k, st.idleSince
+	pick := func(ok func(*capState) bool) net.Conn {
+		by := map[string]int{}
+		for _, st := range c.conns {
+			if ok(st) {
+				by[st.ip]++
 			}
-		case busy == nil || st.activeSince.Before(oldestBusy):
+		}
+		top, most := "", 0
+		for ip, n := range by {
+			if n > most || (n == most && ip > top) {
+				top, most = ip, n
+			}
+		}
+		var v net.Conn
+		var oldest time.Time
+		for k, st := range c.conns {
+			if ok(st) && st.ip == top && (v == nil || st.idleSince.Before(oldest)) {
+				v, oldest = k, st.idleSince
+			}
+		}
+		return v
+	}
+	if v := pick(func(st *capState) bool { return !st.idleSince.IsZero() && !fresh(st) }); v != nil {
+		return v
+	}
+	var busy net.Conn
+	var oldestBusy time.Time
+	for k, st := range c.conns {
+		if st.idleSince.IsZero() && (busy == nil || st.activeSince.Before(oldestBusy)) {
 			busy, oldestBusy = k, st.activeSince
 		}
 	}
-	if victim == nil && busy != nil && time.Since(oldestBusy) >= c.minBusy {
-		victim = busy
+	if busy != nil && now.Sub(oldestBusy) >= c.minBusy {
+		return busy
 	}
-	return victim
+	return pick(func(st *capState) bool { return !st.idleSince.IsZero() && fresh(st) })
 }
 
 // remoteHost is conn's remote IP address (its whole address if not TCP).
