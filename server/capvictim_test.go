@@ -73,3 +73,42 @@ func TestHTTPCapEvictsFromTheBusiestAddress(t *testing.T) {
 		t.Fatal("127.0.0.1's connection displaced while 127.0.0.3 held more idle ones")
 	}
 }
+
+// TestHTTPCapSparesFreshConnections: at the cap, a connection accepted
+// less than minBusy ago that has not sent a request (a health check not
+// read yet) is displaced only after every request in progress longer than
+// minBusy, and after keep-alive idle connections.
+func TestHTTPCapSparesFreshConnections(t *testing.T) {
+	c := &connCap{max: 4, conns: map[net.Conn]*capState{}, minBusy: time.Second}
+	conn := func() net.Conn {
+		a, b := net.Pipe() // keys of the books only: nothing is read or written
+		t.Cleanup(func() { _ = a.Close(); _ = b.Close() })
+		return a
+	}
+	now := time.Now()
+	probe, slow1, slow2, young := conn(), conn(), conn(), conn()
+	c.conns[probe] = &capState{idleSince: now, ip: "127.0.0.1"}
+	c.conns[slow1] = &capState{activeSince: now.Add(-5 * time.Second), ip: "127.0.0.1"}
+	c.conns[slow2] = &capState{activeSince: now.Add(-3 * time.Second), ip: "127.0.0.1"}
+	c.conns[young] = &capState{activeSince: now, ip: "127.0.0.1"}
+	if v := c.victimLocked(); v != slow1 {
+		t.Fatalf("victim %v, want the oldest slow request", v)
+	}
+	keep := conn()
+	c.conns[keep] = &capState{idleSince: now.Add(-10 * time.Millisecond), activeSince: now.Add(-20 * time.Millisecond), ip: "127.0.0.2"}
+	if v := c.victimLocked(); v != keep {
+		t.Fatalf("victim %v, want the keep-alive idle connection", v)
+	}
+	delete(c.conns, keep)
+	delete(c.conns, slow1)
+	delete(c.conns, slow2)
+	// Only the fresh probe and a young request: the probe goes (the new
+	// connection is admitted rather than refused).
+	if v := c.victimLocked(); v != probe {
+		t.Fatalf("victim %v, want the fresh connection", v)
+	}
+	delete(c.conns, probe)
+	if v := c.victimLocked(); v != nil {
+		t.Fatalf("victim %v with only a young request, want none (refuse)", v)
+	}
+}
