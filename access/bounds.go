@@ -283,6 +283,7 @@ const minBusyAge = time.Second
 type capState struct {
 	idleSince   time.Time // zero while a request is in progress
 	activeSince time.Time // when the request in progress began
+	ip          string    // remote IP address (capvictim.go)
 }
 
 // NewConnCap caps l at max connections (see ConnCap); its ConnState must
@@ -299,21 +300,7 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 		}
 		c.mu.Lock()
 		if len(c.conns) >= c.max {
-			var victim, busy net.Conn
-			var oldest, oldestBusy time.Time
-			for k, st := range c.conns {
-				switch {
-				case !st.idleSince.IsZero():
-					if victim == nil || st.idleSince.Before(oldest) {
-						victim, oldest = k, st.idleSince
-					}
-				case busy == nil || st.activeSince.Before(oldestBusy):
-					busy, oldestBusy = k, st.activeSince
-				}
-			}
-			if victim == nil && busy != nil && time.Since(oldestBusy) >= c.minBusy {
-				victim = busy
-			}
+			victim := c.victimLocked() // capvictim.go
 			if victim == nil {
 				c.mu.Unlock()
 				c.refused.Add(1)
@@ -324,7 +311,7 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 			c.evicted.Add(1)
 			_ = victim.Close()
 		}
-		c.conns[conn] = &capState{idleSince: time.Now()}
+		c.conns[conn] = &capState{idleSince: time.Now(), ip: remoteHost(conn)}
 		c.mu.Unlock()
 		return conn, nil
 	}

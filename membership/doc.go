@@ -19,4 +19,9 @@
 // With G = 4096 groups all led by one node the "l" tag is "0-4095": ranges keep
 // it short in the common case; SetLed refuses a set whose encoding would exceed
 // the tag budget rather than letting serf drop the update.
+//
+// The gossip port's TCP side (push-pull state sync, TCP probes) runs through
+// a transport around memberlist's own (streamcap.go) that caps the inbound
+// streams open at once, a quarter per IP address: a stranger's idle
+// connections cannot make memberlist hold a goroutine and a reader for each.
 package membership

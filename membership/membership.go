@@ -102,6 +102,12 @@ type Config struct {
 	// key is 16, 24 or 32 bytes.
 	Keys [][]byte
 
+	// MaxStreams caps the inbound gossip TCP streams open at once (push-pull
+	// state sync, TCP probes), a quarter of them from one IP address;
+	// beyond, a new connection is closed as it is accepted (streamcap.go).
+	// Default DefaultMaxStreams.
+	MaxStreams int
+
 	Logger *slog.Logger
 }
 
@@ -141,9 +147,10 @@ type Member struct {
 
 // Membership is a running serf agent.
 type Membership struct {
-	cfg  Config
-	log  *slog.Logger
-	serf *serf.Serf
+	cfg       Config
+	log       *slog.Logger
+	serf      *serf.Serf
+	transport *cappedTransport
 
 	mu   sync.Mutex
 	tags map[string]string
@@ -191,6 +198,12 @@ func (c *Config) validate() error {
 	}
 	if c.SuspicionMult == 0 {
 		c.SuspicionMult = 4
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreams < 0 {
+		return fmt.Errorf("membership: MaxStreams %d must be ≥ 0 (0: default %d)", c.MaxStreams, DefaultMaxStreams)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -285,6 +298,19 @@ func New(cfg Config) (*Membership, error) {
 	ml.SuspicionMaxTimeoutMult = 2
 	ml.Logger = logger
 	ml.LogOutput = nil
+	// memberlist's own transport, with its inbound streams capped.
+	tr, err := newCappedTransport(bindHost, bindPort, cfg.MaxStreams, logger, m.log)
+	if err != nil {
+		return nil, fmt.Errorf("membership: listen on %s: %w", cfg.BindAddr, err)
+	}
+	m.transport = tr
+	ml.Transport = tr
+	started := false
+	defer func() {
+		if !started {
+			_ = tr.Shutdown()
+		}
+	}()
 	if len(cfg.Keys) > 0 {
 		kr, err := memberlist.NewKeyring(cfg.Keys[1:], cfg.Keys[0])
 		if err != nil {
@@ -326,6 +352,7 @@ func New(cfg Config) (*Membership, error) {
 		return nil, fmt.Errorf("membership: start serf on %s: %w", cfg.BindAddr, err)
 	}
 	m.serf = s
+	started = true
 	m.wg.Add(1)
 	go m.loop()
 	return m, nil
@@ -519,6 +546,9 @@ func (m *Membership) copyTagsLocked() map[string]string {
 	}
 	return t
 }
+
+// StreamStats reports the gossip port's inbound stream counts.
+func (m *Membership) StreamStats() StreamStats { return m.transport.stats() }
 
 // Leave announces a graceful departure (others see "left", not "failed").
 func (m *Membership) Leave() error {

@@ -163,6 +163,10 @@ type Config struct {
 	TransportTimeout time.Duration // default 10s
 	TransportMaxPool int           // default 3
 	HandshakeTimeout time.Duration // default 5s: TLS + header read on accepted conns
+	// MaxPendingConns caps accepted connections still in their handshake
+	// (MuxConfig.MaxPendingConns; a quarter of it per IP address). Default
+	// DefaultMaxPendingConns.
+	MaxPendingConns int
 
 	// ServerTLS / ClientTLS enable TLS on the raft port (see MuxConfig).
 	// Both or neither must be set.
@@ -325,6 +329,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HandshakeTimeout < 0 {
 		bad("HandshakeTimeout %v < 0", c.HandshakeTimeout)
+	}
+	if c.MaxPendingConns < 0 {
+		bad("MaxPendingConns %d < 0", c.MaxPendingConns)
 	}
 	if (c.ServerTLS == nil) != (c.ClientTLS == nil) {
 		bad("ServerTLS and ClientTLS must be set together (all nodes speak TLS on the raft port, or none does)")

@@ -24,7 +24,11 @@
 // accept loop hands each new connection to a goroutine that (under a
 // handshake deadline, so a silent client cannot stall anything) runs the TLS
 // server handshake if configured, reads the header and passes the connection
-// to the group's Accept. A bad magic, an unknown version or a group not
+// to the group's Accept. At most MuxConfig.MaxPendingConns connections (a
+// quarter of them from one IP address) may be in that handshake at once; one
+// beyond is closed as it is accepted, before a byte is read or a goroutine
+// started, so a flood of idle connections costs the node only the accepts
+// and leaves slots for the peers. A bad magic, an unknown version or a group not
 // registered on this node closes the connection (logged); nothing is ever
 // written back. Closing one group's layer leaves the listener and the other
 // groups untouched; closing the Mux closes everything.

@@ -109,6 +109,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		ClusterKeys:      cfg.ClusterKeys,
 		ClientTLS:        cfg.ClientTLS,
 		HandshakeTimeout: cfg.HandshakeTimeout,
+		MaxPendingConns:  cfg.MaxPendingConns,
 		Logger:           cfg.Logger,
 	})
 	if err != nil {
@@ -383,6 +384,9 @@ func (h *Host) Probe(g int, address raft.ServerAddress, timeout time.Duration) e
 	}
 	return c.Close()
 }
+
+// MuxStats reports the raft port's connection counts (Mux.Stats).
+func (h *Host) MuxStats() MuxStats { return h.mux.Stats() }
 
 // Addr returns this node's advertised raft address (shared by all groups).
 func (h *Host) Addr() raft.ServerAddress { return h.addr }

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -71,6 +72,11 @@ const (
 	// DefaultHandshakeTimeout bounds how long an accepted connection may take
 	// to complete TLS (if enabled) and send its header.
 	DefaultHandshakeTimeout = 5 * time.Second
+
+	// DefaultMaxPendingConns is how many accepted connections may be in
+	// their handshake (TLS, header) at once; DefaultMaxPendingConns/4 of
+	// them from one IP address (MuxConfig.MaxPendingConnsPerHost).
+	DefaultMaxPendingConns = 256
 )
 
 // ErrUnknownGroup is returned when dialing or registering an invalid group id.
@@ -128,6 +134,19 @@ type MuxConfig struct {
 	// without a valid MAC is closed before its header is looked at further.
 	ClusterKeys [][]byte
 
+	// MaxPendingConns caps the accepted connections still in their
+	// handshake (TLS and header not yet complete and verified), and
+	// MaxPendingConnsPerHost those of one IP address. A connection beyond
+	// either cap is closed as soon as it is accepted, before anything is
+	// read or a goroutine started for it, and counted (Stats.Refused): a
+	// flood of idle connections to the raft port then costs the node
+	// nothing but the accept, and a flood from one address leaves slots
+	// for the peers. Connections that completed their handshake are not
+	// counted: a peer's established raft connections are never refused.
+	// Defaults DefaultMaxPendingConns and a quarter of MaxPendingConns.
+	MaxPendingConns        int
+	MaxPendingConnsPerHost int
+
 	Logger *slog.Logger // default slog.Default()
 }
 
@@ -148,6 +167,10 @@ type Mux struct {
 	log       *slog.Logger
 	ident     identityState
 	keys      [][]byte
+	maxPend   int // MuxConfig.MaxPendingConns
+	maxPendIP int // MuxConfig.MaxPendingConnsPerHost
+	refused   atomic.Uint64
+	lastWarn  time.Time // accept loop only: last "pending cap reached" warning
 	seenMu    sync.Mutex
 	seen      map[[16]byte]int64 // accepted header nonces → expiry (unix ms)
 
@@ -156,7 +179,8 @@ type Mux struct {
 
 	mu       sync.Mutex
 	layers   map[int]*GroupLayer
-	pending  map[net.Conn]struct{} // accepted, header not yet read
+	pending  map[net.Conn]string // accepted, header not yet read → remote IP
+	pendIP   map[string]int      // pending connections by remote IP
 	started  bool
 	closed   bool
 	closeErr error
@@ -174,6 +198,15 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxPendingConns < 0 || cfg.MaxPendingConnsPerHost < 0 {
+		return nil, fmt.Errorf("raftnode: NewMux: MaxPendingConns %d and MaxPendingConnsPerHost %d must be ≥ 0 (0: default)", cfg.MaxPendingConns, cfg.MaxPendingConnsPerHost)
+	}
+	if cfg.MaxPendingConns == 0 {
+		cfg.MaxPendingConns = DefaultMaxPendingConns
+	}
+	if cfg.MaxPendingConnsPerHost == 0 {
+		cfg.MaxPendingConnsPerHost = max(cfg.MaxPendingConns/4, 1)
 	}
 	var addr net.Addr = ln.Addr()
 	if cfg.AdvertiseAddr != "" {
@@ -194,7 +227,10 @@ func NewMux(ln net.Listener, cfg MuxConfig) (*Mux, error) {
 		ctx:       ctx,
 		cancel:    cancel,
 		layers:    make(map[int]*GroupLayer),
-		pending:   make(map[net.Conn]struct{}),
+		pending:   make(map[net.Conn]string),
+		pendIP:    make(map[string]int),
+		maxPend:   cfg.MaxPendingConns,
+		maxPendIP: cfg.MaxPendingConnsPerHost,
 		ident:     identityState{id: cfg.Identity},
 		keys:      cfg.ClusterKeys,
 		seen:      map[[16]byte]int64{},
@@ -325,11 +361,55 @@ func (m *Mux) acceptLoop() {
 			_ = conn.Close()
 			return
 		}
-		m.pending[conn] = struct{}{}
+		ip := remoteIP(conn)
+		if len(m.pending) >= m.maxPend || m.pendIP[ip] >= m.maxPendIP {
+			// At a cap: close before reading a byte or starting a
+			// goroutine. The slots come back within the handshake
+			// timeout, since every pending connection has one.
+			total, fromIP := len(m.pending), m.pendIP[ip]
+			m.mu.Unlock()
+			_ = conn.Close()
+			n := m.refused.Add(1)
+			if now := time.Now(); now.Sub(m.lastWarn) >= 30*time.Second {
+				m.lastWarn = now
+				m.log.Warn("raft mux: too many connections in their handshake; closing new ones at once (established raft connections are not affected)",
+					"pending", total, "pending_from_remote", fromIP, "remote", ip,
+					"max_pending", m.maxPend, "max_pending_per_host", m.maxPendIP, "refused_total", n)
+			}
+			continue
+		}
+		m.pending[conn] = ip
+		m.pendIP[ip]++
 		m.wg.Add(1)
 		m.mu.Unlock()
 		go m.handshake(conn)
 	}
+}
+
+// remoteIP is the IP address of conn's remote end (its whole address if
+// it is not TCP).
+func remoteIP(conn net.Conn) string {
+	if tcp, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
+		return tcp.IP.String()
+	}
+	return conn.RemoteAddr().String()
+}
+
+// MuxStats are the Mux's connection counts, for metrics.
+type MuxStats struct {
+	// Pending is the number of accepted connections in their handshake.
+	Pending int
+	// Refused counts connections closed on accept because a pending cap
+	// (MuxConfig.MaxPendingConns, MaxPendingConnsPerHost) was reached.
+	Refused uint64
+}
+
+// Stats reports the Mux's connection counts.
+func (m *Mux) Stats() MuxStats {
+	m.mu.Lock()
+	n := len(m.pending)
+	m.mu.Unlock()
+	return MuxStats{Pending: n, Refused: m.refused.Load()}
 }
 
 // handshake runs on its own goroutine per accepted connection: it performs
@@ -337,10 +417,18 @@ func (m *Mux) acceptLoop() {
 // hands the connection to its group's layer.
 func (m *Mux) handshake(raw net.Conn) {
 	defer m.wg.Done()
+	var once sync.Once
 	removePending := func() {
-		m.mu.Lock()
-		delete(m.pending, raw)
-		m.mu.Unlock()
+		once.Do(func() {
+			m.mu.Lock()
+			if ip, ok := m.pending[raw]; ok {
+				delete(m.pending, raw)
+				if m.pendIP[ip]--; m.pendIP[ip] <= 0 {
+					delete(m.pendIP, ip)
+				}
+			}
+			m.mu.Unlock()
+		})
 	}
 	reject := func(level slog.Level, reason string, args ...any) {
 		removePending()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -477,4 +478,113 @@ func TestMuxClusterKey(t *testing.T) {
 	}
 	c.Close()
 	refused("replayed header", send)
+}
+
+// dialFrom opens a TCP connection to addr from loopback address src
+// (127.0.0.x: Linux routes the whole 127/8 to lo), sending nothing.
+func dialFrom(t *testing.T, src, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: ioTimeout, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("dial %s from %s: %v", addr, src, err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// TestMuxPendingCap: connections that never send their header hold a
+// pending slot; beyond MaxPendingConnsPerHost from one address, and
+// beyond MaxPendingConns in all, new connections are closed on accept and
+// counted. A peer with the cluster key still connects while one address
+// floods, its established connection keeps working while the whole cap is
+// full, and slots come back when the idle connections go.
+func TestMuxPendingCap(t *testing.T) {
+	key := []byte("cluster key for the mux test 32b")
+	// A long handshake timeout: the idle connections stay pending for the
+	// whole test, so nothing here depends on timing.
+	srv, sl := newTestMux(t, MuxConfig{ClusterKeys: [][]byte{key}, HandshakeTimeout: time.Hour,
+		MaxPendingConns: 12, MaxPendingConnsPerHost: 4}, 0)
+	_, peer := newTestMux(t, MuxConfig{ClusterKeys: [][]byte{key}}, 0)
+	addr := srv.ListenAddr().String()
+	waitStats := func(what string, ok func(MuxStats) bool) {
+		t.Helper()
+		deadline := time.Now().Add(ioTimeout)
+		for !ok(srv.Stats()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: stats %+v", what, srv.Stats())
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+
+	// An established peer connection, before any flood.
+	est, err := peer[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer est.Close()
+	estSrv := acceptTimeout(t, sl[0])
+	defer estSrv.Close()
+
+	// One address: 4 pending, then every further connection is closed.
+	var idle []net.Conn
+	for range 4 {
+		idle = append(idle, dialFrom(t, "127.0.0.2", addr))
+	}
+	waitStats("4 idle connections pending", func(s MuxStats) bool { return s.Pending == 4 })
+	for range 10 {
+		expectClosed(t, dialFrom(t, "127.0.0.2", addr))
+	}
+	waitStats("10 refused from one address", func(s MuxStats) bool { return s.Refused == 10 })
+	if s := srv.Stats(); s.Pending != 4 {
+		t.Fatalf("pending %d after refusals, want 4", s.Pending)
+	}
+	// The peer (127.0.0.1) is not that address: it still connects.
+	roundTrip(t, peer[0], sl[0], srv.Addr())
+
+	// Two more addresses fill the node's cap of 12: a fourth is refused,
+	// and so is the peer's new connection, but its established one works.
+	for _, src := range []string{"127.0.0.3", "127.0.0.4"} {
+		for range 4 {
+			idle = append(idle, dialFrom(t, src, addr))
+		}
+	}
+	waitStats("12 pending", func(s MuxStats) bool { return s.Pending == 12 })
+	expectClosed(t, dialFrom(t, "127.0.0.5", addr))
+	waitStats("refused at the node's cap", func(s MuxStats) bool { return s.Refused == 11 })
+	if c, err := peer[0].Dial(raft.ServerAddress(srv.Addr().String()), ioTimeout); err == nil {
+		expectClosed(t, c)
+		c.Close()
+	}
+	waitStats("the peer's new connection refused at the cap", func(s MuxStats) bool { return s.Refused == 12 })
+	_ = est.SetDeadline(time.Now().Add(ioTimeout))
+	_ = estSrv.SetDeadline(time.Now().Add(ioTimeout))
+	if _, err := est.Write([]byte("raft")); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(estSrv, buf); err != nil || string(buf) != "raft" {
+		t.Fatalf("established connection under a full cap: %q %v", buf, err)
+	}
+
+	// The idle connections go: their slots come back, and the peer dials.
+	for _, c := range idle {
+		c.Close()
+	}
+	waitStats("slots freed", func(s MuxStats) bool { return s.Pending == 0 })
+	roundTrip(t, peer[0], sl[0], srv.Addr())
+}
+
+// TestMuxPendingCapConfig: negative caps are refused with the field named.
+func TestMuxPendingCapConfig(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, err = NewMux(ln, MuxConfig{MaxPendingConns: -1})
+	if err == nil || !strings.Contains(err.Error(), "MaxPendingConns") {
+		t.Fatalf("MaxPendingConns -1: %v", err)
+	}
 }

@@ -128,6 +128,7 @@ func (s *Server) startMembership() error {
 		DataDir:       s.cfg.DataDir,
 		ProbeInterval: s.cfg.GossipProbeInterval,
 		Keys:          s.cfg.TLS.GossipKeys,
+		MaxStreams:    s.cfg.GossipMaxStreams,
 		Logger:        s.log,
 
 		Incarnation:        s.ident.Incarnation, // identity.go
@@ -140,6 +141,7 @@ func (s *Server) startMembership() error {
 		return err
 	}
 	s.members = m
+	s.registerGossipCapMetrics(m) // portcaps.go
 	if s.decommissioned() {
 		// Drained before this restart: stay drained (placemove.go).
 		if err := m.SetDecommissioning(true); err != nil {

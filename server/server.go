@@ -54,7 +54,13 @@ type Config struct {
 	GossipAddr          string
 	GossipAdvertise     string        // default: GossipAddr
 	GossipProbeInterval time.Duration // failure-detection probe period; default 1s
-	Join                []string      // gossip addresses of existing members, retried until one answers
+	// RaftMaxPendingConns caps connections to the raft port still in their
+	// handshake, GossipMaxStreams inbound gossip TCP streams (a quarter
+	// of each per IP address; beyond, closed on accept: portcaps.go).
+	// Defaults raftnode.DefaultMaxPendingConns, membership.DefaultMaxStreams.
+	RaftMaxPendingConns int
+	GossipMaxStreams    int
+	Join                []string // gossip addresses of existing members, retried until one answers
 	// BootstrapExpect > 0 forms a new cluster once that many members are alive:
 	// each computes the same placement and bootstraps the groups it is a voter
 	// of. Start exactly that many nodes for a new cluster.
@@ -223,6 +229,9 @@ func (c *Config) Validate() error {
 	}
 	if c.DefaultMaxSeries < 0 {
 		return fmt.Errorf("config: default max series %d: must be ≥ 0", c.DefaultMaxSeries)
+	}
+	if c.RaftMaxPendingConns < 0 || c.GossipMaxStreams < 0 {
+		return fmt.Errorf("config: raft_max_pending_conns %d, gossip_max_streams %d: must be ≥ 0 (0: default)", c.RaftMaxPendingConns, c.GossipMaxStreams)
 	}
 	if err := c.validateComponents(); err != nil { // components.go
 		return err
@@ -474,6 +483,7 @@ func New(cfg Config) (*Server, error) {
 		ServerTLS:          cfg.TLS.RaftServer,
 		ClientTLS:          cfg.TLS.RaftClient,
 		ClusterKeys:        clusterKeys(cfg, "raft"), // nodeauth.go: the connection header is authenticated
+		MaxPendingConns:    cfg.RaftMaxPendingConns,
 		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
@@ -492,6 +502,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.host = host
 	s.ctl = newController(s) // clusterport.go
+	s.registerRaftCapMetrics(host) // portcaps.go
 	s.trackers = make([]*groupTracker, cfg.Groups)
 	for g := range s.trackers {
 		lo, hi := api.GroupRange(g, cfg.Partitions, cfg.Groups)

@@ -72,6 +72,8 @@ func (s *serverSettings) options() []option {
 		{"grpc-advertise", &c.GRPCAdvertise, "gRPC address clients and other nodes dial (default: --grpc-addr)"},
 		{"gossip-addr", &c.GossipAddr, "serf gossip listen address (TCP and UDP); - disables gossip (single node); off with --dev unless set"},
 		{"gossip-advertise", &c.GossipAdvertise, "gossip address other nodes dial (default: --gossip-addr)"},
+		{"raft-max-pending-conns", &c.RaftMaxPendingConns, "most connections to the raft port still in their handshake, a quarter of them per IP address; beyond, closed on accept (established raft connections are not counted; default 256)"},
+		{"gossip-max-streams", &c.GossipMaxStreams, "most inbound gossip TCP streams open at once, a quarter of them per IP address; beyond, closed on accept (default 128)"},
 		{"join", &c.Join, "gossip addresses of existing members (comma-separated or repeated); retried until one answers"},
 		{"bootstrap-expect", &c.BootstrapExpect, "form a new cluster once this many nodes are alive (start exactly that many)"},
 		{"replicas", &c.Replicas, "voters per raft group (one per zone when there are that many zones)"},
