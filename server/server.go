@@ -501,7 +501,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
-	s.ctl = newController(s) // clusterport.go
+	s.ctl = newController(s)       // clusterport.go
 	s.registerRaftCapMetrics(host) // portcaps.go
 	s.trackers = make([]*groupTracker, cfg.Groups)
 	for g := range s.trackers {
