@@ -61,7 +61,12 @@ func TestEnvoyBenchAgainstANode(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if r.Mode != "closed" || r.Calls == 0 || r.Errors != 0 || r.OK+r.OverLimit != r.Calls || r.OverLimit != 0 {
+	// What is under test is the tool's counting: every call is OK or over
+	// the limit, and nearly all are OK against a rule of a million a
+	// second. A few may be refused while the cold key's first lease is on
+	// its way on a loaded machine (the node admits only budget its owner
+	// granted), so "all OK" would test the machine.
+	if r.Mode != "closed" || r.Calls == 0 || r.Errors != 0 || r.OK+r.OverLimit != r.Calls || r.OverLimit*10 > r.Calls {
 		t.Fatalf("closed loop counts: %+v", r)
 	}
 	if len(r.ServerCPUParts) != 2 || r.ServerCPU <= 0 || r.PerCPUSecond <= 0 || r.P50us <= 0 || r.P99us < r.P50us {
