@@ -67,6 +67,9 @@ type powerNode struct {
 // on this layer) and snapshot files (raft's FileSnapshotStore writes them
 // on the OS).
 func TestPowerLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fault test (loaded 3-node cluster, power cuts or a 2 s fsync); make test runs it, -short (make test-fast) does not")
+	}
 	cuts := 12
 	if s := os.Getenv("TOLLGATE_POWER_CUTS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -91,6 +94,9 @@ func TestPowerLoss(t *testing.T) {
 // appends lost (or, weaker catches, a group that cannot elect a leader
 // again, or replicas whose logs never agree again: the test logs which).
 func TestPowerLossCatchesLyingDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fault test (loaded 3-node cluster, power cuts or a 2 s fsync); make test runs it, -short (make test-fast) does not")
+	}
 	v := runPowerLoss(t, 3, true)
 	if len(v) == 0 {
 		t.Fatal("a disk that never made anything durable lost power three times and the check found nothing")

@@ -23,6 +23,9 @@ import (
 // logs (nothing acknowledged lost, see checkPowerHistory). In-process nodes
 // on real TCP: the delay needs the test file layer under the log.
 func TestSlowDisk(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a fault test (loaded 3-node cluster, power cuts or a 2 s fsync); make test runs it, -short (make test-fast) does not")
+	}
 	const G, N, clients = 3, 3, 4
 	disks := map[string]*powerfs.FS{}
 	testWALOptions = func(dataDir string, o *wal.Options) {
