@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/httpjson"
 )
 
@@ -29,27 +28,18 @@ type NodeConfig struct {
 
 // Validate fills defaults and checks ranges; errors name the setting.
 func (c *NodeConfig) Validate() error {
-	if c.Precision == 0 {
-		c.Precision = api.DefaultHLLPrecision
+	// The hub's own rules (Config.validate) fill and check the settings
+	// both share; only the peer interval is the node's.
+	hc := Config{Precision: c.Precision, WindowMinutes: c.WindowMinutes, Partitions: c.Partitions, MaxSketches: c.MaxSketches}
+	if err := hc.validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
-	if err := api.ValidateHLLPrecision(c.Precision); err != nil {
-		return fmt.Errorf("config: sketch %w", err)
-	}
-	if c.WindowMinutes == 0 {
-		c.WindowMinutes = DefaultWindowMinutes
-	}
-	if c.Partitions == 0 {
-		c.Partitions = DefaultPartitions
-	}
-	if c.MaxSketches == 0 {
-		c.MaxSketches = DefaultMaxSketches
-	}
+	c.Precision, c.WindowMinutes, c.Partitions, c.MaxSketches = hc.Precision, hc.WindowMinutes, hc.Partitions, hc.MaxSketches
 	if c.PeerInterval == 0 {
 		c.PeerInterval = 200 * time.Millisecond
 	}
-	if c.WindowMinutes < 1 || c.WindowMinutes > 1440 || c.Partitions < 1 || c.MaxSketches < 1 || c.PeerInterval < 0 {
-		return fmt.Errorf("config: sketch window %d (1..1440 minutes), partitions %d, max sketches %d (≥ 1), peer interval %v (> 0)",
-			c.WindowMinutes, c.Partitions, c.MaxSketches, c.PeerInterval)
+	if c.PeerInterval < 0 {
+		return fmt.Errorf("config: sketches: peer interval %v: must be > 0", c.PeerInterval)
 	}
 	return nil
 }
