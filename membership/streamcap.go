@@ -134,9 +134,11 @@ func (t *cappedTransport) admit(c net.Conn) *streamConn {
 		if warn {
 			t.lastWarn = time.Now()
 		}
+		// Counted before the close, so that whoever sees the close
+		// also sees the count.
+		n := t.refused.Add(1)
 		t.mu.Unlock()
 		_ = c.Close()
-		n := t.refused.Add(1)
 		if warn {
 			t.log.Warn("membership: too many gossip streams open; closing new ones at once (gossip over UDP is not affected)",
 				"open", open, "open_from_remote", fromIP, "remote", ip, "max", t.max, "max_per_host", t.perIP, "refused_total", n)
