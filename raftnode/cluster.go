@@ -16,7 +16,7 @@ import (
 // snapshot) on this node: a node with state is (or was) part of the group and
 // must never be bootstrapped again.
 func (h *Host) GroupHasState(g int) (bool, error) {
-	gr := h.groups[g]
+	gr := h.group(g)
 	ok, err := raft.HasExistingState(gr.logs, gr.store, gr.snaps)
 	if err != nil {
 		return false, fmt.Errorf("raftnode: group %d: check state: %w", g, err)
@@ -33,7 +33,7 @@ func (h *Host) BootstrapGroup(g int, servers []raft.Server) error {
 		return fmt.Errorf("raftnode: bootstrap group %d: no servers", g)
 	}
 	conf := raft.Configuration{Servers: append([]raft.Server(nil), servers...)}
-	if err := h.groups[g].raft.BootstrapCluster(conf).Error(); err != nil {
+	if err := h.group(g).raft.BootstrapCluster(conf).Error(); err != nil {
 		return fmt.Errorf("raftnode: bootstrap group %d: %w", g, err)
 	}
 	h.log.Info("raftnode: bootstrapped group", "group", g, "voters", len(servers))
@@ -44,7 +44,7 @@ func (h *Host) BootstrapGroup(g int, servers []raft.Server) error {
 // (a known leader, and every entry that was on local disk at start applied).
 // Latched like Loaded.
 func (h *Host) GroupLoaded(g int) bool {
-	gr := h.groups[g]
+	gr := h.group(g)
 	if gr.ready.Load() {
 		return true
 	}
@@ -61,7 +61,7 @@ func (h *Host) GroupLoaded(g int) bool {
 // should run a Barrier first when the snapshot must include every write
 // acknowledged so far, and must close the reader.
 func (h *Host) Snapshot(g int, timeout time.Duration) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	gr := h.groups[g]
+	gr := h.group(g)
 	fut := gr.raft.Snapshot()
 	err := fut.Error()
 	if err == nil {
@@ -96,8 +96,9 @@ func (h *Host) Snapshot(g int, timeout time.Duration) (*raft.SnapshotMeta, io.Re
 // writes to a temporary directory and renames it only when complete.
 func (h *Host) SnapshotForRestart(ctx context.Context, minEntries uint64) error {
 	var wg sync.WaitGroup
-	errs := make([]error, len(h.groups))
-	for i, g := range h.groups {
+	groups := h.list()
+	errs := make([]error, len(groups))
+	for i, g := range groups {
 		if g.raft == nil || g.raft.State() == raft.Shutdown {
 			continue
 		}

@@ -139,6 +139,8 @@ type Config struct {
 	AdvertiseAddr string
 
 	// Groups is G, the number of raft groups. Default 4; at most 65536.
+	// New opens more when the data dir's group list records groups added
+	// at runtime (Host.AddGroup, ListedGroups).
 	Groups int
 
 	// Bootstrap: if true, every group that has no existing state on disk is

@@ -307,7 +307,6 @@ func (h *Host) watchDisk() {
 	defer h.bg.Done()
 	t := time.NewTicker(h.cfg.DiskCheckInterval)
 	defer t.Stop()
-	transferring := make([]atomic.Bool, len(h.groups))
 	wasBad := false
 	for {
 		select {
@@ -323,8 +322,12 @@ func (h *Host) watchDisk() {
 			// own raft.db (a success clears it). Only failures older than two
 			// probe rounds: a small probe write may fit where the group's
 			// last log batch did not, and clearing at once would flap.
+			groups := h.list()
 			for _, g := range h.disk.failing(2 * h.cfg.DiskCheckInterval) {
-				if err := h.groups[g].store.SetUint64(probeKey, uint64(time.Now().UnixNano())); err == nil {
+				if g >= len(groups) {
+					continue // an AddGroup still opening it
+				}
+				if err := groups[g].store.SetUint64(probeKey, uint64(time.Now().UnixNano())); err == nil {
 					h.disk.ok(failKey{g: g})
 					h.disk.ok(failKey{g: g, stable: true})
 				}
@@ -346,13 +349,13 @@ func (h *Host) watchDisk() {
 			err = fmt.Errorf("a raft log write and fsync has taken %v so far", stalled.Round(time.Millisecond))
 			h.log.Warn("raftnode: slow disk; handing leaderships away", "stalled", stalled)
 		}
-		for _, g := range h.groups {
-			if g.raft.State() != raft.Leader || transferring[g.id].Swap(true) {
+		for _, g := range h.list() {
+			if g.raft.State() != raft.Leader || g.transferring.Swap(true) {
 				continue
 			}
 			// Not tracked by h.bg: a transfer ends with the raft instance.
 			go func() {
-				defer transferring[g.id].Store(false)
+				defer g.transferring.Store(false)
 				if err := g.raft.LeadershipTransfer().Error(); err != nil {
 					h.log.Warn("raftnode: could not hand leadership away from a node that cannot write", "group", g.id, "error", err)
 					return

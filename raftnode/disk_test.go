@@ -286,14 +286,14 @@ func TestRefusedTermWriteParksTheGroup(t *testing.T) {
 
 	fc.full.Store(true)
 	newTerm()
-	eventually(t, 30*time.Second, "node-c to hold its term write", func() bool { return c.groups[0].held.Load() })
+	eventually(t, 30*time.Second, "node-c to hold its term write", func() bool { return c.group(0).held.Load() })
 	if err := c.DiskError(); err == nil || !strings.Contains(err.Error(), "waiting to persist its raft term/vote") {
 		t.Fatalf("DiskError while the term write is held: %v", err)
 	}
 	apply(hosts[:2], 5) // the other two carry the group
 	fc.full.Store(false)
 	eventually(t, 30*time.Second, "node-c to persist the term and clear DiskError", func() bool {
-		return !c.groups[0].held.Load() && c.DiskError() == nil
+		return !c.group(0).held.Load() && c.DiskError() == nil
 	})
 	apply(hosts, 2)
 	eventually(t, 45*time.Second, "node-c to catch up", func() bool { return slices.Equal(fsms[2][0].values(), want) })
@@ -301,7 +301,7 @@ func TestRefusedTermWriteParksTheGroup(t *testing.T) {
 	// Held again, then stopped: Shutdown returns instead of waiting forever.
 	fc.full.Store(true)
 	newTerm()
-	eventually(t, 30*time.Second, "node-c to hold its term write again", func() bool { return c.groups[0].held.Load() })
+	eventually(t, 30*time.Second, "node-c to hold its term write again", func() bool { return c.group(0).held.Load() })
 	done := make(chan error, 1)
 	go func() { done <- c.Shutdown() }()
 	select {

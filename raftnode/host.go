@@ -25,11 +25,17 @@ var ErrShutdown = errors.New("raftnode: host is shut down")
 
 // Host runs the G raft groups of one node over one shared TCP port.
 type Host struct {
-	cfg    Config
-	log    *slog.Logger
-	mux    *Mux
-	addr   raft.ServerAddress
-	groups []*group
+	cfg  Config
+	log  *slog.Logger
+	mux  *Mux
+	addr raft.ServerAddress
+	// groups is the published group list, in id order (list()[g].id == g).
+	// AddGroup replaces it with a longer copy, so a reader that loaded it
+	// once sees a consistent list without a lock.
+	groups atomic.Pointer[[]*group]
+	// addMu serialises AddGroup, and Shutdown with it: a group is either
+	// published before Shutdown looks at the list, or released by AddGroup.
+	addMu sync.Mutex
 
 	closing      chan struct{} // closed when Shutdown starts
 	disk         *diskState    // write health of DataDir (disk.go)
@@ -59,6 +65,8 @@ type group struct {
 	// when the group was opened.
 	startIndex uint64
 	ready      atomic.Bool // latched by WaitReady
+	// transferring: watchDisk is handing this group's leadership away.
+	transferring atomic.Bool
 
 	notifyCh   chan bool     // raft Config.NotifyCh
 	stopNotify chan struct{} // closed after raft shut down
@@ -66,7 +74,9 @@ type group struct {
 }
 
 // New opens (or creates) every group's stores under cfg.DataDir, starts the
-// shared listener on cfg.BindAddr and starts every group's raft. fsmFor is
+// shared listener on cfg.BindAddr and starts every group's raft. The groups
+// are 0..n-1 with n = max(cfg.Groups, ListedGroups(cfg.DataDir)): groups
+// added at runtime (AddGroup) come back. fsmFor is
 // called once per group, in order, before that group's raft starts; raft
 // restores the group's latest snapshot into the FSM (synchronously, inside
 // New) and then replays the committed log on top of it as the commit index
@@ -135,7 +145,19 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		h.log.Warn("raftnode: cut off a torn write at the end of the raft log (a crash during a write that was never acknowledged)",
 			"file", rec.TornFile, "offset", rec.TornOffset, "bytes", rec.TornBytes)
 	}
-	fsms := make([]raft.FSM, cfg.Groups)
+	// Groups added at runtime (AddGroup) are opened again however many
+	// Config.Groups names (grouplist.go).
+	n := cfg.Groups
+	listed, err := ListedGroups(cfg.DataDir)
+	if err != nil {
+		_ = h.Shutdown()
+		return nil, err
+	}
+	if listed > n {
+		h.log.Info("raftnode: opening the groups added at runtime too", "config_groups", cfg.Groups, "groups", listed)
+		n = listed
+	}
+	fsms := make([]raft.FSM, n)
 	for g := range fsms {
 		if fsms[g] = fsmFor(g); fsms[g] == nil {
 			_ = h.Shutdown()
@@ -146,8 +168,8 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 	// opening one restores its newest snapshot into its FSM, which on a
 	// large node is most of the time to start, and groups share nothing
 	// while doing it.
-	opened := make([]*group, cfg.Groups)
-	errs := make([]error, cfg.Groups)
+	opened := make([]*group, n)
+	errs := make([]error, n)
 	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	var wg sync.WaitGroup
 	for g := range fsms {
@@ -163,11 +185,13 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		}()
 	}
 	wg.Wait()
+	var list []*group
 	for _, g := range opened {
 		if g != nil {
-			h.groups = append(h.groups, g) // in id order: h.groups[g].id == g
+			list = append(list, g) // in id order: list[g].id == g
 		}
 	}
+	h.groups.Store(&list)
 	if err := errors.Join(errs...); err != nil {
 		_ = h.Shutdown()
 		return nil, err
@@ -180,7 +204,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 	go h.watchDisk()
 
 	h.log.Info("raftnode: started", "node", cfg.NodeID, "addr", adv, "bind", mux.ListenAddr().String(),
-		"groups", cfg.Groups, "data_dir", cfg.DataDir, "tls", cfg.ServerTLS != nil, "nosync", cfg.NoSync)
+		"groups", n, "data_dir", cfg.DataDir, "tls", cfg.ServerTLS != nil, "nosync", cfg.NoSync)
 	return h, nil
 }
 
@@ -340,17 +364,30 @@ func (h *Host) buildGroup(g *group) error {
 	return nil
 }
 
-// Groups returns G.
-func (h *Host) Groups() int { return len(h.groups) }
+// list returns the published group list (nil before New published it).
+func (h *Host) list() []*group {
+	if p := h.groups.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// group returns group g; it panics if g is out of range.
+func (h *Host) group(g int) *group {
+	l := h.list()
+	if g < 0 || g >= len(l) {
+		panic(fmt.Sprintf("raftnode: group %d out of range [0, %d)", g, len(l)))
+	}
+	return l[g]
+}
+
+// Groups returns G: the groups opened at start plus those added since
+// (AddGroup). Their ids are 0..G-1.
+func (h *Host) Groups() int { return len(h.list()) }
 
 // Raft returns group g's raft instance (Apply, Barrier, State, Leader,
 // AddVoter, RemoveServer, Snapshot, ...). It panics if g is out of range.
-func (h *Host) Raft(g int) *raft.Raft {
-	if g < 0 || g >= len(h.groups) {
-		panic(fmt.Sprintf("raftnode: group %d out of range [0, %d)", g, len(h.groups)))
-	}
-	return h.groups[g].raft
-}
+func (h *Host) Raft(g int) *raft.Raft { return h.group(g).raft }
 
 // ReplicaDown reports whether group g's raft replica on this node is shut
 // down while the host itself is not: it takes no part in its group any more
@@ -374,7 +411,7 @@ func (h *Host) ReplicaDown(g int) bool {
 // silently). A node that is not listening, or speaks neither TLS with this
 // cluster's CA nor Tollgate's raft framing up to the handshake, fails here.
 func (h *Host) Probe(g int, address raft.ServerAddress, timeout time.Duration) error {
-	gr := h.groups[g]
+	gr := h.group(g)
 	if gr.layer == nil {
 		return fmt.Errorf("raftnode: group %d: no transport", g)
 	}
@@ -428,7 +465,7 @@ func (h *Host) WaitReady(ctx context.Context) error {
 		default:
 		}
 		var waiting []int
-		for _, g := range h.groups {
+		for _, g := range h.list() {
 			if !g.ready.Load() {
 				if h.groupReady(g) {
 					g.ready.Store(true)
@@ -454,7 +491,7 @@ func (h *Host) WaitReady(ctx context.Context) error {
 // readiness WaitReady waits for (latched the same way).
 func (h *Host) Loaded() bool {
 	ok := true
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		if !g.ready.Load() {
 			if h.groupReady(g) {
 				g.ready.Store(true)
@@ -510,7 +547,7 @@ func (h *Host) BootstrapCluster(servers []raft.Server) error {
 	}
 	conf := raft.Configuration{Servers: append([]raft.Server(nil), servers...)}
 	var errs []error
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		err := g.raft.BootstrapCluster(conf).Error()
 		switch {
 		case err == nil:
@@ -538,10 +575,14 @@ func (h *Host) Shutdown() error {
 }
 
 func (h *Host) shutdown() error {
+	// An AddGroup in flight finishes first: its group is then in the list,
+	// or released by AddGroup itself, and later calls see closing.
+	h.addMu.Lock()
+	defer h.addMu.Unlock()
 	var errs []error
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		if g.raft == nil {
 			continue
 		}
@@ -577,13 +618,13 @@ func (h *Host) shutdown() error {
 	wg.Wait()
 	h.bg.Wait()
 
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		if g.raft != nil && !g.abandoned {
 			close(g.stopNotify)
 			g.notifyDone.Wait()
 		}
 	}
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		if g.trans != nil {
 			_ = g.trans.Close() // raft's shutdown closed it already; idempotent
 		}
@@ -591,7 +632,7 @@ func (h *Host) shutdown() error {
 	if err := h.mux.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close listener: %w", err))
 	}
-	for _, g := range h.groups {
+	for _, g := range h.list() {
 		if g.store != nil && !g.abandoned {
 			if err := g.store.Close(); err != nil {
 				errs = append(errs, fmt.Errorf("group %d: close raft.db: %w", g.id, err))

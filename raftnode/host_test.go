@@ -209,7 +209,7 @@ func TestSingleNodeRestart(t *testing.T) {
 					t.Fatalf("group %d: %d restores, want %d", g, got, wantRestores)
 				}
 				if snapshot {
-					first, err := h2.groups[g].logs.FirstIndex()
+					first, err := h2.group(g).logs.FirstIndex()
 					if err != nil {
 						t.Fatal(err)
 					}

@@ -162,7 +162,7 @@ func TestSuccessorNudgeRefusedWhileLeaderHeard(t *testing.T) {
 	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(from.NodeID()), Addr: []byte(from.Addr())}
 	for _, to := range []*Host{f[1], l} {
 		var resp raft.TimeoutNowResponse
-		err := from.groups[0].trans.NetworkTransport.TimeoutNow(to.NodeID(), to.Addr(), &raft.TimeoutNowRequest{RPCHeader: header}, &resp)
+		err := from.group(0).trans.NetworkTransport.TimeoutNow(to.NodeID(), to.Addr(), &raft.TimeoutNowRequest{RPCHeader: header}, &resp)
 		// Errors that crossed the transport come back as text.
 		if err == nil || !strings.Contains(err.Error(), errNudgeRefused.Error()) {
 			t.Errorf("TimeoutNow %s → %s with a live leader: %v, want refused", from.NodeID(), to.NodeID(), err)
