@@ -36,9 +36,11 @@ var ErrGroupOutOfRange = errors.New("raftnode: group id out of range")
 // AddGroup had opened the group and before it was recorded), raft restores
 // it into fsm and the group carries on from it.
 //
-// AddGroup calls are serialised; readers of the group list (Raft, Groups,
-// WaitReady, ...) do not wait for them. ctx is checked before the group is
-// built; building it is not interrupted.
+// AddGroup calls are serialised, and Shutdown waits for one in flight;
+// readers of the group list (Raft, Groups, WaitReady, ...) do not wait for
+// them. ctx is checked before the group is built; building it is not
+// interrupted (with Config.Bootstrap on a disk that refuses writes, the
+// bootstrap's term write is held until the disk takes it, as in New).
 func (h *Host) AddGroup(ctx context.Context, id int, fsm raft.FSM) error {
 	if fsm == nil {
 		return fmt.Errorf("raftnode: AddGroup: group %d: fsm is nil", id)

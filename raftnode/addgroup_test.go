@@ -370,6 +370,9 @@ func TestGroupList(t *testing.T) {
 	if err := os.WriteFile(groupListPath(dir), b, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := HasState(dir, 1); !errors.Is(err, ErrGroupListCorrupt) {
+		t.Fatalf("HasState over a damaged group list = %v, want ErrGroupListCorrupt", err)
+	}
 	_, err := New(Config{NodeID: "n1", DataDir: dir, BindAddr: "127.0.0.1:0", Groups: 1, Logger: testLogger(t, slog.LevelError)}, fsmFor(newFSMs(8)))
 	if !errors.Is(err, ErrGroupListCorrupt) || !strings.Contains(err.Error(), groupListPath(dir)) {
 		t.Fatalf("New over a damaged group list = %v, want ErrGroupListCorrupt naming %s", err, groupListPath(dir))

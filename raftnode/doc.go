@@ -38,6 +38,7 @@
 //	<DataDir>/
 //	  wal/             every group's raft log, one shared write-ahead log
 //	                   (package wal: <seq>.wal segments, LOCK)
+//	  groups           the group list, once a group was added at runtime
 //	  group-0/
 //	    raft.db        raft-boltdb/v2: stable store only (term, vote)
 //	    snapshots/     raft file snapshot store (<term>-<index>-<ms>/{meta.json,state.bin})
@@ -55,6 +56,31 @@
 // restart raft restores the newest readable snapshot into the FSM and
 // replays the committed log entries that follow it; a group is bootstrapped
 // only if raft.HasExistingState reports nothing on disk.
+//
+// # Groups added at runtime
+//
+// AddGroup creates group G (the next id: ids stay dense, 0..G-1, so
+// Raft(g) and every loop over Groups() stay what they were) on a running
+// host and joins it to everything the boot groups have: a layer on the
+// Mux, a log in the shared WAL, raft.db and snapshots/ in group-<G>/, the
+// leadership queue, succession, disk watching, readiness and Shutdown. The
+// group list is replaced copy-on-write, so readers (Raft, Groups,
+// WaitReady, the disk watcher) take no lock; AddGroup calls are serialised
+// with each other and with Shutdown.
+//
+// How a restart learns which groups exist: from the group list, a 20-byte
+// file <DataDir>/groups holding the group count under a CRC-32C
+// (grouplist.go has the byte format), written durably (temporary file,
+// fsync, rename, fsync of the directory) after the group is built and
+// before AddGroup returns. New opens max(Config.Groups, that count). Not
+// from the WAL or the group directories: a group whose log was emptied by
+// a snapshot install has no WAL entries, and a directory alone does not
+// say whether AddGroup finished. A damaged list stops New with
+// ErrGroupListCorrupt naming the file, rather than silently dropping a
+// group this node votes in. A crash after the group was built and before
+// the list was written leaves the group's state on disk unlisted: the host
+// starts without it, and the next AddGroup of that id picks the state up
+// (a voter that was down meanwhile, as far as its group can tell).
 //
 // # Disaster recovery
 //
@@ -91,6 +117,9 @@
 //	h.WaitReady(ctx)              // leaders known, local state recovered
 //	h.Raft(g).Apply(...)          // on the leader of g
 //	h.Shutdown()
+//
+//	h.AddGroup(ctx, h.Groups(), fsm) // a new group on a running host
+//	h.BootstrapGroup(g, servers)      // on its voters, identical servers
 //
 // Multi-node growth (add-voter / remove-server) is done with the raft API
 // of each group (Raft(g).AddVoter, RemoveServer) by the caller; the

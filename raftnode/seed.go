@@ -170,14 +170,20 @@ func seed(dir, nodeID, raftAddr string, index, term uint64, data io.Reader, size
 }
 
 // HasState reports whether any of the group directories group-0 ..
-// group-<groups-1> of dataDir holds raft state: log entries or a term in
-// raft.db, or a snapshot. A data dir that does not exist has none. It fails if a raft.db
-// is locked by a running node (after waiting 2 s for the lock) or cannot be
-// read. Nothing is created or modified.
+// group-<groups-1> of dataDir (or more, when its group list records groups
+// added at runtime) holds raft state: log entries or a term in raft.db, or
+// a snapshot. A data dir that does not exist has none. It fails if a raft.db
+// is locked by a running node (after waiting 2 s for the lock), or a
+// raft.db or the group list cannot be read. Nothing is created or modified.
 func HasState(dataDir string, groups int) (bool, error) {
 	if groups < 1 || groups > MaxGroups {
 		return false, fmt.Errorf("raftnode: HasState: groups = %d, want 1..%d", groups, MaxGroups)
 	}
+	listed, err := ListedGroups(dataDir)
+	if err != nil {
+		return false, fmt.Errorf("raftnode: HasState: %w", err)
+	}
+	groups = max(groups, listed)
 	logged, err := walGroups(dataDir)
 	if err != nil {
 		return false, fmt.Errorf("raftnode: HasState: %w", err)
