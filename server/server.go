@@ -468,6 +468,9 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.fsms[g] = f
 	}
+	if err := checkRaftGroups(filepath.Join(cfg.DataDir, "raft"), cfg.Groups); err != nil { // groups.go
+		return fail(err)
+	}
 	host, err := raftnode.New(raftnode.Config{
 		NodeID:        cfg.NodeID,
 		DataDir:       filepath.Join(cfg.DataDir, "raft"),
@@ -619,6 +622,9 @@ func (s *Server) watchLeadership() {
 		case <-s.stop:
 			return
 		case ev := <-s.leaderEvents:
+			if !s.servesGroup(ev.group) { // added at runtime (groups.go)
+				continue
+			}
 			if ev.recheck && (s.host.Raft(ev.group).State() != raft.Leader || s.trackers[ev.group].leading()) {
 				continue
 			}
