@@ -107,5 +107,9 @@ func (h *Host) closeGroup(g *group) error {
 			errs = append(errs, fmt.Errorf("close raft.db: %w", err))
 		}
 	}
+	// A write it failed must not keep DiskError set: nothing will write
+	// for this group again until it is added anew.
+	h.disk.ok(failKey{g: g.id})
+	h.disk.ok(failKey{g: g.id, stable: true})
 	return errors.Join(errs...)
 }
