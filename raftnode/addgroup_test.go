@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"go.etcd.io/bbolt"
 )
 
 // TestAddGroup runs three hosts on real loopback TCP with G = 2 and adds
@@ -466,4 +468,65 @@ func BenchmarkRaftLookup(b *testing.B) {
 		r = h.Raft(i & 3)
 	}
 	_ = r
+}
+
+// TestAddGroupFailureReleasesTheGroup: an AddGroup that fails half way
+// (raft.db locked by someone else; the group list not writable after the
+// group's raft started) leaves the host as it was, and the same id can be
+// added once the cause is gone (its port layer and stores were released).
+func TestAddGroupFailureReleasesTheGroup(t *testing.T) {
+	defer func(d time.Duration) { boltOpenTimeout = d }(boltOpenTimeout)
+	boltOpenTimeout = 100 * time.Millisecond
+	cfg := Config{NodeID: "n1", DataDir: t.TempDir(), BindAddr: "127.0.0.1:0", Groups: 1, Bootstrap: true,
+		Logger: testLogger(t, slog.LevelError)}
+	fs := newFSMs(2)
+	h := mustNew(t, cfg, fs)
+	ctx := context.Background()
+
+	// raft.db held by another open: the build fails before raft starts.
+	dir := groupDir(cfg.DataDir, 1)
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bbolt.Open(filepath.Join(dir, "raft.db"), 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddGroup(ctx, 1, fs[1]); err == nil || !strings.Contains(err.Error(), "raft.db") {
+		t.Fatalf("AddGroup with raft.db locked = %v, want the raft.db error", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The group list cannot be replaced (its temporary name is taken by a
+	// directory): the group's raft ran and is stopped again.
+	tmp := groupListPath(cfg.DataDir) + ".tmp"
+	if err := os.Mkdir(tmp, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.AddGroup(ctx, 1, fs[1]); err == nil || !strings.Contains(err.Error(), "group list") {
+		t.Fatalf("AddGroup with the group list unwritable = %v, want the group list error", err)
+	}
+	if got := h.Groups(); got != 1 {
+		t.Fatalf("Groups() = %d after failed AddGroups, want 1", got)
+	}
+	if n, err := ListedGroups(cfg.DataDir); n != 0 || err != nil {
+		t.Fatalf("ListedGroups = %d, %v after failed AddGroups, want none", n, err)
+	}
+	if err := h.DiskError(); err != nil {
+		t.Fatalf("DiskError after failed AddGroups: %v", err)
+	}
+	if err := os.Remove(tmp); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := h.AddGroup(ctx, 1, fs[1]); err != nil {
+		t.Fatalf("AddGroup once the causes are gone: %v", err)
+	}
+	waitReady(t, h, 30*time.Second)
+	applyRetry(t, []*Host{h}, 1, cmd(7), 30*time.Second)
+	if got := fs[1].values(); !slices.Equal(got, []uint64{7}) {
+		t.Fatalf("group 1: %v", got)
+	}
 }
