@@ -23,6 +23,7 @@ import (
 	"github.com/tollgate-io/tollgate/clockbound"
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
@@ -318,6 +319,7 @@ type Server struct {
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
+	layout    *layouttable.Module // group 0's partition → group table (layout.go)
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound

@@ -31,6 +31,7 @@ type SetResult struct {
 // Module is group 0's replica of the layout table.
 type Module struct {
 	partitions int
+	groups     int
 	arith      *layout.Table
 	cur        atomic.Pointer[layout.Table] // nil: never set, the arithmetic is in force
 	onChange   func(*layout.Table)
@@ -40,7 +41,7 @@ type Module struct {
 // already validated, layout.ValidateLayout). onChange, if not nil, is called
 // on the apply goroutine after every change of the table (a set, a restore).
 func New(p, g int, onChange func(*layout.Table)) *Module {
-	return &Module{partitions: p, arith: layout.ArithmeticTable(p, g), onChange: onChange}
+	return &Module{partitions: p, groups: g, arith: layout.ArithmeticTable(p, g), onChange: onChange}
 }
 
 // Current is the table in force: the last one set, else the arithmetic. Safe
@@ -55,7 +56,8 @@ func (m *Module) Current() *layout.Table {
 // Name implements fsm.Module.
 func (m *Module) Name() string { return Name }
 
-// Apply implements fsm.Module. A table for another partition count, or one
+// Apply implements fsm.Module. A table for another partition count or more
+// groups than the cluster runs, or one
 // whose epoch does not follow the current one by exactly one, is refused in
 // the response (a leader proposing from a stale read; every replica refuses
 // it alike). An undecodable payload is an error: the group halts.
@@ -71,6 +73,10 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	switch {
 	case s.Table.Partitions() != m.partitions:
 		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("table of %d partitions, the cluster has %d", s.Table.Partitions(), m.partitions)}, nil
+	case s.Table.Groups > m.groups:
+		// Until groups can be created on a running node, a table may only
+		// use the groups every node runs.
+		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("table of %d groups, the cluster runs %d", s.Table.Groups, m.groups)}, nil
 	case s.Expected != cur.Epoch:
 		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("expected epoch %d, the table is at %d", s.Expected, cur.Epoch)}, nil
 	case s.Table.Epoch != cur.Epoch+1:
@@ -113,8 +119,9 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		if err := d.Finish(); err != nil {
 			return nil, err
 		}
-		if t.Partitions() != m.partitions {
-			return nil, fmt.Errorf("%w: table of %d partitions restored into a cluster of %d", ErrBadPayload, t.Partitions(), m.partitions)
+		if t.Partitions() != m.partitions || t.Groups > m.groups {
+			return nil, fmt.Errorf("%w: table of %d partitions over %d groups restored into a cluster of %d over %d",
+				ErrBadPayload, t.Partitions(), t.Groups, m.partitions, m.groups)
 		}
 	}
 	return func() { m.install(t) }, nil

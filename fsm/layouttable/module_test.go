@@ -91,6 +91,7 @@ func TestSetCompareAndSet(t *testing.T) {
 		"skipped epoch":  {Expected: 1, Table: moved.Move(0, 1).Move(1, 1)},
 		"same epoch":     {Expected: 1, Table: moved},
 		"other P":        {Expected: 1, Table: layout.ArithmeticTable(32, 4).Move(0, 1)},
+		"more groups":    {Expected: 1, Table: moved.Move(0, testG)},
 	} {
 		res, ok := g.apply(t, s).(SetResult)
 		if !ok || res.Refused == "" || res.Epoch != 1 {
@@ -183,9 +184,10 @@ func TestCorruptSectionDetected(t *testing.T) {
 	if !a.m.Current().Equal(moved) {
 		t.Fatal("a refused restore changed the table")
 	}
-	other := New(32, 4, nil)
-	if _, err := other.PrepareRestore(raw); !errors.Is(err, ErrBadPayload) {
-		t.Fatalf("section of 64 partitions into 32: %v", err)
+	for _, other := range []*Module{New(32, 4, nil), New(testP, 2, nil)} {
+		if _, err := other.PrepareRestore(raw); !errors.Is(err, ErrBadPayload) {
+			t.Fatalf("section of 64 partitions over 4 groups into %d over %d: %v", other.partitions, other.groups, err)
+		}
 	}
 }
 
