@@ -310,6 +310,7 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 	*req.Group = uint32(group)
 	backoff := c.cfg.RetryInitial
 	attempts, redirects := 0, 0
+	var movedEpoch uint64 // the newest layout epoch a Moved answer named
 	var lastErr error
 	var addr, lastAddr string
 	// down: nodes that failed this request as unreachable or leaderless
@@ -369,8 +370,10 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 			// the client's table and the answer's, and go again at once
 			// (nothing was decided). Not a failure of the node.
 			c.stats.moved.Add(1)
-			to, hint := c.movedTo(partition, movedDetail(err))
-			if to == group && hint == "" {
+			mv := movedDetail(err)
+			to, hint := c.movedTo(partition, mv, movedEpoch)
+			movedEpoch = max(movedEpoch, mv.LayoutEpoch)
+			if to < 0 || (to == group && hint == "") {
 				addr = "" // the answering node's table is older: ask the owner's leader again after a backoff
 				break
 			}

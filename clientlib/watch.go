@@ -181,14 +181,20 @@ func (c *Client) applyTableLocked(v *api.ClusterView) {
 
 // movedTo is where a Moved answer sends a partition's request: the answer's
 // owner (and its leader, when named) when the answering node's table is at
-// least as new as the client's; else the owner by the client's table (that
-// node has not applied the move yet; the watch brings newer tables).
-func (c *Client) movedTo(partition int, mv *api.Moved) (group int, leader string) {
+// least as new as the client's and as every table an earlier Moved answer to
+// this request named (floor); else the owner by the client's table, unless
+// that is older than floor too (-1: stay, back off and ask again). An older
+// answer comes from a replica that has not applied the move yet; the watch
+// brings newer tables.
+func (c *Client) movedTo(partition int, mv *api.Moved, floor uint64) (group int, leader string) {
 	t := c.table.Load()
-	if _, g := c.Layout(); mv.LayoutEpoch >= t.Epoch && int(mv.Group) < g {
+	if _, g := c.Layout(); mv.LayoutEpoch >= max(t.Epoch, floor) && int(mv.Group) < g {
 		return int(mv.Group), mv.LeaderGrpcAddress
 	}
-	return t.GroupOf(partition), ""
+	if t.Epoch >= floor {
+		return t.GroupOf(partition), ""
+	}
+	return -1, ""
 }
 
 // layoutFallback takes the default layout for the fields left at 0 when no
