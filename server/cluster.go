@@ -261,7 +261,7 @@ func (s *Server) buildView() *api.ClusterView {
 		m.GroupsLed = led[m.Id]
 	}
 	s.setViewConfig(v) // runtimeconfig.go
-	v.Layout = api.LayoutToProto(s.layout.Current())
+	v.Layout = s.layout.View()
 	return v
 }
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
-	"github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/sampling"
 )
 
@@ -75,12 +75,12 @@ func (s *Server) components() []component {
 			http:    func(m *routeMux) { s.mountMetering(m) },
 			stop:    s.stopMetering},
 		{name: "layout table", // layout.go: group 0 only
-			build: func() error { s.layout = layouttable.New(s.cfg.Partitions, s.cfg.Groups, nil); return nil },
+			build: s.setupLayout,
 			modules: func(g int) []fsm.Module {
-				if g != 0 {
+				if g != layouttable.OrderGroup {
 					return nil
 				}
-				return []fsm.Module{s.layout}
+				return []fsm.Module{s.layout.Module()}
 			}},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, s.clock.Service()) })},
 	}

@@ -122,7 +122,7 @@ func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
 			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Partitions)
 		}
 	}
-	return s.routeTrack(p, req.Group) // layout.go
+	return s.layout.Route(p, req.Group) // layout.go
 }
 
 func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {

@@ -23,12 +23,12 @@ import (
 	"github.com/tollgate-io/tollgate/clockbound"
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
-	"github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/envoyrls"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
@@ -319,7 +319,7 @@ type Server struct {
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
-	layout    *layouttable.Module // group 0's partition → group table (layout.go)
+	layout    *layouttable.Service // the partition → group table (layout.go)
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound
