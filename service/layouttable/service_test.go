@@ -39,7 +39,6 @@ func (p *fsmPort) Propose(_ context.Context, g int, typ byte, payload []byte) (a
 	return res, nil
 }
 
-
 func newService(t *testing.T) *Service {
 	t.Helper()
 	mod := fsmlayout.New(64, 4, nil)
