@@ -1,6 +1,10 @@
 package api
 
-import "github.com/tollgate-io/tollgate/layout"
+import (
+	"fmt"
+
+	"github.com/tollgate-io/tollgate/layout"
+)
 
 // The layout math lives in package layout, which links nothing of gRPC so that
 // fsm and backup can use it; these wrappers keep clients depending on api alone.
@@ -29,3 +33,50 @@ func ValidateLayout(p, g, s int) error { return layout.ValidateLayout(p, g, s) }
 // PartitionHashRange returns the first and last hash of a partition (see
 // layout.PartitionHashRange).
 func PartitionHashRange(part, p int) (first, last uint64) { return layout.PartitionHashRange(part, p) }
+
+// Table is the partition → group table (see layout.Table).
+type Table = layout.Table
+
+// ArithmeticTable is the epoch-0 table of p partitions over g groups (see
+// layout.ArithmeticTable).
+func ArithmeticTable(p, g int) *Table { return layout.ArithmeticTable(p, g) }
+
+// LayoutToProto is t's wire form for ClusterView.layout: nil for epoch 0,
+// the arithmetic every client computes alone.
+func LayoutToProto(t *Table) *PartitionLayout {
+	if t == nil || t.Epoch == 0 {
+		return nil
+	}
+	pl := &PartitionLayout{Epoch: t.Epoch, Groups: uint32(t.Groups)}
+	for _, r := range t.Runs() {
+		pl.RunFirst = append(pl.RunFirst, uint32(r.First))
+		pl.RunGroup = append(pl.RunGroup, uint32(r.Group))
+	}
+	return pl
+}
+
+// ViewTable is the table a cluster view routes by: its layout when it
+// carries one, else the arithmetic of its partitions and groups. An invalid
+// layout is an error naming what is wrong.
+func ViewTable(v *ClusterView) (*Table, error) {
+	p, g := int(v.GetPartitions()), int(v.GetGroups())
+	pl := v.GetLayout()
+	if pl == nil {
+		if err := layout.ValidateLayout(p, g, 1); err != nil {
+			return nil, err
+		}
+		return layout.ArithmeticTable(p, g), nil
+	}
+	if len(pl.RunFirst) != len(pl.RunGroup) {
+		return nil, fmt.Errorf("cluster view layout: %d run starts but %d run groups", len(pl.RunFirst), len(pl.RunGroup))
+	}
+	runs := make([]layout.Run, len(pl.RunFirst))
+	for i := range runs {
+		runs[i] = layout.Run{First: int(pl.RunFirst[i]), Group: int(pl.RunGroup[i])}
+	}
+	t, err := layout.FromRuns(pl.Epoch, int(pl.Groups), p, runs)
+	if err != nil {
+		return nil, fmt.Errorf("cluster view layout (epoch %d): %w", pl.Epoch, err)
+	}
+	return t, nil
+}

@@ -12,7 +12,10 @@
 //   FailedPrecondition this node does not lead the group owning the partition; the
 //                      status details carry a NotLeader message with the leader's
 //                      gRPC address when it is known.
-//   Unavailable        the group has no leader yet, or the node is shutting down.
+//   Unavailable        the group has no leader yet, or the node is shutting down;
+//                      or, with a Moved detail, the partition is no longer owned
+//                      by the group the request was routed to (TrackSeriesRequest.group):
+//                      refresh the layout (ClusterView.layout) and retry.
 //   DeadlineExceeded   the caller's deadline passed before the entry committed;
 //                      the series may or may not have been recorded (re-sending is safe).
 
@@ -103,8 +106,12 @@ type ClusterView struct {
 	// last: what changed since. A client that does not hold base_version
 	// reopens the stream (its first view carries the whole config).
 	RuntimeConfigDelta *RuntimeConfigDelta `protobuf:"bytes,9,opt,name=runtime_config_delta,json=runtimeConfigDelta,proto3" json:"runtime_config_delta,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// The partition → group table, when partitions have moved from the
+	// arithmetic (api.GroupOf(partition, partitions, groups)); absent while
+	// the arithmetic is in force (layout epoch 0). Route by it when present.
+	Layout        *PartitionLayout `protobuf:"bytes,10,opt,name=layout,proto3" json:"layout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ClusterView) Reset() {
@@ -200,6 +207,86 @@ func (x *ClusterView) GetRuntimeConfigDelta() *RuntimeConfigDelta {
 	return nil
 }
 
+func (x *ClusterView) GetLayout() *PartitionLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
+// PartitionLayout is the partition → group table (layout.Table) in runs:
+// partitions [run_first[i], run_first[i+1]) — the last run up to
+// ClusterView.partitions — belong to group run_group[i]. run_first starts at
+// 0 and rises strictly; adjacent runs name different groups.
+type PartitionLayout struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Increases by one with every change of the table; 0 is the arithmetic.
+	Epoch         uint64   `protobuf:"varint,1,opt,name=epoch,proto3" json:"epoch,omitempty"`
+	Groups        uint32   `protobuf:"varint,2,opt,name=groups,proto3" json:"groups,omitempty"`
+	RunFirst      []uint32 `protobuf:"varint,3,rep,packed,name=run_first,json=runFirst,proto3" json:"run_first,omitempty"`
+	RunGroup      []uint32 `protobuf:"varint,4,rep,packed,name=run_group,json=runGroup,proto3" json:"run_group,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionLayout) Reset() {
+	*x = PartitionLayout{}
+	mi := &file_tracker_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionLayout) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionLayout) ProtoMessage() {}
+
+func (x *PartitionLayout) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionLayout.ProtoReflect.Descriptor instead.
+func (*PartitionLayout) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PartitionLayout) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *PartitionLayout) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *PartitionLayout) GetRunFirst() []uint32 {
+	if x != nil {
+		return x.RunFirst
+	}
+	return nil
+}
+
+func (x *PartitionLayout) GetRunGroup() []uint32 {
+	if x != nil {
+		return x.RunGroup
+	}
+	return nil
+}
+
 // RuntimeConfigDelta turns RuntimeConfig base_version into version.
 type RuntimeConfigDelta struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -219,7 +306,7 @@ type RuntimeConfigDelta struct {
 
 func (x *RuntimeConfigDelta) Reset() {
 	*x = RuntimeConfigDelta{}
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -231,7 +318,7 @@ func (x *RuntimeConfigDelta) String() string {
 func (*RuntimeConfigDelta) ProtoMessage() {}
 
 func (x *RuntimeConfigDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[2]
+	mi := &file_tracker_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -244,7 +331,7 @@ func (x *RuntimeConfigDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuntimeConfigDelta.ProtoReflect.Descriptor instead.
 func (*RuntimeConfigDelta) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{2}
+	return file_tracker_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RuntimeConfigDelta) GetBaseVersion() uint64 {
@@ -314,7 +401,7 @@ type Member struct {
 
 func (x *Member) Reset() {
 	*x = Member{}
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -326,7 +413,7 @@ func (x *Member) String() string {
 func (*Member) ProtoMessage() {}
 
 func (x *Member) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[3]
+	mi := &file_tracker_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -339,7 +426,7 @@ func (x *Member) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Member.ProtoReflect.Descriptor instead.
 func (*Member) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{3}
+	return file_tracker_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Member) GetId() string {
@@ -412,7 +499,7 @@ type GroupInfo struct {
 
 func (x *GroupInfo) Reset() {
 	*x = GroupInfo{}
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -424,7 +511,7 @@ func (x *GroupInfo) String() string {
 func (*GroupInfo) ProtoMessage() {}
 
 func (x *GroupInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[4]
+	mi := &file_tracker_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -437,7 +524,7 @@ func (x *GroupInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupInfo.ProtoReflect.Descriptor instead.
 func (*GroupInfo) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{4}
+	return file_tracker_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GroupInfo) GetGroup() uint32 {
@@ -472,15 +559,21 @@ type TrackSeriesRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	Tenant string                 `protobuf:"bytes,1,opt,name=tenant,proto3" json:"tenant,omitempty"`
 	// partition = api.Partition(hash, P) for every hash in the request.
-	Partition     uint32   `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
-	Hashes        []uint64 `protobuf:"fixed64,3,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	Partition uint32   `protobuf:"varint,2,opt,name=partition,proto3" json:"partition,omitempty"`
+	Hashes    []uint64 `protobuf:"fixed64,3,rep,packed,name=hashes,proto3" json:"hashes,omitempty"`
+	// The group the client routed the request to, by its layout. When set and
+	// the serving node's table gives the partition to another group, the
+	// answer is Unavailable with a Moved detail instead of a decision. Unset
+	// (clients before the layout table), the request is decided by the owner
+	// the node's table names, redirecting with NotLeader as for any group.
+	Group         *uint32 `protobuf:"varint,4,opt,name=group,proto3,oneof" json:"group,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TrackSeriesRequest) Reset() {
 	*x = TrackSeriesRequest{}
-	mi := &file_tracker_proto_msgTypes[5]
+	mi := &file_tracker_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +585,7 @@ func (x *TrackSeriesRequest) String() string {
 func (*TrackSeriesRequest) ProtoMessage() {}
 
 func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[5]
+	mi := &file_tracker_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +598,7 @@ func (x *TrackSeriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesRequest.ProtoReflect.Descriptor instead.
 func (*TrackSeriesRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{5}
+	return file_tracker_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TrackSeriesRequest) GetTenant() string {
@@ -529,6 +622,13 @@ func (x *TrackSeriesRequest) GetHashes() []uint64 {
 	return nil
 }
 
+func (x *TrackSeriesRequest) GetGroup() uint32 {
+	if x != nil && x.Group != nil {
+		return *x.Group
+	}
+	return 0
+}
+
 type TrackSeriesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The hashes that were not accepted, in request order.
@@ -539,7 +639,7 @@ type TrackSeriesResponse struct {
 
 func (x *TrackSeriesResponse) Reset() {
 	*x = TrackSeriesResponse{}
-	mi := &file_tracker_proto_msgTypes[6]
+	mi := &file_tracker_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -551,7 +651,7 @@ func (x *TrackSeriesResponse) String() string {
 func (*TrackSeriesResponse) ProtoMessage() {}
 
 func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[6]
+	mi := &file_tracker_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -564,7 +664,7 @@ func (x *TrackSeriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrackSeriesResponse.ProtoReflect.Descriptor instead.
 func (*TrackSeriesResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{6}
+	return file_tracker_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *TrackSeriesResponse) GetRejectedHashes() []uint64 {
@@ -584,7 +684,7 @@ type GetUsersCloseToLimitRequest struct {
 
 func (x *GetUsersCloseToLimitRequest) Reset() {
 	*x = GetUsersCloseToLimitRequest{}
-	mi := &file_tracker_proto_msgTypes[7]
+	mi := &file_tracker_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -596,7 +696,7 @@ func (x *GetUsersCloseToLimitRequest) String() string {
 func (*GetUsersCloseToLimitRequest) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[7]
+	mi := &file_tracker_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -609,7 +709,7 @@ func (x *GetUsersCloseToLimitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitRequest.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitRequest) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{7}
+	return file_tracker_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetUsersCloseToLimitRequest) GetPartition() uint32 {
@@ -630,7 +730,7 @@ type GetUsersCloseToLimitResponse struct {
 
 func (x *GetUsersCloseToLimitResponse) Reset() {
 	*x = GetUsersCloseToLimitResponse{}
-	mi := &file_tracker_proto_msgTypes[8]
+	mi := &file_tracker_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -642,7 +742,7 @@ func (x *GetUsersCloseToLimitResponse) String() string {
 func (*GetUsersCloseToLimitResponse) ProtoMessage() {}
 
 func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[8]
+	mi := &file_tracker_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -655,7 +755,7 @@ func (x *GetUsersCloseToLimitResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsersCloseToLimitResponse.ProtoReflect.Descriptor instead.
 func (*GetUsersCloseToLimitResponse) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{8}
+	return file_tracker_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetUsersCloseToLimitResponse) GetTenants() []string {
@@ -672,6 +772,90 @@ func (x *GetUsersCloseToLimitResponse) GetGroup() uint32 {
 	return 0
 }
 
+// Moved is attached to an Unavailable status when the group a request was
+// routed to (TrackSeriesRequest.group) does not own its partition by the
+// serving node's layout table: the partition moved (or is moving) between
+// groups. Nothing was decided; refresh the layout and send it again.
+type Moved struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Partition uint32                 `protobuf:"varint,1,opt,name=partition,proto3" json:"partition,omitempty"`
+	// The owner by the serving node's table, and that table's epoch. A table
+	// older than the client's is a replica that has not applied the move
+	// yet: keep the client's and retry.
+	Group       uint32 `protobuf:"varint,2,opt,name=group,proto3" json:"group,omitempty"`
+	LayoutEpoch uint64 `protobuf:"varint,3,opt,name=layout_epoch,json=layoutEpoch,proto3" json:"layout_epoch,omitempty"`
+	// The owner's leader when the serving node knows it ("" otherwise).
+	LeaderGrpcAddress string `protobuf:"bytes,4,opt,name=leader_grpc_address,json=leaderGrpcAddress,proto3" json:"leader_grpc_address,omitempty"`
+	LeaderId          string `protobuf:"bytes,5,opt,name=leader_id,json=leaderId,proto3" json:"leader_id,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *Moved) Reset() {
+	*x = Moved{}
+	mi := &file_tracker_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Moved) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Moved) ProtoMessage() {}
+
+func (x *Moved) ProtoReflect() protoreflect.Message {
+	mi := &file_tracker_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Moved.ProtoReflect.Descriptor instead.
+func (*Moved) Descriptor() ([]byte, []int) {
+	return file_tracker_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Moved) GetPartition() uint32 {
+	if x != nil {
+		return x.Partition
+	}
+	return 0
+}
+
+func (x *Moved) GetGroup() uint32 {
+	if x != nil {
+		return x.Group
+	}
+	return 0
+}
+
+func (x *Moved) GetLayoutEpoch() uint64 {
+	if x != nil {
+		return x.LayoutEpoch
+	}
+	return 0
+}
+
+func (x *Moved) GetLeaderGrpcAddress() string {
+	if x != nil {
+		return x.LeaderGrpcAddress
+	}
+	return ""
+}
+
+func (x *Moved) GetLeaderId() string {
+	if x != nil {
+		return x.LeaderId
+	}
+	return ""
+}
+
 // NotLeader is attached to a FailedPrecondition status when a write reached a
 // replica that does not lead the group.
 type NotLeader struct {
@@ -686,7 +870,7 @@ type NotLeader struct {
 
 func (x *NotLeader) Reset() {
 	*x = NotLeader{}
-	mi := &file_tracker_proto_msgTypes[9]
+	mi := &file_tracker_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -698,7 +882,7 @@ func (x *NotLeader) String() string {
 func (*NotLeader) ProtoMessage() {}
 
 func (x *NotLeader) ProtoReflect() protoreflect.Message {
-	mi := &file_tracker_proto_msgTypes[9]
+	mi := &file_tracker_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -711,7 +895,7 @@ func (x *NotLeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotLeader.ProtoReflect.Descriptor instead.
 func (*NotLeader) Descriptor() ([]byte, []int) {
-	return file_tracker_proto_rawDescGZIP(), []int{9}
+	return file_tracker_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NotLeader) GetGroup() uint32 {
@@ -741,7 +925,7 @@ const file_tracker_proto_rawDesc = "" +
 	"\n" +
 	"\rtracker.proto\x12\vtollgate.v1\x1a\fconfig.proto\":\n" +
 	"\x13WatchClusterRequest\x12#\n" +
-	"\rconfig_deltas\x18\x01 \x01(\bR\fconfigDeltas\"\x9f\x03\n" +
+	"\rconfig_deltas\x18\x01 \x01(\bR\fconfigDeltas\"\xd5\x03\n" +
 	"\vClusterView\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12\x1e\n" +
 	"\n" +
@@ -754,7 +938,14 @@ const file_tracker_proto_rawDesc = "" +
 	"\tserved_by\x18\x06 \x01(\tR\bservedBy\x12%\n" +
 	"\x0econfig_version\x18\a \x01(\x04R\rconfigVersion\x12A\n" +
 	"\x0eruntime_config\x18\b \x01(\v2\x1a.tollgate.v1.RuntimeConfigR\rruntimeConfig\x12Q\n" +
-	"\x14runtime_config_delta\x18\t \x01(\v2\x1f.tollgate.v1.RuntimeConfigDeltaR\x12runtimeConfigDelta\"\x83\x03\n" +
+	"\x14runtime_config_delta\x18\t \x01(\v2\x1f.tollgate.v1.RuntimeConfigDeltaR\x12runtimeConfigDelta\x124\n" +
+	"\x06layout\x18\n" +
+	" \x01(\v2\x1c.tollgate.v1.PartitionLayoutR\x06layout\"y\n" +
+	"\x0fPartitionLayout\x12\x14\n" +
+	"\x05epoch\x18\x01 \x01(\x04R\x05epoch\x12\x16\n" +
+	"\x06groups\x18\x02 \x01(\rR\x06groups\x12\x1b\n" +
+	"\trun_first\x18\x03 \x03(\rR\brunFirst\x12\x1b\n" +
+	"\trun_group\x18\x04 \x03(\rR\brunGroup\"\x83\x03\n" +
 	"\x12RuntimeConfigDelta\x12!\n" +
 	"\fbase_version\x18\x01 \x01(\x04R\vbaseVersion\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x125\n" +
@@ -779,18 +970,26 @@ const file_tracker_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +
 	"\x13leader_grpc_address\x18\x03 \x01(\tR\x11leaderGrpcAddress\x12\x16\n" +
-	"\x06voters\x18\x04 \x03(\tR\x06voters\"b\n" +
+	"\x06voters\x18\x04 \x03(\tR\x06voters\"\x87\x01\n" +
 	"\x12TrackSeriesRequest\x12\x16\n" +
 	"\x06tenant\x18\x01 \x01(\tR\x06tenant\x12\x1c\n" +
 	"\tpartition\x18\x02 \x01(\rR\tpartition\x12\x16\n" +
-	"\x06hashes\x18\x03 \x03(\x06R\x06hashes\">\n" +
+	"\x06hashes\x18\x03 \x03(\x06R\x06hashes\x12\x19\n" +
+	"\x05group\x18\x04 \x01(\rH\x00R\x05group\x88\x01\x01B\b\n" +
+	"\x06_group\">\n" +
 	"\x13TrackSeriesResponse\x12'\n" +
 	"\x0frejected_hashes\x18\x01 \x03(\x06R\x0erejectedHashes\";\n" +
 	"\x1bGetUsersCloseToLimitRequest\x12\x1c\n" +
 	"\tpartition\x18\x01 \x01(\rR\tpartition\"N\n" +
 	"\x1cGetUsersCloseToLimitResponse\x12\x18\n" +
 	"\atenants\x18\x01 \x03(\tR\atenants\x12\x14\n" +
-	"\x05group\x18\x02 \x01(\rR\x05group\"n\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\"\xab\x01\n" +
+	"\x05Moved\x12\x1c\n" +
+	"\tpartition\x18\x01 \x01(\rR\tpartition\x12\x14\n" +
+	"\x05group\x18\x02 \x01(\rR\x05group\x12!\n" +
+	"\flayout_epoch\x18\x03 \x01(\x04R\vlayoutEpoch\x12.\n" +
+	"\x13leader_grpc_address\x18\x04 \x01(\tR\x11leaderGrpcAddress\x12\x1b\n" +
+	"\tleader_id\x18\x05 \x01(\tR\bleaderId\"n\n" +
 	"\tNotLeader\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12.\n" +
 	"\x13leader_grpc_address\x18\x02 \x01(\tR\x11leaderGrpcAddress\x12\x1b\n" +
@@ -812,43 +1011,46 @@ func file_tracker_proto_rawDescGZIP() []byte {
 	return file_tracker_proto_rawDescData
 }
 
-var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 11)
+var file_tracker_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_tracker_proto_goTypes = []any{
 	(*WatchClusterRequest)(nil),          // 0: tollgate.v1.WatchClusterRequest
 	(*ClusterView)(nil),                  // 1: tollgate.v1.ClusterView
-	(*RuntimeConfigDelta)(nil),           // 2: tollgate.v1.RuntimeConfigDelta
-	(*Member)(nil),                       // 3: tollgate.v1.Member
-	(*GroupInfo)(nil),                    // 4: tollgate.v1.GroupInfo
-	(*TrackSeriesRequest)(nil),           // 5: tollgate.v1.TrackSeriesRequest
-	(*TrackSeriesResponse)(nil),          // 6: tollgate.v1.TrackSeriesResponse
-	(*GetUsersCloseToLimitRequest)(nil),  // 7: tollgate.v1.GetUsersCloseToLimitRequest
-	(*GetUsersCloseToLimitResponse)(nil), // 8: tollgate.v1.GetUsersCloseToLimitResponse
-	(*NotLeader)(nil),                    // 9: tollgate.v1.NotLeader
-	nil,                                  // 10: tollgate.v1.RuntimeConfigDelta.TenantsEntry
-	(*RuntimeConfig)(nil),                // 11: tollgate.v1.RuntimeConfig
-	(*TenantLimits)(nil),                 // 12: tollgate.v1.TenantLimits
-	(*GlobalConfig)(nil),                 // 13: tollgate.v1.GlobalConfig
+	(*PartitionLayout)(nil),              // 2: tollgate.v1.PartitionLayout
+	(*RuntimeConfigDelta)(nil),           // 3: tollgate.v1.RuntimeConfigDelta
+	(*Member)(nil),                       // 4: tollgate.v1.Member
+	(*GroupInfo)(nil),                    // 5: tollgate.v1.GroupInfo
+	(*TrackSeriesRequest)(nil),           // 6: tollgate.v1.TrackSeriesRequest
+	(*TrackSeriesResponse)(nil),          // 7: tollgate.v1.TrackSeriesResponse
+	(*GetUsersCloseToLimitRequest)(nil),  // 8: tollgate.v1.GetUsersCloseToLimitRequest
+	(*GetUsersCloseToLimitResponse)(nil), // 9: tollgate.v1.GetUsersCloseToLimitResponse
+	(*Moved)(nil),                        // 10: tollgate.v1.Moved
+	(*NotLeader)(nil),                    // 11: tollgate.v1.NotLeader
+	nil,                                  // 12: tollgate.v1.RuntimeConfigDelta.TenantsEntry
+	(*RuntimeConfig)(nil),                // 13: tollgate.v1.RuntimeConfig
+	(*TenantLimits)(nil),                 // 14: tollgate.v1.TenantLimits
+	(*GlobalConfig)(nil),                 // 15: tollgate.v1.GlobalConfig
 }
 var file_tracker_proto_depIdxs = []int32{
-	3,  // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
-	4,  // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
-	11, // 2: tollgate.v1.ClusterView.runtime_config:type_name -> tollgate.v1.RuntimeConfig
-	2,  // 3: tollgate.v1.ClusterView.runtime_config_delta:type_name -> tollgate.v1.RuntimeConfigDelta
-	12, // 4: tollgate.v1.RuntimeConfigDelta.defaults:type_name -> tollgate.v1.TenantLimits
-	13, // 5: tollgate.v1.RuntimeConfigDelta.global:type_name -> tollgate.v1.GlobalConfig
-	10, // 6: tollgate.v1.RuntimeConfigDelta.tenants:type_name -> tollgate.v1.RuntimeConfigDelta.TenantsEntry
-	12, // 7: tollgate.v1.RuntimeConfigDelta.TenantsEntry.value:type_name -> tollgate.v1.TenantLimits
-	5,  // 8: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
-	7,  // 9: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
-	0,  // 10: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
-	6,  // 11: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
-	8,  // 12: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
-	1,  // 13: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
-	11, // [11:14] is the sub-list for method output_type
-	8,  // [8:11] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	4,  // 0: tollgate.v1.ClusterView.members:type_name -> tollgate.v1.Member
+	5,  // 1: tollgate.v1.ClusterView.group_info:type_name -> tollgate.v1.GroupInfo
+	13, // 2: tollgate.v1.ClusterView.runtime_config:type_name -> tollgate.v1.RuntimeConfig
+	3,  // 3: tollgate.v1.ClusterView.runtime_config_delta:type_name -> tollgate.v1.RuntimeConfigDelta
+	2,  // 4: tollgate.v1.ClusterView.layout:type_name -> tollgate.v1.PartitionLayout
+	14, // 5: tollgate.v1.RuntimeConfigDelta.defaults:type_name -> tollgate.v1.TenantLimits
+	15, // 6: tollgate.v1.RuntimeConfigDelta.global:type_name -> tollgate.v1.GlobalConfig
+	12, // 7: tollgate.v1.RuntimeConfigDelta.tenants:type_name -> tollgate.v1.RuntimeConfigDelta.TenantsEntry
+	14, // 8: tollgate.v1.RuntimeConfigDelta.TenantsEntry.value:type_name -> tollgate.v1.TenantLimits
+	6,  // 9: tollgate.v1.Tracker.TrackSeries:input_type -> tollgate.v1.TrackSeriesRequest
+	8,  // 10: tollgate.v1.Tracker.GetUsersCloseToLimit:input_type -> tollgate.v1.GetUsersCloseToLimitRequest
+	0,  // 11: tollgate.v1.Tracker.WatchCluster:input_type -> tollgate.v1.WatchClusterRequest
+	7,  // 12: tollgate.v1.Tracker.TrackSeries:output_type -> tollgate.v1.TrackSeriesResponse
+	9,  // 13: tollgate.v1.Tracker.GetUsersCloseToLimit:output_type -> tollgate.v1.GetUsersCloseToLimitResponse
+	1,  // 14: tollgate.v1.Tracker.WatchCluster:output_type -> tollgate.v1.ClusterView
+	12, // [12:15] is the sub-list for method output_type
+	9,  // [9:12] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_tracker_proto_init() }
@@ -857,13 +1059,14 @@ func file_tracker_proto_init() {
 		return
 	}
 	file_config_proto_init()
+	file_tracker_proto_msgTypes[6].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_tracker_proto_rawDesc), len(file_tracker_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   11,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -12,7 +12,10 @@
 //   FailedPrecondition this node does not lead the group owning the partition; the
 //                      status details carry a NotLeader message with the leader's
 //                      gRPC address when it is known.
-//   Unavailable        the group has no leader yet, or the node is shutting down.
+//   Unavailable        the group has no leader yet, or the node is shutting down;
+//                      or, with a Moved detail, the partition is no longer owned
+//                      by the group the request was routed to (TrackSeriesRequest.group):
+//                      refresh the layout (ClusterView.layout) and retry.
 //   DeadlineExceeded   the caller's deadline passed before the entry committed;
 //                      the series may or may not have been recorded (re-sending is safe).
 

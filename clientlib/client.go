@@ -33,10 +33,14 @@ type Client struct {
 	layoutKnown chan struct{} // closed once p, g (or layoutErr) are set
 	layoutTimer *time.Timer   // sets the configured layout if no view came first
 
-	mu        sync.Mutex
-	closed    bool
-	conns     map[string]*grpc.ClientConn
-	p, g      int   // layout; 0 until known
+	mu     sync.Mutex
+	closed bool
+	conns  map[string]*grpc.ClientConn
+	p, g   int // layout; 0 until known
+	// table is the partition → group table requests are routed by: the
+	// arithmetic of (p, g) until a view carries a layout, then the
+	// highest-epoch layout seen (watch.go); nil until p, g are known.
+	table     atomic.Pointer[api.Table]
 	layoutErr error // permanent: layout mismatch
 	// watchErr is why the last WatchCluster attempt brought no view (nil
 	// once one did); watchErrCh is closed and replaced when it changes, so
@@ -86,6 +90,7 @@ type stats struct {
 	summaryOpened                                 atomic.Uint64
 	summaryStreams                                atomic.Int64
 	configUpdates                                 atomic.Uint64
+	moved                                         atomic.Uint64
 }
 
 // Stats is a snapshot of the client's counters (monotonic since New) and gauges.
@@ -99,6 +104,10 @@ type Stats struct {
 	Retries uint64
 	// NotLeaderRedirects counts NotLeader answers (with or without a hint).
 	NotLeaderRedirects uint64
+	// Moved counts Moved answers: the partition had moved to another group
+	// (the layout table changed) and the request was sent again to its
+	// owner. They are never surfaced as errors.
+	Moved uint64
 	// AttemptTimeouts counts attempts abandoned after Config.AttemptTimeout
 	// without an answer (a node cut off by a partition, or frozen).
 	AttemptTimeouts uint64
@@ -305,6 +314,7 @@ func (c *Client) layoutFromConfig() {
 // setLayoutLocked fixes the layout and sizes the per-group tables.
 func (c *Client) setLayoutLocked(p, g int) {
 	c.p, c.g = p, g
+	c.table.Store(api.ArithmeticTable(p, g))
 	c.leaders = make([]string, g)
 	c.leaderWake = make([]chan struct{}, g)
 	for i := range c.leaderWake {
@@ -438,6 +448,7 @@ func (c *Client) Stats() Stats {
 		AttemptTimeouts:      s.attemptTimeouts.Load(),
 		LeaderWakes:          s.leaderWakes.Load(),
 		NotLeaderRedirects:   s.notLeader.Load(),
+		Moved:                s.moved.Load(),
 		FailedOpen:           s.failedOpen.Load(),
 		Errors:               s.errors.Load(),
 		AsyncLate:            s.asyncLate.Load(),

@@ -11,9 +11,14 @@
 // # Routing
 //
 // Series hashes fall into P partitions (api.Partition) and partitions into G
-// raft groups (api.GroupOf); each group is decided by its leader. TrackSeries
+// raft groups by the layout table (the arithmetic api.GroupOf until the
+// cluster view carries a table, ClusterView.layout; the client keeps the
+// newest epoch it has seen); each group is decided by its leader. TrackSeries
 // splits the hashes by partition and sends one TrackSeries RPC per non-empty
-// partition, in parallel, to the leader of the partition's group.
+// partition, in parallel, to the leader of the partition's group, naming the
+// group. A Moved answer (the partition went to another group) sends the
+// request on to the owner it names, within the retry budget and never as an
+// error (Stats.Moved).
 //
 // The client learns leaders from a WatchCluster stream it keeps open to one
 // node (seeds from Config.Addrs, then every member the cluster view lists, in

@@ -108,6 +108,21 @@ func notLeader(err error) *api.NotLeader {
 	return nil
 }
 
+// movedDetail returns the Moved detail of err (an Unavailable status: the
+// partition is not owned by the group the request was routed to), or nil.
+func movedDetail(err error) *api.Moved {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.Unavailable {
+		return nil
+	}
+	for _, d := range st.Details() {
+		if mv, ok := d.(*api.Moved); ok {
+			return mv
+		}
+	}
+	return nil
+}
+
 // IsFailOpenable reports whether err means Tollgate could not answer (rather
 // than that the request was wrong): those are the failures Config.FailOpen
 // turns into "no rejections". True for Unavailable, DeadlineExceeded,

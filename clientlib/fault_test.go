@@ -57,7 +57,7 @@ func TestSplitByPartition(t *testing.T) {
 			hashes = append(hashes, hashesIn(part, p, 5)[i]+uint64(part))
 		}
 	}
-	parts := splitByPartition(hashes, p, g)
+	parts := splitByPartition(hashes, p, api.ArithmeticTable(p, g))
 	if len(parts) != 3 {
 		t.Fatalf("%d parts, want 3", len(parts))
 	}
@@ -85,8 +85,15 @@ func TestSplitByPartition(t *testing.T) {
 		t.Errorf("%d hashes split, %d given", total, len(hashes))
 	}
 	one := hashesIn(3, p, 4)
-	if parts := splitByPartition(one, p, g); len(parts) != 1 || parts[0].partition != 3 || !slices.Equal(parts[0].hashes, one) {
+	if parts := splitByPartition(one, p, api.ArithmeticTable(p, g)); len(parts) != 1 || parts[0].partition != 3 || !slices.Equal(parts[0].hashes, one) {
 		t.Errorf("single partition: %+v", parts)
+	}
+	// By a table that moved partition 9 from group 2 to group 0.
+	moved := api.ArithmeticTable(p, g).Move(9, 0)
+	for _, pt := range splitByPartition(hashes, p, moved) {
+		if want := moved.GroupOf(pt.partition); pt.group != want || (pt.partition == 9 && pt.group != 0) {
+			t.Errorf("by the moved table: partition %d routed to group %d, want %d", pt.partition, pt.group, want)
+		}
 	}
 }
 

@@ -132,8 +132,15 @@ func (c *Client) pollOnce(groups int) {
 
 // pollGroup asks up to two candidate nodes for group's near-limit tenants.
 func (c *Client) pollGroup(group int) ([]string, bool) {
-	p, g := c.Layout()
-	lo, _ := api.GroupRange(group, p, g)
+	t := c.table.Load()
+	if t == nil {
+		return nil, false
+	}
+	owned := t.Owned(group)
+	if len(owned) == 0 {
+		return nil, true // a group that owns no partition holds no tenants
+	}
+	lo := owned[0]
 	for i, addr := range c.pollCandidates(group, 2) {
 		c.stats.nearLimitPolls.Add(1)
 		tc, err := c.tracker(addr)

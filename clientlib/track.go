@@ -49,11 +49,11 @@ func (c *Client) TrackSeries(ctx context.Context, tenant string, hashes []uint64
 	start := time.Now()
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	p, g, err := c.layout(ctx)
+	p, _, err := c.layout(ctx)
 	if err != nil {
 		return nil, c.layoutFailure(err)
 	}
-	parts := splitByPartition(hashes, p, g)
+	parts := splitByPartition(hashes, p, c.table.Load())
 	slots := make([]slot, len(parts))
 	anyAsync := false
 	for i := range slots {
@@ -181,7 +181,7 @@ func (c *Client) TrackPartition(ctx context.Context, tenant string, partition in
 	}
 	ctx, cancel := c.withTimeout(ctx)
 	defer cancel()
-	p, g, err := c.layout(ctx)
+	p, _, err := c.layout(ctx)
 	if err != nil {
 		return nil, c.layoutFailure(err)
 	}
@@ -191,7 +191,7 @@ func (c *Client) TrackPartition(ctx context.Context, tenant string, partition in
 	if len(hashes) == 0 {
 		return nil, nil
 	}
-	s := &slot{part: part{partition: partition, group: api.GroupOf(partition, p, g), hashes: hashes}, sync: true}
+	s := &slot{part: part{partition: partition, group: c.table.Load().GroupOf(partition), hashes: hashes}, sync: true}
 	c.stats.requests.Add(1)
 	c.stats.syncReq.Add(1)
 	rej, err := c.send(ctx, tenant, partition, s.part.group, hashes)
@@ -306,8 +306,11 @@ func (c *Client) withTimeout(ctx context.Context) (context.Context, context.Canc
 // carrying the last gRPC error (or ctx's error as a status if no RPC ended).
 func (c *Client) send(ctx context.Context, tenant string, partition, group int, hashes []uint64) ([]uint64, error) {
 	req := &api.TrackSeriesRequest{Tenant: tenant, Partition: uint32(partition), Hashes: hashes}
+	req.Group = new(uint32)
+	*req.Group = uint32(group)
 	backoff := c.cfg.RetryInitial
 	attempts, redirects := 0, 0
+	var movedEpoch uint64 // the newest layout epoch a Moved answer named
 	var lastErr error
 	var addr, lastAddr string
 	// down: nodes that failed this request as unreachable or leaderless
@@ -362,6 +365,28 @@ func (c *Client) send(ctx context.Context, tenant string, partition, group int, 
 		lastErr, lastAddr = err, addr
 		code := status.Code(err)
 		switch {
+		case movedDetail(err) != nil:
+			// The partition moved to another group: route by the newer of
+			// the client's table and the answer's, and go again at once
+			// (nothing was decided). Not a failure of the node.
+			c.stats.moved.Add(1)
+			mv := movedDetail(err)
+			to, hint := c.movedTo(partition, mv, movedEpoch)
+			movedEpoch = max(movedEpoch, mv.LayoutEpoch)
+			if to < 0 || (to == group && hint == "") {
+				addr = "" // the answering node's table is older: ask the owner's leader again after a backoff
+				break
+			}
+			c.log.Debug("clientlib: partition moved", "partition", partition, "from", group, "to", to)
+			group, addr = to, hint
+			*req.Group = uint32(to)
+			if addr == "" {
+				addr = c.leaderOf(group)
+			}
+			backoff = c.cfg.RetryInitial
+			if redirects++; redirects <= maxImmediateRedirects {
+				continue
+			}
 		case code == codes.FailedPrecondition:
 			c.stats.notLeader.Add(1)
 			hint := LeaderHint(err)
@@ -475,7 +500,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) bool {
 // splitByPartition groups hashes by partition, partitions ascending, each
 // keeping request order. When all hashes share one partition the single part
 // is hashes itself; otherwise the parts share one new backing array.
-func splitByPartition(hashes []uint64, p, g int) []part {
+func splitByPartition(hashes []uint64, p int, t *api.Table) []part {
 	ps := make([]int32, len(hashes))
 	first := api.Partition(hashes[0], p)
 	same := true
@@ -485,7 +510,7 @@ func splitByPartition(hashes []uint64, p, g int) []part {
 		same = same && q == first
 	}
 	if same {
-		return []part{{partition: first, group: api.GroupOf(first, p, g), hashes: hashes}}
+		return []part{{partition: first, group: t.GroupOf(first), hashes: hashes}}
 	}
 	idx := make([]int32, len(hashes))
 	for i := range idx {
@@ -498,7 +523,7 @@ func splitByPartition(hashes []uint64, p, g int) []part {
 		buf[i] = hashes[j]
 		q := int(ps[j])
 		if len(out) == 0 || out[len(out)-1].partition != q {
-			out = append(out, part{partition: q, group: api.GroupOf(q, p, g)})
+			out = append(out, part{partition: q, group: t.GroupOf(q)})
 			out[len(out)-1].hashes = buf[i:i]
 		}
 		last := &out[len(out)-1]

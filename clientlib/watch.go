@@ -131,6 +131,8 @@ func (c *Client) applyView(v *api.ClusterView) {
 		}
 	}
 
+	c.applyTableLocked(v)
+
 	c.members = c.members[:0]
 	for _, m := range v.Members {
 		c.members = append(c.members, member{id: m.Id, addr: m.GrpcAddress, status: m.Status})
@@ -157,6 +159,42 @@ func (c *Client) applyView(v *api.ClusterView) {
 		}
 	}
 	c.nodes = nodes
+}
+
+// applyTableLocked routes by the view's layout table when it is at least as
+// new as the one held: views come from any node, and a node whose replica of
+// group 0 lags serves an older table (or none: the arithmetic, epoch 0).
+func (c *Client) applyTableLocked(v *api.ClusterView) {
+	cur := c.table.Load()
+	if cur == nil || (v.Layout == nil && cur.Epoch == 0) {
+		return
+	}
+	t, err := api.ViewTable(v)
+	if err != nil {
+		c.log.Warn("clientlib: node serves an invalid layout table; keeping the one held", "node", v.ServedBy, "epoch", cur.Epoch, "err", err)
+		return
+	}
+	if t.Epoch >= cur.Epoch && t.Groups <= c.g {
+		c.table.Store(t)
+	}
+}
+
+// movedTo is where a Moved answer sends a partition's request: the answer's
+// owner (and its leader, when named) when the answering node's table is at
+// least as new as the client's and as every table an earlier Moved answer to
+// this request named (floor); else the owner by the client's table, unless
+// that is older than floor too (-1: stay, back off and ask again). An older
+// answer comes from a replica that has not applied the move yet; the watch
+// brings newer tables.
+func (c *Client) movedTo(partition int, mv *api.Moved, floor uint64) (group int, leader string) {
+	t := c.table.Load()
+	if _, g := c.Layout(); mv.LayoutEpoch >= max(t.Epoch, floor) && int(mv.Group) < g {
+		return int(mv.Group), mv.LeaderGrpcAddress
+	}
+	if t.Epoch >= floor {
+		return t.GroupOf(partition), ""
+	}
+	return -1, ""
 }
 
 // layoutFallback takes the default layout for the fields left at 0 when no

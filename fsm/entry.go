@@ -33,9 +33,10 @@ import (
 //	         are idle (IdleAge(timeout) = timeout+1; builds before cluster
 //	         version 2 sent the timeout itself and accepted at most 60)
 //
-// Types 4–20 belong to modules, which register them (RegisterModuleEntry) and
+// Types 4–21 belong to modules, which register them (RegisterModuleEntry) and
 // document their payloads: runtime config 4–7 and 20 (fsm/runtimecfg/format.md),
-// shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go).
+// shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go), the
+// layout table 21 (fsm/layouttable/codec.go, cluster version 5, group 0 only).
 //
 // drop-tenant payload (type 3, cluster version 2):
 //
@@ -71,7 +72,7 @@ const EntryVersion = 1
 // the largest Since of the registered entry types (core and modules; a test in
 // the server package, which links every module, checks it). Bump it together
 // with the row that needs it.
-const CurrentClusterVersion = 4
+const CurrentClusterVersion = 5
 
 // Entry types.
 const (

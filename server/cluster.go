@@ -261,6 +261,7 @@ func (s *Server) buildView() *api.ClusterView {
 		m.GroupsLed = led[m.Id]
 	}
 	s.setViewConfig(v) // runtimeconfig.go
+	v.Layout = s.layout.View()
 	return v
 }
 

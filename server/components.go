@@ -8,6 +8,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/sampling"
 )
 
@@ -73,6 +74,14 @@ func (s *Server) components() []component {
 			grpc:    register(s.registerMetering),
 			http:    func(m *routeMux) { s.mountMetering(m) },
 			stop:    s.stopMetering},
+		{name: "layout table", // layout.go: group 0 only
+			build: s.setupLayout,
+			modules: func(g int) []fsm.Module {
+				if g != layouttable.OrderGroup {
+					return nil
+				}
+				return []fsm.Module{s.layout.Module()}
+			}},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, s.clock.Service()) })},
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
@@ -24,8 +25,11 @@ func TestComponentListBuildsTheNode(t *testing.T) {
 		}
 		names = append(names, c.name)
 	}
-	want := []string{shares.Name, runtimecfg.ModuleName, fsmmeter.Name}
 	for g := range s.cfg.Groups {
+		want := []string{shares.Name, runtimecfg.ModuleName, fsmmeter.Name}
+		if g == 0 { // the layout table lives in group 0 only
+			want = append(want, fsmlayout.Name)
+		}
 		var got []string
 		for _, m := range s.fsmModules(g) {
 			got = append(got, m.Name())
@@ -38,7 +42,7 @@ func TestComponentListBuildsTheNode(t *testing.T) {
 		}
 	}
 	if s.FSM(0).Module(shares.Name) != s.shares.Module(0) || s.FSM(0).Module(runtimecfg.ModuleName) != s.rcfg.mods[0] ||
-		s.FSM(0).Module(fsmmeter.Name) != s.meterMods[0] {
+		s.FSM(0).Module(fsmmeter.Name) != s.meterMods[0] || s.FSM(0).Module(fsmlayout.Name) != s.layout.Module() {
 		t.Error("group 0's FSM modules are not the instances the capabilities serve")
 	}
 }

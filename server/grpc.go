@@ -122,7 +122,7 @@ func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
 			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Partitions)
 		}
 	}
-	return api.GroupOf(p, s.cfg.Partitions, s.cfg.Groups), nil
+	return s.layout.Route(p, req.Group) // layout.go
 }
 
 func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
@@ -146,7 +146,7 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 	if int(req.Partition) >= s.cfg.Partitions {
 		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
 	}
-	g := api.GroupOf(int(req.Partition), s.cfg.Partitions, s.cfg.Groups)
+	g := s.ownerOf(int(req.Partition))
 	if !s.hostsGroup(g) {
 		// This node holds no replica of the group (clusters with more nodes
 		// than voters per group): ask the leader, once.

@@ -20,9 +20,9 @@ type meteringHost struct {
 	s *Server
 }
 
+// GroupOf routes a target hash by the layout table, as tracking does.
 func (h meteringHost) GroupOf(hash uint64) int {
-	p := h.s.cfg.Partitions
-	return api.GroupOf(api.Partition(hash, p), p, h.s.cfg.Groups)
+	return h.s.ownerOf(api.Partition(hash, h.s.cfg.Partitions))
 }
 
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }

@@ -13,10 +13,12 @@ import (
 
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
+	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 )
 
 // Outage recovery (the per-group plan is cluster.PlanGroupRecovery): a group whose voters are gone for good (disks lost, more
@@ -189,7 +191,10 @@ func recoveryFSM(partitions, groups, shardCount, g int, log *slog.Logger) (*fsm.
 	if err != nil {
 		return nil, err
 	}
+	mods := []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}
+	if g == layouttable.OrderGroup {
+		mods = append(mods, fsmlayout.New(partitions, groups, nil))
+	}
 	return fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
-		MaxClusterVersion: fsm.CurrentClusterVersion,
-		Modules:           []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
+		MaxClusterVersion: fsm.CurrentClusterVersion, Modules: mods})
 }

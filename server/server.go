@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/envoyrls"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
@@ -318,6 +319,7 @@ type Server struct {
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
+	layout    *layouttable.Service // the partition → group table (layout.go)
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound

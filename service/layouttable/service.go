@@ -1,0 +1,107 @@
+package layouttable
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/nodeport"
+)
+
+// OrderGroup is the group whose log orders the table.
+const OrderGroup = 0
+
+// Service is one node's view of the layout table.
+type Service struct {
+	mod        *fsmlayout.Module
+	port       nodeport.Port
+	partitions int
+	// leaderOf names group g's leader (id, gRPC address; "" if unknown).
+	leaderOf func(g int) (string, string)
+
+	mu       sync.Mutex
+	viewOf   *layout.Table // the table view was built from
+	viewForm *api.PartitionLayout
+}
+
+// New returns the service over group 0's module of a cluster of p partitions.
+func New(mod *fsmlayout.Module, port nodeport.Port, p int, leaderOf func(g int) (string, string)) *Service {
+	return &Service{mod: mod, port: port, partitions: p, leaderOf: leaderOf}
+}
+
+// Module is the FSM module group 0 carries.
+func (s *Service) Module() *fsmlayout.Module { return s.mod }
+
+// Owner is the group owning partition p by this node's table.
+func (s *Service) Owner(p int) int { return s.mod.Current().GroupOf(p) }
+
+// Route returns the group that decides partition p for a request routed to
+// group routed (nil: the client did not say; clients before the table). A
+// request routed to a group that does not own p is Unavailable with an
+// api.Moved detail: nothing is decided, the client refreshes its layout and
+// retries. (The table names only groups this node runs: fsm/layouttable
+// refuses others.)
+func (s *Service) Route(p int, routed *uint32) (int, error) {
+	t := s.mod.Current()
+	g := t.GroupOf(p)
+	if routed == nil || int(*routed) == g {
+		return g, nil
+	}
+	id, addr := s.leaderOf(g)
+	mv := &api.Moved{Partition: uint32(p), Group: uint32(g), LayoutEpoch: t.Epoch, LeaderId: id, LeaderGrpcAddress: addr}
+	msg := fmt.Sprintf("partition %d moved: group %d does not own it, group %d does (layout epoch %d); refresh the layout and retry", p, *routed, g, t.Epoch)
+	st, err := status.New(codes.Unavailable, msg).WithDetails(mv)
+	if err != nil {
+		return 0, status.Error(codes.Unavailable, msg)
+	}
+	return 0, st.Err()
+}
+
+// View is the table's wire form for the cluster view: nil while the
+// arithmetic is in force. Built once per table; the result is shared and
+// must not be modified.
+func (s *Service) View() *api.PartitionLayout {
+	t := s.mod.Current()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t != s.viewOf {
+		s.viewOf, s.viewForm = t, api.LayoutToProto(t)
+	}
+	return s.viewForm
+}
+
+// Propose replaces the table with t, whose epoch must be the current one
+// plus one, through group 0's log: this node must lead group 0, and every
+// server of group 0 must support the entry's cluster version
+// (fsm/layouttable.ClusterVersion). It returns the epoch in force
+// afterwards; a table that does not follow the current one is Aborted.
+// Errors are gRPC statuses.
+func (s *Service) Propose(ctx context.Context, t *layout.Table) (uint64, error) {
+	if err := t.Validate(s.partitions); err != nil {
+		return 0, status.Error(codes.InvalidArgument, err.Error())
+	}
+	switch {
+	case t.Epoch == 0:
+		return 0, status.Error(codes.InvalidArgument, "layout epoch = 0: that is the arithmetic; a new table's epoch is the current one plus one")
+	case t.Groups > s.port.Groups():
+		return 0, status.Errorf(codes.InvalidArgument, "layout groups = %d: this cluster runs %d groups", t.Groups, s.port.Groups())
+	}
+	res, err := s.port.Propose(ctx, OrderGroup, fsmlayout.EntrySet, fsmlayout.AppendSet(nil, fsmlayout.Set{Expected: t.Epoch - 1, Table: t}))
+	if err != nil {
+		return 0, err
+	}
+	r, ok := res.(fsmlayout.SetResult)
+	switch {
+	case !ok:
+		return 0, status.Errorf(codes.Internal, "layout-set answered %T", res)
+	case r.Refused != "":
+		return r.Epoch, status.Errorf(codes.Aborted, "layout: %s", r.Refused)
+	}
+	return r.Epoch, nil
+}

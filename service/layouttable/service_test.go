@@ -1,0 +1,103 @@
+package layouttable
+
+import (
+	"context"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/fsm"
+	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/nodeport"
+)
+
+// fsmPort is a node with one replica of group 0: Propose applies the entry
+// to a real FSM as raft would after the commit. It stands in for the raft
+// log only (the server tests and integration/TestLayoutMoveWhileTracking
+// run the real one); the rest of nodeport.Port is not used here.
+type fsmPort struct {
+	nodeport.Port
+	f   *fsm.FSM
+	idx uint64
+}
+
+func (p *fsmPort) Groups() int { return 4 }
+
+func (p *fsmPort) Propose(_ context.Context, g int, typ byte, payload []byte) (any, error) {
+	data, err := fsm.AppendModuleEntry(nil, typ, 1, payload)
+	if err != nil {
+		return nil, err
+	}
+	p.idx++
+	res := p.f.Apply(&raft.Log{Index: p.idx, Term: 1, Type: raft.LogCommand, Data: data})
+	if err, ok := res.(error); ok {
+		return nil, err
+	}
+	return res, nil
+}
+
+func newService(t *testing.T) *Service {
+	t.Helper()
+	mod := fsmlayout.New(64, 4, nil)
+	f, err := fsm.New(fsm.Config{Partitions: 64, Groups: 4, Shards: 4, Group: 0, Modules: []fsm.Module{mod}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return New(mod, &fsmPort{f: f}, 64, func(g int) (string, string) { return "n2", "10.0.0.2:7000" })
+}
+
+func TestRouteAndPropose(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	one := uint32(1)
+	if g, err := s.Route(31, &one); err != nil || g != 1 || s.Owner(31) != 1 {
+		t.Fatalf("arithmetic: route %d %v", g, err)
+	}
+	if g, err := s.Route(31, nil); err != nil || g != 1 {
+		t.Fatalf("unrouted: %d %v", g, err)
+	}
+	if s.View() != nil {
+		t.Fatal("the arithmetic travels in the view: want no layout field")
+	}
+	moved := api.ArithmeticTable(64, 4).Move(31, 2)
+	if e, err := s.Propose(ctx, moved); err != nil || e != 1 {
+		t.Fatalf("propose: %d %v", e, err)
+	}
+	// Routed by the old table: Moved, naming the owner and its leader.
+	_, err := s.Route(31, &one)
+	st, _ := status.FromError(err)
+	var mv *api.Moved
+	for _, d := range st.Details() {
+		mv, _ = d.(*api.Moved)
+	}
+	if st.Code() != codes.Unavailable || mv == nil || mv.Group != 2 || mv.LayoutEpoch != 1 || mv.Partition != 31 || mv.LeaderGrpcAddress != "10.0.0.2:7000" {
+		t.Fatalf("route by the old table: %v (detail %v)", err, mv)
+	}
+	two := uint32(2)
+	if g, err := s.Route(31, &two); err != nil || g != 2 {
+		t.Fatalf("route by the new table: %d %v", g, err)
+	}
+	if g, err := s.Route(31, nil); err != nil || g != 2 {
+		t.Fatalf("unrouted after the move: %d %v", g, err)
+	}
+	v := s.View()
+	if v == nil || v.Epoch != 1 || s.View() != v {
+		t.Fatalf("view %v: want epoch 1, built once", v)
+	}
+	// The same epoch again: compare-and-set refuses it.
+	if _, err := s.Propose(ctx, moved); status.Code(err) != codes.Aborted {
+		t.Fatalf("stale proposal: %v, want Aborted", err)
+	}
+	for name, bad := range map[string]*api.Table{
+		"epoch 0":      api.ArithmeticTable(64, 4),
+		"other P":      api.ArithmeticTable(32, 4).Move(0, 1),
+		"too many grp": moved.Move(0, 7),
+	} {
+		if _, err := s.Propose(ctx, bad); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+}
