@@ -25,7 +25,7 @@ func TestComponentListBuildsTheNode(t *testing.T) {
 		names = append(names, c.name)
 	}
 	want := []string{shares.Name, runtimecfg.ModuleName, fsmmeter.Name}
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		var got []string
 		for _, m := range s.fsmModules(g) {
 			got = append(got, m.Name())
