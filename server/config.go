@@ -161,11 +161,14 @@ func (c *ClusterConfig) Validate() error {
 	if c.LeaderBalanceInterval == 0 {
 		c.LeaderBalanceInterval = 10 * time.Second
 	}
-	if c.BootstrapExpect < 0 || c.Replicas < 1 {
-		return errors.New("config: Cluster.BootstrapExpect, Cluster.Replicas: bootstrap-expect must be ≥ 0 and replicas ≥ 1")
+	if c.BootstrapExpect < 0 {
+		return fmt.Errorf("config: Cluster.BootstrapExpect: bootstrap-expect %d: must be ≥ 0", c.BootstrapExpect)
+	}
+	if c.Replicas < 1 {
+		return fmt.Errorf("config: Cluster.Replicas: replicas %d: must be ≥ 1", c.Replicas)
 	}
 	if c.Bootstrap && c.BootstrapExpect > 0 {
-		return errors.New("config: Cluster.Bootstrap, Cluster.BootstrapExpect: --dev/bootstrap (single voter) and --bootstrap-expect are exclusive")
+		return errors.New("config: Cluster.BootstrapExpect: --dev/bootstrap (single voter, Cluster.Bootstrap) and --bootstrap-expect are exclusive")
 	}
 	return nil
 }
@@ -257,8 +260,13 @@ func (c *TrackingConfig) Validate() error {
 	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
 		return fmt.Errorf("config: Tracking.BatchWindow: batch window %v: must be in [0, 1s]", c.BatchWindow)
 	}
-	if c.MaxHashesPerRequest < 1 || c.MaxBatchHashes < 1 || c.MaxInFlight < 1 {
-		return errors.New("config: Tracking.MaxHashesPerRequest, Tracking.MaxBatchHashes, Tracking.MaxInFlight: max hashes per request, max batch hashes and max in flight must be ≥ 1")
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"MaxHashesPerRequest", c.MaxHashesPerRequest}, {"MaxBatchHashes", c.MaxBatchHashes}, {"MaxInFlight", c.MaxInFlight}} {
+		if f.v < 1 {
+			return fmt.Errorf("config: Tracking.%s: %d: must be ≥ 1", f.name, f.v)
+		}
 	}
 	return nil
 }

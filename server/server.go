@@ -110,7 +110,7 @@ type leaderEvent struct {
 	recheck bool
 }
 
-// The range of Config.MaxClockOffset: below 10 ms the measurement itself
+// The range of Config.Clock.MaxOffset: below 10 ms the measurement itself
 // (half a round trip on a busy network) would put correct nodes out of bound;
 // above an hour a bound no longer protects group time.
 const (

@@ -16,7 +16,7 @@ import (
 // Movable shares (service/shares.Node) on this node: the limits and usage
 // they read, and the Shares gRPC service behind the admin rule.
 
-// Share modes (Config.ShareMode): see sharessvc.ModeMovable and ModeStatic.
+// Share modes (Config.Shares.Mode): see sharessvc.ModeMovable and ModeStatic.
 const (
 	ShareMovable = sharessvc.ModeMovable
 	ShareStatic  = sharessvc.ModeStatic

@@ -19,7 +19,7 @@ import (
 )
 
 // Rolling upgrades. Every node advertises the highest cluster version its build
-// supports (serf tag "ver", Config.MaxClusterVersion). A leader appends an entry
+// supports (serf tag "ver", Config.Cluster.MaxClusterVersion). A leader appends an entry
 // of a type introduced in cluster version v only when every server of the
 // group's raft configuration advertises v or more — a server that is down
 // counting with the version it last advertised (see cluster.VersionLag); otherwise the
@@ -30,7 +30,7 @@ import (
 
 // maxClusterVersionEnv lowers the cluster version a node supports, so that a
 // current binary behaves like an older one (upgrade tests). Read only when
-// Config.MaxClusterVersion is 0.
+// Config.Cluster.MaxClusterVersion is 0.
 const maxClusterVersionEnv = "TOLLGATE_MAX_CLUSTER_VERSION"
 
 // haltTransferEvery spaces the leadership transfers a halted leader attempts.
@@ -46,7 +46,7 @@ type versionState struct {
 	lastTransfer map[int]time.Time
 }
 
-// resolveClusterVersion fills cfg.MaxClusterVersion: the field, else the
+// resolveClusterVersion fills cfg.Cluster.MaxClusterVersion: the field, else the
 // environment switch, else everything this build supports.
 func resolveClusterVersion(cfg *Config) error {
 	if cfg.Cluster.MaxClusterVersion == 0 {
