@@ -23,7 +23,7 @@ import (
 func startServer(t *testing.T, maxSeries int64) *server.Server {
 	t.Helper()
 	return servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
-		cfg.DefaultMaxSeries, cfg.ShareMode = maxSeries, server.ShareStatic
+		cfg.Tracking.DefaultMaxSeries, cfg.Shares.Mode = maxSeries, server.ShareStatic
 	}}).Node(0)
 }
 

@@ -26,10 +26,11 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	s, err := server.New(server.Config{
-		DataDir: dir, Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		DefaultMaxSeries: 64,
-		Logger:           slog.New(slog.DiscardHandler),
+		Node:     server.NodeConfig{DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Cluster:  server.ClusterConfig{Bootstrap: true},
+		Raft:     server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Tracking: server.TrackingConfig{DefaultMaxSeries: 64},
+		Logger:   slog.New(slog.DiscardHandler),
 	})
 	if err != nil {
 		log.Fatal(err)

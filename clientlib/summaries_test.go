@@ -32,7 +32,7 @@ type testCluster struct {
 func startCluster(t testing.TB, n int, maxSeries int64) *testCluster {
 	t.Helper()
 	sc := servertest.Start(t, servertest.Options{Nodes: n, Configure: func(_ int, cfg *server.Config) {
-		cfg.LeaderBalanceInterval, cfg.DefaultMaxSeries = -1, maxSeries
+		cfg.Cluster.LeaderBalanceInterval, cfg.Tracking.DefaultMaxSeries = -1, maxSeries
 	}})
 	return &testCluster{Cluster: sc, t: t, nodes: sc.Nodes()}
 }

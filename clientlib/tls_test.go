@@ -26,7 +26,7 @@ func TestRealServerTLS(t *testing.T) {
 	}
 	peer, _ := tlsutil.ClientConfig(cert, key, f.CA, "")
 	s := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
-		cfg.DefaultMaxSeries, cfg.TLS = 1000, server.TLSConfig{GRPC: srvTLS, Peer: peer}
+		cfg.Tracking.DefaultMaxSeries, cfg.Access.TLS = 1000, server.TLSConfig{GRPC: srvTLS, Peer: peer}
 	}}).Node(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -29,7 +29,7 @@ func TestRealServerToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
-		cfg.DefaultMaxSeries, cfg.AdminToken, cfg.CredentialsFile = 1000, "admin", creds
+		cfg.Tracking.DefaultMaxSeries, cfg.Access.AdminToken, cfg.Access.CredentialsFile = 1000, "admin", creds
 	}}).Node(0)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

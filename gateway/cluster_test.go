@@ -90,7 +90,7 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 	if err := os.WriteFile(lf, []byte(limits), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl := servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) { cfg.LimitsFile = lf }})
+	cl := servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) { cfg.Limits.File = lf }})
 	rcv := newReceiver(t)
 	var arr arrivals
 	rcv.onWrite = func(got map[string]int) {

@@ -132,7 +132,7 @@ func startTollgate(t *testing.T, limitsYAML string) (*servertest.Cluster, *clien
 	if err := os.WriteFile(lf, []byte(limitsYAML), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cl := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) { cfg.LimitsFile = lf }})
+	cl := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) { cfg.Limits.File = lf }})
 	c, err := clientlib.New(clientlib.Config{Addrs: cl.GRPCAddrs(), Mode: clientlib.ModeSync, Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)

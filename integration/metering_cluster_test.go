@@ -109,12 +109,12 @@ type cluster struct {
 func startCluster(t testing.TB, n int, sinkURL string, testClock bool, opts ...func(*server.Config)) *cluster {
 	t.Helper()
 	sc := servertest.Start(t, servertest.Options{Nodes: n, Configure: func(_ int, cfg *server.Config) {
-		cfg.HTTPAddr = "127.0.0.1:0"
+		cfg.Node.HTTPAddr = "127.0.0.1:0"
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.Metering = metering.Config{Granularity: interval.Hour, SinkURL: sinkURL, TestClock: testClock, MaxBody: 4096}
 		if _, bench := t.(*testing.B); bench {
 			cfg.Logger = slog.New(slog.DiscardHandler)
-			cfg.LeaderBalanceInterval = -1 // leaders stay where the election put them
+			cfg.Cluster.LeaderBalanceInterval = -1 // leaders stay where the election put them
 		}
 		for _, o := range opts {
 			o(cfg)
@@ -266,7 +266,7 @@ func TestStatusCodesOverHTTP(t *testing.T) {
 // not started with the test clock, applied on one that is.
 func TestClockAdmin(t *testing.T) {
 	const token = "s3cret"
-	withToken := func(cfg *server.Config) { cfg.AdminToken = token }
+	withToken := func(cfg *server.Config) { cfg.Access.AdminToken = token }
 	test := startCluster(t, 1, "", true, withToken).nodes[0]
 	prod := startCluster(t, 1, "", false, withToken).nodes[0]
 	client := func(s *server.Server) *climeter.Client {
@@ -644,7 +644,7 @@ func TestBill(t *testing.T) {
 // their leader (GroupSeriesSamples); every node's /api/v1/status shows the
 // bill /v1/usage/bill computes.
 func TestBillingSummaryAcrossNodes(t *testing.T) {
-	c := startCluster(t, 2, "", true, func(cfg *server.Config) { cfg.Replicas, cfg.Zone = 1, "zone-a" })
+	c := startCluster(t, 2, "", true, func(cfg *server.Config) { cfg.Cluster.Replicas, cfg.Node.Zone = 1, "zone-a" })
 	t0 := time.Date(2026, 11, 23, 0, 0, 0, 0, time.UTC).UnixMilli()
 	c.setClock(t0)
 	for _, s := range c.nodes {

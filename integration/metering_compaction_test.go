@@ -28,8 +28,15 @@ import (
 func TestClosedMonthBillAcrossCompaction(t *testing.T) {
 	dir := t.TempDir()
 	cfg := server.Config{
-		NodeID: "n1", Zone: "zone-a", DataDir: dir, Bootstrap: true, RaftNoSync: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
+		Node: server.NodeConfig{
+			ID:       "n1",
+			Zone:     "zone-a",
+			DataDir:  dir,
+			GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "127.0.0.1:0",
+		},
+		Cluster:  server.ClusterConfig{Bootstrap: true},
+		Raft:     server.RaftConfig{NoSync: true, Addr: "127.0.0.1:0"},
 		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Metering: metering.Config{Granularity: interval.Hour, TestClock: true},
 	}

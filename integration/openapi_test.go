@@ -65,8 +65,8 @@ func startNode(t *testing.T) *server.Server {
 		t.Fatal(err)
 	}
 	return servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(_ int, cfg *server.Config) {
-		cfg.NodeID, cfg.HTTPAddr = "dev", "127.0.0.1:0"
-		cfg.LimitsFile, cfg.EnableDebugEndpoints = limits, true
+		cfg.Node.ID, cfg.Node.HTTPAddr = "dev", "127.0.0.1:0"
+		cfg.Limits.File, cfg.Access.EnableDebugEndpoints = limits, true
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		cfg.Metering.TestClock = true
 	}}).Node(0)

@@ -35,7 +35,7 @@ func startSkewedRateCluster(t *testing.T, limitsYAML string, skew [3]time.Durati
 		t.Fatal(err)
 	}
 	return servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(i int, cfg *server.Config) {
-		cfg.LimitsFile, cfg.TestClockOffset = lf, skew[i]
+		cfg.Limits.File, cfg.Clock.TestOffset = lf, skew[i]
 	}})
 }
 

@@ -27,7 +27,7 @@ const samplingToken = "s3cret"
 // sampler's item decisions follow that rate.
 func TestSamplingRatesReachClientSampler(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) {
-		cfg.AdminToken = samplingToken
+		cfg.Access.AdminToken = samplingToken
 	}})
 	cc, err := grpc.NewClient(c.Node(0).GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

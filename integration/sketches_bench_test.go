@@ -32,7 +32,7 @@ func BenchmarkSketchConvergence(b *testing.B) {
 		b.Fatal(err)
 	}
 	for b.Loop() {
-		c := servertest.Start(b, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) { cfg.LimitsFile = limits }})
+		c := servertest.Start(b, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) { cfg.Limits.File = limits }})
 		// Every node has measured both peers (so gossip lists them): the
 		// hubs exchange sketches from the first round on.
 		for deadline := time.Now().Add(60 * time.Second); ; {

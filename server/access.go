@@ -13,7 +13,7 @@ import (
 
 // newGuard is the node's access check (after creds and nodeKeys are set).
 func (s *Server) newGuard() *access.Guard {
-	return &access.Guard{Creds: s.creds, AdminToken: s.cfg.AdminToken, NodeKeys: s.nodeKeys,
+	return &access.Guard{Creds: s.creds, AdminToken: s.cfg.Access.AdminToken, NodeKeys: s.nodeKeys,
 		Targets: s.nodeTargets, Advertise: s.grpcAdvertise}
 }
 

@@ -220,9 +220,9 @@ func testAccessRules(t *testing.T, withTLS bool) {
 		pki = testPKI(t)
 	}
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.AdminToken, c.CredentialsFile, c.EnableDebugEndpoints = accessAdminToken, creds, true
+		c.Access.AdminToken, c.Access.CredentialsFile, c.Access.EnableDebugEndpoints = accessAdminToken, creds, true
 		if withTLS {
-			c.TLS = accessTLS(t, pki, "n1")
+			c.Access.TLS = accessTLS(t, pki, "n1")
 		}
 	})
 	defer stop(t, s)
@@ -381,7 +381,7 @@ func callGRPC(t *testing.T, cc *grpc.ClientConn, method string, req proto.Messag
 func TestAccessOnFollowerAndReload(t *testing.T) {
 	creds := writeCredentials(t)
 	tc := startCluster(t, 3, func(_ int, c *Config) {
-		c.AdminToken, c.CredentialsFile, c.HTTPAddr = accessAdminToken, creds, "127.0.0.1:0"
+		c.Access.AdminToken, c.Access.CredentialsFile, c.Node.HTTPAddr = accessAdminToken, creds, "127.0.0.1:0"
 	})
 	now := time.Now().UnixMilli()
 	post := func(s *Server, tok, org, id string) (int, string) {
@@ -459,10 +459,10 @@ func TestCertIdentityScopes(t *testing.T) {
 		t.Fatal(err)
 	}
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.AdminToken, c.CredentialsFile = accessAdminToken, creds
-		c.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
+		c.Access.AdminToken, c.Access.CredentialsFile = accessAdminToken, creds
+		c.Access.TLS = nodeTLS(t, pki, "n1", tlsutil.ClientAuthRequire)
 		var err error
-		if c.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthRequest); err != nil {
+		if c.Access.TLS.HTTP, err = tlsutil.ServerConfig(pki.Nodes["n1"][0], pki.Nodes["n1"][1], pki.CA, tlsutil.ClientAuthRequest); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -516,7 +516,7 @@ func TestCertIdentityScopes(t *testing.T) {
 // answered without a token on such a node.
 func TestAccessAdminTokenOnly(t *testing.T) {
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.AdminToken, c.EnableDebugEndpoints = accessAdminToken, true
+		c.Access.AdminToken, c.Access.EnableDebugEndpoints = accessAdminToken, true
 	})
 	defer stop(t, s)
 	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
@@ -541,7 +541,7 @@ func TestAccessAdminTokenOnly(t *testing.T) {
 // TestAccessDevDefault: without any credential (the development default,
 // on loopback) every endpoint answers without a token.
 func TestAccessDevDefault(t *testing.T) {
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.EnableDebugEndpoints = true })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.EnableDebugEndpoints = true })
 	defer stop(t, s)
 	probeTable(t, dialAnon(t, s.GRPCAddr()), "http://"+s.HTTPAddr(), &http.Client{Timeout: 30 * time.Second},
 		[]string{"none"},
@@ -567,9 +567,9 @@ func testAccessRulesCluster(t *testing.T, withTLS bool) {
 		pki = testPKI(t)
 	}
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.AdminToken, c.CredentialsFile, c.HTTPAddr, c.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
+		c.Access.AdminToken, c.Access.CredentialsFile, c.Node.HTTPAddr, c.Access.EnableDebugEndpoints = accessAdminToken, creds, "127.0.0.1:0", true
 		if withTLS {
-			c.TLS = accessTLS(t, pki, fmt.Sprintf("n%d", i+1))
+			c.Access.TLS = accessTLS(t, pki, fmt.Sprintf("n%d", i+1))
 		}
 	})
 	for _, s := range tc.nodes {

@@ -52,8 +52,8 @@ func newAdminService(s *Server) *adminService {
 }
 
 func (a *adminService) checkGroup(g uint32) (int, error) {
-	if int(g) >= a.s.cfg.Groups {
-		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, a.s.cfg.Groups)
+	if int(g) >= a.s.cfg.Layout.Groups {
+		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, a.s.cfg.Layout.Groups)
 	}
 	return int(g), nil
 }
@@ -159,7 +159,7 @@ func (a *adminService) RemoveServer(ctx context.Context, req *api.RemoveServerRe
 			return nil, err
 		}
 	}
-	if req.Id == a.s.cfg.NodeID {
+	if req.Id == a.s.cfg.Node.ID {
 		return a.removeLeader(ctx, g, req)
 	}
 	a.s.log.Info("admin: remove server", "group", g, "id", req.Id)
@@ -187,7 +187,7 @@ func (a *adminService) removeLeader(ctx context.Context, g int, req *api.RemoveS
 	deadline := time.Now().Add(membershipTimeout)
 	var lastErr error
 	for {
-		if _, lid := r.LeaderWithID(); lid != "" && string(lid) != s.cfg.NodeID && r.State() != raft.Leader {
+		if _, lid := r.LeaderWithID(); lid != "" && string(lid) != s.cfg.Node.ID && r.State() != raft.Leader {
 			if addr := s.grpcAddrOf(string(lid)); addr != "" {
 				resp, err := a.forwardRemove(ctx, addr, req)
 				if err == nil {
@@ -252,7 +252,7 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 		return c.TransferLeadership(fctx, req)
 	}
 	r := a.s.host.Raft(g)
-	if req.ToId == a.s.cfg.NodeID {
+	if req.ToId == a.s.cfg.Node.ID {
 		return &api.TransferLeadershipResponse{Group: uint32(g), NewLeaderId: req.ToId}, nil // already there
 	}
 	var fut raft.Future
@@ -293,7 +293,7 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 	// Report the new leader once this node has heard from it.
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if _, id := r.LeaderWithID(); id != "" && string(id) != a.s.cfg.NodeID {
+		if _, id := r.LeaderWithID(); id != "" && string(id) != a.s.cfg.Node.ID {
 			return &api.TransferLeadershipResponse{Group: uint32(g), NewLeaderId: string(id)}, nil
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -309,8 +309,8 @@ func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api
 }
 
 func (s *Server) nodeGroups() *api.NodeGroupsResponse {
-	out := &api.NodeGroupsResponse{NodeId: s.cfg.NodeID, Zone: s.cfg.Zone, RaftAddr: string(s.host.Addr())}
-	for g := range s.cfg.Groups {
+	out := &api.NodeGroupsResponse{NodeId: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, RaftAddr: string(s.host.Addr())}
+	for g := range s.cfg.Layout.Groups {
 		r := s.host.Raft(g)
 		st := s.fsms[g].Stats()
 		stats := r.Stats()
@@ -387,7 +387,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	for _, m := range s.memberList() {
-		if m.ID == s.cfg.NodeID {
+		if m.ID == s.cfg.Node.ID {
 			mu.Lock()
 			resp.Nodes = append(resp.Nodes, s.nodeGroups())
 			mu.Unlock()
@@ -423,7 +423,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
 		}
 	}
-	cluster.PlacementStatus(resp, s.cfg.Groups, s.cfg.Replicas)
+	cluster.PlacementStatus(resp, s.cfg.Layout.Groups, s.cfg.Cluster.Replicas)
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController
@@ -467,10 +467,10 @@ func (a *adminService) SnapshotGroup(req *api.SnapshotGroupRequest, stream grpc.
 	}
 	s := a.s
 	r := s.host.Raft(g)
-	if err := r.Barrier(s.cfg.ApplyTimeout).Error(); err != nil {
+	if err := r.Barrier(s.cfg.Raft.ApplyTimeout).Error(); err != nil {
 		return raftStatus(g, "barrier before snapshot", err)
 	}
-	meta, rc, err := s.host.Snapshot(g, s.cfg.ApplyTimeout)
+	meta, rc, err := s.host.Snapshot(g, s.cfg.Raft.ApplyTimeout)
 	if err != nil {
 		return status.Errorf(codes.Unavailable, "group %d: snapshot: %v (a group that has applied nothing yet has nothing to snapshot; retry in a second)", g, err)
 	}
@@ -521,7 +521,7 @@ func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.Restor
 	if h.Size == 0 || h.Size > maxRestoreBytes {
 		return status.Errorf(codes.InvalidArgument, "restore: size %d out of range (1..%d)", h.Size, uint64(maxRestoreBytes))
 	}
-	f, err := os.CreateTemp(s.cfg.DataDir, "restore-*.tmp")
+	f, err := os.CreateTemp(s.cfg.Node.DataDir, "restore-*.tmp")
 	if err != nil {
 		return status.Errorf(codes.Internal, "restore: temp file: %v", err)
 	}
@@ -567,9 +567,9 @@ func (a *adminService) RestoreGroup(stream grpc.ClientStreamingServer[api.Restor
 	}
 	lo, hi := s.fsms[g].PartitionRange()
 	sh := sum.Header
-	if int(sh.Partitions) != s.cfg.Partitions || int(sh.Shards) != s.cfg.Shards || int(sh.GroupLo) != lo || int(sh.GroupHi) != hi {
+	if int(sh.Partitions) != s.cfg.Layout.Partitions || int(sh.Shards) != s.cfg.Layout.Shards || int(sh.GroupLo) != lo || int(sh.GroupHi) != hi {
 		return status.Errorf(codes.FailedPrecondition, "restore: group %d: snapshot is for partitions=%d shards=%d range [%d,%d), this cluster has partitions=%d shards=%d range [%d,%d); nothing was changed",
-			g, sh.Partitions, sh.Shards, sh.GroupLo, sh.GroupHi, s.cfg.Partitions, s.cfg.Shards, lo, hi)
+			g, sh.Partitions, sh.Shards, sh.GroupLo, sh.GroupHi, s.cfg.Layout.Partitions, s.cfg.Layout.Shards, lo, hi)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return status.Errorf(codes.Internal, "restore: %v", err)

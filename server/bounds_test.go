@@ -75,7 +75,7 @@ func TestHTTPConnectionFlood(t *testing.T) {
 	}
 	const capConns = 2048
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.HTTPAddr = "127.0.0.1:0"
+		c.Node.HTTPAddr = "127.0.0.1:0"
 		c.Bounds.HTTPMaxConns = capConns
 	})
 	target := tc.leader(0)
@@ -153,7 +153,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	if err := os.WriteFile(lf, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	tc := startCluster(t, 1, func(_ int, c *Config) { c.LimitsFile = lf })
+	tc := startCluster(t, 1, func(_ int, c *Config) { c.Limits.File = lf })
 	s := tc.nodes[0]
 	waitFor(t, "the 100,000-tenant config in the cluster view", func() bool {
 		v, full, _, _ := s.view.getEncoded()
@@ -411,7 +411,7 @@ func TestWatchClusterSlowReader(t *testing.T) {
 	lf := filepath.Join(t.TempDir(), "limits.yaml")
 	writeLimits(lf, 0)
 	tc := startCluster(t, 1, func(_ int, c *Config) {
-		c.LimitsFile, c.LimitsReload = lf, 50*time.Millisecond
+		c.Limits.File, c.Limits.Reload = lf, 50*time.Millisecond
 		c.Bounds.WatchSendTimeout = 500 * time.Millisecond
 	})
 	s := tc.nodes[0]

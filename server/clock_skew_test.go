@@ -19,7 +19,7 @@ func TestClockOffsetsShown(t *testing.T) {
 		t.Skip("starts a 3-node cluster")
 	}
 	skew := []time.Duration{0, 300 * time.Millisecond, 5 * time.Minute}
-	tc := startCluster(t, 3, func(i int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.TestClockOffset = skew[i] })
+	tc := startCluster(t, 3, func(i int, c *Config) { c.Node.HTTPAddr = "127.0.0.1:0"; c.Clock.TestOffset = skew[i] })
 	want := map[string]time.Duration{"n1": skew[0] - skew[1], "n2": 0, "n3": skew[2] - skew[1]}
 	type member struct {
 		ID         string `json:"id"`

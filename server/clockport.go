@@ -14,8 +14,8 @@ import (
 type clockPort struct{ s *Server }
 
 func newClock(s *Server) (*clockbound.Clock, error) {
-	return clockbound.New(clockbound.Config{NodeID: s.cfg.NodeID, Groups: s.cfg.Groups, Bound: s.cfg.MaxClockOffset,
-		BootstrapExpect: s.cfg.BootstrapExpect, Clock: s.cfg.Clock, Logger: s.log, Registerer: s.metrics.reg,
+	return clockbound.New(clockbound.Config{NodeID: s.cfg.Node.ID, Groups: s.cfg.Layout.Groups, Bound: s.cfg.Clock.MaxOffset,
+		BootstrapExpect: s.cfg.Cluster.BootstrapExpect, Clock: s.cfg.Clock.Now, Logger: s.log, Registerer: s.metrics.reg,
 		Node: clockPort{s: s}})
 }
 

@@ -111,31 +111,31 @@ func (c *clusterView) set(v *api.ClusterView) bool {
 // startMembership starts serf (unless gossip is disabled) once gRPC listens, so
 // the advertised gRPC address is known.
 func (s *Server) startMembership() error {
-	if s.cfg.GossipAddr == "" {
+	if s.cfg.Gossip.Addr == "" {
 		return nil
 	}
-	grpcAdv := s.cfg.GRPCAdvertise
+	grpcAdv := s.cfg.Node.GRPCAdvertise
 	if grpcAdv == "" {
 		grpcAdv = advertiseOf(s.grpcLis.Addr())
 	}
 	m, err := membership.New(membership.Config{
-		NodeID:        s.cfg.NodeID,
-		Zone:          s.cfg.Zone,
+		NodeID:        s.cfg.Node.ID,
+		Zone:          s.cfg.Node.Zone,
 		GRPCAddr:      grpcAdv,
 		RaftAddr:      string(s.host.Addr()),
-		BindAddr:      s.cfg.GossipAddr,
-		AdvertiseAddr: s.cfg.GossipAdvertise,
-		DataDir:       s.cfg.DataDir,
-		ProbeInterval: s.cfg.GossipProbeInterval,
-		Keys:          s.cfg.TLS.GossipKeys,
-		MaxStreams:    s.cfg.GossipMaxStreams,
+		BindAddr:      s.cfg.Gossip.Addr,
+		AdvertiseAddr: s.cfg.Gossip.Advertise,
+		DataDir:       s.cfg.Node.DataDir,
+		ProbeInterval: s.cfg.Gossip.ProbeInterval,
+		Keys:          s.cfg.Access.TLS.GossipKeys,
+		MaxStreams:    s.cfg.Gossip.MaxStreams,
 		Logger:        s.log,
 
 		Incarnation:        s.ident.Incarnation, // identity.go
 		IncarnationAdopted: s.ident.Adopted,
 		ClusterID:          s.ident.clusterID(),
 
-		ClusterVersion: s.cfg.MaxClusterVersion, // gossiped as "ver" (versions.go)
+		ClusterVersion: s.cfg.Cluster.MaxClusterVersion, // gossiped as "ver" (versions.go)
 	})
 	if err != nil {
 		return err
@@ -179,8 +179,8 @@ func (s *Server) memberList() []membership.Member {
 		}
 		return out
 	}
-	return []membership.Member{{ID: s.cfg.NodeID, Zone: s.cfg.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
-		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.MaxClusterVersion}}
+	return []membership.Member{{ID: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
+		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.Cluster.MaxClusterVersion}}
 }
 
 func (s *Server) ledGroups() []int {
@@ -208,7 +208,7 @@ func alive(ms []membership.Member) []membership.Member {
 // leader's gossiped tag) and voters (when this node knows the configuration).
 func (s *Server) buildView() *api.ClusterView {
 	ms := s.memberList()
-	v := &api.ClusterView{Partitions: uint32(s.cfg.Partitions), Groups: uint32(s.cfg.Groups), ServedBy: s.cfg.NodeID}
+	v := &api.ClusterView{Partitions: uint32(s.cfg.Layout.Partitions), Groups: uint32(s.cfg.Layout.Groups), ServedBy: s.cfg.Node.ID}
 	byID := map[string]membership.Member{}
 	for _, m := range ms {
 		byID[m.ID] = m
@@ -219,12 +219,12 @@ func (s *Server) buildView() *api.ClusterView {
 		}
 		v.Members = append(v.Members, pm)
 	}
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		gi := &api.GroupInfo{Group: uint32(g)}
 		r := s.host.Raft(g)
 		var leaderID string
 		if r.State() == raft.Leader {
-			leaderID = s.cfg.NodeID
+			leaderID = s.cfg.Node.ID
 		} else if _, id := r.LeaderWithID(); id != "" {
 			leaderID = string(id)
 		} else {
@@ -281,7 +281,7 @@ func (s *Server) hostsGroup(g int) bool {
 		return false
 	}
 	for _, srv := range fut.Configuration().Servers {
-		if string(srv.ID) == s.cfg.NodeID {
+		if string(srv.ID) == s.cfg.Node.ID {
 			return true
 		}
 	}
@@ -303,7 +303,7 @@ func (s *Server) clusterLoop() {
 	// restarted without --join (the cluster's first node, typically) would
 	// otherwise wait to be contacted and, until a member pushed it the whole
 	// member list, not see every peer alive (membership/peers.go).
-	seeds := slices.Clone(s.cfg.Join)
+	seeds := slices.Clone(s.cfg.Gossip.Join)
 	if s.members != nil {
 		for _, a := range s.members.SavedPeers() {
 			if !slices.Contains(seeds, a) {
@@ -315,7 +315,7 @@ func (s *Server) clusterLoop() {
 	joinFailures := 0
 	everJoined := false
 	var nextJoin, nextBalance time.Time
-	nextBalance = time.Now().Add(2 * s.cfg.LeaderBalanceInterval)
+	nextBalance = time.Now().Add(2 * s.cfg.Cluster.LeaderBalanceInterval)
 	lastLed := ""
 	for {
 		select {
@@ -352,7 +352,7 @@ func (s *Server) clusterLoop() {
 					joined, everJoined = true, true
 					joinFailures = 0
 					nextJoin = now.Add(2 * time.Second)
-				case len(s.cfg.Join) == 0:
+				case len(s.cfg.Gossip.Join) == 0:
 					// Only recorded members, which may all be down or
 					// starting (a whole-cluster restart): they contact this
 					// node when they come. Retry more and more slowly, quietly.
@@ -378,8 +378,8 @@ func (s *Server) clusterLoop() {
 			// all list the same names) names this node too, and a join that
 			// reached only itself, because the others' names did not resolve
 			// yet, would otherwise leave the nodes apart for good.
-			if joined && !s.ctl.Bootstrapped() && len(s.cfg.Join) > 0 && now.After(nextJoin) &&
-				len(alive(s.memberList())) < s.cfg.BootstrapExpect {
+			if joined && !s.ctl.Bootstrapped() && len(s.cfg.Gossip.Join) > 0 && now.After(nextJoin) &&
+				len(alive(s.memberList())) < s.cfg.Cluster.BootstrapExpect {
 				joined = false
 			}
 			s.noteKnown()                       // nodeauth.go
@@ -390,8 +390,8 @@ func (s *Server) clusterLoop() {
 		}
 		s.enforceHalts()
 		s.publishView()
-		if s.cfg.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
-			nextBalance = time.Now().Add(cluster.BalanceDelay(s.cfg.LeaderBalanceInterval, rand.N[time.Duration]))
+		if s.cfg.Cluster.LeaderBalanceInterval > 0 && time.Now().After(nextBalance) {
+			nextBalance = time.Now().Add(cluster.BalanceDelay(s.cfg.Cluster.LeaderBalanceInterval, rand.N[time.Duration]))
 			s.ctl.BalanceLeaders()
 		}
 	}

@@ -60,22 +60,29 @@ func startCluster(t *testing.T, n int, mod func(i int, c *Config)) *testCluster 
 	for i := range n {
 		dir := t.TempDir()
 		cfg := Config{
-			NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: dir,
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond,
-			BootstrapExpect:     n, RaftNoSync: true, AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys},
-			DefaultMaxSeries: 6400, // group share 1600
-			Logger:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Node: NodeConfig{
+				ID:       fmt.Sprintf("n%d", i+1),
+				Zone:     fmt.Sprintf("zone-%c", 'a'+i),
+				DataDir:  dir,
+				GRPCAddr: "127.0.0.1:0",
+				HTTPAddr: "-",
+			},
+			Raft:     RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+			Gossip:   GossipConfig{Addr: "127.0.0.1:0", ProbeInterval: 200 * time.Millisecond},
+			Cluster:  ClusterConfig{BootstrapExpect: n},
+			Access:   AccessConfig{AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys}},
+			Tracking: TrackingConfig{DefaultMaxSeries: 6400}, // group share 1600
+			Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		}
 		if seed != "" {
-			cfg.Join = []string{seed}
+			cfg.Gossip.Join = []string{seed}
 		}
 		if n == 1 {
 			// One voter: short raft timers, as in startServer (why there).
 			// Clusters of several nodes keep raftnode's defaults, the timers
 			// their elections and failovers are meant to be tested with.
-			cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-			cfg.RaftLeaderLeaseTimeout = 50 * time.Millisecond
+			cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+			cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 		}
 		if mod != nil {
 			mod(i, &cfg)
@@ -125,7 +132,7 @@ func (tc *testCluster) waitReady() {
 		var why []string
 		for _, s := range tc.live() {
 			if r := s.NotReadyReason(); r != "" {
-				why = append(why, s.cfg.NodeID+": "+r)
+				why = append(why, s.cfg.Node.ID+": "+r)
 			}
 		}
 		if len(why) == 0 {
@@ -169,7 +176,7 @@ func (tc *testCluster) trackLeader(g int, tenant string, part int, hs []uint64) 
 			return resp.RejectedHashes
 		}
 		if !retryable(err) || time.Now().After(deadline) {
-			tc.t.Fatalf("TrackSeries(%s, partition %d, %d hashes) on %s: %v", tenant, part, len(hs), l.cfg.NodeID, err)
+			tc.t.Fatalf("TrackSeries(%s, partition %d, %d hashes) on %s: %v", tenant, part, len(hs), l.cfg.Node.ID, err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -290,8 +297,8 @@ func TestClusterPlacementLeadersAndFailover(t *testing.T) {
 			nl = x
 		}
 	}
-	if nl == nil || nl.LeaderGrpcAddress != g0.GRPCAddr() || nl.LeaderId != g0.cfg.NodeID {
-		t.Fatalf("NotLeader detail %+v, want leader %s at %s", nl, g0.cfg.NodeID, g0.GRPCAddr())
+	if nl == nil || nl.LeaderGrpcAddress != g0.GRPCAddr() || nl.LeaderId != g0.cfg.Node.ID {
+		t.Fatalf("NotLeader detail %+v, want leader %s at %s", nl, g0.cfg.Node.ID, g0.GRPCAddr())
 	}
 
 	// The watch stream describes members and leaders.
@@ -337,7 +344,7 @@ func TestClusterPlacementLeadersAndFailover(t *testing.T) {
 }
 
 func TestAdminMembershipAndTransfer(t *testing.T) {
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Cluster.LeaderBalanceInterval = -1 })
 	ctx := adminCtx(t)
 	// Ask a node that does not lead group 1: the call is forwarded.
 	l1 := tc.leader(1)
@@ -407,12 +414,12 @@ func TestLeadersBalance(t *testing.T) {
 	const groups = 6
 	// The loop's own balancing is off so the test decides when a move runs.
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.Groups, c.LeaderBalanceInterval = groups, -1
+		c.Layout.Groups, c.Cluster.LeaderBalanceInterval = groups, -1
 	})
 	nodes := tc.nodes
 	byID := map[string]*Server{}
 	for _, s := range nodes {
-		byID[s.cfg.NodeID] = s
+		byID[s.cfg.Node.ID] = s
 	}
 	// Skew: every group's leadership to n1. Transfers are best effort, so
 	// retry until it holds.
@@ -423,7 +430,7 @@ func TestLeadersBalance(t *testing.T) {
 			for _, s := range nodes {
 				if s != n1 && s.Raft(g).State() == raft.Leader {
 					all = false
-					_ = s.Raft(g).LeadershipTransferToServer(raft.ServerID(n1.cfg.NodeID), raft.ServerAddress(n1.RaftAddr())).Error()
+					_ = s.Raft(g).LeadershipTransferToServer(raft.ServerID(n1.cfg.Node.ID), raft.ServerAddress(n1.RaftAddr())).Error()
 				}
 			}
 		}
@@ -439,13 +446,13 @@ func TestLeadersBalance(t *testing.T) {
 		led := map[string][]int{}
 		owner := map[int]string{}
 		for _, s := range nodes {
-			led[s.cfg.NodeID] = s.ledGroups()
-			for _, g := range led[s.cfg.NodeID] {
+			led[s.cfg.Node.ID] = s.ledGroups()
+			for _, g := range led[s.cfg.Node.ID] {
 				if o, dup := owner[g]; dup {
-					state = fmt.Sprintf("group %d led by both %s and %s", g, o, s.cfg.NodeID)
+					state = fmt.Sprintf("group %d led by both %s and %s", g, o, s.cfg.Node.ID)
 					return false
 				}
-				owner[g] = s.cfg.NodeID
+				owner[g] = s.cfg.Node.ID
 			}
 		}
 		state = fmt.Sprint(led)
@@ -459,7 +466,7 @@ func TestLeadersBalance(t *testing.T) {
 			for _, gc := range in.Led {
 				own = append(own, gc.Group)
 			}
-			if !slices.Equal(own, led[s.cfg.NodeID]) || len(alive(in.Members)) != len(nodes) {
+			if !slices.Equal(own, led[s.cfg.Node.ID]) || len(alive(in.Members)) != len(nodes) {
 				return false
 			}
 			for _, m := range alive(in.Members) {
@@ -492,7 +499,7 @@ func TestLeadersBalance(t *testing.T) {
 		if mover == nil {
 			break
 		}
-		history = append(history, fmt.Sprintf("%s: group %d → %s (%d vs %d)", mover.cfg.NodeID, mv.Group, mv.To.ID, mv.LedHere, mv.LedThere))
+		history = append(history, fmt.Sprintf("%s: group %d → %s (%d vs %d)", mover.cfg.Node.ID, mv.Group, mv.To.ID, mv.LedHere, mv.LedThere))
 		// 6/0/0 needs 4 moves; a transfer lost to an election costs another.
 		// Far more means the planner moves without converging.
 		if len(history) > 20 {
@@ -573,7 +580,7 @@ func TestSnapshotRestoreRollsBackOnEveryReplica(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range tc.nodes {
-		waitFor(t, "replica "+s.cfg.NodeID+" holds exactly the snapshot", func() bool {
+		waitFor(t, "replica "+s.cfg.Node.ID+" holds exactly the snapshot", func() bool {
 			return string(snapshotOfLive(t, s, 0)) == string(want)
 		})
 	}
@@ -626,12 +633,12 @@ func gaugeValue(t *testing.T, s *Server, name, label, value string) float64 {
 // placement picks, so groups spread over a zone's nodes.
 func TestBootstrapTwoNodesPerZone(t *testing.T) {
 	tc := startCluster(t, 6, func(i int, c *Config) {
-		c.Zone = fmt.Sprintf("zone-%c", 'a'+i/2)
-		c.Groups = 8
+		c.Node.Zone = fmt.Sprintf("zone-%c", 'a'+i/2)
+		c.Layout.Groups = 8
 		// What bootstrap placed, before elastic placement moves voters
 		// towards PlaceAll's choice (TestPlanMoves*, faulttest
 		// TestScaleOutAndIn); on a slow machine a move came first.
-		c.MoveInterval = -1
+		c.Cluster.MoveInterval = -1
 	})
 	ms := alive(tc.nodes[0].memberList())
 	if len(ms) != 6 {

@@ -22,8 +22,8 @@ type clusterPort struct{ s *Server }
 // newController builds the node's cluster controller (cluster.Controller).
 func newController(s *Server) *cluster.Controller {
 	return cluster.New(cluster.Config{
-		NodeID: s.cfg.NodeID, Zone: s.cfg.Zone, Groups: s.cfg.Groups, Replicas: s.cfg.Replicas,
-		BootstrapExpect: s.cfg.BootstrapExpect, DisableAutoPlace: s.cfg.DisableAutoPlace, MoveInterval: s.cfg.MoveInterval,
+		NodeID: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, Groups: s.cfg.Layout.Groups, Replicas: s.cfg.Cluster.Replicas,
+		BootstrapExpect: s.cfg.Cluster.BootstrapExpect, DisableAutoPlace: s.cfg.Cluster.DisableAutoPlace, MoveInterval: s.cfg.Cluster.MoveInterval,
 		RaftError: raftStatus, // errors.go
 		Log:       s.log, Misplaced: s.metrics.misplaced, Moves: s.metrics.moves,
 		Closing: s.closing, WG: &s.wg,

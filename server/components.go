@@ -1,9 +1,6 @@
 package server
 
 import (
-	"fmt"
-	"time"
-
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -59,7 +56,7 @@ func (s *Server) components() []component {
 		{name: "envoy rate limit service", grpc: s.startEnvoyRLS},                                   // envoyrls.go
 		{name: "near-limit summaries", open: s.startSummaries, grpc: register(s.registerSummaries)}, // summaries.go
 		{name: "sketches", open: s.newSketches, grpc: register(s.registerSketches), // sketches.go
-			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.sketches.Handler(s.cfg.NodeID, s.log)) },
+			http:  func(m *routeMux) { m.HandleFunc("GET /api/v1/sketches", s.sketches.Handler(s.cfg.Node.ID, s.log)) },
 			start: s.startSketchLoops},
 		{name: "runtime config", build: s.setupRuntimeConfig, // runtimeconfig.go
 			modules: func(g int) []fsm.Module { return []fsm.Module{s.rcfg.mods[g]} },
@@ -84,36 +81,6 @@ func (s *Server) components() []component {
 			}},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, s.clock.Service()) })},
 	}
-}
-
-// validateComponents fills the defaults of the capabilities' settings and
-// checks their ranges, one group each in list order.
-func (c *Config) validateComponents() error {
-	if c.ShareMode == "" {
-		c.ShareMode = ShareMovable
-	}
-	if c.ShareMode != ShareMovable && c.ShareMode != ShareStatic {
-		return fmt.Errorf("config: share mode %q: must be %q or %q", c.ShareMode, ShareMovable, ShareStatic)
-	}
-	if c.RatePeriod == 0 {
-		c.RatePeriod = defaultRatePeriod
-	}
-	if c.RatePeriod < time.Millisecond || c.RatePeriod > 10*time.Second {
-		return fmt.Errorf("config: rate period %v: must be in [1ms, 10s]", c.RatePeriod)
-	}
-	if c.NearLimitFraction == 0 {
-		c.NearLimitFraction = 0.85
-	}
-	if c.NearLimitFraction < 0 || c.NearLimitFraction > 1 {
-		return fmt.Errorf("config: near-limit fraction %v: must be in (0, 1]", c.NearLimitFraction)
-	}
-	if err := c.Sketches.Validate(); err != nil {
-		return err
-	}
-	if c.LimitsReload == 0 {
-		c.LimitsReload = 5 * time.Second
-	}
-	return nil
 }
 
 // buildComponents runs every component's build, in list order.

@@ -25,7 +25,7 @@ func TestComponentListBuildsTheNode(t *testing.T) {
 		}
 		names = append(names, c.name)
 	}
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		want := []string{shares.Name, runtimecfg.ModuleName, fsmmeter.Name}
 		if g == 0 { // the layout table lives in group 0 only
 			want = append(want, fsmlayout.Name)

@@ -90,7 +90,7 @@ func TestEnvoyDocConfigCarriesCredential(t *testing.T) {
 		t.Fatalf("docs/envoy.md: grpc_service.initial_metadata carries no \"authorization: Bearer <token>\" (got %q): a node with a token refuses every call", auth)
 	}
 
-	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.AdminToken = testToken })
+	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.Access.AdminToken = testToken })
 	defer stop(t, s)
 	applyEnvoy(t, []*Server{s}, map[string]string{"edge": "domain: edge\ndescriptors:\n  - key: remote_address\n    rate_limit: {unit: second, requests_per_unit: 50}\n"})
 	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -15,17 +15,17 @@ import (
 // starts the node's lease client. It runs before the gRPC server serves;
 // the client's first streams retry until it does.
 func (s *Server) startEnvoyRLS(g *grpc.Server) error {
-	addr := s.cfg.GRPCAdvertise
+	addr := s.cfg.Node.GRPCAdvertise
 	if addr == "" {
 		addr = advertiseOf(s.grpcLis.Addr())
 	}
 	client, err := ratelease.New(ratelease.Config{
 		Addrs:       []string{addr},
 		Strategy:    ratelease.Lease,
-		ReportEvery: s.cfg.RatePeriod,
+		ReportEvery: s.cfg.RateLimit.Period,
 		Conn:        s.admin.conn, // peer credentials (TLS like every node-to-node call)
 		Logger:      s.log.With("part", "envoy-rls"),
-		Now:         s.cfg.Clock,
+		Now:         s.cfg.Clock.Now,
 	})
 	if err != nil {
 		return fmt.Errorf("envoy rate limit service: %w", err)
@@ -46,5 +46,5 @@ func (s *Server) envoyRate(g int, key string) (float64, int64) {
 // envoySliding says whether an Envoy counter key's rule is a sliding window,
 // from its rate group's replica.
 func (s *Server) envoySliding(key string) bool {
-	return s.ownerRules.Sliding(s.rcfg.mods[api.RateGroup(key, s.cfg.Partitions, s.cfg.Groups)].Current(), key)
+	return s.ownerRules.Sliding(s.rcfg.mods[api.RateGroup(key, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)].Current(), key)
 }

@@ -29,9 +29,12 @@ import (
 //
 //	go test -run '^$' -bench EnvoyShouldRateLimit -benchtime 100000x ./server
 func BenchmarkEnvoyShouldRateLimit(b *testing.B) {
-	s, err := New(Config{NodeID: "n1", DataDir: b.TempDir(), Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+	s, err := New(Config{
+		Node:    NodeConfig{ID: "n1", DataDir: b.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Raft:    RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+	})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -137,7 +137,7 @@ descriptors:
 // replaces drops the replaced rule, a hits_addend spends that many, bad
 // requests are InvalidArgument naming the field.
 func TestEnvoyRLSDecisions(t *testing.T) {
-	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.AdminToken = testToken })
+	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.Access.AdminToken = testToken })
 	defer stop(t, s)
 	applyEnvoy(t, []*Server{s}, map[string]string{"shop": rlsDecisionsConfig})
 	c := rlsClient(t, s.GRPCAddr())
@@ -384,7 +384,7 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 					r, err := clients[i].ShouldRateLimit(ctx, req)
 					if err != nil {
 						if errs.Add(1) == 1 {
-							t.Logf("envoy %d → %s: %v", i, nodes[i%len(nodes)].cfg.NodeID, err)
+							t.Logf("envoy %d → %s: %v", i, nodes[i%len(nodes)].cfg.Node.ID, err)
 						}
 						return
 					}
@@ -409,10 +409,10 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	t.Logf("offered %.2f× the limit, admitted %.0f in %.2fs = %.3f× the limit; %d errors", offRatio, admitted, span, ratio, errs.Load())
 	for _, s := range nodes {
 		for _, ts := range s.rls.Client().TenantStats() {
-			t.Logf("%s lease client since start: allowed %v, blocked %v", s.cfg.NodeID, ts.AllowedBy, ts.BlockedBy)
+			t.Logf("%s lease client since start: allowed %v, blocked %v", s.cfg.Node.ID, ts.AllowedBy, ts.BlockedBy)
 		}
 		st := s.rls.Client().Stats()
-		t.Logf("%s: reroutes %d, stream errors %d, stale keys %d", s.cfg.NodeID, st.Reroutes, st.StreamErrors, st.StaleTenant)
+		t.Logf("%s: reroutes %d, stream errors %d, stale keys %d", s.cfg.Node.ID, st.Reroutes, st.StreamErrors, st.StaleTenant)
 	}
 	if errs.Load() > 0 || badStatus.Load() > 0 {
 		t.Fatalf("%d calls failed, %d OVER_LIMIT statuses without the limit, 0 remaining and 1 s to reset", errs.Load(), badStatus.Load())
@@ -428,7 +428,7 @@ func TestEnvoyRLSClusterSharesOneLimit(t *testing.T) {
 	// Every node decided some of it, with its own lease.
 	for _, s := range nodes {
 		if v := counterValue(t, s, "tollgate_envoy_ratelimit_descriptor_decisions_total", map[string]string{"rule": "api_ingest", "decision": "ok"}); v == 0 {
-			t.Fatalf("%s admitted nothing", s.cfg.NodeID)
+			t.Fatalf("%s admitted nothing", s.cfg.Node.ID)
 		}
 	}
 
@@ -503,8 +503,8 @@ func leased(s *Server) int {
 func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 	f := testPKI(t)
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
-		c.AdminToken = testToken
+		c.Access.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
+		c.Access.AdminToken = testToken
 	})
 	defer stop(t, s)
 	good := clientTLS(t, f.Client, f.ClientKey, f.CA)
@@ -552,7 +552,7 @@ func TestEnvoyRLSUnderMutualTLS(t *testing.T) {
 // the rest counted under the rule's "(overflow)" value, and no decision is
 // lost from the counts.
 func TestEnvoyRLSDetailedMetricBounded(t *testing.T) {
-	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.AdminToken = testToken })
+	s, _ := startServer(t, filepath.Join(t.TempDir(), "data"), func(c *Config) { c.Access.AdminToken = testToken })
 	defer stop(t, s)
 	applyEnvoy(t, []*Server{s}, map[string]string{"api": `
 domain: api

@@ -104,14 +104,14 @@ func (s *Server) trackError(g int, err error) error {
 			return err
 		}
 		id, addr := s.leaderOf(g)
-		if id == s.cfg.NodeID {
+		if id == s.cfg.Node.ID {
 			// Raft's leader, but its clock is not confirmed: it runs no
 			// session and is handing the group away.
 			if why := s.clock.OutOfBound(); why != "" {
 				return status.Errorf(codes.Unavailable, "group %d: this node holds raft leadership but may not lead: %s; retry", g, why)
 			}
 		}
-		return notLeaderStatus(g, s.cfg.NodeID, id, addr)
+		return notLeaderStatus(g, s.cfg.Node.ID, id, addr)
 	}
 	return raftStatus(g, "track series", err)
 }

@@ -29,7 +29,7 @@ func (s *Server) addRaftGroup(ctx context.Context, g int, f raft.FSM) error {
 	if err := s.host.AddGroup(ctx, g, f); err != nil {
 		return fmt.Errorf("add raft group %d: %w", g, err)
 	}
-	s.log.Info("raft group added; it serves no partition yet", "group", g, "groups", s.host.Groups(), "layout_groups", s.cfg.Groups)
+	s.log.Info("raft group added; it serves no partition yet", "group", g, "groups", s.host.Groups(), "layout_groups", s.cfg.Layout.Groups)
 	return nil
 }
 

@@ -29,9 +29,9 @@ type trackerService struct {
 const grpcStreamWorkers = 64
 
 func (s *Server) startGRPC() error {
-	lis, err := net.Listen("tcp", s.cfg.GRPCAddr)
+	lis, err := net.Listen("tcp", s.cfg.Node.GRPCAddr)
 	if err != nil {
-		return fmt.Errorf("grpc listen %s: %w", s.cfg.GRPCAddr, err)
+		return fmt.Errorf("grpc listen %s: %w", s.cfg.Node.GRPCAddr, err)
 	}
 	s.grpcLis = lis
 	s.grpcCap = access.NewGRPCCap(lis, s.cfg.Bounds.GRPCMaxConns, s.cfg.Bounds.GRPCMaxConnsPerPeer)
@@ -39,7 +39,7 @@ func (s *Server) startGRPC() error {
 	opts := append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.guard.Unary, s.metricsInterceptor),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.guard.Stream, s.streams.Intercept),
-		grpc.MaxRecvMsgSize(max(16+s.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
+		grpc.MaxRecvMsgSize(max(16+s.cfg.Tracking.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
 		s.grpcCreds(), // TLS when configured (tls.go)
 	)
 	s.metrics.reg.MustRegister(s.grpcCap.Collectors()...)
@@ -111,15 +111,15 @@ func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
 		return 0, status.Error(codes.InvalidArgument, err.Error())
 	}
 	p := int(req.Partition)
-	if p >= s.cfg.Partitions {
-		return 0, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
+	if p >= s.cfg.Layout.Partitions {
+		return 0, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Layout.Partitions)
 	}
-	if n := len(req.Hashes); n > s.cfg.MaxHashesPerRequest {
-		return 0, status.Errorf(codes.InvalidArgument, "%d hashes in one request, at most %d allowed; split the request", n, s.cfg.MaxHashesPerRequest)
+	if n := len(req.Hashes); n > s.cfg.Tracking.MaxHashesPerRequest {
+		return 0, status.Errorf(codes.InvalidArgument, "%d hashes in one request, at most %d allowed; split the request", n, s.cfg.Tracking.MaxHashesPerRequest)
 	}
 	for i, h := range req.Hashes {
-		if hp := api.Partition(h, s.cfg.Partitions); hp != p {
-			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Partitions)
+		if hp := api.Partition(h, s.cfg.Layout.Partitions); hp != p {
+			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Layout.Partitions)
 		}
 	}
 	return s.layout.Route(p, req.Group) // layout.go
@@ -143,8 +143,8 @@ func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRe
 
 func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetUsersCloseToLimitRequest) (*api.GetUsersCloseToLimitResponse, error) {
 	s := t.s
-	if int(req.Partition) >= s.cfg.Partitions {
-		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Partitions)
+	if int(req.Partition) >= s.cfg.Layout.Partitions {
+		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Layout.Partitions)
 	}
 	g := s.ownerOf(int(req.Partition))
 	if !s.hostsGroup(g) {
@@ -174,7 +174,7 @@ func (s *Server) nearShare(active, share int64) bool {
 	case share < 0: // limited, no headroom at all
 		return active > 0
 	}
-	return float64(active) >= s.cfg.NearLimitFraction*float64(share)
+	return float64(active) >= s.cfg.Summaries.NearLimitFraction*float64(share)
 }
 
 // groupShares returns group g's current share function (shares.go).

@@ -302,16 +302,16 @@ func TestPreAuthFloods(t *testing.T) {
 	const grpcCap, httpCap = 1000, 512
 	creds := writeCredentials(t)
 	tc := startCluster(t, 3, func(_ int, c *Config) {
-		c.AdminToken, c.CredentialsFile, c.HTTPAddr = testToken, creds, "127.0.0.1:0"
+		c.Access.AdminToken, c.Access.CredentialsFile, c.Node.HTTPAddr = testToken, creds, "127.0.0.1:0"
 		c.Bounds.GRPCMaxConns, c.Bounds.GRPCMaxConnsPerPeer, c.Bounds.HTTPMaxConns = grpcCap, grpcCap, httpCap
 		// No leader balancing: a leadership it hands over on purpose
 		// (one node often leads every group right after the start) is not
 		// a move the floods caused.
-		c.LeaderBalanceInterval = -1
+		c.Cluster.LeaderBalanceInterval = -1
 	})
 	target := tc.leader(0)
 	leadersBefore := groupLeaders(tc)
-	msgLen := max(16+target.cfg.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize) // the receive limit
+	msgLen := max(16+target.cfg.Tracking.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize) // the receive limit
 	before := footprint(t)
 	t.Logf("before: %.0f MB RSS, %d goroutines, %d fds", before.rssMB, before.goroutines, before.fds)
 

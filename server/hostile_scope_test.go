@@ -63,7 +63,7 @@ func postRaw(t *testing.T, s *Server, raw string) (int, string) {
 // write.
 func TestMeteringCrossTenantOddBodies(t *testing.T) {
 	creds := writeCredentials(t)
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.AdminToken, c.CredentialsFile = accessAdminToken, creds })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.AdminToken, c.Access.CredentialsFile = accessAdminToken, creds })
 	defer stop(t, s)
 
 	evB := accessEvent("b", true)
@@ -151,7 +151,7 @@ func TestMeteringCrossTenantOddBodies(t *testing.T) {
 // other tenants' requests to denial); introducing "a" is served.
 func TestRateSyncScopedToTenants(t *testing.T) {
 	creds := writeCredentials(t)
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.AdminToken, c.CredentialsFile = accessAdminToken, creds })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.AdminToken, c.Access.CredentialsFile = accessAdminToken, creds })
 	defer stop(t, s)
 	cc := dialAnon(t, s.GRPCAddr())
 	for _, c := range []struct {
@@ -206,7 +206,7 @@ func syncReport(names []string) *api.RateReport {
 // works.
 func TestRevokedCredentialEndsStreams(t *testing.T) {
 	creds := writeCredentials(t)
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.AdminToken, c.CredentialsFile = accessAdminToken, creds })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.AdminToken, c.Access.CredentialsFile = accessAdminToken, creds })
 	defer stop(t, s)
 	cc := dialAnon(t, s.GRPCAddr())
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "authorization", "Bearer tok-track-all"), 60*time.Second)

@@ -27,7 +27,7 @@ import (
 // pages that show estimates keep answering valid JSON.
 func TestSaturatedSketchRefused(t *testing.T) {
 	limits := writeSketchLimits(t)
-	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
+	tc := startCluster(t, 1, func(_ int, c *Config) { c.Node.HTTPAddr = "127.0.0.1:0"; c.Limits.File = limits })
 	s := tc.nodes[0]
 	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
@@ -69,7 +69,7 @@ func TestTenantListPages(t *testing.T) {
 	if err := os.WriteFile(lf, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	s, c := startServer(t, t.TempDir(), func(cfg *Config) { cfg.LimitsFile = lf })
+	s, c := startServer(t, t.TempDir(), func(cfg *Config) { cfg.Limits.File = lf })
 	defer stop(t, s)
 
 	var page TenantList
@@ -140,8 +140,13 @@ func TestTenantListPages(t *testing.T) {
 // /api/v1/tenants/{t}, /api/v1/overview, /api/v1/sketches, and POST
 // /api/v1/backlog): never a 5xx other than 503, always JSON.
 func FuzzNodeREST(f *testing.F) {
-	cfg := Config{NodeID: "n1", DataDir: f.TempDir(), Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		DefaultMaxSeries: 64, Logger: slog.New(slog.DiscardHandler)}
+	cfg := Config{
+		Node:     NodeConfig{ID: "n1", DataDir: f.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster:  ClusterConfig{Bootstrap: true},
+		Raft:     RaftConfig{Addr: "127.0.0.1:0"},
+		Tracking: TrackingConfig{DefaultMaxSeries: 64},
+		Logger:   slog.New(slog.DiscardHandler),
+	}
 	s, err := New(cfg)
 	if err != nil {
 		f.Fatal(err)

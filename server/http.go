@@ -27,12 +27,12 @@ import (
 )
 
 func (s *Server) startHTTP() error {
-	if s.cfg.HTTPAddr == "-" {
+	if s.cfg.Node.HTTPAddr == "-" {
 		return nil
 	}
-	lis, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	lis, err := net.Listen("tcp", s.cfg.Node.HTTPAddr)
 	if err != nil {
-		return fmt.Errorf("http listen %s: %w", s.cfg.HTTPAddr, err)
+		return fmt.Errorf("http listen %s: %w", s.cfg.Node.HTTPAddr, err)
 	}
 	s.httpLis = lis
 	mux := &routeMux{ServeMux: http.NewServeMux(), guard: s.guardRoute}
@@ -63,7 +63,7 @@ func (s *Server) startHTTP() error {
 			c.http(mux)
 		}
 	}
-	if s.cfg.EnableDebugEndpoints {
+	if s.cfg.Access.EnableDebugEndpoints {
 		mux.Handle("/debug/pprof/", s.requireAdmin(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/cmdline", s.requireAdmin(http.HandlerFunc(pprof.Cmdline)))
 		mux.Handle("/debug/pprof/profile", s.requireAdmin(http.HandlerFunc(pprof.Profile)))
@@ -150,7 +150,7 @@ const statusTopPartitions = 10
 
 // Status returns this node's view of its groups.
 func (s *Server) Status() NodeStatus {
-	st := NodeStatus{Node: s.cfg.NodeID, Zone: s.cfg.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.Status()}
+	st := NodeStatus{Node: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.Status()}
 	for g, f := range s.fsms {
 		r := s.host.Raft(g)
 		_, leader := r.LeaderWithID()
@@ -173,7 +173,7 @@ func (s *Server) handleStatus(w http.ResponseWriter, r *http.Request) {
 		st.SamplingController = &sc
 	}
 	if s.sketches != nil {
-		st.Sketches = &SketchStatus{Node: s.cfg.NodeID, Stats: s.sketches.Stats(), Top: s.sketches.Top(statusTopPartitions)}
+		st.Sketches = &SketchStatus{Node: s.cfg.Node.ID, Stats: s.sketches.Stats(), Top: s.sketches.Top(statusTopPartitions)}
 	}
 	if s.meter != nil {
 		b := s.meter.BillingSummary(r.Context())
@@ -231,7 +231,7 @@ func (s *Server) handleTenant(w http.ResponseWriter, r *http.Request) {
 	if !s.KnownTenant(tenant) {
 		writeJSONError(w, http.StatusNotFound, fmt.Sprintf(
 			"tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the runtime limits (see /api/v1/tenants)",
-			tenant, s.cfg.NodeID))
+			tenant, s.cfg.Node.ID))
 		return
 	}
 	s.writeJSON(w, s.Usage(tenant))
@@ -364,8 +364,8 @@ var indexPage = template.Must(template.New("index").Parse(`<!doctype html>
 func (s *Server) handleIndex(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	_ = indexPage.Execute(w, map[string]any{
-		"Node": s.cfg.NodeID, "Zone": s.cfg.Zone, "GRPC": s.GRPCAddr(),
-		"Build": version.Get().String(), "Debug": s.cfg.EnableDebugEndpoints,
+		"Node": s.cfg.Node.ID, "Zone": s.cfg.Node.Zone, "GRPC": s.GRPCAddr(),
+		"Build": version.Get().String(), "Debug": s.cfg.Access.EnableDebugEndpoints,
 	})
 }
 

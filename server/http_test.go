@@ -39,7 +39,7 @@ func get(t *testing.T, s *Server, path string, hdr ...string) (int, string) {
 }
 
 func TestHTTPDebugEndpointsOffByDefault(t *testing.T) {
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.AdminToken = "s3cret" })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.AdminToken = "s3cret" })
 	defer stop(t, s)
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap"} {
 		if code, _ := get(t, s, p, "Authorization", "Bearer s3cret"); code != http.StatusNotFound {
@@ -49,7 +49,7 @@ func TestHTTPDebugEndpointsOffByDefault(t *testing.T) {
 }
 
 func TestHTTPDebugEndpointsNeedAdminToken(t *testing.T) {
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.AdminToken = "s3cret"; c.EnableDebugEndpoints = true })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.AdminToken = "s3cret"; c.Access.EnableDebugEndpoints = true })
 	defer stop(t, s)
 	for _, p := range []string{"/debug/pprof/", "/debug/pprof/cmdline", "/debug/pprof/heap"} {
 		if code, _ := get(t, s, p); code != http.StatusUnauthorized {
@@ -67,7 +67,7 @@ func TestHTTPDebugEndpointsNeedAdminToken(t *testing.T) {
 // Without a token the admin rule is "loopback only"; a remote address cannot be
 // produced over real loopback HTTP, so the rule is checked on the handler too.
 func TestHTTPDebugEndpointsLoopbackOnlyWithoutToken(t *testing.T) {
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.EnableDebugEndpoints = true })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Access.EnableDebugEndpoints = true })
 	defer stop(t, s)
 	if code, body := get(t, s, "/debug/pprof/"); code != http.StatusOK {
 		t.Fatalf("loopback GET without a configured token: %d (%.200s)", code, body)
@@ -138,9 +138,9 @@ func TestHTTPTenantUnknownIdleAndList(t *testing.T) {
 	}
 	clk := newTestClock()
 	s, c := startServer(t, filepath.Join(dir, "data"), func(c *Config) {
-		c.Clock = clk.Now
-		c.IdleTimeout = time.Minute
-		c.LimitsFile = limits
+		c.Clock.Now = clk.Now
+		c.Tracking.IdleTimeout = time.Minute
+		c.Limits.File = limits
 	})
 	defer stop(t, s)
 	track(t, c, "zeta", 0, hashesIn(1, 0, 4))

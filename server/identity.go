@@ -256,7 +256,7 @@ func (s *Server) identityReason() string {
 			earlier += " (" + named + ")"
 		}
 		return fmt.Sprintf("this data dir is a new incarnation (%s) of node %s and groups %v still list %s: it takes no part in them until their leader removes the earlier incarnation and adds this one; leaders do that by themselves once removing it leaves a quorum of up-to-date voters; by hand, for each group G: tollgate raft remove-server --group G --id %s, then tollgate raft add-voter --group G --id %s",
-			s.ident.Incarnation, s.cfg.NodeID, gs, earlier, s.cfg.NodeID, s.cfg.NodeID)
+			s.ident.Incarnation, s.cfg.Node.ID, gs, earlier, s.cfg.Node.ID, s.cfg.Node.ID)
 	}
 	if o := s.refused.other; !o.at.IsZero() && time.Since(o.at) < identityRecent {
 		return fmt.Sprintf("raft peers of another cluster (%s) are calling this node, which belongs to cluster %s: check --join and the raft addresses", o.remote, s.ident.clusterID())

@@ -71,7 +71,7 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 	// A still wall clock: no expiry entry lands between the state images
 	// compared across the restart.
 	clk := newTestClock()
-	still := func(c *Config) { c.Clock = clk.Now }
+	still := func(c *Config) { c.Clock.Now = clk.Now }
 	s, c := startServer(t, dir, still)
 	hs := hashesIn(3, 7, 12)
 	if rej := track(t, c, "t1", 7, hs); len(rej) != 0 {
@@ -108,14 +108,19 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 // pointing at a node of another is refused at the join, and says so in its
 // readiness; the other cluster never lists it.
 func TestJoinAnotherClusterRefused(t *testing.T) {
-	gossip := func(c *Config) { c.GossipAddr = "127.0.0.1:0" }
-	a, _ := startServer(t, filepath.Join(t.TempDir(), "a"), func(c *Config) { gossip(c); c.NodeID = "a" })
+	gossip := func(c *Config) { c.Gossip.Addr = "127.0.0.1:0" }
+	a, _ := startServer(t, filepath.Join(t.TempDir(), "a"), func(c *Config) { gossip(c); c.Node.ID = "a" })
 	defer stop(t, a)
-	b, _ := startServer(t, filepath.Join(t.TempDir(), "b"), func(c *Config) { gossip(c); c.NodeID = "b" })
+	b, _ := startServer(t, filepath.Join(t.TempDir(), "b"), func(c *Config) { gossip(c); c.Node.ID = "b" })
 	stop(t, b) // b now belongs to its own cluster (--dev)
 
-	cfg := Config{NodeID: "b", DataDir: b.cfg.DataDir, Bootstrap: true, GossipAddr: "127.0.0.1:0", Join: []string{a.GossipAddr()},
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", Logger: b.cfg.Logger}
+	cfg := Config{
+		Node:    NodeConfig{ID: "b", DataDir: b.cfg.Node.DataDir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Gossip:  GossipConfig{Addr: "127.0.0.1:0", Join: []string{a.GossipAddr()}},
+		Raft:    RaftConfig{Addr: "127.0.0.1:0"},
+		Logger:  b.cfg.Logger,
+	}
 	b2, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,9 @@ func TestIdleTimeoutNeverEarly(t *testing.T) {
 	// :50 within a minute.
 	clk.unix.Store((clk.unix.Load()/60)*60 + 50)
 	s, c := startServer(t, t.TempDir(), func(c *Config) {
-		c.Clock = clk.Now
-		c.IdleTimeout = time.Minute
-		c.ShareMode = ShareStatic // one group's fixed share (movable shares: shares_test.go)
+		c.Clock.Now = clk.Now
+		c.Tracking.IdleTimeout = time.Minute
+		c.Shares.Mode = ShareStatic // one group's fixed share (movable shares: shares_test.go)
 	})
 	defer stop(t, s)
 	start := clk.Now().Unix() / 60

@@ -42,8 +42,13 @@ func idleCPU(b *testing.B, n int) float64 {
 	if err := os.WriteFile(lf, []byte(sb.String()), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	s, err := New(Config{NodeID: "n1", DataDir: b.TempDir(), Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true, LimitsFile: lf, Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Config{
+		Node:    NodeConfig{ID: "n1", DataDir: b.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Raft:    RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Limits:  LimitsConfig{File: lf},
+		Logger:  slog.New(slog.DiscardHandler),
+	})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +81,7 @@ func idleCPU(b *testing.B, n int) float64 {
 // allGroupsAt reports whether every group's runtime config module holds
 // version v.
 func allGroupsAt(s *Server, v uint64) bool {
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		if m := s.rcfg.Module(g); m == nil || m.Current().Version != v {
 			return false
 		}

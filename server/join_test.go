@@ -34,11 +34,12 @@ func TestSeedListNamingItselfStillFormsCluster(t *testing.T) {
 	addr := func(p int) string { return fmt.Sprintf("127.0.0.1:%d", p) }
 	start := func(id, zone string, gossip int, join ...string) *Server {
 		s, err := New(Config{
-			NodeID: id, Zone: zone, DataDir: t.TempDir(),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: addr(gossip),
-			GossipProbeInterval: 200 * time.Millisecond, Join: join,
-			BootstrapExpect: 2, Replicas: 2, RaftNoSync: true, AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys},
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			Node:    NodeConfig{ID: id, Zone: zone, DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+			Raft:    RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+			Gossip:  GossipConfig{Addr: addr(gossip), ProbeInterval: 200 * time.Millisecond, Join: join},
+			Cluster: ClusterConfig{BootstrapExpect: 2, Replicas: 2},
+			Access:  AccessConfig{AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys}},
+			Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -13,7 +13,7 @@ import (
 // route partitions through ownerOf.
 
 func (s *Server) setupLayout() error {
-	s.layout = layouttable.New(fsmlayout.New(s.cfg.Partitions, s.cfg.Groups, nil), nodePort{s}, s.cfg.Partitions, s.leaderOf)
+	s.layout = layouttable.New(fsmlayout.New(s.cfg.Layout.Partitions, s.cfg.Layout.Groups, nil), nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
 	return nil
 }
 

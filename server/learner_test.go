@@ -24,11 +24,24 @@ import (
 func joinNode(t *testing.T, tc *testCluster, id, zone string) *Server {
 	t.Helper()
 	skipClusterIfShort(t, len(tc.nodes)+1)
-	s, err := New(Config{NodeID: id, Zone: zone, DataDir: t.TempDir(),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-		GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
-		RaftNoSync: true, AdminToken: testToken, LeaderBalanceInterval: -1, TLS: TLSConfig{GossipKeys: testGossipKeys},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	s, err := New(Config{
+		Node: NodeConfig{
+			ID:       id,
+			Zone:     zone,
+			DataDir:  t.TempDir(),
+			GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "127.0.0.1:0",
+		},
+		Raft: RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Gossip: GossipConfig{
+			Addr:          "127.0.0.1:0",
+			ProbeInterval: 200 * time.Millisecond,
+			Join:          []string{tc.nodes[0].GossipAddr()},
+		},
+		Access:  AccessConfig{AdminToken: testToken, TLS: TLSConfig{GossipKeys: testGossipKeys}},
+		Cluster: ClusterConfig{LeaderBalanceInterval: -1},
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +104,7 @@ func addVoterRetry(ctx context.Context, t *testing.T, adm api.AdminClient, req *
 // shut-down replica in /readyz terms, the metric and NodeGroups. Added to
 // group 2, whose replica runs, it catches up and becomes a voter.
 func TestAddVoterLearnerFirst(t *testing.T) {
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Cluster.LeaderBalanceInterval = -1 })
 	ctx := adminCtx(t)
 	n4 := joinNode(t, tc, "n4", "zone-a")
 	adm := api.NewAdminClient(dial(t, tc.nodes[1].GRPCAddr()))
@@ -151,7 +164,7 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 				}
 				for _, srv := range s.Raft(1).GetConfiguration().Configuration().Servers {
 					if srv.ID == "n4" && srv.Suffrage == raft.Voter {
-						bad = append(bad, fmt.Sprintf("%s's configuration has n4 as a voter", s.cfg.NodeID))
+						bad = append(bad, fmt.Sprintf("%s's configuration has n4 as a voter", s.cfg.Node.ID))
 					}
 				}
 			}
@@ -200,11 +213,11 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 // down for good), and added back it follows the new leader and applies new
 // entries: no dead voter.
 func TestRemoveLeaderHandsOffAndReAdds(t *testing.T) {
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Cluster.LeaderBalanceInterval = -1 })
 	ctx := adminCtx(t)
 	const g = 1
 	l := tc.leader(g)
-	id := l.cfg.NodeID
+	id := l.cfg.Node.ID
 	adm := api.NewAdminClient(dial(t, l.GRPCAddr()))
 	rm, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
 	if err != nil {
@@ -248,7 +261,7 @@ func TestRemoveLeaderHandsOffAndReAdds(t *testing.T) {
 func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
 	var logs syncBuffer
 	tc := startCluster(t, 3, func(_ int, c *Config) {
-		c.LeaderBalanceInterval = -1
+		c.Cluster.LeaderBalanceInterval = -1
 		c.Logger = slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	})
 	old := tc.nodes[2]
@@ -278,7 +291,7 @@ func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
 				voter = voter || srv.ID == "n3b" && srv.Suffrage == raft.Voter
 			}
 			_, lid := n.Raft(g).LeaderWithID()
-			return voter && n.Raft(g).State() == raft.Follower && string(lid) == l.cfg.NodeID
+			return voter && n.Raft(g).State() == raft.Follower && string(lid) == l.cfg.Node.ID
 		})
 	}
 	// Each group went through the learner path: added as a non-voter, then
@@ -302,10 +315,10 @@ func TestPlacementReplacesNodeLearnerFirst(t *testing.T) {
 // voters would then lack a quorum of running members (one is down): the
 // group would stop. Removing the down voter is fine.
 func TestRemoveServerKeepsQuorum(t *testing.T) {
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.LeaderBalanceInterval = -1 })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Cluster.LeaderBalanceInterval = -1 })
 	ctx := adminCtx(t)
 	down := tc.nodes[2]
-	downID := down.cfg.NodeID
+	downID := down.cfg.Node.ID
 	stop(t, down)
 	tc.nodes[2] = nil
 	const g = 1
@@ -321,12 +334,12 @@ func TestRemoveServerKeepsQuorum(t *testing.T) {
 	var live string
 	for _, s := range tc.live() {
 		if s != l {
-			live = s.cfg.NodeID
+			live = s.cfg.Node.ID
 		}
 	}
 	adm := api.NewAdminClient(dial(t, l.GRPCAddr()))
 	before := configOf(t, tc, g)
-	for _, id := range []string{live, l.cfg.NodeID} {
+	for _, id := range []string{live, l.cfg.Node.ID} {
 		_, err := adm.RemoveServer(ctx, &api.RemoveServerRequest{Group: g, Id: id})
 		if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "only 1 run (down: "+downID+")") ||
 			!strings.Contains(err.Error(), "nothing was changed") {

@@ -22,7 +22,7 @@ type meteringHost struct {
 
 // GroupOf routes a target hash by the layout table, as tracking does.
 func (h meteringHost) GroupOf(hash uint64) int {
-	return h.s.ownerOf(api.Partition(hash, h.s.cfg.Partitions))
+	return h.s.ownerOf(api.Partition(hash, h.s.cfg.Layout.Partitions))
 }
 
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }
@@ -39,7 +39,7 @@ func (h meteringHost) TenantsActive(g int) []fsmmeter.TenantActive {
 // meteringModules creates one metering module per group (before the FSMs),
 // each observing its group's time.
 func (s *Server) meteringModules() {
-	s.meterMods = make([]*fsmmeter.Module, s.cfg.Groups)
+	s.meterMods = make([]*fsmmeter.Module, s.cfg.Layout.Groups)
 	for g := range s.meterMods {
 		s.meterMods[g] = fsmmeter.New(g)
 		s.meterMods[g].SetTimeObserver(s.clock.Group(g).Observe)
@@ -51,7 +51,7 @@ func (s *Server) startMetering() error {
 	mc := s.cfg.Metering
 	mc.Logger = s.log
 	mc.Registerer = s.metrics.reg
-	clk := metering.NewClock(s.cfg.Clock, mc.TestClock)
+	clk := metering.NewClock(s.cfg.Clock.Now, mc.TestClock)
 	// Each group's entries carry its group time (clockbound), so the slack
 	// check, dedup expiry and sampler boundaries read one clock.
 	clk.SetGroupTime(func(g int) int64 { return s.clock.Group(g).Now() })

@@ -14,7 +14,7 @@ import (
 // clusterKeys returns the cluster keys of cfg for purpose ("grpc", "raft"),
 // nil when the cluster has none (no gossip key and no admin token).
 func clusterKeys(cfg Config, purpose string) [][]byte {
-	return access.ClusterKeys(cfg.TLS.GossipKeys, cfg.AdminToken, purpose)
+	return access.ClusterKeys(cfg.Access.TLS.GossipKeys, cfg.Access.AdminToken, purpose)
 }
 
 // RaftClusterKeys are the keys cfg's node authenticates raft connection
@@ -26,13 +26,13 @@ func RaftClusterKeys(cfg Config) [][]byte { return clusterKeys(cfg, "raft") }
 // without the insecure flag: a gossip keyring, or TLS with node
 // certificates on gRPC and raft.
 func (c *Config) clusterSecured() bool {
-	return len(c.TLS.GossipKeys) > 0 || (c.TLS.GRPC != nil && c.TLS.RaftServer != nil)
+	return len(c.Access.TLS.GossipKeys) > 0 || (c.Access.TLS.GRPC != nil && c.Access.TLS.RaftServer != nil)
 }
 
 // multiNode: the node takes part in a cluster of several nodes (gossip on
 // and not a --dev single node that joins nobody).
 func (c *Config) multiNode() bool {
-	return c.GossipAddr != "" && (!c.Bootstrap || len(c.Join) > 0)
+	return c.Gossip.Addr != "" && (!c.Cluster.Bootstrap || len(c.Gossip.Join) > 0)
 }
 
 // nodeTargets are the addresses callers may have dialled to reach this
@@ -48,8 +48,8 @@ func (s *Server) nodeTargets() []string {
 
 // grpcAdvertise is the gRPC address this node gossips.
 func (s *Server) grpcAdvertise() string {
-	if s.cfg.GRPCAdvertise != "" {
-		return s.cfg.GRPCAdvertise
+	if s.cfg.Node.GRPCAdvertise != "" {
+		return s.cfg.Node.GRPCAdvertise
 	}
 	return advertiseOf(s.grpcLis.Addr())
 }
@@ -62,7 +62,7 @@ func (s *Server) grpcAdvertise() string {
 // to prove with and every member counts, as in a cluster without
 // credentials.
 func (s *Server) trusted(m membership.Member) bool {
-	if m.ID == s.cfg.NodeID || s.nodeKeys == nil || len(s.cfg.TLS.GossipKeys) > 0 || s.peers == nil {
+	if m.ID == s.cfg.Node.ID || s.nodeKeys == nil || len(s.cfg.Access.TLS.GossipKeys) > 0 || s.peers == nil {
 		return true
 	}
 	if id, ok := s.peers.Identified(m.GRPCAddr); ok && id == m.ID {
@@ -77,12 +77,12 @@ func (s *Server) trusted(m membership.Member) bool {
 // background, at most one round at a time. Members that fail stay out of
 // the member list (memberList) until they prove themselves.
 func (s *Server) proveMembers(ms []membership.Member) {
-	if s.nodeKeys == nil || len(s.cfg.TLS.GossipKeys) > 0 || s.peers == nil || !s.proving.CompareAndSwap(false, true) {
+	if s.nodeKeys == nil || len(s.cfg.Access.TLS.GossipKeys) > 0 || s.peers == nil || !s.proving.CompareAndSwap(false, true) {
 		return
 	}
 	var todo []membership.Member
 	for _, m := range ms {
-		if m.ID != s.cfg.NodeID && m.Status == membership.StatusAlive && m.GRPCAddr != "" {
+		if m.ID != s.cfg.Node.ID && m.Status == membership.StatusAlive && m.GRPCAddr != "" {
 			if id, ok := s.peers.Proven(m.GRPCAddr); !ok || id != m.ID {
 				todo = append(todo, m)
 			}
@@ -114,12 +114,12 @@ func (s *Server) proveMembers(ms []membership.Member) {
 // configurations this node holds: a leader admitted them, which needs the
 // same proof.
 func (s *Server) noteKnown() {
-	if s.nodeKeys == nil || len(s.cfg.TLS.GossipKeys) > 0 || time.Since(s.knownAt) < 2*time.Second {
+	if s.nodeKeys == nil || len(s.cfg.Access.TLS.GossipKeys) > 0 || time.Since(s.knownAt) < 2*time.Second {
 		return
 	}
 	s.knownAt = time.Now() // cluster loop only
 	known := map[string]string{}
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		fut := s.host.Raft(g).GetConfiguration()
 		if fut.Error() != nil {
 			continue
@@ -137,7 +137,7 @@ func (s *Server) noteKnown() {
 // (--insecure-cluster: multi-node, credentials, neither a gossip key nor
 // TLS), "" when it does not; the ready banner prints it.
 func (s *Server) InsecureCluster() string {
-	if !s.cfg.InsecureCluster || !s.cfg.multiNode() || s.cfg.clusterSecured() {
+	if !s.cfg.Access.InsecureCluster || !s.cfg.multiNode() || s.cfg.clusterSecured() {
 		return ""
 	}
 	return "--insecure-cluster: no gossip key and no TLS; gossip, raft and gRPC are plaintext. Add --gossip-keyring-file (or TLS) before this network is shared."

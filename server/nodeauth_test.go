@@ -156,9 +156,9 @@ func TestRogueJoinerGetsNothing(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			tc := startCluster(t, 2, func(i int, c *Config) {
-				c.Replicas = 3 // zone-c has no voter: a joiner there is placed at once
+				c.Cluster.Replicas = 3 // zone-c has no voter: a joiner there is placed at once
 				if !keyed {
-					c.TLS.GossipKeys, c.InsecureCluster = nil, true
+					c.Access.TLS.GossipKeys, c.Access.InsecureCluster = nil, true
 				}
 			})
 			cp, err := startRogue(t, tc.nodes[0].GossipAddr())
@@ -198,7 +198,7 @@ func TestRogueJoinerGetsNothing(t *testing.T) {
 					t.Fatalf("the rogue received credentials: %v", l)
 				}
 				for _, s := range tc.nodes {
-					for g := range s.cfg.Groups {
+					for g := range s.cfg.Layout.Groups {
 						fut := s.Raft(g).GetConfiguration()
 						if fut.Error() != nil {
 							continue
@@ -210,10 +210,10 @@ func TestRogueJoinerGetsNothing(t *testing.T) {
 						}
 					}
 					if slices.ContainsFunc(s.memberList(), func(m membership.Member) bool { return m.ID == "rogue" }) {
-						t.Fatalf("%s counts the rogue as a member", s.cfg.NodeID)
+						t.Fatalf("%s counts the rogue as a member", s.cfg.Node.ID)
 					}
 					if v, _ := s.view.get(); v != nil && slices.ContainsFunc(v.Members, func(m *api.Member) bool { return m.Id == "rogue" }) {
-						t.Fatalf("%s shows the rogue to clients", s.cfg.NodeID)
+						t.Fatalf("%s shows the rogue to clients", s.cfg.Node.ID)
 					}
 				}
 				time.Sleep(100 * time.Millisecond)
@@ -288,7 +288,7 @@ func TestForgedRaftHeaders(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			tc := startCluster(t, 3, func(i int, c *Config) {
 				if !keyed {
-					c.TLS.GossipKeys, c.InsecureCluster = nil, true
+					c.Access.TLS.GossipKeys, c.Access.InsecureCluster = nil, true
 				}
 			})
 			s := tc.nodes[1]
@@ -320,11 +320,11 @@ func TestForgedRaftHeaders(t *testing.T) {
 				var h []byte
 				switch i % 3 {
 				case 0:
-					h = v2Header(i%s.cfg.Groups, cid, hex.EncodeToString(other))
+					h = v2Header(i%s.cfg.Layout.Groups, cid, hex.EncodeToString(other))
 				case 1:
-					h = v2Header(i%s.cfg.Groups, hex.EncodeToString(other), inc)
+					h = v2Header(i%s.cfg.Layout.Groups, hex.EncodeToString(other), inc)
 				default:
-					h = v2Header(i%s.cfg.Groups, "", "")
+					h = v2Header(i%s.cfg.Layout.Groups, "", "")
 				}
 				c, err := net.Dial("tcp", ep)
 				if err != nil {
@@ -351,7 +351,7 @@ func TestForgedRaftHeaders(t *testing.T) {
 // credentials, one with a gossip key and one with the flag start.
 func TestInsecureClusterRefusedToStart(t *testing.T) {
 	base := func() Config {
-		return Config{DataDir: t.TempDir(), NodeID: "n1", GossipAddr: "127.0.0.1:0", BootstrapExpect: 3, AdminToken: testToken}
+		return Config{Node: NodeConfig{DataDir: t.TempDir(), ID: "n1"}, Gossip: GossipConfig{Addr: "127.0.0.1:0"}, Cluster: ClusterConfig{BootstrapExpect: 3}, Access: AccessConfig{AdminToken: testToken}}
 	}
 	c := base()
 	err := c.Validate()
@@ -371,9 +371,9 @@ func TestInsecureClusterRefusedToStart(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mod := range map[string]func(*Config){
-		"credentials file": func(c *Config) { c.CredentialsFile = creds },
+		"credentials file": func(c *Config) { c.Access.CredentialsFile = creds },
 		"joins, no bootstrap-expect": func(c *Config) {
-			c.BootstrapExpect, c.Join = 0, []string{"127.0.0.1:1"}
+			c.Cluster.BootstrapExpect, c.Gossip.Join = 0, []string{"127.0.0.1:1"}
 		},
 	} {
 		c := base()
@@ -383,11 +383,11 @@ func TestInsecureClusterRefusedToStart(t *testing.T) {
 		}
 	}
 	for name, mod := range map[string]func(*Config){
-		"gossip key":      func(c *Config) { c.TLS.GossipKeys = testGossipKeys },
-		"insecure flag":   func(c *Config) { c.InsecureCluster = true },
-		"no credentials":  func(c *Config) { c.AdminToken = "" },
-		"no gossip":       func(c *Config) { c.GossipAddr, c.BootstrapExpect, c.Bootstrap = "", 0, true },
-		"single dev node": func(c *Config) { c.BootstrapExpect, c.Bootstrap = 0, true },
+		"gossip key":      func(c *Config) { c.Access.TLS.GossipKeys = testGossipKeys },
+		"insecure flag":   func(c *Config) { c.Access.InsecureCluster = true },
+		"no credentials":  func(c *Config) { c.Access.AdminToken = "" },
+		"no gossip":       func(c *Config) { c.Gossip.Addr, c.Cluster.BootstrapExpect, c.Cluster.Bootstrap = "", 0, true },
+		"single dev node": func(c *Config) { c.Cluster.BootstrapExpect, c.Cluster.Bootstrap = 0, true },
 	} {
 		c := base()
 		mod(&c)
@@ -433,7 +433,7 @@ func TestForwardedCallerScope(t *testing.T) {
 	if err := os.WriteFile(creds, []byte(line("reader", "reader-token", "read", "")+line("dist-a", "dist-a-token", "track", "tenant-a")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	tc := startCluster(t, 3, func(i int, c *Config) { c.CredentialsFile = creds })
+	tc := startCluster(t, 3, func(i int, c *Config) { c.Access.CredentialsFile = creds })
 	target := tc.nodes[1]
 	addr := target.GRPCAddr()
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))

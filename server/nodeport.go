@@ -18,8 +18,8 @@ type nodePort struct{ s *Server }
 
 var _ nodeport.Port = nodePort{}
 
-func (p nodePort) NodeID() string   { return p.s.cfg.NodeID }
-func (p nodePort) Groups() int      { return p.s.cfg.Groups }
+func (p nodePort) NodeID() string   { return p.s.cfg.Node.ID }
+func (p nodePort) Groups() int      { return p.s.cfg.Layout.Groups }
 func (p nodePort) Leads(g int) bool { return p.s.leads(g) }
 func (p nodePort) Hosts(g int) bool { return p.s.hostsGroup(g) }
 
@@ -56,7 +56,7 @@ func (p nodePort) LeaderConn(ctx context.Context, g int) (*grpc.ClientConn, cont
 	if p.s.peers == nil {
 		return nil, nil, status.Error(codes.Unavailable, "node starting: no peer connections yet")
 	}
-	return p.s.peers.Leader(ctx, p.s.cfg.NodeID, g, p.s.leaderOf)
+	return p.s.peers.Leader(ctx, p.s.cfg.Node.ID, g, p.s.leaderOf)
 }
 
 func (p nodePort) PeerConn(addr string) (*grpc.ClientConn, error) {

@@ -176,10 +176,10 @@ func TestLimitsBrokenFileReportedOncePerChange(t *testing.T) {
 
 func quietConfig(dir string) Config {
 	return Config{
-		NodeID: "n1", DataDir: dir, Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		RaftNoSync: true,
-		Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Node:    NodeConfig{ID: "n1", DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Raft:    RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
 	}
 }
 
@@ -201,11 +201,11 @@ func TestDataDirFailedStartLeavesNothing(t *testing.T) {
 				cfg := quietConfig(dir)
 				switch port {
 				case "grpc":
-					cfg.GRPCAddr = busy.Addr().String()
+					cfg.Node.GRPCAddr = busy.Addr().String()
 				case "http":
-					cfg.HTTPAddr = busy.Addr().String()
+					cfg.Node.HTTPAddr = busy.Addr().String()
 				case "raft":
-					cfg.RaftAddr = busy.Addr().String()
+					cfg.Raft.Addr = busy.Addr().String()
 				}
 				s, err := New(cfg)
 				if err == nil {
@@ -240,7 +240,7 @@ func TestDataDirFailedStartKeepsExistingState(t *testing.T) {
 	}
 	defer busy.Close()
 	cfg := quietConfig(dir)
-	cfg.GRPCAddr = busy.Addr().String()
+	cfg.Node.GRPCAddr = busy.Addr().String()
 	if s, err := New(cfg); err == nil {
 		s.Stop(context.Background())
 		t.Fatal("started with the gRPC port busy")

@@ -41,7 +41,7 @@ func (a *adminService) leaderClient(ctx context.Context, g int) (api.AdminClient
 	if s.host.Raft(g).State() == raft.Leader {
 		return nil, ctx, nil
 	}
-	cc, fctx, err := s.peers.Leader(ctx, s.cfg.NodeID, g, s.leaderOf)
+	cc, fctx, err := s.peers.Leader(ctx, s.cfg.Node.ID, g, s.leaderOf)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -24,7 +24,7 @@ const decommissionFile = "DECOMMISSIONED"
 
 // decommissioned reports whether this node's data dir carries the drain mark.
 func (s *Server) decommissioned() bool {
-	_, err := os.Stat(filepath.Join(s.cfg.DataDir, decommissionFile))
+	_, err := os.Stat(filepath.Join(s.cfg.Node.DataDir, decommissionFile))
 	return err == nil
 }
 
@@ -33,7 +33,7 @@ func (s *Server) setDecommissioned(on bool) error {
 	if s.members == nil {
 		return status.Error(codes.FailedPrecondition, "drain: this node runs without gossip (single node): there is nowhere to move its replicas")
 	}
-	path := filepath.Join(s.cfg.DataDir, decommissionFile)
+	path := filepath.Join(s.cfg.Node.DataDir, decommissionFile)
 	if on {
 		if err := writeFileDurable(path, []byte("drained by tollgate node drain; remove with tollgate node drain --undo\n")); err != nil { // identity.go
 			return status.Errorf(codes.Internal, "drain: record the mark: %v", err)
@@ -55,14 +55,14 @@ func (a *adminService) DrainNode(ctx context.Context, req *api.DrainNodeRequest)
 		return nil, status.Error(codes.InvalidArgument, "drain: node_id is required")
 	}
 	s := a.s
-	if req.NodeId == s.cfg.NodeID {
+	if req.NodeId == s.cfg.Node.ID {
 		if err := s.setDecommissioned(!req.Undo); err != nil {
 			return nil, err
 		}
 		return &api.DrainNodeResponse{NodeId: req.NodeId, Decommissioning: !req.Undo}, nil
 	}
 	if forward.Was(ctx) {
-		return nil, status.Errorf(codes.FailedPrecondition, "drain: forwarded to this node (%s) for %q: the membership views disagree; retry", s.cfg.NodeID, req.NodeId)
+		return nil, status.Errorf(codes.FailedPrecondition, "drain: forwarded to this node (%s) for %q: the membership views disagree; retry", s.cfg.Node.ID, req.NodeId)
 	}
 	var target *membership.Member
 	for _, m := range s.memberList() {

@@ -19,13 +19,13 @@ import (
 // come from the same source as max_series: the replicated runtime config.
 func (s *Server) startRateLimit(g *grpc.Server) error {
 	rates, err := ratelimit.NewService(ratelimit.ServiceConfig{
-		Owner:    ratelimit.Config{Period: s.cfg.RatePeriod, Sliding: s.envoySliding},
+		Owner:    ratelimit.Config{Period: s.cfg.RateLimit.Period, Sliding: s.envoySliding},
 		Owns:     s.leads,
 		LeaderOf: s.leaderOf,
-		Now:      s.cfg.Clock,
+		Now:      s.cfg.Clock.Now,
 		Logger:   s.log,
 		ClientOf: clientOfCtx,
-	}, s.cfg.Partitions, s.cfg.Groups, s.rateLimits)
+	}, s.cfg.Layout.Partitions, s.cfg.Layout.Groups, s.rateLimits)
 	if err != nil {
 		return fmt.Errorf("rate-limit owner: %w", err)
 	}
@@ -44,7 +44,7 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 // the owning group's replica of the runtime config (the file and flags while
 // none is replicated), the same copy that group's leader decides series with.
 func (s *Server) rateLimits(tenant string) (float64, int64) {
-	g := api.RateGroup(tenant, s.cfg.Partitions, s.cfg.Groups)
+	g := api.RateGroup(tenant, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)
 	if strings.HasPrefix(tenant, envoyrl.KeyPrefix) {
 		return s.envoyRate(g, tenant)
 	}

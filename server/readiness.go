@@ -22,18 +22,18 @@ func (s *Server) WaitingFor() string {
 		return "waiting: " + reason
 	}
 	switch {
-	case s.cfg.BootstrapExpect > 0 && s.members != nil:
+	case s.cfg.Cluster.BootstrapExpect > 0 && s.members != nil:
 		var ids []string
 		for _, m := range alive(s.memberList()) {
 			ids = append(ids, m.ID)
 		}
 		slices.Sort(ids)
-		return fmt.Sprintf("waiting for --bootstrap-expect %d: %d alive (%s)", s.cfg.BootstrapExpect, len(ids), strings.Join(ids, ", "))
-	case !s.cfg.Bootstrap:
-		if len(s.cfg.Join) == 0 {
+		return fmt.Sprintf("waiting for --bootstrap-expect %d: %d alive (%s)", s.cfg.Cluster.BootstrapExpect, len(ids), strings.Join(ids, ", "))
+	case !s.cfg.Cluster.Bootstrap:
+		if len(s.cfg.Gossip.Join) == 0 {
 			return "waiting to be added to a cluster by its group leaders (no --join given: another node must join this one)"
 		}
-		return fmt.Sprintf("waiting to be added to a cluster by its group leaders (--join %s)", strings.Join(s.cfg.Join, ","))
+		return fmt.Sprintf("waiting to be added to a cluster by its group leaders (--join %s)", strings.Join(s.cfg.Gossip.Join, ","))
 	}
 	return "waiting: " + reason
 }
@@ -41,7 +41,7 @@ func (s *Server) WaitingFor() string {
 // hasRaftState reports whether any group has raft state on disk here (the node
 // was bootstrapped or added to a group at some point).
 func (s *Server) hasRaftState() bool {
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		if has, err := s.host.GroupHasState(g); err != nil || has {
 			return true // an unreadable store is reported by NotReadyReason's words
 		}

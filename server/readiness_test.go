@@ -14,7 +14,7 @@ import (
 // them; one with no state and no way to form a cluster says it waits to be
 // added.
 func TestWaitingForNamesWhatIsMissing(t *testing.T) {
-	s := startUnready(t, func(c *Config) { c.BootstrapExpect = 2 })
+	s := startUnready(t, func(c *Config) { c.Cluster.BootstrapExpect = 2 })
 	want := "waiting for --bootstrap-expect 2: 1 alive (n1)"
 	// The member list fills in as serf starts; wait for it (hang guard only).
 	for deadline := time.Now().Add(30 * time.Second); s.WaitingFor() != want; {
@@ -27,7 +27,7 @@ func TestWaitingForNamesWhatIsMissing(t *testing.T) {
 		t.Fatal("ready without a cluster")
 	}
 
-	s2 := startUnready(t, func(c *Config) { c.Join = []string{"127.0.0.1:1"} })
+	s2 := startUnready(t, func(c *Config) { c.Gossip.Join = []string{"127.0.0.1:1"} })
 	if got := s2.WaitingFor(); !strings.Contains(got, "waiting to be added to a cluster") || !strings.Contains(got, "--join 127.0.0.1:1") {
 		t.Fatalf("WaitingFor = %q", got)
 	}
@@ -37,8 +37,9 @@ func TestWaitingForNamesWhatIsMissing(t *testing.T) {
 func startUnready(t *testing.T, mod func(*Config)) *Server {
 	t.Helper()
 	cfg := Config{
-		NodeID: "n1", DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0",
-		GossipAddr: "127.0.0.1:0", RaftNoSync: true,
+		Node:   NodeConfig{ID: "n1", DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Raft:   RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Gossip: GossipConfig{Addr: "127.0.0.1:0"},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	mod(&cfg)
@@ -61,7 +62,7 @@ func TestLimitsInEffect(t *testing.T) {
 	if err := os.WriteFile(file, []byte("defaults:\n  max_series: 500\ntenants:\n  a:\n    max_series: 9\n  b:\n    unlimited: true\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.LimitsFile = file; c.LimitsReload = time.Minute })
+	s, _ := startServer(t, t.TempDir(), func(c *Config) { c.Limits.File = file; c.Limits.Reload = time.Minute })
 	if s.WaitingFor() != "" {
 		t.Fatalf("ready server waits for %q", s.WaitingFor())
 	}
@@ -74,7 +75,7 @@ func TestLimitsInEffect(t *testing.T) {
 	if got, want := s.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 500, DefaultFrom: "runtime config", File: file, Overrides: 2, ConfigVersion: 1}); got != want {
 		t.Fatalf("EffectiveLimits = %+v, want %+v", got, want)
 	}
-	s2, _ := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 0 })
+	s2, _ := startServer(t, t.TempDir(), func(c *Config) { c.Tracking.DefaultMaxSeries = 0 })
 	if got, want := s2.EffectiveLimits(), (LimitsInfo{DefaultMaxSeries: 0, DefaultFrom: "flag"}); got != want {
 		t.Fatalf("no file: %+v, want %+v", got, want)
 	}

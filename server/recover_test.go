@@ -26,7 +26,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	}
 	cfg := s.cfg
 	for g, f := range s.fsms {
-		r, err := recoveryFSM(cfg.Partitions, cfg.Groups, cfg.Shards, g, nil)
+		r, err := recoveryFSM(cfg.Layout.Partitions, cfg.Layout.Groups, cfg.Layout.Shards, g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -62,8 +62,8 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 			t.Errorf("group %d of a single node: planned a rewrite (%s → %s)", g.Group, cluster.FormatConfiguration(g.Configuration), cluster.FormatConfiguration(g.New))
 		}
 	}
-	if len(p.Plans) != cfg.Groups {
-		t.Errorf("%d groups planned, want %d", len(p.Plans), cfg.Groups)
+	if len(p.Plans) != cfg.Layout.Groups {
+		t.Errorf("%d groups planned, want %d", len(p.Plans), cfg.Layout.Groups)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)

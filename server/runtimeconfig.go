@@ -32,7 +32,7 @@ type runtimeConfig struct {
 // setupRuntimeConfig creates the modules (before the FSMs, which carry them)
 // and the service.
 func (s *Server) setupRuntimeConfig() error {
-	rc := &runtimeConfig{nodePort: nodePort{s}, s: s, mods: make([]*runtimecfg.Module, s.cfg.Groups), limits: make([]atomic.Pointer[Limits], s.cfg.Groups)}
+	rc := &runtimeConfig{nodePort: nodePort{s}, s: s, mods: make([]*runtimecfg.Module, s.cfg.Layout.Groups), limits: make([]atomic.Pointer[Limits], s.cfg.Layout.Groups)}
 	for g := range rc.mods {
 		var onChange func(*runtimecfg.Document)
 		if g == runtimecfgsvc.OrderGroup {
@@ -49,8 +49,8 @@ func (s *Server) setupRuntimeConfig() error {
 		return fmt.Errorf("runtime config: %w", err)
 	}
 	rc.svc = svc
-	rc.file = runtimecfgsvc.NewFileProposer(svc, runtimecfgsvc.FileConfig{Path: s.cfg.LimitsFile, Reload: s.cfg.LimitsReload,
-		DataDir: s.cfg.DataDir, Doc: func() *runtimecfg.Document { return s.limits.Get().doc }, Ready: s.Ready, Logger: s.log})
+	rc.file = runtimecfgsvc.NewFileProposer(svc, runtimecfgsvc.FileConfig{Path: s.cfg.Limits.File, Reload: s.cfg.Limits.Reload,
+		DataDir: s.cfg.Node.DataDir, Doc: func() *runtimecfg.Document { return s.limits.Get().doc }, Ready: s.Ready, Logger: s.log})
 	s.rcfg = rc
 	return nil
 }
@@ -128,10 +128,10 @@ func (rc *runtimeConfig) Fallback() (*runtimecfg.Document, string) {
 		why = "the cluster is below version 3 (" + strings.Join(lag, "; ") + "): each node uses its own --limits-file and flags"
 	}
 	l := s.limits.Get()
-	if s.cfg.LimitsFile != "" {
-		why += "; showing " + s.cfg.NodeID + "'s limits file " + s.cfg.LimitsFile
+	if s.cfg.Limits.File != "" {
+		why += "; showing " + s.cfg.Node.ID + "'s limits file " + s.cfg.Limits.File
 	} else {
-		why += "; " + s.cfg.NodeID + " has no limits file (flags only)"
+		why += "; " + s.cfg.Node.ID + " has no limits file (flags only)"
 	}
 	return l.doc, why
 }

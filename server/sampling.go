@@ -36,7 +36,7 @@ func (s *Server) setupSampling() error {
 		LeaderOf:   func(g int) string { id, _ := s.leaderOf(g); return id },
 		SetLimits:  s.rcfg.svc.SetLimits,
 		MapError:   grpcError,
-		Clock:      s.cfg.Clock,
+		Clock:      s.cfg.Clock.Now,
 		Logger:     s.log,
 		Registerer: s.metrics.reg,
 	})}
@@ -52,7 +52,7 @@ func (s *Server) configServer() api.ConfigServer { return s.sampling.ConfigServe
 
 // backlogHandler serves POST /api/v1/backlog behind the admin rule.
 func (s *Server) backlogHandler() http.Handler {
-	h := sampling.NewHandler(s.sampling, s.cfg.Clock)
+	h := sampling.NewHandler(s.sampling, s.cfg.Clock.Now)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var remote net.IP
 		if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {

@@ -32,7 +32,7 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 		t.Skip("starts a 3-node cluster")
 	}
 	skew := []time.Duration{450 * time.Millisecond, -450 * time.Millisecond, 5 * time.Minute}
-	tc := startCluster(t, 3, func(i int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.TestClockOffset = skew[i] })
+	tc := startCluster(t, 3, func(i int, c *Config) { c.Node.HTTPAddr = "127.0.0.1:0"; c.Clock.TestOffset = skew[i] })
 	fast := tc.nodes[2]
 	waitFor(t, "n3 out of bound and not leading group 0", func() bool {
 		st := fast.clock.Status()
@@ -58,7 +58,7 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	report := func(backlog string) bool {
 		code, out := postBacklog(t, fast, testToken, `{"kind":"locate","backlog":`+backlog+`,"source":"q1"}`)
 		if code != http.StatusOK && code != http.StatusServiceUnavailable {
-			t.Fatalf("report through %s: %d %v", fast.cfg.NodeID, code, out)
+			t.Fatalf("report through %s: %d %v", fast.cfg.Node.ID, code, out)
 		}
 		return code == http.StatusOK
 	}
@@ -79,11 +79,11 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 		}
 	}
 	adm := api.NewAdminClient(dial(t, first.GRPCAddr()))
-	waitFor(t, "group 0 led by "+second.cfg.NodeID, func() bool {
+	waitFor(t, "group 0 led by "+second.cfg.Node.ID, func() bool {
 		if second.Raft(runtimecfg.OrderGroup).State() == raft.Leader {
 			return true
 		}
-		_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: runtimecfg.OrderGroup, ToId: second.cfg.NodeID})
+		_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: runtimecfg.OrderGroup, ToId: second.cfg.Node.ID})
 		time.Sleep(300 * time.Millisecond) // a transfer in flight: let it land
 		return false
 	})
@@ -99,14 +99,14 @@ func TestBacklogControllerSkewedClocks(t *testing.T) {
 	// leadership can move back to the first owner (a missed heartbeat, the
 	// leader balancer) between that wait and this look: it is handed to the
 	// second again and the state looked at anew, with fresh reports.
-	eventually(t, "the controller running on "+second.cfg.NodeID+" at 5%", func() error {
+	eventually(t, "the controller running on "+second.cfg.Node.ID+" at 5%", func() error {
 		if second.Raft(runtimecfg.OrderGroup).State() != raft.Leader {
-			_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: runtimecfg.OrderGroup, ToId: second.cfg.NodeID})
-			return fmt.Errorf("group 0 is not led by %s (leadership moved); handed back", second.cfg.NodeID)
+			_, _ = adm.TransferLeadership(adminCtx(t), &api.TransferLeadershipRequest{Group: runtimecfg.OrderGroup, ToId: second.cfg.Node.ID})
+			return fmt.Errorf("group 0 is not led by %s (leadership moved); handed back", second.cfg.Node.ID)
 		}
 		report("3000")
 		if st := second.sampling.State(); !st.IsOwner || !st.Enabled || st.Reports == 0 || st.Steps == 0 || st.OutputPercent != 5 {
-			return fmt.Errorf("controller on the new owner %s: %+v", second.cfg.NodeID, st)
+			return fmt.Errorf("controller on the new owner %s: %+v", second.cfg.Node.ID, st)
 		}
 		if r := globalRate(); r != 5 {
 			return fmt.Errorf("global locate rate %v, want 5", r)

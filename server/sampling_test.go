@@ -20,7 +20,7 @@ import (
 // a Config client on node 1, and a node that is NOT the config owner.
 func samplingCluster(t *testing.T) (*testCluster, api.ConfigClient, *Server) {
 	t.Helper()
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0" })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Node.HTTPAddr = "127.0.0.1:0" })
 	owner := tc.leader(runtimecfg.OrderGroup)
 	var other *Server
 	for _, s := range tc.live() {
@@ -81,7 +81,7 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 	// 3,000 queued = 3× target: e = −2, kp term −100 → the floor, 5%.
 	code, out := postBacklog(t, other, testToken, `{"kind":"locate","backlog":3000,"source":"q1"}`)
 	if code != http.StatusOK || out["enabled"] != true || out["kind"] != "locate" {
-		t.Fatalf("report to non-owner %s: %d %v", other.cfg.NodeID, code, out)
+		t.Fatalf("report to non-owner %s: %d %v", other.cfg.Node.ID, code, out)
 	}
 	// globalRate is -1 while group 0 answers no GetLimits (between leaders on
 	// a loaded machine): the waits below retry.
@@ -101,7 +101,7 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		return globalRate() == 5
 	})
 	for _, s := range tc.live() { // every node's replica has it
-		waitFor(t, s.cfg.NodeID+"'s replica at 5%", func() bool { return s.RuntimeConfig().GlobalSampleRate("locate") == 5 })
+		waitFor(t, s.cfg.Node.ID+"'s replica at 5%", func() bool { return s.RuntimeConfig().GlobalSampleRate("locate") == 5 })
 	}
 	// The controller's state, as GetLimits, a non-owner's Status RPC and the
 	// owner's metrics show it. Group 0's leadership (and with it the
@@ -119,9 +119,9 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 			return fmt.Errorf("GetLimits: %w", err)
 		}
 		owner := tc.leader(runtimecfg.OrderGroup)
-		if c := resp.Controller; c == nil || c.Owner != owner.cfg.NodeID || !c.Enabled || c.InputBacklog != 3000 || c.TargetBacklog != 1000 ||
+		if c := resp.Controller; c == nil || c.Owner != owner.cfg.Node.ID || !c.Enabled || c.InputBacklog != 3000 || c.TargetBacklog != 1000 ||
 			c.OutputPercent != 5 {
-			return fmt.Errorf("controller state in GetLimits: %+v (owner %s)", resp.Controller, owner.cfg.NodeID)
+			return fmt.Errorf("controller state in GetLimits: %+v (owner %s)", resp.Controller, owner.cfg.Node.ID)
 		}
 		// The Admin Status RPC, asked on a node that does not run the
 		// controller, carries the owner's live state (reports and steps
@@ -132,16 +132,16 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		}
 		st, err := api.NewAdminClient(dial(t, nonOwner.GRPCAddr())).Status(adminCtx(t), &api.StatusRequest{})
 		if err != nil {
-			return fmt.Errorf("status on %s: %w", nonOwner.cfg.NodeID, err)
+			return fmt.Errorf("status on %s: %w", nonOwner.cfg.Node.ID, err)
 		}
-		if c := st.SamplingController; c == nil || c.Owner != owner.cfg.NodeID || !c.Enabled || c.Kind != "locate" || c.Reports == 0 || c.Steps == 0 {
-			return fmt.Errorf("controller state in Status on %s: %+v (owner %s)", nonOwner.cfg.NodeID, c, owner.cfg.NodeID)
+		if c := st.SamplingController; c == nil || c.Owner != owner.cfg.Node.ID || !c.Enabled || c.Kind != "locate" || c.Reports == 0 || c.Steps == 0 {
+			return fmt.Errorf("controller state in Status on %s: %+v (owner %s)", nonOwner.cfg.Node.ID, c, owner.cfg.Node.ID)
 		}
 		if v := gaugeValue(t, owner, "tollgate_sampling_controller_output_percent", "kind", "locate"); v != 5 {
-			return fmt.Errorf("owner %s's output metric %v, want 5", owner.cfg.NodeID, v)
+			return fmt.Errorf("owner %s's output metric %v, want 5", owner.cfg.Node.ID, v)
 		}
 		if v := gaugeValue(t, owner, "tollgate_sampling_controller_input_backlog", "kind", "locate"); v != 3000 {
-			return fmt.Errorf("owner %s's input metric %v, want 3000", owner.cfg.NodeID, v)
+			return fmt.Errorf("owner %s's input metric %v, want 3000", owner.cfg.Node.ID, v)
 		}
 		return nil
 	})
@@ -163,8 +163,8 @@ func TestBacklogControllerDrivesGlobalRate(t *testing.T) {
 		code, body := getHTTP(t, nonOwner, "/api/v1/status")
 		var st NodeStatus
 		if code != http.StatusOK || json.Unmarshal([]byte(body), &st) != nil || st.SamplingController == nil ||
-			st.SamplingController.Owner != owner.cfg.NodeID || st.SamplingController.IsOwner || st.SamplingController.Kind != "locate" {
-			return fmt.Errorf("/api/v1/status on %s: %d %s (owner %s)", nonOwner.cfg.NodeID, code, body, owner.cfg.NodeID)
+			st.SamplingController.Owner != owner.cfg.Node.ID || st.SamplingController.IsOwner || st.SamplingController.Kind != "locate" {
+			return fmt.Errorf("/api/v1/status on %s: %d %s (owner %s)", nonOwner.cfg.Node.ID, code, body, owner.cfg.Node.ID)
 		}
 		return nil
 	})
@@ -177,7 +177,7 @@ func otherThan(tc *testCluster, s *Server) *Server {
 			return n
 		}
 	}
-	tc.t.Fatal("no live node besides " + s.cfg.NodeID)
+	tc.t.Fatal("no live node besides " + s.cfg.Node.ID)
 	return nil
 }
 
@@ -255,13 +255,13 @@ func TestBacklogControllerRejects(t *testing.T) {
 				code, out := postBacklog(t, s, bad.token, bad.body)
 				msg, _ := out["error"].(string)
 				if code != bad.code || !strings.Contains(msg, bad.msg) {
-					wrong = append(wrong, fmt.Sprintf("%s: POST %.60s: %d %q, want %d naming %q", s.cfg.NodeID, bad.body, code, msg, bad.code, bad.msg))
+					wrong = append(wrong, fmt.Sprintf("%s: POST %.60s: %d %q, want %d naming %q", s.cfg.Node.ID, bad.body, code, msg, bad.code, bad.msg))
 				}
 			}
 		}
 		after := owner.sampling.State()
 		if now := tc.leader(runtimecfg.OrderGroup); (now != owner || !after.IsOwner) && attempt < 5 {
-			t.Logf("round %d: group 0 moved from %s to %s during the round; again", attempt, owner.cfg.NodeID, now.cfg.NodeID)
+			t.Logf("round %d: group 0 moved from %s to %s during the round; again", attempt, owner.cfg.Node.ID, now.cfg.Node.ID)
 			continue
 		}
 		for _, w := range wrong {
@@ -271,7 +271,7 @@ func TestBacklogControllerRejects(t *testing.T) {
 		// backlog, unknown kind, long source), its own and the forwarded
 		// ones; the rest never got past the handler or the token check.
 		if rej, acc := after.Rejected-before.Rejected, after.Reports-before.Reports; rej != 6 || acc != 0 {
-			t.Fatalf("owner %s's counters over the round: %d rejected, %d accepted; want 6 and 0", owner.cfg.NodeID, rej, acc)
+			t.Fatalf("owner %s's counters over the round: %d rejected, %d accepted; want 6 and 0", owner.cfg.Node.ID, rej, acc)
 		}
 		return
 	}

@@ -36,246 +36,6 @@ import (
 	"github.com/tollgate-io/tollgate/service/summaries"
 )
 
-// Config configures one Tollgate node. Zero values take the defaults documented
-// on each field (see Validate).
-type Config struct {
-	NodeID  string // raft server id; default: hostname
-	Zone    string // availability zone label; default "zone-a"
-	DataDir string // required
-
-	GRPCAddr      string // API + admin; default 127.0.0.1:7300
-	HTTPAddr      string // metrics, health, pprof; default 127.0.0.1:7380; "-" disables
-	RaftAddr      string // raft (all groups multiplexed); default 127.0.0.1:7301
-	RaftAdvertise string // default: RaftAddr
-	GRPCAdvertise string // default: the gRPC listener's address
-
-	// Cluster membership (serf). GossipAddr "" disables gossip: a single node
-	// that knows only itself (library users, tests). The CLI defaults it to
-	// 127.0.0.1:7302.
-	GossipAddr          string
-	GossipAdvertise     string        // default: GossipAddr
-	GossipProbeInterval time.Duration // failure-detection probe period; default 1s
-	// RaftMaxPendingConns caps connections to the raft port still in their
-	// handshake, GossipMaxStreams inbound gossip TCP streams (a quarter
-	// of each per IP address; beyond, closed on accept: portcaps.go).
-	// Defaults raftnode.DefaultMaxPendingConns, membership.DefaultMaxStreams.
-	RaftMaxPendingConns int
-	GossipMaxStreams    int
-	Join                []string // gossip addresses of existing members, retried until one answers
-	// BootstrapExpect > 0 forms a new cluster once that many members are alive:
-	// each computes the same placement and bootstraps the groups it is a voter
-	// of. Start exactly that many nodes for a new cluster.
-	BootstrapExpect int
-	Replicas        int // voters per group; default 3 (one per zone when there are three zones)
-	// DisableAutoPlace stops leaders from adding joining members to groups whose
-	// zone has no voter (operators then use the admin API).
-	DisableAutoPlace bool
-	// MoveInterval is the least time between two replica moves started by
-	// one leader (cluster/move.go): each move copies a group's state to a new
-	// node, so they run one at a time per leader and this far apart. Default
-	// 5s; negative disables moves (joins into empty zones still happen).
-	MoveInterval time.Duration
-	// LeaderBalanceInterval: how often a node checks whether it leads more than
-	// its share of groups; default 10s, negative disables.
-	LeaderBalanceInterval time.Duration
-	// AdminToken is the admin credential (Bearer token); it satisfies every
-	// scope. When set, every endpoint that writes or reveals tenant data needs
-	// a credential (access/rules.go): without a credentials file, this token. Empty
-	// (and no credentials file): the dev default, where admin calls are
-	// accepted from loopback peers only and the rest needs no credential.
-	AdminToken string
-	// TLS secures gRPC, HTTP, raft and gossip (tls.go); zero value: plaintext.
-	TLS TLSConfig
-	// InsecureCluster lets a multi-node cluster with credentials start
-	// without a gossip key or TLS (access/nodeauth.go): nodes then tell nodes from
-	// strangers by a key derived from the admin token, and gossip, raft and
-	// gRPC travel in plaintext. Only for networks no stranger can reach; the
-	// node says so loudly at start and in /readyz's banner.
-	InsecureCluster bool
-
-	// Bootstrap makes this node the only voter of every group on first start (dev).
-	Bootstrap bool
-
-	// Layout, fixed at cluster creation and recorded in <DataDir>/cluster.json.
-	Partitions, Groups, Shards int // defaults 64, 4, 16
-
-	IdleTimeout         time.Duration // default 20m; whole minutes in [1m, 60m]
-	DefaultMaxSeries    int64         // default max_series for tenants without override; 0 = unlimited
-	MaxHashesPerRequest int           // default 100,000
-
-	BatchWindow    time.Duration // how long the leader gathers requests into one entry while an earlier one is unanswered; default 200µs
-	MaxBatchHashes int           // entry size cap; default 65,536
-	MaxInFlight    int           // entries pipelined per group before backpressure; default 8
-	ApplyTimeout   time.Duration // raft enqueue timeout; default 5s
-
-	// Raft tuning passed to raftnode (zero = raftnode defaults).
-	RaftNoSync bool // tests only: skip fsync
-	// RaftHeartbeatTimeout, RaftElectionTimeout and RaftLeaderLeaseTimeout
-	// override raftnode's failure-detection timers (see raftnode/config.go
-	// for the defaults and the constraints between them).
-	RaftHeartbeatTimeout, RaftElectionTimeout, RaftLeaderLeaseTimeout time.Duration
-
-	Clock func() time.Time // injectable wall clock (tests); default time.Now
-	// TestClockOffset shifts this node's wall clock (Clock) by a fixed amount
-	// while its monotonic clock, timers and raft timeouts are untouched: the
-	// fault tests' way to run a node whose clock is wrong. Never set it in
-	// production.
-	TestClockOffset time.Duration
-	// MaxClockOffset is the largest difference between node clocks the
-	// cluster tolerates (default 1s): nodes measure their offset to every
-	// peer, and a node further than this from a majority does not lead
-	// (clockbound).
-	MaxClockOffset time.Duration
-	Logger         *slog.Logger
-
-	// EnableDebugEndpoints serves /debug/pprof/ on the HTTP address, behind the
-	// same rule as the admin API (Bearer AdminToken, or loopback peers only when
-	// no token is set). Off by default: profiles and the command line reveal
-	// internals, and a CPU profile or trace is a cheap way to load a node.
-	EnableDebugEndpoints bool
-	// Bounds are per-connection and per-client resource limits (access.Bounds).
-	Bounds access.Bounds
-	// CredentialsFile holds scoped credentials (hashed tokens, access/credentials.go),
-	// reloaded when it changes. When set, every endpoint follows the rule
-	// table of access/rules.go: no endpoint that writes or reveals tenant data
-	// answers without a credential of its scope. The admin token stays an
-	// admin credential. Empty: the admin token is the only credential.
-	CredentialsFile string
-	// MaxClusterVersion is the highest cluster version this node applies and
-	// gossips (see versions.go); 0 = env TOLLGATE_MAX_CLUSTER_VERSION, else
-	// fsm.CurrentClusterVersion. A lower value makes this binary behave like an
-	// older build (upgrade tests); operators never need it.
-	MaxClusterVersion int
-
-	// The capabilities' settings (components.go), one group each, in list
-	// order; validateComponents checks them.
-
-	// ShareMode is how a tenant's max_series is split between groups:
-	// "movable" (default: headroom moves, so max_series is exact per tenant;
-	// service/shares) or "static" (the fixed split of earlier builds).
-	ShareMode string
-	// RatePeriod is how often the rate-limit owner folds reports and streams
-	// updates (service/ratelimit); default 100ms, the clients' report period.
-	RatePeriod time.Duration
-	// NearLimitFraction: tenants ≥ this fraction of their share are "close
-	// to limit" (near-limit summaries); default 0.85.
-	NearLimitFraction float64
-	// Sketches configures the per-partition HLL sketch hub (service/partitionlimit).
-	Sketches SketchConfig
-	// LimitsFile is optional YAML runtime limits, reloaded on change and
-	// proposed as the replicated runtime config; LimitsReload is its poll
-	// period (default 5s).
-	LimitsFile   string
-	LimitsReload time.Duration
-	// Metering configures continuous-usage metering (service/metering).
-	Metering metering.Config
-}
-
-// Validate fills defaults and checks ranges.
-func (c *Config) Validate() error {
-	if c.DataDir == "" {
-		return errors.New("config: data dir is required")
-	}
-	if c.NodeID == "" {
-		h, _ := os.Hostname()
-		if h == "" {
-			h = "node"
-		}
-		c.NodeID = h
-	}
-	def := func(s *string, v string) {
-		if *s == "" {
-			*s = v
-		}
-	}
-	def(&c.Zone, "zone-a")
-	def(&c.GRPCAddr, "127.0.0.1:7300")
-	def(&c.HTTPAddr, "127.0.0.1:7380")
-	def(&c.RaftAddr, "127.0.0.1:7301")
-	defInt := func(v *int, d int) {
-		if *v == 0 {
-			*v = d
-		}
-	}
-	defInt(&c.Partitions, api.DefaultPartitions)
-	defInt(&c.Groups, api.DefaultGroups)
-	defInt(&c.Shards, api.DefaultShards)
-	defInt(&c.MaxHashesPerRequest, 100_000)
-	defInt(&c.MaxBatchHashes, 1<<16)
-	defInt(&c.MaxInFlight, 8)
-	defInt(&c.Replicas, 3)
-	if c.MoveInterval == 0 {
-		c.MoveInterval = 5 * time.Second
-	}
-	if c.LeaderBalanceInterval == 0 {
-		c.LeaderBalanceInterval = 10 * time.Second
-	}
-	if c.GossipAddr == "" && (len(c.Join) > 0 || c.BootstrapExpect > 0) {
-		return errors.New("config: --join and --bootstrap-expect need gossip (set a gossip address)")
-	}
-	if c.BootstrapExpect < 0 || c.Replicas < 1 {
-		return errors.New("config: bootstrap-expect must be ≥ 0 and replicas ≥ 1")
-	}
-	if c.Bootstrap && c.BootstrapExpect > 0 {
-		return errors.New("config: --dev/bootstrap (single voter) and --bootstrap-expect are exclusive")
-	}
-	if err := api.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	if c.IdleTimeout == 0 {
-		c.IdleTimeout = 20 * time.Minute
-	}
-	if c.IdleTimeout%time.Minute != 0 || c.IdleTimeout < time.Minute || c.IdleTimeout > fsm.MaxIdleMinutes*time.Minute {
-		return fmt.Errorf("config: idle timeout %v: must be whole minutes in [1m, %dm]", c.IdleTimeout, fsm.MaxIdleMinutes)
-	}
-	if c.DefaultMaxSeries < 0 {
-		return fmt.Errorf("config: default max series %d: must be ≥ 0", c.DefaultMaxSeries)
-	}
-	if c.RaftMaxPendingConns < 0 || c.GossipMaxStreams < 0 {
-		return fmt.Errorf("config: raft_max_pending_conns %d, gossip_max_streams %d: must be ≥ 0 (0: default)", c.RaftMaxPendingConns, c.GossipMaxStreams)
-	}
-	if err := c.validateComponents(); err != nil { // components.go
-		return err
-	}
-	if c.BatchWindow == 0 {
-		c.BatchWindow = 200 * time.Microsecond
-	}
-	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
-		return fmt.Errorf("config: batch window %v: must be in [0, 1s]", c.BatchWindow)
-	}
-	if c.MaxHashesPerRequest < 1 || c.MaxBatchHashes < 1 || c.MaxInFlight < 1 {
-		return errors.New("config: max hashes per request, max batch hashes and max in flight must be ≥ 1")
-	}
-	if c.ApplyTimeout == 0 {
-		c.ApplyTimeout = 5 * time.Second
-	}
-	if err := c.Bounds.SetDefaults(); err != nil {
-		return err
-	}
-	if c.CredentialsFile != "" && c.AdminToken == "" {
-		return errors.New("config: a credentials file needs an admin token too (--admin-token-file): it is the credential that holds every scope")
-	}
-	if err := c.TLS.validate(); err != nil {
-		return err
-	}
-	if c.multiNode() && (c.AdminToken != "" || c.CredentialsFile != "") && !c.clusterSecured() && !c.InsecureCluster {
-		return access.ErrInsecureCluster
-	}
-	if c.Clock == nil {
-		c.Clock = time.Now
-	}
-	if c.MaxClockOffset == 0 {
-		c.MaxClockOffset = time.Second
-	}
-	if c.MaxClockOffset < MinMaxClockOffset || c.MaxClockOffset > MaxMaxClockOffset {
-		return fmt.Errorf("config: max clock offset %v: must be in [%v, %v]", c.MaxClockOffset, MinMaxClockOffset, MaxMaxClockOffset)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	return nil
-}
-
 // Server is one Tollgate node.
 type Server struct {
 	cfg     Config
@@ -352,7 +112,7 @@ type leaderEvent struct {
 	recheck bool
 }
 
-// The range of Config.MaxClockOffset: below 10 ms the measurement itself
+// The range of Config.Clock.MaxOffset: below 10 ms the measurement itself
 // (half a round trip on a busy network) would put correct nodes out of bound;
 // above an hour a bound no longer protects group time.
 const (
@@ -378,13 +138,13 @@ func New(cfg Config) (*Server, error) {
 	if err := resolveClusterVersion(&cfg); err != nil {
 		return nil, err
 	}
-	if off := cfg.TestClockOffset; off != 0 {
+	if off := cfg.Clock.TestOffset; off != 0 {
 		// Shifted here, not in Validate, so validating twice shifts once.
-		base := cfg.Clock
-		cfg.Clock = func() time.Time { return base().Add(off) }
+		base := cfg.Clock.Now
+		cfg.Clock.Now = func() time.Time { return base().Add(off) }
 		cfg.Logger.Warn("test clock offset: this node's wall clock is shifted; for fault tests only", "offset", off)
 	}
-	dir, err := openDataDir(cfg.DataDir)
+	dir, err := openDataDir(cfg.Node.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -397,17 +157,17 @@ func New(cfg Config) (*Server, error) {
 		s.wipeOnStop = true
 		s.Stop(context.Background())
 		if dir.fresh {
-			s.log.Info("start failed; removed what it wrote to the new data dir", "data_dir", cfg.DataDir)
+			s.log.Info("start failed; removed what it wrote to the new data dir", "data_dir", cfg.Node.DataDir)
 		}
 		return nil, err
 	}
 	if err := checkLayout(cfg); err != nil {
 		return fail(err)
 	}
-	if s.ident, err = loadIdentity(cfg.DataDir, dir.fresh, cfg.NodeID); err != nil {
+	if s.ident, err = loadIdentity(cfg.Node.DataDir, dir.fresh, cfg.Node.ID); err != nil {
 		return fail(err)
 	}
-	if cfg.Bootstrap && s.ident.ClusterID == "" && !s.ident.Adopted {
+	if cfg.Cluster.Bootstrap && s.ident.ClusterID == "" && !s.ident.Adopted {
 		// --dev forms its own cluster at once.
 		cid, err := newID()
 		if err == nil {
@@ -418,10 +178,10 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.metrics = newMetrics(s.groupStats)
-	s.metrics.reg.MustRegister(&clusterCollector{s: s}, &diskCollector{s: s}, filesystemCollector{dir: cfg.DataDir}, certCollector{cfg: cfg.TLS})
-	s.metrics.initGroups(cfg.Groups)
+	s.metrics.reg.MustRegister(&clusterCollector{s: s}, &diskCollector{s: s}, filesystemCollector{dir: cfg.Node.DataDir}, certCollector{cfg: cfg.Access.TLS})
+	s.metrics.initGroups(cfg.Layout.Groups)
 	s.registerIdentityMetrics() // identity.go
-	ls, err := newLimitsSource(cfg.LimitsFile, cfg.DefaultMaxSeries, s.log, func(ok bool) {
+	ls, err := newLimitsSource(cfg.Limits.File, cfg.Tracking.DefaultMaxSeries, s.log, func(ok bool) {
 		res := "success"
 		if !ok {
 			res = "failure"
@@ -436,19 +196,19 @@ func New(cfg Config) (*Server, error) {
 	// file) puts every endpoint under the rule table: an admin token that
 	// protected only the admin API would leave billing writes, usage reads
 	// and tracking open to anyone who reaches the node.
-	if cfg.CredentialsFile != "" || cfg.AdminToken != "" {
-		if s.creds, err = access.NewStore(cfg.CredentialsFile, cfg.AdminToken, s.log); err != nil {
+	if cfg.Access.CredentialsFile != "" || cfg.Access.AdminToken != "" {
+		if s.creds, err = access.NewStore(cfg.Access.CredentialsFile, cfg.Access.AdminToken, s.log); err != nil {
 			return fail(err)
 		}
-		if cfg.CredentialsFile != "" {
+		if cfg.Access.CredentialsFile != "" {
 			ctx, cancel := context.WithCancel(context.Background())
 			go func() { <-s.closing; cancel() }()
 			go s.creds.Watch(ctx, 2*time.Second)
 		}
 	}
-	s.nodeKeys = nodeport.NewKeys(cfg.NodeID, clusterKeys(cfg, "grpc")) // nodeauth.go
-	s.guard = s.newGuard()                                              // access.go
-	if cfg.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
+	s.nodeKeys = nodeport.NewKeys(cfg.Node.ID, clusterKeys(cfg, "grpc")) // nodeauth.go
+	s.guard = s.newGuard()                                               // access.go
+	if cfg.Access.InsecureCluster && cfg.multiNode() && !cfg.clusterSecured() {
 		s.log.Warn("INSECURE CLUSTER (--insecure-cluster): no gossip key and no TLS; gossip, raft and gRPC are plaintext and anyone who can reach these ports can read them. Give every node --gossip-keyring-file (or TLS) before this network is shared.")
 	}
 	if s.clock, err = newClock(s); err != nil { // clockport.go
@@ -459,36 +219,36 @@ func New(cfg Config) (*Server, error) {
 	if err := s.buildComponents(); err != nil {
 		return fail(err)
 	}
-	s.fsms = make([]*fsm.FSM, cfg.Groups)
+	s.fsms = make([]*fsm.FSM, cfg.Layout.Groups)
 	for g := range s.fsms {
 		gc := s.clock.Group(g)
-		f, err := fsm.New(fsm.Config{Partitions: cfg.Partitions, Groups: cfg.Groups, Shards: cfg.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.MaxClusterVersion, Modules: s.fsmModules(g),
+		f, err := fsm.New(fsm.Config{Partitions: cfg.Layout.Partitions, Groups: cfg.Layout.Groups, Shards: cfg.Layout.Shards, Group: g, Logger: s.log,
+			MaxClusterVersion: cfg.Cluster.MaxClusterVersion, Modules: s.fsmModules(g),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
 		}
 		s.fsms[g] = f
 	}
-	if err := checkRaftGroups(filepath.Join(cfg.DataDir, "raft"), cfg.Groups); err != nil { // groups.go
+	if err := checkRaftGroups(filepath.Join(cfg.Node.DataDir, "raft"), cfg.Layout.Groups); err != nil { // groups.go
 		return fail(err)
 	}
 	host, err := raftnode.New(raftnode.Config{
-		NodeID:        cfg.NodeID,
-		DataDir:       filepath.Join(cfg.DataDir, "raft"),
-		BindAddr:      cfg.RaftAddr,
-		AdvertiseAddr: cfg.RaftAdvertise,
-		Groups:        cfg.Groups,
-		Bootstrap:     cfg.Bootstrap,
-		NoSync:        cfg.RaftNoSync,
+		NodeID:        cfg.Node.ID,
+		DataDir:       filepath.Join(cfg.Node.DataDir, "raft"),
+		BindAddr:      cfg.Raft.Addr,
+		AdvertiseAddr: cfg.Raft.Advertise,
+		Groups:        cfg.Layout.Groups,
+		Bootstrap:     cfg.Cluster.Bootstrap,
+		NoSync:        cfg.Raft.NoSync,
 
-		HeartbeatTimeout:   cfg.RaftHeartbeatTimeout,
-		ElectionTimeout:    cfg.RaftElectionTimeout,
-		LeaderLeaseTimeout: cfg.RaftLeaderLeaseTimeout,
-		ServerTLS:          cfg.TLS.RaftServer,
-		ClientTLS:          cfg.TLS.RaftClient,
+		HeartbeatTimeout:   cfg.Raft.HeartbeatTimeout,
+		ElectionTimeout:    cfg.Raft.ElectionTimeout,
+		LeaderLeaseTimeout: cfg.Raft.LeaderLeaseTimeout,
+		ServerTLS:          cfg.Access.TLS.RaftServer,
+		ClientTLS:          cfg.Access.TLS.RaftClient,
 		ClusterKeys:        clusterKeys(cfg, "raft"), // nodeauth.go: the connection header is authenticated
-		MaxPendingConns:    cfg.RaftMaxPendingConns,
+		MaxPendingConns:    cfg.Raft.MaxPendingConns,
 		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
@@ -508,19 +268,19 @@ func New(cfg Config) (*Server, error) {
 	s.host = host
 	s.ctl = newController(s)       // clusterport.go
 	s.registerRaftCapMetrics(host) // portcaps.go
-	s.trackers = make([]*groupTracker, cfg.Groups)
+	s.trackers = make([]*groupTracker, cfg.Layout.Groups)
 	for g := range s.trackers {
-		lo, hi := api.GroupRange(g, cfg.Partitions, cfg.Groups)
+		lo, hi := api.GroupRange(g, cfg.Layout.Partitions, cfg.Layout.Groups)
 		s.trackers[g] = newGroupTracker(trackerConfig{
 			Group:             g,
 			PartitionsInGroup: hi - lo,
-			Partitions:        cfg.Partitions,
-			IdleMinutes:       fsm.IdleAge(int(cfg.IdleTimeout / time.Minute)),
+			Partitions:        cfg.Layout.Partitions,
+			IdleMinutes:       fsm.IdleAge(int(cfg.Tracking.IdleTimeout / time.Minute)),
 			ExpireAge:         s.expireAge(g),
-			BatchWindow:       cfg.BatchWindow,
-			MaxBatchHashes:    cfg.MaxBatchHashes,
-			MaxInFlight:       cfg.MaxInFlight,
-			ApplyTimeout:      cfg.ApplyTimeout,
+			BatchWindow:       cfg.Tracking.BatchWindow,
+			MaxBatchHashes:    cfg.Tracking.MaxBatchHashes,
+			MaxInFlight:       cfg.Tracking.MaxInFlight,
+			ApplyTimeout:      cfg.Raft.ApplyTimeout,
 			Clock:             func() time.Time { return time.UnixMilli(s.clock.Group(g).Now()) },
 			Share:             s.shares.AdmitShare(g),
 			OnReset:           s.shares.Module(g).ResetReservations,
@@ -528,7 +288,7 @@ func New(cfg Config) (*Server, error) {
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
 	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.LimitsReload) }()
+	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.Limits.Reload) }()
 	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}
@@ -553,16 +313,16 @@ func New(cfg Config) (*Server, error) {
 			c.start()
 		}
 	}
-	if !cfg.Bootstrap && cfg.BootstrapExpect == 0 {
+	if !cfg.Cluster.Bootstrap && cfg.Cluster.BootstrapExpect == 0 {
 		empty := true
-		for g := range cfg.Groups {
+		for g := range cfg.Layout.Groups {
 			if has, err := host.GroupHasState(g); err != nil || has {
 				empty = false
 			}
 		}
 		if empty {
 			s.log.Info("no raft state and neither --dev nor --bootstrap-expect: waiting for a cluster's group leaders to add this node (it needs --join, or another node joining it)",
-				"join", cfg.Join)
+				"join", cfg.Gossip.Join)
 		}
 	}
 	s.wg.Add(3)
@@ -573,10 +333,10 @@ func New(cfg Config) (*Server, error) {
 	// votes (clockbound).
 	s.clock.Attach()
 	go func() { defer s.wg.Done(); s.clock.Run(s.closing) }()
-	s.log.Info("tollgate node started", "node", cfg.NodeID, "zone", cfg.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
-		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.DataDir,
+	s.log.Info("tollgate node started", "node", cfg.Node.ID, "zone", cfg.Node.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
+		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.Node.DataDir,
 		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.clusterID(),
-		"partitions", cfg.Partitions, "groups", cfg.Groups, "shards", cfg.Shards)
+		"partitions", cfg.Layout.Partitions, "groups", cfg.Layout.Groups, "shards", cfg.Layout.Shards)
 	return s, nil
 }
 
@@ -589,12 +349,12 @@ func InitLayout(dataDir string, partitions, groups, shards int) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %s: %w", dataDir, err)
 	}
-	return checkLayout(Config{DataDir: dataDir, Partitions: partitions, Groups: groups, Shards: shards})
+	return checkLayout(Config{Node: NodeConfig{DataDir: dataDir}, Layout: LayoutConfig{Partitions: partitions, Groups: groups, Shards: shards}})
 }
 
 func checkLayout(cfg Config) error {
-	path := filepath.Join(cfg.DataDir, "cluster.json")
-	want := clusterLayout{cfg.Partitions, cfg.Groups, cfg.Shards}
+	path := filepath.Join(cfg.Node.DataDir, "cluster.json")
+	want := clusterLayout{cfg.Layout.Partitions, cfg.Layout.Groups, cfg.Layout.Shards}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		b, _ := json.MarshalIndent(want, "", "  ")
@@ -613,7 +373,7 @@ func checkLayout(cfg Config) error {
 	}
 	if have != want {
 		return fmt.Errorf("data dir %s was created with partitions=%d groups=%d shards=%d, but this node is configured with partitions=%d groups=%d shards=%d; the layout is fixed when a cluster is created",
-			cfg.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, want.Groups, want.Shards)
+			cfg.Node.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, want.Groups, want.Shards)
 	}
 	return nil
 }
@@ -715,10 +475,10 @@ func (s *Server) HTTPAddr() string {
 }
 
 // NodeID and Zone are the validated identity of this node.
-func (s *Server) NodeID() string { return s.cfg.NodeID }
+func (s *Server) NodeID() string { return s.cfg.Node.ID }
 
 // Zone is this node's availability zone.
-func (s *Server) Zone() string { return s.cfg.Zone }
+func (s *Server) Zone() string { return s.cfg.Node.Zone }
 
 // GossipAddr is the advertised serf address ("" when gossip is off).
 func (s *Server) GossipAddr() string {
@@ -831,7 +591,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		s.stopErr = errors.Join(errs...)
-		s.log.Info("tollgate node stopped", "node", s.cfg.NodeID)
+		s.log.Info("tollgate node stopped", "node", s.cfg.Node.ID)
 	})
 	return s.stopErr
 }

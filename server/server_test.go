@@ -35,17 +35,21 @@ func (c *testClock) Advance(d time.Duration) { c.unix.Add(int64(d / time.Second)
 func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.TrackerClient) {
 	t.Helper()
 	cfg := Config{
-		NodeID: "n1", DataDir: dir, Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		DefaultMaxSeries: 64, // group share 16 with P=64, G=4 (static ceil(64·16/64), movable base before moves)
-		// A single voter elects itself one heartbeat timeout after start:
-		// 400–800 ms with raftnode's defaults, most of a single-node test's
-		// time. Short timers cost nothing here (no peers: no spurious
-		// elections, the lease needs no follower); the defaults are covered
-		// by raftnode's tests and by every multi-node cluster test.
-		RaftHeartbeatTimeout: 50 * time.Millisecond, RaftElectionTimeout: 50 * time.Millisecond,
-		RaftLeaderLeaseTimeout: 50 * time.Millisecond,
-		Logger:                 slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Node:    NodeConfig{ID: "n1", DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster: ClusterConfig{Bootstrap: true},
+		Raft: RaftConfig{
+			Addr: "127.0.0.1:0",
+			// A single voter elects itself one heartbeat timeout after start:
+			// 400–800 ms with raftnode's defaults, most of a single-node test's
+			// time. Short timers cost nothing here (no peers: no spurious
+			// elections, the lease needs no follower); the defaults are covered
+			// by raftnode's tests and by every multi-node cluster test.
+			HeartbeatTimeout:   50 * time.Millisecond,
+			ElectionTimeout:    50 * time.Millisecond,
+			LeaderLeaseTimeout: 50 * time.Millisecond,
+		},
+		Tracking: TrackingConfig{DefaultMaxSeries: 64}, // group share 16 with P=64, G=4 (static ceil(64·16/64), movable base before moves)
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	}
 	if mod != nil {
 		mod(&cfg)
@@ -70,7 +74,7 @@ func startServer(t *testing.T, dir string, mod func(*Config)) (*Server, api.Trac
 
 // staticShares keeps a group's share fixed (ceil(max·n/P)): tests of one
 // group's share enforcement. Movable shares: shares_test.go.
-func staticShares(c *Config) { c.ShareMode = ShareStatic }
+func staticShares(c *Config) { c.Shares.Mode = ShareStatic }
 
 func stop(t *testing.T, s *Server) {
 	t.Helper()
@@ -150,7 +154,7 @@ func TestLimitExactlyAtGroupShare(t *testing.T) {
 }
 
 func TestConcurrentRequestsNeverExceedShare(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 6400; c.ShareMode = ShareStatic }) // share 1600
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Tracking.DefaultMaxSeries = 6400; c.Shares.Mode = ShareStatic }) // share 1600
 	defer stop(t, s)
 	type res struct {
 		hs, rej []uint64
@@ -220,7 +224,11 @@ func TestAcceptedSurvivesRestartAndLowerLimit(t *testing.T) {
 	// A still wall clock: the group's minute does not move, so no expiry
 	// entry lands while the test compares state images across the restart.
 	clk := newTestClock()
-	mod := func(c *Config) { c.LimitsFile = limits; c.LimitsReload = 20 * time.Millisecond; c.Clock = clk.Now }
+	mod := func(c *Config) {
+		c.Limits.File = limits
+		c.Limits.Reload = 20 * time.Millisecond
+		c.Clock.Now = clk.Now
+	}
 	s, c := startServer(t, filepath.Join(dir, "data"), mod)
 	acc := hashesIn(9, 3, 80)
 	if rej := track(t, c, "t1", 3, acc); len(rej) != 0 {
@@ -288,7 +296,11 @@ func snapshotOf(t *testing.T, s *Server, g int) []byte {
 
 func TestIdleExpiryWithInjectedClock(t *testing.T) {
 	clk := newTestClock()
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Clock = clk.Now; c.IdleTimeout = 20 * time.Minute; c.ShareMode = ShareStatic })
+	s, c := startServer(t, t.TempDir(), func(c *Config) {
+		c.Clock.Now = clk.Now
+		c.Tracking.IdleTimeout = 20 * time.Minute
+		c.Shares.Mode = ShareStatic
+	})
 	defer stop(t, s)
 	old := hashesIn(20, 0, 16)
 	if rej := track(t, c, "t1", 0, old); len(rej) != 0 {
@@ -314,7 +326,7 @@ func TestIdleExpiryWithInjectedClock(t *testing.T) {
 }
 
 func TestBadInputCodes(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.MaxHashesPerRequest = 10 })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Tracking.MaxHashesPerRequest = 10 })
 	defer stop(t, s)
 	ctx := context.Background()
 	cases := []struct {
@@ -360,7 +372,7 @@ func TestLayoutIsFixed(t *testing.T) {
 	dir := t.TempDir()
 	s, _ := startServer(t, dir, nil)
 	stop(t, s)
-	_, err := New(Config{NodeID: "n1", DataDir: dir, Partitions: 32, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0"})
+	_, err := New(Config{Node: NodeConfig{ID: "n1", DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"}, Layout: LayoutConfig{Partitions: 32}, Raft: RaftConfig{Addr: "127.0.0.1:0"}})
 	if err == nil {
 		t.Fatal("node started with a different partition count than its data")
 	}

@@ -16,7 +16,7 @@ import (
 // Movable shares (service/shares.Node) on this node: the limits and usage
 // they read, and the Shares gRPC service behind the admin rule.
 
-// Share modes (Config.ShareMode): see sharessvc.ModeMovable and ModeStatic.
+// Share modes (Config.Shares.Mode): see sharessvc.ModeMovable and ModeStatic.
 const (
 	ShareMovable = sharessvc.ModeMovable
 	ShareStatic  = sharessvc.ModeStatic
@@ -28,9 +28,9 @@ type TenantShares = sharessvc.TenantShares
 func (s *Server) newShares() (*sharessvc.Node, error) {
 	return sharessvc.NewNode(sharessvc.NodeConfig{
 		Port:       nodePort{s},
-		Partitions: s.cfg.Partitions,
-		Groups:     s.cfg.Groups,
-		Mode:       s.cfg.ShareMode,
+		Partitions: s.cfg.Layout.Partitions,
+		Groups:     s.cfg.Layout.Groups,
+		Mode:       s.cfg.Shares.Mode,
 		Limit: func(g int, tenant string) (int64, uint64) {
 			l := s.groupLimits(g)
 			var v uint64
@@ -40,8 +40,8 @@ func (s *Server) newShares() (*sharessvc.Node, error) {
 			return l.For(tenant).MaxSeries, v
 		},
 		Fixed: func(g int, tenant string) int64 {
-			lo, hi := api.GroupRange(g, s.cfg.Partitions, s.cfg.Groups)
-			return GroupShare(s.groupLimits(g).For(tenant).MaxSeries, hi-lo, s.cfg.Partitions)
+			lo, hi := api.GroupRange(g, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)
+			return GroupShare(s.groupLimits(g).For(tenant).MaxSeries, hi-lo, s.cfg.Layout.Partitions)
 		},
 		Usage:     func(g int, t string) (int64, int64) { return s.fsms[g].TenantUsage(t) },
 		Exclusive: func(g int, fn func() error) error { return s.trackers[g].t.Exclusive(fn) },
@@ -130,10 +130,10 @@ func (s *Server) tenantSharesRPC(in *api.TenantSharesRequest) (*api.TenantShares
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	if !s.KnownTenant(in.Tenant) {
-		return nil, status.Errorf(codes.NotFound, "tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the runtime limits", in.Tenant, s.cfg.NodeID)
+		return nil, status.Errorf(codes.NotFound, "tenant %q is unknown on node %s: it never sent series to the groups this node holds and has no entry in the runtime limits", in.Tenant, s.cfg.Node.ID)
 	}
 	u := s.Usage(in.Tenant)
-	out := &api.TenantSharesResponse{Tenant: in.Tenant, MaxSeries: u.MaxSeries, ShareMode: s.cfg.ShareMode, NodeId: s.cfg.NodeID}
+	out := &api.TenantSharesResponse{Tenant: in.Tenant, MaxSeries: u.MaxSeries, ShareMode: s.cfg.Shares.Mode, NodeId: s.cfg.Node.ID}
 	for g, ts := range u.ShareMoves {
 		gs := &api.GroupShare{Group: uint32(g), Base: ts.Base, Delta: ts.Delta, Share: ts.Share, Series: u.PerGroup[g],
 			Given: ts.Given, Received: ts.Received, Moves: ts.Moves}

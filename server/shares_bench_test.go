@@ -40,10 +40,14 @@ func BenchmarkFalseRejections(b *testing.B) {
 	for _, mode := range []string{ShareStatic, ShareMovable} {
 		results[mode] = map[int64]map[float64]*cell{}
 		dir := b.TempDir()
-		s, err := New(Config{NodeID: "n1", DataDir: dir, Bootstrap: true, RaftNoSync: false,
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", ShareMode: mode,
-			LimitsFile: writeLimits(b, dir, limits),
-			Logger:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+		s, err := New(Config{
+			Node:    NodeConfig{ID: "n1", DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+			Cluster: ClusterConfig{Bootstrap: true},
+			Raft:    RaftConfig{NoSync: false, Addr: "127.0.0.1:0"},
+			Shares:  SharesConfig{Mode: mode},
+			Limits:  LimitsConfig{File: writeLimits(b, dir, limits)},
+			Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -14,7 +14,7 @@ import (
 // sumShares adds every group's share of tenant as node s's replicas see them,
 // plus the headroom in transit (given, not yet received).
 func sumShares(s *Server, tenant string) (sum, inTransit int64) {
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		v := s.shares.TenantShares(g, tenant)
 		sum += v.Share
 		for _, o := range v.Outstanding {
@@ -47,9 +47,9 @@ func randomFill(t *testing.T, c api.TrackerClient, tenant string, seed uint64, n
 // 65th is rejected, and the shares still sum to the limit. The node runs
 // the default share mode, which must be movable.
 func TestMovableSharesExactAtLimit(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64 })
-	if s.cfg.ShareMode != ShareMovable {
-		t.Fatalf("default share mode %q, want %q", s.cfg.ShareMode, ShareMovable)
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Tracking.DefaultMaxSeries = 64 })
+	if s.cfg.Shares.Mode != ShareMovable {
+		t.Fatalf("default share mode %q, want %q", s.cfg.Shares.Mode, ShareMovable)
 	}
 	defer stop(t, s)
 	for seed := range uint64(5) {
@@ -78,7 +78,7 @@ func TestMovableSharesExactAtLimit(t *testing.T) {
 // headroom away is near its limit at a usage the static split would call far,
 // and a group that borrowed is near although it is above its split.
 func TestNearLimitFollowsMovableShares(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.DefaultMaxSeries = 64 })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Tracking.DefaultMaxSeries = 64 })
 	defer stop(t, s)
 	// 44 series in group 0 (partitions 0..15): 28 borrowed from groups 1..3.
 	for p := range 4 {
@@ -117,12 +117,12 @@ func TestNearLimitFollowsMovableShares(t *testing.T) {
 // The static mode keeps today's split (the benchmark baseline): a group
 // stops at ceil(64·16/64) = 16.
 func TestStaticShareMode(t *testing.T) {
-	s, c := startServer(t, t.TempDir(), func(c *Config) { c.ShareMode = ShareStatic })
+	s, c := startServer(t, t.TempDir(), func(c *Config) { c.Shares.Mode = ShareStatic })
 	defer stop(t, s)
 	if rej := track(t, c, "t", 0, hashesIn(1, 0, 20)); len(rej) != 4 {
 		t.Fatalf("static: %d rejected, want 4", len(rej))
 	}
-	if _, err := New(Config{ShareMode: "bogus"}); err == nil {
+	if _, err := New(Config{Shares: SharesConfig{Mode: "bogus"}}); err == nil {
 		t.Fatal("bad share mode accepted")
 	}
 }
@@ -174,10 +174,10 @@ func TestStaticHonoursMovedHeadroom(t *testing.T) {
 // group that gave headroom is stopped, a transfer left outstanding is
 // delivered and Σ shares stays equal to the limit.
 func TestMovableSharesCluster(t *testing.T) {
-	tc := startCluster(t, 3, func(_ int, c *Config) { c.DefaultMaxSeries = 300; c.ShareMode = ShareMovable })
+	tc := startCluster(t, 3, func(_ int, c *Config) { c.Tracking.DefaultMaxSeries = 300; c.Shares.Mode = ShareMovable })
 	leaders := map[string]bool{}
 	for g := range 4 {
-		leaders[tc.leader(g).cfg.NodeID] = true
+		leaders[tc.leader(g).cfg.Node.ID] = true
 	}
 	s := tc.leader(0)
 	// Through the current leader, retrying what a client retries: on a

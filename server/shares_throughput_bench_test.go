@@ -66,10 +66,15 @@ func BenchmarkShareModeThroughput(b *testing.B) {
 		if err := os.WriteFile(lim, []byte("tenants:\n  bench:\n    max_series: 100000000\n"), 0o644); err != nil {
 			b.Fatal(err)
 		}
-		s, err := New(Config{NodeID: "n-" + mode, DataDir: dir, Bootstrap: true,
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", ShareMode: mode, LimitsFile: lim,
-			Clock:  func() time.Time { return time.Now().Add(time.Duration(n.offset.Load()) * time.Minute) },
-			Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))})
+		s, err := New(Config{
+			Node:    NodeConfig{ID: "n-" + mode, DataDir: dir, GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+			Cluster: ClusterConfig{Bootstrap: true},
+			Raft:    RaftConfig{Addr: "127.0.0.1:0"},
+			Shares:  SharesConfig{Mode: mode},
+			Limits:  LimitsConfig{File: lim},
+			Clock:   ClockConfig{Now: func() time.Time { return time.Now().Add(time.Duration(n.offset.Load()) * time.Minute) }},
+			Logger:  slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -24,7 +24,7 @@ type SketchStatus = partitionlimit.NodeStatus
 func (s *Server) newSketches() error {
 	c := s.cfg.Sketches
 	h, err := partitionlimit.New(partitionlimit.Config{
-		NodeID: s.cfg.NodeID, Precision: c.Precision, WindowMinutes: c.WindowMinutes,
+		NodeID: s.cfg.Node.ID, Precision: c.Precision, WindowMinutes: c.WindowMinutes,
 		// The window follows the cluster's median clock (this node's wall
 		// clock corrected by its measured offset), so a node whose clock is
 		// off, even beyond the bound, keeps the same minutes as its peers
@@ -73,7 +73,7 @@ func (s *Server) startSketchLoops() {
 func (s *Server) sketchPeers() []partitionlimit.Peer {
 	var out []partitionlimit.Peer
 	for _, m := range s.memberList() {
-		if m.ID != s.cfg.NodeID && m.Status == membership.StatusAlive && m.GRPCAddr != "" {
+		if m.ID != s.cfg.Node.ID && m.Status == membership.StatusAlive && m.GRPCAddr != "" {
 			out = append(out, partitionlimit.Peer{ID: m.ID, Addr: m.GRPCAddr})
 		}
 	}

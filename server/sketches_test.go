@@ -35,7 +35,7 @@ func writeSketchLimits(tb testing.TB) string {
 // /api/v1/sketches and /metrics.
 func TestSketchesService(t *testing.T) {
 	limits := writeSketchLimits(t)
-	tc := startCluster(t, 1, func(_ int, c *Config) { c.HTTPAddr = "127.0.0.1:0"; c.LimitsFile = limits })
+	tc := startCluster(t, 1, func(_ int, c *Config) { c.Node.HTTPAddr = "127.0.0.1:0"; c.Limits.File = limits })
 	s := tc.nodes[0]
 	cc, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()), testTokenAuth)
 	if err != nil {
@@ -158,7 +158,7 @@ func TestSketchWindowOnSkewedNode(t *testing.T) {
 	}
 	limits := writeSketchLimits(t)
 	skew := []time.Duration{0, 450 * time.Millisecond, -30 * time.Minute}
-	tc := startCluster(t, 3, func(i int, c *Config) { c.LimitsFile = limits; c.TestClockOffset = skew[i] })
+	tc := startCluster(t, 3, func(i int, c *Config) { c.Limits.File = limits; c.Clock.TestOffset = skew[i] })
 	slow := tc.nodes[2]
 	waitFor(t, "n3 measured out of bound", func() bool {
 		st := slow.clock.Status()
@@ -176,10 +176,10 @@ func TestSketchWindowOnSkewedNode(t *testing.T) {
 		resp, err := api.NewSketchesClient(cc).PushSketches(ctx, &api.PushSketchesRequest{Precision: 11, Sketches: []*api.Sketch{
 			{Tenant: "t1", Partition: uint32(i + 1), Minute: now, Sparse: []uint32{api.HLLSparseEntry(5, 3)}}}})
 		if err != nil {
-			t.Fatalf("node %s (clock %v off): current minute refused: %v", s.cfg.NodeID, skew[i+1], err)
+			t.Fatalf("node %s (clock %v off): current minute refused: %v", s.cfg.Node.ID, skew[i+1], err)
 		}
 		if resp.Changed != 1 || resp.NodeMinute < now || resp.NodeMinute > now+1 {
-			t.Fatalf("node %s (clock %v off): %+v, want 1 changed and node minute %d (or the next)", s.cfg.NodeID, skew[i+1], resp, now)
+			t.Fatalf("node %s (clock %v off): %+v, want 1 changed and node minute %d (or the next)", s.cfg.Node.ID, skew[i+1], resp, now)
 		}
 	}
 }

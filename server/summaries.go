@@ -23,22 +23,22 @@ type summarySource struct{ s *Server }
 func (src summarySource) Replica(g int) (uint64, string) {
 	s := src.s
 	if !s.hostsGroup(g) {
-		return 0, fmt.Sprintf("node %s holds no replica of group %d", s.cfg.NodeID, g)
+		return 0, fmt.Sprintf("node %s holds no replica of group %d", s.cfg.Node.ID, g)
 	}
 	if halted, why := s.fsms[g].Halted(); halted {
-		return 0, fmt.Sprintf("group %d is halted on %s: %s", g, s.cfg.NodeID, why)
+		return 0, fmt.Sprintf("group %d is halted on %s: %s", g, s.cfg.Node.ID, why)
 	}
 	if !s.host.GroupLoaded(g) {
-		return 0, fmt.Sprintf("group %d is replaying its local state on %s", g, s.cfg.NodeID)
+		return 0, fmt.Sprintf("group %d is replaying its local state on %s", g, s.cfg.Node.ID)
 	}
 	r := s.host.Raft(g)
 	if r.State() != raft.Leader {
 		last := r.LastContact()
 		if last.IsZero() {
-			return 0, fmt.Sprintf("group %d on %s: no contact with a leader yet", g, s.cfg.NodeID)
+			return 0, fmt.Sprintf("group %d on %s: no contact with a leader yet", g, s.cfg.Node.ID)
 		}
 		if silent := time.Since(last); silent > summaryMaxSilence {
-			return 0, fmt.Sprintf("group %d on %s: no contact with a leader for %v", g, s.cfg.NodeID, silent.Round(time.Second))
+			return 0, fmt.Sprintf("group %d on %s: no contact with a leader for %v", g, s.cfg.Node.ID, silent.Round(time.Second))
 		}
 	}
 	return s.fsms[g].AppliedIndex(), ""
@@ -49,7 +49,7 @@ func (src summarySource) Near(g int) []string { return src.s.closeToLimit(g) }
 // startSummaries creates the summary hub (before startGRPC registers its
 // service) and runs it until the node stops.
 func (s *Server) startSummaries() error {
-	hub, err := summaries.New(summaries.Config{Groups: s.cfg.Groups, Source: summarySource{s}, NodeID: s.cfg.NodeID, Logger: s.log})
+	hub, err := summaries.New(summaries.Config{Groups: s.cfg.Layout.Groups, Source: summarySource{s}, NodeID: s.cfg.Node.ID, Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("summary hub: %w", err)
 	}

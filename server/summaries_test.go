@@ -105,8 +105,11 @@ func TestWatchSummariesSingleNode(t *testing.T) {
 // of any group (it waits to be added) says so per group instead of sending
 // empty sets a client would trust.
 func TestWatchSummariesUnavailableWithoutReplica(t *testing.T) {
-	s, err := New(Config{NodeID: "lonely", DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.DiscardHandler)})
+	s, err := New(Config{
+		Node:   NodeConfig{ID: "lonely", DataDir: t.TempDir(), GRPCAddr: "127.0.0.1:0", HTTPAddr: "-"},
+		Raft:   RaftConfig{Addr: "127.0.0.1:0"},
+		Logger: slog.New(slog.DiscardHandler),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -41,7 +41,7 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 	var lags []string // each lagging node once, whatever the number of groups
 	var lagGroups []string
 	need, _ := fsm.LookupEntryType(fsm.EntryDropTenant)
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		if !s.hostsGroup(g) {
 			continue
 		}
@@ -64,9 +64,9 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 		gd  *api.GroupDrop
 		err error
 	}
-	res := make([]result, s.cfg.Groups)
+	res := make([]result, s.cfg.Layout.Groups)
 	var wg sync.WaitGroup
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -139,5 +139,5 @@ func (a *adminService) dropTenantGroup(ctx context.Context, g int, tenant string
 		return nil, status.Errorf(codes.Internal, "group %d: drop-tenant applied with an unexpected result %T", g, out)
 	}
 	s.log.Info("admin: drop-tenant applied", "group", g, "tenant", tenant, "removed", dr.Removed, "index", index)
-	return &api.GroupDrop{Group: uint32(g), Removed: uint64(dr.Removed), Index: index, LeaderId: s.cfg.NodeID}, nil
+	return &api.GroupDrop{Group: uint32(g), Removed: uint64(dr.Removed), Index: index, LeaderId: s.cfg.Node.ID}, nil
 }

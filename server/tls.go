@@ -32,44 +32,44 @@ type TLSConfig struct {
 
 func (c *TLSConfig) validate() error {
 	if c.GRPC != nil && c.Peer == nil {
-		return errors.New("config: TLS.GRPC is set but TLS.Peer is not: nodes call each other's gRPC API and must dial with TLS too")
+		return errors.New("config: Access.TLS.GRPC is set but Access.TLS.Peer is not: nodes call each other's gRPC API and must dial with TLS too")
 	}
 	if (c.RaftServer == nil) != (c.RaftClient == nil) {
-		return errors.New("config: TLS.RaftServer and TLS.RaftClient must be set together")
+		return errors.New("config: Access.TLS.RaftServer and Access.TLS.RaftClient must be set together")
 	}
 	return nil
 }
 
 // grpcCreds is the gRPC listener's transport: TLS when TLS.GRPC is set.
 func (s *Server) grpcCreds() grpc.ServerOption {
-	if s.cfg.TLS.GRPC == nil {
+	if s.cfg.Access.TLS.GRPC == nil {
 		return grpc.Creds(insecure.NewCredentials())
 	}
-	return grpc.Creds(credentials.NewTLS(s.cfg.TLS.GRPC))
+	return grpc.Creds(credentials.NewTLS(s.cfg.Access.TLS.GRPC))
 }
 
 // peerCredentials are the transport credentials of calls to other nodes. The
 // server name is taken from each peer's advertised address, so node
 // certificates must hold those names or IPs.
 func (s *Server) peerCredentials() grpc.DialOption {
-	if s.cfg.TLS.Peer == nil {
+	if s.cfg.Access.TLS.Peer == nil {
 		return grpc.WithTransportCredentials(insecure.NewCredentials())
 	}
-	return grpc.WithTransportCredentials(credentials.NewTLS(s.cfg.TLS.Peer))
+	return grpc.WithTransportCredentials(credentials.NewTLS(s.cfg.Access.TLS.Peer))
 }
 
 // serveHTTP serves plain HTTP, or HTTPS when TLS.HTTP is set.
 func (s *Server) serveHTTP(lis net.Listener) error {
-	if s.cfg.TLS.HTTP == nil {
+	if s.cfg.Access.TLS.HTTP == nil {
 		return s.http.Serve(lis)
 	}
-	s.http.TLSConfig = s.cfg.TLS.HTTP.Clone()
+	s.http.TLSConfig = s.cfg.Access.TLS.HTTP.Clone()
 	return s.http.ServeTLS(lis, "", "")
 }
 
 // HTTPScheme is "https" when the HTTP listener serves TLS, else "http".
 func (s *Server) HTTPScheme() string {
-	if s.cfg.TLS.HTTP != nil {
+	if s.cfg.Access.TLS.HTTP != nil {
 		return "https"
 	}
 	return "http"

@@ -88,8 +88,8 @@ func clientTLS(t *testing.T, cert, key, ca string) *tls.Config {
 func TestTLSClientAuthAndAdminToken(t *testing.T) {
 	f, other := testPKI(t), testPKI(t)
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
-		c.AdminToken = testToken
+		c.Access.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
+		c.Access.AdminToken = testToken
 	})
 	defer stop(t, s)
 	hs := hashesIn(1, 0, 3)
@@ -166,9 +166,9 @@ func TestTLSClientAuthAndAdminToken(t *testing.T) {
 func TestTLSHTTPWithoutClientAuth(t *testing.T) {
 	f := testPKI(t)
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
-		c.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
+		c.Access.TLS = nodeTLS(t, f, "n1", tlsutil.ClientAuthRequire)
 		var err error
-		if c.TLS.HTTP, err = tlsutil.ServerConfig(f.Nodes["n1"][0], f.Nodes["n1"][1], f.CA, tlsutil.ClientAuthNone); err != nil {
+		if c.Access.TLS.HTTP, err = tlsutil.ServerConfig(f.Nodes["n1"][0], f.Nodes["n1"][1], f.CA, tlsutil.ClientAuthNone); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -211,9 +211,9 @@ func (w *syncBuffer) count(s string) int {
 func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 	f, other := testPKI(t), testPKI(t)
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.TLS = nodeTLS(t, f, fmt.Sprintf("n%d", i+1), tlsutil.ClientAuthRequire)
-		c.LeaderBalanceInterval = -1
-		c.DisableAutoPlace = true
+		c.Access.TLS = nodeTLS(t, f, fmt.Sprintf("n%d", i+1), tlsutil.ClientAuthRequire)
+		c.Cluster.LeaderBalanceInterval = -1
+		c.Cluster.DisableAutoPlace = true
 	})
 	ctx := adminCtx(t)
 	client := clientTLS(t, f.Client, f.ClientKey, f.CA)
@@ -258,7 +258,7 @@ func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 				time.Sleep(200 * time.Millisecond)
 			}
 			if err != nil {
-				t.Fatalf("metering start %s through %s (forwarded over TLS when it does not lead the group): %v", inst, n.cfg.NodeID, err)
+				t.Fatalf("metering start %s through %s (forwarded over TLS when it does not lead the group): %v", inst, n.cfg.Node.ID, err)
 			}
 		}
 	}
@@ -267,11 +267,24 @@ func TestTLSClusterRejectsRaftPeerOfAnotherCA(t *testing.T) {
 	// through its member entry before promoting it), with the cluster's
 	// gossip key.
 	extra := func(node string, tlsc TLSConfig, logs io.Writer) *Server {
-		tlsc.GossipKeys = tc.nodes[0].cfg.TLS.GossipKeys
-		s, err := New(Config{NodeID: node, Zone: "zone-x", DataDir: t.TempDir(),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: testToken,
-			GossipAddr: "127.0.0.1:0", GossipProbeInterval: 200 * time.Millisecond, Join: []string{tc.nodes[0].GossipAddr()},
-			TLS: tlsc, Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		tlsc.GossipKeys = tc.nodes[0].cfg.Access.TLS.GossipKeys
+		s, err := New(Config{
+			Node: NodeConfig{
+				ID:       node,
+				Zone:     "zone-x",
+				DataDir:  t.TempDir(),
+				GRPCAddr: "127.0.0.1:0",
+				HTTPAddr: "-",
+			},
+			Raft:   RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+			Access: AccessConfig{AdminToken: testToken, TLS: tlsc},
+			Gossip: GossipConfig{
+				Addr:          "127.0.0.1:0",
+				ProbeInterval: 200 * time.Millisecond,
+				Join:          []string{tc.nodes[0].GossipAddr()},
+			},
+			Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -46,8 +46,8 @@ func TestDashboard(t *testing.T) {
 	}
 	const limit = 400 // max_series for every tenant; group share 100 with P=64, G=4
 	tc := startCluster(t, 3, func(i int, c *Config) {
-		c.HTTPAddr = "127.0.0.1:0"
-		c.DefaultMaxSeries = limit
+		c.Node.HTTPAddr = "127.0.0.1:0"
+		c.Tracking.DefaultMaxSeries = limit
 	})
 	// The browser opens the dashboard of a node that leads a group, so the
 	// request and series rates it counts itself are not all zero; the node
@@ -253,7 +253,7 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("click Overview: %v", err)
 	}
 	dead := tc.nodes[victim]
-	deadID := dead.cfg.NodeID
+	deadID := dead.cfg.Node.ID
 	if err := dead.members.Shutdown(); err != nil {
 		t.Fatalf("shut down %s's gossip: %v", deadID, err)
 	}
@@ -307,7 +307,7 @@ func dashboardLoad(ctx context.Context, tc *testCluster) {
 			return // no load: the rates on the page read 0
 		}
 		defer cc.Close()
-		clients[s.cfg.NodeID] = api.NewTrackerClient(cc)
+		clients[s.cfg.Node.ID] = api.NewTrackerClient(cc)
 	}
 	added := 0
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -322,7 +322,7 @@ func dashboardLoad(ctx context.Context, tc *testCluster) {
 			var c api.TrackerClient
 			for _, s := range tc.nodes {
 				if s.Raft(g).State() == raft.Leader {
-					c = clients[s.cfg.NodeID]
+					c = clients[s.cfg.Node.ID]
 				}
 			}
 			if c == nil {

@@ -27,8 +27,8 @@ func (s *Server) overviewHandler() http.Handler {
 // overview reads the node's overview, all but the rates, and their inputs.
 func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 	ov := Overview{
-		Node: s.cfg.NodeID, Zone: s.cfg.Zone, NotReadyReason: s.NotReadyReason(),
-		Time: time.Now().UTC(), Partitions: s.cfg.Partitions, NearLimitFraction: s.cfg.NearLimitFraction,
+		Node: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, NotReadyReason: s.NotReadyReason(),
+		Time: time.Now().UTC(), Partitions: s.cfg.Layout.Partitions, NearLimitFraction: s.cfg.Summaries.NearLimitFraction,
 	}
 	ov.Ready = ov.NotReadyReason == ""
 
@@ -53,7 +53,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 	health := map[string]string{}
 	if view != nil {
 		for _, m := range view.Members {
-			mo := ui.MemberOverview{ID: m.Id, Zone: m.Zone, GRPC: m.GrpcAddress, Status: m.Status, Health: m.Status, Self: m.Id == s.cfg.NodeID}
+			mo := ui.MemberOverview{ID: m.Id, Zone: m.Zone, GRPC: m.GrpcAddress, Status: m.Status, Health: m.Status, Self: m.Id == s.cfg.Node.ID}
 			if m.Status == membership.StatusAlive && nodes[m.Id] == nil {
 				mo.Health = "unreachable"
 			}
@@ -62,7 +62,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 			}
 			if off, ok := s.clock.OffsetFromMedian(m.Id); ok {
 				ns := int64(off)
-				mo.ClockOffsetNs, mo.ClockOutOfBound = &ns, off > s.cfg.MaxClockOffset || off < -s.cfg.MaxClockOffset
+				mo.ClockOffsetNs, mo.ClockOutOfBound = &ns, off > s.cfg.Clock.MaxOffset || off < -s.cfg.Clock.MaxOffset
 			}
 			health[m.Id] = mo.Health
 			z := zones[m.Zone]
@@ -81,7 +81,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 
 	var active int64
 	var applied uint64
-	for g := range s.cfg.Groups {
+	for g := range s.cfg.Layout.Groups {
 		lo, hi := s.fsms[g].PartitionRange()
 		st := s.fsms[g].Stats()
 		gov := ui.GroupOverview{Group: g, Partitions: [2]int{lo, hi}, Series: st.Series, Tenants: st.Tenants}
@@ -141,7 +141,7 @@ func (s *Server) tenantOverview() []ui.TenantOverview {
 		if to.Limit > 0 {
 			to.Fraction = float64(to.Active) / float64(to.Limit)
 		}
-		to.Near = len(to.NearGroups) > 0 || (to.Limit > 0 && to.Fraction >= s.cfg.NearLimitFraction)
+		to.Near = len(to.NearGroups) > 0 || (to.Limit > 0 && to.Fraction >= s.cfg.Summaries.NearLimitFraction)
 		out = append(out, *to)
 	}
 	slices.SortFunc(out, func(a, b ui.TenantOverview) int {

@@ -19,7 +19,7 @@ import (
 )
 
 // Rolling upgrades. Every node advertises the highest cluster version its build
-// supports (serf tag "ver", Config.MaxClusterVersion). A leader appends an entry
+// supports (serf tag "ver", Config.Cluster.MaxClusterVersion). A leader appends an entry
 // of a type introduced in cluster version v only when every server of the
 // group's raft configuration advertises v or more — a server that is down
 // counting with the version it last advertised (see cluster.VersionLag); otherwise the
@@ -30,7 +30,7 @@ import (
 
 // maxClusterVersionEnv lowers the cluster version a node supports, so that a
 // current binary behaves like an older one (upgrade tests). Read only when
-// Config.MaxClusterVersion is 0.
+// Config.Cluster.MaxClusterVersion is 0.
 const maxClusterVersionEnv = "TOLLGATE_MAX_CLUSTER_VERSION"
 
 // haltTransferEvery spaces the leadership transfers a halted leader attempts.
@@ -46,29 +46,29 @@ type versionState struct {
 	lastTransfer map[int]time.Time
 }
 
-// resolveClusterVersion fills cfg.MaxClusterVersion: the field, else the
+// resolveClusterVersion fills cfg.Cluster.MaxClusterVersion: the field, else the
 // environment switch, else everything this build supports.
 func resolveClusterVersion(cfg *Config) error {
-	if cfg.MaxClusterVersion == 0 {
+	if cfg.Cluster.MaxClusterVersion == 0 {
 		if v := os.Getenv(maxClusterVersionEnv); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {
 				return fmt.Errorf("config: %s=%q: want an integer in [1, %d]", maxClusterVersionEnv, v, fsm.CurrentClusterVersion)
 			}
-			cfg.MaxClusterVersion = n
+			cfg.Cluster.MaxClusterVersion = n
 		} else {
-			cfg.MaxClusterVersion = fsm.CurrentClusterVersion
+			cfg.Cluster.MaxClusterVersion = fsm.CurrentClusterVersion
 		}
 	}
-	if cfg.MaxClusterVersion < 1 || cfg.MaxClusterVersion > fsm.CurrentClusterVersion {
+	if cfg.Cluster.MaxClusterVersion < 1 || cfg.Cluster.MaxClusterVersion > fsm.CurrentClusterVersion {
 		return fmt.Errorf("config: max cluster version %d: must be in [1, %d] (this build supports up to %d)",
-			cfg.MaxClusterVersion, fsm.CurrentClusterVersion, fsm.CurrentClusterVersion)
+			cfg.Cluster.MaxClusterVersion, fsm.CurrentClusterVersion, fsm.CurrentClusterVersion)
 	}
 	return nil
 }
 
 // MaxClusterVersion is the highest cluster version this node applies and advertises.
-func (s *Server) MaxClusterVersion() int { return s.cfg.MaxClusterVersion }
+func (s *Server) MaxClusterVersion() int { return s.cfg.Cluster.MaxClusterVersion }
 
 // groupSupports reports whether every server of group g's raft configuration
 // (voters and non-voters: both apply the log) supports cluster version
@@ -78,9 +78,9 @@ func (s *Server) MaxClusterVersion() int { return s.cfg.MaxClusterVersion }
 func (s *Server) groupSupports(g, version int) (ok bool, lagging []string) {
 	fut := s.host.Raft(g).GetConfiguration()
 	if err := fut.Error(); err != nil {
-		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.NodeID, err)}
+		return false, []string{fmt.Sprintf("group %d's configuration is not readable on %s (%v)", g, s.cfg.Node.ID, err)}
 	}
-	lagging = cluster.VersionLag(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging = cluster.VersionLag(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.Node.ID, s.cfg.Cluster.MaxClusterVersion, version)
 	return len(lagging) == 0, lagging
 }
 
@@ -97,7 +97,7 @@ func (s *Server) versionGate(g, version int) gate {
 	if fut.Error() != nil {
 		return gateUnknown
 	}
-	lagging, unknown := cluster.VersionLagUnknown(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.NodeID, s.cfg.MaxClusterVersion, version)
+	lagging, unknown := cluster.VersionLagUnknown(fut.Configuration().Servers, s.memberList(), s.recordedVersion, s.cfg.Node.ID, s.cfg.Cluster.MaxClusterVersion, version)
 	switch {
 	case len(lagging) == 0:
 		return gateOpen
@@ -161,12 +161,12 @@ func (s *Server) appendVersioned(g int, typ byte, data []byte) (wait func(contex
 	}
 	r := s.host.Raft(g)
 	if r.State() != raft.Leader {
-		return nil, status.Errorf(codes.Unavailable, "group %d: %s no longer leads it; retry", g, s.cfg.NodeID)
+		return nil, status.Errorf(codes.Unavailable, "group %d: %s no longer leads it; retry", g, s.cfg.Node.ID)
 	}
 	if err := s.checkEntryType(g, typ); err != nil {
 		return nil, err
 	}
-	fut := r.Apply(data, s.cfg.ApplyTimeout)
+	fut := r.Apply(data, s.cfg.Raft.ApplyTimeout)
 	return func(ctx context.Context) (any, uint64, error) {
 		done := make(chan error, 1)
 		go func() { done <- fut.Error() }()
@@ -193,7 +193,7 @@ func (s *Server) appendVersioned(g int, typ byte, data []byte) (wait func(contex
 // on this node, else nil.
 func (s *Server) haltedStatus(g int) error {
 	if halted, why := s.fsms[g].Halted(); halted {
-		return status.Errorf(codes.Unavailable, "group %d is halted on %s and cannot serve as its leader: %s", g, s.cfg.NodeID, why)
+		return status.Errorf(codes.Unavailable, "group %d is halted on %s and cannot serve as its leader: %s", g, s.cfg.Node.ID, why)
 	}
 	return nil
 }
@@ -249,7 +249,7 @@ func (s *Server) enforceHalts() {
 			tr.setLeader(false)
 		}
 		r := s.host.Raft(g)
-		if r.State() != raft.Leader || time.Since(s.vers.lastTransfer[g]) < haltTransferEvery || !hasOtherVoter(r, s.cfg.NodeID) {
+		if r.State() != raft.Leader || time.Since(s.vers.lastTransfer[g]) < haltTransferEvery || !hasOtherVoter(r, s.cfg.Node.ID) {
 			continue
 		}
 		if s.vers.lastTransfer == nil {
@@ -299,7 +299,7 @@ func hasOtherVoter(r *raft.Raft, self string) bool {
 // 2, such a group sends 60: those builds then expire series of age 60, as they
 // always did, and nothing diverges. Checked once per minute per group.
 func (s *Server) expireAge(g int) func() int {
-	timeout := int(s.cfg.IdleTimeout / time.Minute)
+	timeout := int(s.cfg.Tracking.IdleTimeout / time.Minute)
 	age := fsm.IdleAge(timeout)
 	if age <= fsm.MaxIdleMinutes {
 		return nil

@@ -45,8 +45,8 @@ func startOldNewCluster(t *testing.T) (*testCluster, Config) {
 	var oldCfg Config
 	tc := startCluster(t, 3, func(i int, c *Config) {
 		if i == 2 {
-			c.GRPCAddr, c.RaftAddr, c.GossipAddr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
-			c.MaxClusterVersion = 1
+			c.Node.GRPCAddr, c.Raft.Addr, c.Gossip.Addr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
+			c.Cluster.MaxClusterVersion = 1
 			oldCfg = *c
 		}
 	})
@@ -120,7 +120,7 @@ func TestDropTenantRefusedWhileAVoterLags(t *testing.T) {
 	waitApplied(t, tc, 0)
 	for _, s := range tc.nodes {
 		if got := s.FSM(0).TenantActive("t"); got != before {
-			t.Fatalf("%s: tenant t holds %d series after a refused drop, want %d", s.cfg.NodeID, got, before)
+			t.Fatalf("%s: tenant t holds %d series after a refused drop, want %d", s.cfg.Node.ID, got, before)
 		}
 	}
 	// Bad input is InvalidArgument, not a version question.
@@ -233,7 +233,7 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	cancel()
 	tc.nodes[2] = nil
 	newCfg := oldCfg
-	newCfg.MaxClusterVersion = 0
+	newCfg.Cluster.MaxClusterVersion = 0
 	n3, err = New(newCfg)
 	if err != nil {
 		t.Fatalf("restart n3: %v", err)
@@ -249,19 +249,19 @@ func TestHaltedReplicaReplaysAfterUpgrade(t *testing.T) {
 	want := snapshotOfLive(t, l, 0)
 	for _, s := range tc.nodes {
 		if h, why := s.FSM(0).Halted(); h {
-			t.Fatalf("%s still halted: %s", s.cfg.NodeID, why)
+			t.Fatalf("%s still halted: %s", s.cfg.Node.ID, why)
 		}
 		if got := s.FSM(0).TenantActive("t"); got != 0 {
-			t.Errorf("%s: tenant t holds %d series after the drop, want 0", s.cfg.NodeID, got)
+			t.Errorf("%s: tenant t holds %d series after the drop, want 0", s.cfg.Node.ID, got)
 		}
 		if got := snapshotOfLive(t, s, 0); !bytes.Equal(got, want) {
-			t.Errorf("%s: group 0 state differs from the leader's (%d vs %d bytes)", s.cfg.NodeID, len(got), len(want))
+			t.Errorf("%s: group 0 state differs from the leader's (%d vs %d bytes)", s.cfg.Node.ID, len(got), len(want))
 		}
 	}
 
 	// With every node current, the gate opens.
 	for _, s := range tc.nodes {
-		waitFor(t, s.cfg.NodeID+" sees n3 at the current version", func() bool {
+		waitFor(t, s.cfg.Node.ID+" sees n3 at the current version", func() bool {
 			ok, _ := s.groupSupports(0, fsm.CurrentClusterVersion)
 			return ok
 		})
@@ -293,7 +293,7 @@ func adminStatus(t *testing.T, s *Server) *api.StatusResponse {
 	t.Helper()
 	st, err := api.NewAdminClient(dial(t, s.GRPCAddr())).Status(adminCtx(t), &api.StatusRequest{})
 	if err != nil {
-		t.Fatalf("status on %s: %v", s.cfg.NodeID, err)
+		t.Fatalf("status on %s: %v", s.cfg.Node.ID, err)
 	}
 	return st
 }
@@ -317,7 +317,7 @@ func haltedIn(st *api.StatusResponse) map[string]string {
 func TestStatusShowsClusterVersions(t *testing.T) {
 	tc := startCluster(t, 2, func(i int, c *Config) {
 		if i == 1 {
-			c.MaxClusterVersion = 2
+			c.Cluster.MaxClusterVersion = 2
 		}
 	})
 	var st *api.StatusResponse
@@ -338,17 +338,17 @@ func TestStatusShowsClusterVersions(t *testing.T) {
 func TestResolveClusterVersion(t *testing.T) {
 	t.Setenv(maxClusterVersionEnv, "")
 	c := Config{}
-	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != fsm.CurrentClusterVersion {
-		t.Fatalf("default: %d %v", c.MaxClusterVersion, err)
+	if err := resolveClusterVersion(&c); err != nil || c.Cluster.MaxClusterVersion != fsm.CurrentClusterVersion {
+		t.Fatalf("default: %d %v", c.Cluster.MaxClusterVersion, err)
 	}
 	t.Setenv(maxClusterVersionEnv, "1")
 	c = Config{}
-	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != 1 {
-		t.Fatalf("env 1: %d %v", c.MaxClusterVersion, err)
+	if err := resolveClusterVersion(&c); err != nil || c.Cluster.MaxClusterVersion != 1 {
+		t.Fatalf("env 1: %d %v", c.Cluster.MaxClusterVersion, err)
 	}
-	c = Config{MaxClusterVersion: 2}
-	if err := resolveClusterVersion(&c); err != nil || c.MaxClusterVersion != 2 {
-		t.Fatalf("field wins over env: %d %v", c.MaxClusterVersion, err)
+	c = Config{Cluster: ClusterConfig{MaxClusterVersion: 2}}
+	if err := resolveClusterVersion(&c); err != nil || c.Cluster.MaxClusterVersion != 2 {
+		t.Fatalf("field wins over env: %d %v", c.Cluster.MaxClusterVersion, err)
 	}
 	for _, bad := range []string{"x", "0", strconv.Itoa(fsm.CurrentClusterVersion + 1)} {
 		t.Setenv(maxClusterVersionEnv, bad)
@@ -365,7 +365,7 @@ func failNode(t *testing.T, tc *testCluster, i int) {
 	t.Helper()
 	s := tc.nodes[i]
 	if err := s.members.Shutdown(); err != nil {
-		t.Fatalf("shut down %s's gossip: %v", s.cfg.NodeID, err)
+		t.Fatalf("shut down %s's gossip: %v", s.cfg.Node.ID, err)
 	}
 	stop(t, s)
 	tc.nodes[i] = nil
@@ -415,16 +415,16 @@ func setLimits(t *testing.T, s *Server, tenant string, maxSeries int) (*api.Limi
 func waitLimitEverywhere(t *testing.T, tc *testCluster, tenant string, v uint64, maxSeries int64) {
 	t.Helper()
 	for _, s := range tc.live() {
-		for g := range s.cfg.Groups {
+		for g := range s.cfg.Layout.Groups {
 			if !s.hostsGroup(g) {
 				continue
 			}
-			waitFor(t, fmt.Sprintf("%s's group %d replica at config version %d", s.cfg.NodeID, g, v), func() bool {
+			waitFor(t, fmt.Sprintf("%s's group %d replica at config version %d", s.cfg.Node.ID, g, v), func() bool {
 				return s.rcfg.mods[g].Current().Version >= v
 			})
 			if got := s.groupLimits(g).For(tenant).MaxSeries; got != maxSeries {
 				t.Fatalf("%s group %d: %s max_series %d at config version %d, want %d",
-					s.cfg.NodeID, g, tenant, got, s.rcfg.mods[g].Current().Version, maxSeries)
+					s.cfg.Node.ID, g, tenant, got, s.rcfg.mods[g].Current().Version, maxSeries)
 			}
 		}
 	}
@@ -437,7 +437,7 @@ func TestGateOpenWhileAVoterIsDown(t *testing.T) {
 	var n3Cfg Config
 	tc := startCluster(t, 3, func(i int, c *Config) {
 		if i == 2 { // fixed addresses: n3 restarts later
-			c.GRPCAddr, c.RaftAddr, c.GossipAddr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
+			c.Node.GRPCAddr, c.Raft.Addr, c.Gossip.Addr = loopbackPort(t), loopbackPort(t), loopbackPort(t)
 			n3Cfg = *c
 		}
 	})
@@ -481,7 +481,7 @@ func TestGateOpenWhileAVoterIsDown(t *testing.T) {
 func TestGateRefusesWhileADownVoterLags(t *testing.T) {
 	tc := startCluster(t, 3, func(i int, c *Config) {
 		if i == 2 {
-			c.MaxClusterVersion = 2 // runtime config needs 3
+			c.Cluster.MaxClusterVersion = 2 // runtime config needs 3
 		}
 	})
 	n1 := tc.nodes[0]
@@ -503,7 +503,7 @@ func TestGateRefusesWhileADownVoterLags(t *testing.T) {
 	}
 	for _, s := range tc.live() {
 		if v := s.RuntimeConfig().Version; v != 0 {
-			t.Fatalf("%s holds config version %d after a refused change", s.cfg.NodeID, v)
+			t.Fatalf("%s holds config version %d after a refused change", s.cfg.Node.ID, v)
 		}
 	}
 	// Entry types n3 did advertise stay open: drop-tenant is version 2.

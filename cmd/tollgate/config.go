@@ -62,30 +62,30 @@ func (s *serverSettings) options() []option {
 	c := &s.cfg
 	return []option{
 		{"dev", &s.dev, "single-node development cluster with no configuration"},
-		{"node-id", &c.NodeID, "stable node id (default: hostname; \"dev\" with --dev)"},
-		{"zone", &c.Zone, "availability zone label"},
-		{"data-dir", &c.DataDir, "data directory (raft logs, snapshots); required unless --dev (then data/dev)"},
-		{"grpc-addr", &c.GRPCAddr, "gRPC API listen address"},
-		{"http-addr", &c.HTTPAddr, "HTTP (metrics, health, status) listen address; - disables"},
-		{"raft-addr", &c.RaftAddr, "raft listen address (all groups share it)"},
-		{"raft-advertise", &c.RaftAdvertise, "raft address other nodes dial (default: --raft-addr)"},
-		{"grpc-advertise", &c.GRPCAdvertise, "gRPC address clients and other nodes dial (default: --grpc-addr)"},
-		{"gossip-addr", &c.GossipAddr, "serf gossip listen address (TCP and UDP); - disables gossip (single node); off with --dev unless set"},
-		{"gossip-advertise", &c.GossipAdvertise, "gossip address other nodes dial (default: --gossip-addr)"},
-		{"raft-max-pending-conns", &c.RaftMaxPendingConns, "most connections to the raft port still in their handshake, a quarter of them per IP address; beyond, closed on accept (established raft connections are not counted; default 256)"},
-		{"gossip-max-streams", &c.GossipMaxStreams, "most inbound gossip TCP streams open at once, a quarter of them per IP address; beyond, closed on accept (default 128)"},
-		{"join", &c.Join, "gossip addresses of existing members (comma-separated or repeated); retried until one answers"},
-		{"bootstrap-expect", &c.BootstrapExpect, "form a new cluster once this many nodes are alive (start exactly that many)"},
-		{"replicas", &c.Replicas, "voters per raft group (one per zone when there are that many zones)"},
-		{"disable-auto-place", &c.DisableAutoPlace, "do not add joining nodes to groups whose zone has no voter"},
-		{"raft-heartbeat-timeout", &c.RaftHeartbeatTimeout, "silence from the leader after which a follower calls an election (randomised in [T, 2T)); 0: raftnode's default"},
-		{"raft-election-timeout", &c.RaftElectionTimeout, "how long a candidate waits for votes before retrying; ≥ --raft-heartbeat-timeout; 0: default"},
-		{"raft-leader-lease-timeout", &c.RaftLeaderLeaseTimeout, "a leader that has not heard from a quorum this long steps down; ≤ --raft-heartbeat-timeout; 0: default"},
-		{"move-interval", &c.MoveInterval, "least time between two replica moves a group leader starts to follow placement (joins, tollgate node drain); negative disables moves"},
-		{"leader-balance-interval", &c.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
-		{"admin-token", &c.AdminToken, "admin credential (satisfies every scope); when set, every endpoint that writes or reveals tenant data needs a credential (docs/access-control.md); prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: the dev default, admin API from loopback only"},
+		{"node-id", &c.Node.ID, "stable node id (default: hostname; \"dev\" with --dev)"},
+		{"zone", &c.Node.Zone, "availability zone label"},
+		{"data-dir", &c.Node.DataDir, "data directory (raft logs, snapshots); required unless --dev (then data/dev)"},
+		{"grpc-addr", &c.Node.GRPCAddr, "gRPC API listen address"},
+		{"http-addr", &c.Node.HTTPAddr, "HTTP (metrics, health, status) listen address; - disables"},
+		{"raft-addr", &c.Raft.Addr, "raft listen address (all groups share it)"},
+		{"raft-advertise", &c.Raft.Advertise, "raft address other nodes dial (default: --raft-addr)"},
+		{"grpc-advertise", &c.Node.GRPCAdvertise, "gRPC address clients and other nodes dial (default: --grpc-addr)"},
+		{"gossip-addr", &c.Gossip.Addr, "serf gossip listen address (TCP and UDP); - disables gossip (single node); off with --dev unless set"},
+		{"gossip-advertise", &c.Gossip.Advertise, "gossip address other nodes dial (default: --gossip-addr)"},
+		{"raft-max-pending-conns", &c.Raft.MaxPendingConns, "most connections to the raft port still in their handshake, a quarter of them per IP address; beyond, closed on accept (established raft connections are not counted; default 256)"},
+		{"gossip-max-streams", &c.Gossip.MaxStreams, "most inbound gossip TCP streams open at once, a quarter of them per IP address; beyond, closed on accept (default 128)"},
+		{"join", &c.Gossip.Join, "gossip addresses of existing members (comma-separated or repeated); retried until one answers"},
+		{"bootstrap-expect", &c.Cluster.BootstrapExpect, "form a new cluster once this many nodes are alive (start exactly that many)"},
+		{"replicas", &c.Cluster.Replicas, "voters per raft group (one per zone when there are that many zones)"},
+		{"disable-auto-place", &c.Cluster.DisableAutoPlace, "do not add joining nodes to groups whose zone has no voter"},
+		{"raft-heartbeat-timeout", &c.Raft.HeartbeatTimeout, "silence from the leader after which a follower calls an election (randomised in [T, 2T)); 0: raftnode's default"},
+		{"raft-election-timeout", &c.Raft.ElectionTimeout, "how long a candidate waits for votes before retrying; ≥ --raft-heartbeat-timeout; 0: default"},
+		{"raft-leader-lease-timeout", &c.Raft.LeaderLeaseTimeout, "a leader that has not heard from a quorum this long steps down; ≤ --raft-heartbeat-timeout; 0: default"},
+		{"move-interval", &c.Cluster.MoveInterval, "least time between two replica moves a group leader starts to follow placement (joins, tollgate node drain); negative disables moves"},
+		{"leader-balance-interval", &c.Cluster.LeaderBalanceInterval, "how often a node hands off leadership it holds beyond its share; negative disables"},
+		{"admin-token", &c.Access.AdminToken, "admin credential (satisfies every scope); when set, every endpoint that writes or reveals tenant data needs a credential (docs/access-control.md); prefer TOLLGATE_ADMIN_TOKEN or --admin-token-file (a flag is visible in ps); empty: the dev default, admin API from loopback only"},
 		{"admin-token-file", &s.adminTokenFile, "read the admin token from this file"},
-		{"credentials-file", &c.CredentialsFile, "scoped credentials (name, sha256 of the token, scopes track/meter/read/admin, optional tenants; reloaded on change): each endpoint needs a credential of its scope (docs/access-control.md); needs the admin token"},
+		{"credentials-file", &c.Access.CredentialsFile, "scoped credentials (name, sha256 of the token, scopes track/meter/read/admin, optional tenants; reloaded on change): each endpoint needs a credential of its scope (docs/access-control.md); needs the admin token"},
 		{"http-max-conns", &c.Bounds.HTTPMaxConns, "most open HTTP connections; at the cap the longest-idle one is closed for a new one (default 4096)"},
 		{"grpc-max-conns", &c.Bounds.GRPCMaxConns, "most open gRPC connections; at the cap the connection quiet longest with no call in progress is closed for a new one (default a quarter of the file descriptor limit, at most 10000)"},
 		{"grpc-max-conns-per-peer", &c.Bounds.GRPCMaxConnsPerPeer, "most open gRPC connections from one IP address (default half of --grpc-max-conns)"},
@@ -93,19 +93,19 @@ func (s *serverSettings) options() []option {
 		{"max-watch-streams", &c.Bounds.MaxWatchStreams, "most long-lived streams (WatchCluster, WatchSummaries, WatchSketches, RateLimit.Sync) open on the node (default 10000)"},
 		{"max-watch-streams-per-client", &c.Bounds.MaxWatchStreamsPerClient, "most such streams one client (credential, or IP address without one) holds (default 1000)"},
 		{"watch-send-timeout", &c.Bounds.WatchSendTimeout, "a watch stream whose client has not read a message for this long is closed with ResourceExhausted \"slow reader\" (default 30s)"},
-		{"bootstrap", &c.Bootstrap, "bootstrap every group with this node as the only voter on first start"},
-		{"enable-debug-endpoints", &c.EnableDebugEndpoints, "serve /debug/pprof/ on the HTTP address, behind the admin token (loopback only without a token)"},
-		{"partitions", &c.Partitions, "partitions P (fixed at cluster creation)"},
-		{"groups", &c.Groups, "raft groups G (fixed at cluster creation)"},
-		{"shards", &c.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
-		{"idle-timeout", &c.IdleTimeout, "a series seen within this is active (whole minutes, ≤ 60m; it goes idle at most one minute later)"},
-		{"default-max-series", &c.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
-		{"limits-file", &c.LimitsFile, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see docs/limits.md)"},
-		{"limits-reload-period", &c.LimitsReload, "how often the limits file is checked for changes"},
-		{"share-mode", &c.ShareMode, "how a tenant's max_series is split between raft groups: movable (the default: headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P) of earlier builds); use the same on every node"},
-		{"near-limit-fraction", &c.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
-		{"max-hashes-per-request", &c.MaxHashesPerRequest, "largest TrackSeries request accepted"},
-		{"batch-window", &c.BatchWindow, "how long a group leader gathers requests into one raft entry while an earlier entry is unanswered (an idle leader appends at once)"},
+		{"bootstrap", &c.Cluster.Bootstrap, "bootstrap every group with this node as the only voter on first start"},
+		{"enable-debug-endpoints", &c.Access.EnableDebugEndpoints, "serve /debug/pprof/ on the HTTP address, behind the admin token (loopback only without a token)"},
+		{"partitions", &c.Layout.Partitions, "partitions P (fixed at cluster creation)"},
+		{"groups", &c.Layout.Groups, "raft groups G (fixed at cluster creation)"},
+		{"shards", &c.Layout.Shards, "shards per group S, a power of two (fixed at cluster creation)"},
+		{"idle-timeout", &c.Tracking.IdleTimeout, "a series seen within this is active (whole minutes, ≤ 60m; it goes idle at most one minute later)"},
+		{"default-max-series", &c.Tracking.DefaultMaxSeries, "max_series of tenants without an override; 0 = unlimited"},
+		{"limits-file", &c.Limits.File, "YAML runtime limits (defaults and per-tenant overrides): in force until a runtime config is replicated, and proposed as the runtime config when it changes (see docs/limits.md)"},
+		{"limits-reload-period", &c.Limits.Reload, "how often the limits file is checked for changes"},
+		{"share-mode", &c.Shares.Mode, "how a tenant's max_series is split between raft groups: movable (the default: headroom moves to the groups that need it; exact per tenant) or static (fixed split ceil(max_series·n/P) of earlier builds); use the same on every node"},
+		{"near-limit-fraction", &c.Summaries.NearLimitFraction, "tenants at or above this fraction of their limit are 'close to limit'"},
+		{"max-hashes-per-request", &c.Tracking.MaxHashesPerRequest, "largest TrackSeries request accepted"},
+		{"batch-window", &c.Tracking.BatchWindow, "how long a group leader gathers requests into one raft entry while an earlier entry is unanswered (an idle leader appends at once)"},
 		{"sketch-precision", &c.Sketches.Precision, "HLL precision of per-partition sketches, 4..18 (clients must use the same)"},
 		{"sketch-window", &c.Sketches.WindowMinutes, "per-partition sketch window in minutes (clients must use the same)"},
 		{"sketch-partitions", &c.Sketches.Partitions, "ingest partitions accepted in sketches: 0 ≤ partition < this"},
@@ -118,7 +118,7 @@ func (s *serverSettings) options() []option {
 		{"metering-sink-url", &c.Metering.SinkURL, "HTTP collector that receives every usage record (POST JSON); empty: ledger only"},
 		{"metering-ledger-retention", &c.Metering.LedgerRetention, "usage records and active-series samples older than this are dropped"},
 		{"metering-test-clock", &c.Metering.TestClock, "development/test only: the admin API may set and advance the metering clock"},
-		{"max-clock-offset", &c.MaxClockOffset, "largest clock difference between nodes the cluster tolerates; a node further than this from a majority of its peers does not lead any group"},
+		{"max-clock-offset", &c.Clock.MaxOffset, "largest clock difference between nodes the cluster tolerates; a node further than this from a majority of its peers does not lead any group"},
 		{"log-level", &s.logLevel, "debug, info, warn or error"},
 		{"log-format", &s.logFormat, "text or json"},
 		{"tls-cert", &s.tls.cert, "node certificate (PEM): gRPC and HTTP serve TLS, calls to other nodes and raft use it too"},
@@ -130,7 +130,7 @@ func (s *serverSettings) options() []option {
 		{"raft-tls-key", &s.tls.raftKey, "private key of --raft-tls-cert (default: --tls-key)"},
 		{"raft-tls-ca", &s.tls.raftCA, "CA verifying raft peers (default: --tls-ca)"},
 		{"gossip-key", &s.tls.gossipKey, "base64 key (32 bytes) encrypting serf gossip; prefer TOLLGATE_GOSSIP_KEY or --gossip-keyring-file (a flag is visible in ps)"},
-		{"insecure-cluster", &c.InsecureCluster, "let a multi-node cluster with credentials start with neither a gossip key nor TLS (refused otherwise): only on a network no stranger can reach; logged loudly and printed in the ready banner (docs/access-control.md)"},
+		{"insecure-cluster", &c.Access.InsecureCluster, "let a multi-node cluster with credentials start with neither a gossip key nor TLS (refused otherwise): only on a network no stranger can reach; logged loudly and printed in the ready banner (docs/access-control.md)"},
 		{"gossip-keyring-file", &s.tls.gossipKeyringFile, "file of base64 gossip keys, one per line or a JSON list; the first encrypts, all decrypt (rotation)"},
 	}
 }
@@ -139,15 +139,15 @@ func (s *serverSettings) options() []option {
 // server.Config.Validate, so they are written once; the command changes two:
 // gossip is on (a cluster needs it) and tenants are limited by default.
 func newServerSettings() (*serverSettings, error) {
-	c := server.Config{DataDir: "-"}
+	c := server.Config{Node: server.NodeConfig{DataDir: "-"}}
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("library defaults: %w", err)
 	}
 	// Validate resolves these from the environment; the command leaves them
 	// unset until the node starts.
-	c.DataDir, c.NodeID, c.Logger, c.Clock = "", "", nil, nil
-	c.GossipAddr = "127.0.0.1:7302"
-	c.DefaultMaxSeries = 150_000
+	c.Node.DataDir, c.Node.ID, c.Logger, c.Clock.Now = "", "", nil, nil
+	c.Gossip.Addr = "127.0.0.1:7302"
+	c.Tracking.DefaultMaxSeries = 150_000
 	return &serverSettings{
 		cfg:              c,
 		meterGranularity: "hour",
@@ -166,7 +166,7 @@ func (s *serverSettings) bind(f *pflag.FlagSet) {
 	bindOptions(f, s.options())
 	// Fault tests only, so a hidden flag and neither a YAML key nor an
 	// environment variable: a production node never runs with a shifted clock.
-	f.DurationVar(&s.cfg.TestClockOffset, "test-clock-offset", 0, "test only: shift this node's wall clock by this much (monotonic time unchanged)")
+	f.DurationVar(&s.cfg.Clock.TestOffset, "test-clock-offset", 0, "test only: shift this node's wall clock by this much (monotonic time unchanged)")
 	_ = f.MarkHidden("test-clock-offset")
 }
 
@@ -179,8 +179,8 @@ func (s *serverSettings) load(f *pflag.FlagSet, lookupEnv func(string) (string, 
 		return err
 	}
 	s.applyDev()
-	if s.cfg.GossipAddr == "-" {
-		s.cfg.GossipAddr = ""
+	if s.cfg.Gossip.Addr == "-" {
+		s.cfg.Gossip.Addr = ""
 	}
 	if err := s.readTokenFile(); err != nil {
 		return configError([]error{err})
@@ -208,15 +208,15 @@ func (s *serverSettings) applyDev() {
 	if !s.dev {
 		return
 	}
-	if s.cfg.DataDir == "" {
-		s.cfg.DataDir = "data/dev"
+	if s.cfg.Node.DataDir == "" {
+		s.cfg.Node.DataDir = "data/dev"
 	}
-	if s.cfg.NodeID == "" {
-		s.cfg.NodeID = "dev"
+	if s.cfg.Node.ID == "" {
+		s.cfg.Node.ID = "dev"
 	}
-	s.cfg.Bootstrap = true
+	s.cfg.Cluster.Bootstrap = true
 	if !s.explicit("gossip-addr") {
-		s.cfg.GossipAddr = ""
+		s.cfg.Gossip.Addr = ""
 	}
 }
 
@@ -234,10 +234,10 @@ func (s *serverSettings) readTokenFile() error {
 	if tok == "" {
 		return fmt.Errorf("admin_token_file: %s is empty", s.adminTokenFile)
 	}
-	if s.cfg.AdminToken != "" && s.cfg.AdminToken != tok {
+	if s.cfg.Access.AdminToken != "" && s.cfg.Access.AdminToken != tok {
 		return fmt.Errorf("admin_token (%s) and admin_token_file (%s) hold different tokens; give one", s.source["admin-token"], s.source["admin-token-file"])
 	}
-	s.cfg.AdminToken = tok
+	s.cfg.Access.AdminToken = tok
 	return nil
 }
 
@@ -254,7 +254,7 @@ func (s *serverSettings) validate() []error {
 		}
 		errs = append(errs, fmt.Errorf("%s: %s%s", strings.ReplaceAll(flag, "-", "_"), fmt.Sprintf(format, args...), from))
 	}
-	if c.DataDir == "" {
+	if c.Node.DataDir == "" {
 		bad("data-dir", "required (or use --dev)")
 	}
 	addr := func(flag, v string, dash bool) {
@@ -275,56 +275,56 @@ func (s *serverSettings) validate() []error {
 	} else {
 		c.Metering.Location = loc
 	}
-	addr("grpc-addr", c.GRPCAddr, false)
-	addr("http-addr", c.HTTPAddr, true)
-	addr("raft-addr", c.RaftAddr, false)
-	addr("raft-advertise", c.RaftAdvertise, false)
-	addr("grpc-advertise", c.GRPCAdvertise, false)
-	addr("gossip-addr", c.GossipAddr, false)
-	addr("gossip-advertise", c.GossipAdvertise, false)
-	for _, j := range c.Join {
+	addr("grpc-addr", c.Node.GRPCAddr, false)
+	addr("http-addr", c.Node.HTTPAddr, true)
+	addr("raft-addr", c.Raft.Addr, false)
+	addr("raft-advertise", c.Raft.Advertise, false)
+	addr("grpc-advertise", c.Node.GRPCAdvertise, false)
+	addr("gossip-addr", c.Gossip.Addr, false)
+	addr("gossip-advertise", c.Gossip.Advertise, false)
+	for _, j := range c.Gossip.Join {
 		addr("join", j, false)
 	}
-	if c.GRPCAddr == "" {
+	if c.Node.GRPCAddr == "" {
 		bad("grpc-addr", "required")
 	}
-	if c.RaftAddr == "" {
+	if c.Raft.Addr == "" {
 		bad("raft-addr", "required")
 	}
-	if c.BootstrapExpect < 0 {
-		bad("bootstrap-expect", "%d is negative", c.BootstrapExpect)
+	if c.Cluster.BootstrapExpect < 0 {
+		bad("bootstrap-expect", "%d is negative", c.Cluster.BootstrapExpect)
 	}
-	if c.GossipAddr == "" && (len(c.Join) > 0 || c.BootstrapExpect > 0) {
+	if c.Gossip.Addr == "" && (len(c.Gossip.Join) > 0 || c.Cluster.BootstrapExpect > 0) {
 		bad("gossip-addr", "gossip is off, but join and bootstrap_expect need it")
 	}
-	if c.Bootstrap && c.BootstrapExpect > 0 {
+	if c.Cluster.Bootstrap && c.Cluster.BootstrapExpect > 0 {
 		what := "bootstrap"
 		if s.dev {
 			what = "dev"
 		}
-		bad("bootstrap-expect", "%d conflicts with %s (a single-voter cluster)", c.BootstrapExpect, what)
+		bad("bootstrap-expect", "%d conflicts with %s (a single-voter cluster)", c.Cluster.BootstrapExpect, what)
 	}
-	if c.Replicas < 1 {
-		bad("replicas", "%d: must be ≥ 1", c.Replicas)
+	if c.Cluster.Replicas < 1 {
+		bad("replicas", "%d: must be ≥ 1", c.Cluster.Replicas)
 	}
-	if c.LeaderBalanceInterval == 0 {
+	if c.Cluster.LeaderBalanceInterval == 0 {
 		bad("leader-balance-interval", "0s: give a positive interval, or a negative one to disable balancing")
 	}
-	if c.MoveInterval == 0 {
+	if c.Cluster.MoveInterval == 0 {
 		bad("move-interval", "0s: give a positive interval, or a negative one to disable replica moves")
 	}
-	if err := layout.ValidateLayout(c.Partitions, c.Groups, c.Shards); err != nil {
-		bad("partitions", "partitions=%d groups=%d shards=%d: %v", c.Partitions, c.Groups, c.Shards, err)
+	if err := layout.ValidateLayout(c.Layout.Partitions, c.Layout.Groups, c.Layout.Shards); err != nil {
+		bad("partitions", "partitions=%d groups=%d shards=%d: %v", c.Layout.Partitions, c.Layout.Groups, c.Layout.Shards, err)
 	}
 	switch {
-	case c.IdleTimeout%time.Minute != 0:
-		bad("idle-timeout", "%v is not whole minutes", c.IdleTimeout)
-	case c.IdleTimeout < time.Minute || c.IdleTimeout > fsm.MaxIdleMinutes*time.Minute:
-		bad("idle-timeout", "%v: must be in [1m, %dm]", c.IdleTimeout, fsm.MaxIdleMinutes)
+	case c.Tracking.IdleTimeout%time.Minute != 0:
+		bad("idle-timeout", "%v is not whole minutes", c.Tracking.IdleTimeout)
+	case c.Tracking.IdleTimeout < time.Minute || c.Tracking.IdleTimeout > fsm.MaxIdleMinutes*time.Minute:
+		bad("idle-timeout", "%v: must be in [1m, %dm]", c.Tracking.IdleTimeout, fsm.MaxIdleMinutes)
 	}
 	// Raft's timers, with raftnode's defaults for the ones not given, so a
 	// bad combination names the flags instead of failing inside raft.
-	hb, el, lease := c.RaftHeartbeatTimeout, c.RaftElectionTimeout, c.RaftLeaderLeaseTimeout
+	hb, el, lease := c.Raft.HeartbeatTimeout, c.Raft.ElectionTimeout, c.Raft.LeaderLeaseTimeout
 	for _, f := range []struct {
 		name string
 		v    *time.Duration
@@ -343,22 +343,22 @@ func (s *serverSettings) validate() []error {
 	if lease > hb {
 		bad("raft-leader-lease-timeout", "%v is above the heartbeat timeout %v", lease, hb)
 	}
-	if c.DefaultMaxSeries < 0 {
-		bad("default-max-series", "%d is negative (0 = unlimited)", c.DefaultMaxSeries)
+	if c.Tracking.DefaultMaxSeries < 0 {
+		bad("default-max-series", "%d is negative (0 = unlimited)", c.Tracking.DefaultMaxSeries)
 	}
-	if c.LimitsReload <= 0 {
-		bad("limits-reload-period", "%v: must be > 0", c.LimitsReload)
+	if c.Limits.Reload <= 0 {
+		bad("limits-reload-period", "%v: must be > 0", c.Limits.Reload)
 	}
-	if !(c.NearLimitFraction > 0 && c.NearLimitFraction <= 1) {
-		bad("near-limit-fraction", "%v: must be in (0, 1]", c.NearLimitFraction)
+	if !(c.Summaries.NearLimitFraction > 0 && c.Summaries.NearLimitFraction <= 1) {
+		bad("near-limit-fraction", "%v: must be in (0, 1]", c.Summaries.NearLimitFraction)
 	}
-	if c.MaxHashesPerRequest < 1 {
-		bad("max-hashes-per-request", "%d: must be ≥ 1", c.MaxHashesPerRequest)
+	if c.Tracking.MaxHashesPerRequest < 1 {
+		bad("max-hashes-per-request", "%d: must be ≥ 1", c.Tracking.MaxHashesPerRequest)
 	}
-	if c.BatchWindow < 0 || c.BatchWindow > time.Second {
-		bad("batch-window", "%v: must be in [0, 1s]", c.BatchWindow)
+	if c.Tracking.BatchWindow < 0 || c.Tracking.BatchWindow > time.Second {
+		bad("batch-window", "%v: must be in [0, 1s]", c.Tracking.BatchWindow)
 	}
-	if m := c.MaxClockOffset; m != 0 && (m < server.MinMaxClockOffset || m > server.MaxMaxClockOffset) {
+	if m := c.Clock.MaxOffset; m != 0 && (m < server.MinMaxClockOffset || m > server.MaxMaxClockOffset) {
 		bad("max-clock-offset", "%v: must be in [%v, %v] (0: the default 1s)", m, server.MinMaxClockOffset, server.MaxMaxClockOffset)
 	}
 	if s.shutdownTimeout <= 0 {

@@ -114,9 +114,9 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := s.cfg
-	if c.Zone != "from-flag" || c.Replicas != 4 || c.IdleTimeout != 7*time.Minute || c.Shards != 16 ||
-		!slices.Equal(c.Join, []string{"10.0.0.1:7302", "10.0.0.2:7302"}) {
-		t.Fatalf("zone %q replicas %d idle %v shards %d join %v", c.Zone, c.Replicas, c.IdleTimeout, c.Shards, c.Join)
+	if c.Node.Zone != "from-flag" || c.Cluster.Replicas != 4 || c.Tracking.IdleTimeout != 7*time.Minute || c.Layout.Shards != 16 ||
+		!slices.Equal(c.Gossip.Join, []string{"10.0.0.1:7302", "10.0.0.2:7302"}) {
+		t.Fatalf("zone %q replicas %d idle %v shards %d join %v", c.Node.Zone, c.Cluster.Replicas, c.Tracking.IdleTimeout, c.Layout.Shards, c.Gossip.Join)
 	}
 	want := map[string]string{"zone": "--zone", "replicas": "env TOLLGATE_REPLICAS", "idle-timeout": file, "shards": "default"}
 	for k, v := range want {
@@ -126,8 +126,8 @@ func TestConfigPrecedence(t *testing.T) {
 	}
 	// The config file itself can come from the environment.
 	s, err = loadSettings(t, map[string]string{"TOLLGATE_CONFIG": file, "TOLLGATE_DATA_DIR": t.TempDir()})
-	if err != nil || s.cfg.Zone != "from-file" {
-		t.Fatalf("TOLLGATE_CONFIG: zone %q, err %v", s.cfg.Zone, err)
+	if err != nil || s.cfg.Node.Zone != "from-file" {
+		t.Fatalf("TOLLGATE_CONFIG: zone %q, err %v", s.cfg.Node.Zone, err)
 	}
 }
 
@@ -183,14 +183,14 @@ func TestDevDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.DataDir != "data/dev" || s.cfg.NodeID != "dev" || !s.cfg.Bootstrap || s.cfg.GossipAddr != "" {
+	if s.cfg.Node.DataDir != "data/dev" || s.cfg.Node.ID != "dev" || !s.cfg.Cluster.Bootstrap || s.cfg.Gossip.Addr != "" {
 		t.Fatalf("dev: %+v", s.cfg)
 	}
 	// An explicit gossip address (any source) keeps gossip on with --dev.
 	file := writeFile(t, "c.yaml", "dev: true\ngossip_addr: 127.0.0.1:7302\n")
 	s, err = loadSettings(t, nil, "--config", file)
-	if err != nil || s.cfg.GossipAddr != "127.0.0.1:7302" || !s.cfg.Bootstrap {
-		t.Fatalf("dev with gossip: %q %v", s.cfg.GossipAddr, err)
+	if err != nil || s.cfg.Gossip.Addr != "127.0.0.1:7302" || !s.cfg.Cluster.Bootstrap {
+		t.Fatalf("dev with gossip: %q %v", s.cfg.Gossip.Addr, err)
 	}
 	if _, err := loadSettings(t, nil, "--dev", "--bootstrap-expect", "3"); err == nil || !strings.Contains(err.Error(), "conflicts with dev") {
 		t.Fatalf("dev + bootstrap-expect: %v", err)
@@ -200,12 +200,12 @@ func TestDevDefaults(t *testing.T) {
 func TestAdminTokenFile(t *testing.T) {
 	tok := writeFile(t, "token", "s3cret\n")
 	s, err := loadSettings(t, nil, "--dev", "--admin-token-file", tok)
-	if err != nil || s.cfg.AdminToken != "s3cret" {
-		t.Fatalf("token %q err %v", s.cfg.AdminToken, err)
+	if err != nil || s.cfg.Access.AdminToken != "s3cret" {
+		t.Fatalf("token %q err %v", s.cfg.Access.AdminToken, err)
 	}
 	s, err = loadSettings(t, map[string]string{"TOLLGATE_ADMIN_TOKEN": "s3cret"}, "--dev", "--admin-token-file", tok)
-	if err != nil || s.cfg.AdminToken != "s3cret" {
-		t.Fatalf("same token twice: %q %v", s.cfg.AdminToken, err)
+	if err != nil || s.cfg.Access.AdminToken != "s3cret" {
+		t.Fatalf("same token twice: %q %v", s.cfg.Access.AdminToken, err)
 	}
 	_, err = loadSettings(t, map[string]string{"TOLLGATE_ADMIN_TOKEN": "other"}, "--dev", "--admin-token-file", tok)
 	if err == nil || !strings.Contains(err.Error(), "different tokens") {
@@ -220,7 +220,7 @@ func TestExampleConfigLoads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.DataDir != "/var/lib/tollgate" || s.cfg.NodeID != "tollgate-a1" {
+	if s.cfg.Node.DataDir != "/var/lib/tollgate" || s.cfg.Node.ID != "tollgate-a1" {
 		t.Fatalf("example not applied: %+v", s.cfg)
 	}
 	data, err := os.ReadFile(path)
@@ -242,9 +242,9 @@ func TestExampleConfigLoads(t *testing.T) {
 	// Its values that say "default" are the defaults: the file changes nothing
 	// but the example lines.
 	d, _ := newServerSettings()
-	if s.cfg.IdleTimeout != d.cfg.IdleTimeout || s.cfg.BatchWindow != d.cfg.BatchWindow || s.cfg.DefaultMaxSeries != d.cfg.DefaultMaxSeries ||
-		s.cfg.LimitsReload != d.cfg.LimitsReload || s.cfg.MaxHashesPerRequest != d.cfg.MaxHashesPerRequest || s.shutdownTimeout != d.shutdownTimeout ||
-		s.cfg.ShareMode != d.cfg.ShareMode || d.cfg.ShareMode != server.ShareMovable {
+	if s.cfg.Tracking.IdleTimeout != d.cfg.Tracking.IdleTimeout || s.cfg.Tracking.BatchWindow != d.cfg.Tracking.BatchWindow || s.cfg.Tracking.DefaultMaxSeries != d.cfg.Tracking.DefaultMaxSeries ||
+		s.cfg.Limits.Reload != d.cfg.Limits.Reload || s.cfg.Tracking.MaxHashesPerRequest != d.cfg.Tracking.MaxHashesPerRequest || s.shutdownTimeout != d.shutdownTimeout ||
+		s.cfg.Shares.Mode != d.cfg.Shares.Mode || d.cfg.Shares.Mode != server.ShareMovable {
 		t.Errorf("example disagrees with the defaults")
 	}
 }
@@ -326,7 +326,7 @@ func TestRaftTimerFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.cfg.RaftHeartbeatTimeout != 300*time.Millisecond || s.cfg.RaftElectionTimeout != 300*time.Millisecond || s.cfg.RaftLeaderLeaseTimeout != 200*time.Millisecond {
-		t.Errorf("not applied: %v %v %v", s.cfg.RaftHeartbeatTimeout, s.cfg.RaftElectionTimeout, s.cfg.RaftLeaderLeaseTimeout)
+	if s.cfg.Raft.HeartbeatTimeout != 300*time.Millisecond || s.cfg.Raft.ElectionTimeout != 300*time.Millisecond || s.cfg.Raft.LeaderLeaseTimeout != 200*time.Millisecond {
+		t.Errorf("not applied: %v %v %v", s.cfg.Raft.HeartbeatTimeout, s.cfg.Raft.ElectionTimeout, s.cfg.Raft.LeaderLeaseTimeout)
 	}
 }

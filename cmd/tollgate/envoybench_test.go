@@ -20,8 +20,11 @@ import (
 // /proc and the node's metrics; the boundary bursts count what the node
 // admitted; bad flags are refused naming the flag.
 func TestEnvoyBenchAgainstANode(t *testing.T) {
-	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true})
+	s, err := server.New(server.Config{
+		Node:    server.NodeConfig{DataDir: t.TempDir(), ID: "n1", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster: server.ClusterConfig{Bootstrap: true},
+		Raft:    server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

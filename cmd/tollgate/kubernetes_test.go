@@ -515,16 +515,16 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS, wantOnePerZone bool) {
 		podName := fmt.Sprintf("%s-%d", sts.Name, i)
 		s := loadPodSettings(t, r, c, podName, fmt.Sprintf("10.1.0.%d", 10+i))
 		cfg := s.cfg
-		if cfg.NodeID != podName {
-			t.Errorf("%s: node id %q", podName, cfg.NodeID)
+		if cfg.Node.ID != podName {
+			t.Errorf("%s: node id %q", podName, cfg.Node.ID)
 		}
-		if cfg.Zone == "" || (last != nil && cfg.Zone == last.cfg.Zone) {
-			t.Errorf("%s: zone %q must be set and differ between pods", podName, cfg.Zone)
+		if cfg.Node.Zone == "" || (last != nil && cfg.Node.Zone == last.cfg.Node.Zone) {
+			t.Errorf("%s: zone %q must be set and differ between pods", podName, cfg.Node.Zone)
 		}
 		for _, a := range []struct{ flag, addr, port string }{
-			{"grpc_addr", cfg.GRPCAddr, "grpc"}, {"raft_addr", cfg.RaftAddr, "raft"},
-			{"gossip_addr", cfg.GossipAddr, "gossip-tcp"}, {"gossip_addr", cfg.GossipAddr, "gossip-udp"},
-			{"http_addr", cfg.HTTPAddr, "http"},
+			{"grpc_addr", cfg.Node.GRPCAddr, "grpc"}, {"raft_addr", cfg.Raft.Addr, "raft"},
+			{"gossip_addr", cfg.Gossip.Addr, "gossip-tcp"}, {"gossip_addr", cfg.Gossip.Addr, "gossip-udp"},
+			{"http_addr", cfg.Node.HTTPAddr, "http"},
 		} {
 			if got := portOf(t, a.addr); got != cports[a.port].ContainerPort {
 				t.Errorf("%s: %s %s listens on %d, container port %s is %d", podName, a.flag, a.addr, got, a.port, cports[a.port].ContainerPort)
@@ -542,7 +542,7 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS, wantOnePerZone bool) {
 		}
 		peer := podName + "." + headless.Name + "." + k8sNamespace + ".svc." + domain
 		for _, a := range []struct{ flag, addr, port string }{
-			{"grpc_advertise", cfg.GRPCAdvertise, "grpc"}, {"raft_advertise", cfg.RaftAdvertise, "raft"},
+			{"grpc_advertise", cfg.Node.GRPCAdvertise, "grpc"}, {"raft_advertise", cfg.Raft.Advertise, "raft"},
 		} {
 			if a.addr != net.JoinHostPort(peer, fmt.Sprint(cports[a.port].ContainerPort)) {
 				t.Errorf("%s: %s %q, want the pod's fully qualified name %s and port %s", podName, a.flag, a.addr, peer, a.port)
@@ -559,33 +559,33 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS, wantOnePerZone bool) {
 				t.Errorf("%s: the certificate README.md makes does not cover the advertised name: %v", podName, err)
 			}
 		}
-		if host, _, _ := net.SplitHostPort(cfg.GossipAdvertise); net.ParseIP(host) == nil {
-			t.Errorf("%s: gossip_advertise %q: serf advertises an IP (the pod IP)", podName, cfg.GossipAdvertise)
+		if host, _, _ := net.SplitHostPort(cfg.Gossip.Advertise); net.ParseIP(host) == nil {
+			t.Errorf("%s: gossip_advertise %q: serf advertises an IP (the pod IP)", podName, cfg.Gossip.Advertise)
 		}
 		var wantJoin []string
 		for j := range replicas {
 			wantJoin = append(wantJoin, fmt.Sprintf("%s-%d.%s:%d", sts.Name, j, headless.Name, cports["gossip-tcp"].ContainerPort))
 		}
-		if !slices.Equal(cfg.Join, wantJoin) {
-			t.Errorf("%s: join %v, want every pod %v", podName, cfg.Join, wantJoin)
+		if !slices.Equal(cfg.Gossip.Join, wantJoin) {
+			t.Errorf("%s: join %v, want every pod %v", podName, cfg.Gossip.Join, wantJoin)
 		}
-		if cfg.BootstrapExpect != replicas || cfg.Replicas != replicas {
-			t.Errorf("%s: bootstrap_expect %d, replicas %d; want %d (the StatefulSet's replicas)", podName, cfg.BootstrapExpect, cfg.Replicas, replicas)
+		if cfg.Cluster.BootstrapExpect != replicas || cfg.Cluster.Replicas != replicas {
+			t.Errorf("%s: bootstrap_expect %d, replicas %d; want %d (the StatefulSet's replicas)", podName, cfg.Cluster.BootstrapExpect, cfg.Cluster.Replicas, replicas)
 		}
-		if cfg.AdminToken == "" {
+		if cfg.Access.AdminToken == "" {
 			t.Errorf("%s: no admin token: the admin API would be open to every loopback client", podName)
 		}
-		if !strings.HasSuffix(cfg.DataDir, filepath.FromSlash(dataMount)) {
-			t.Errorf("%s: data_dir %s is not the data volume (%s)", podName, cfg.DataDir, dataMount)
+		if !strings.HasSuffix(cfg.Node.DataDir, filepath.FromSlash(dataMount)) {
+			t.Errorf("%s: data_dir %s is not the data volume (%s)", podName, cfg.Node.DataDir, dataMount)
 		}
-		if cfg.LimitsFile == "" {
+		if cfg.Limits.File == "" {
 			t.Errorf("%s: no limits file", podName)
-		} else if b, err := os.ReadFile(cfg.LimitsFile); err != nil {
+		} else if b, err := os.ReadFile(cfg.Limits.File); err != nil {
 			t.Errorf("%s: limits file: %v", podName, err)
-		} else if _, err := server.ParseLimits(b, server.TenantLimits{MaxSeries: cfg.DefaultMaxSeries}); err != nil {
+		} else if _, err := server.ParseLimits(b, server.TenantLimits{MaxSeries: cfg.Tracking.DefaultMaxSeries}); err != nil {
 			t.Errorf("%s: limits file does not parse: %v", podName, err)
 		}
-		if got := cfg.TLS.GRPC != nil && cfg.TLS.HTTP != nil && cfg.TLS.RaftServer != nil && len(cfg.TLS.GossipKeys) > 0; got != wantTLS {
+		if got := cfg.Access.TLS.GRPC != nil && cfg.Access.TLS.HTTP != nil && cfg.Access.TLS.RaftServer != nil && len(cfg.Access.TLS.GossipKeys) > 0; got != wantTLS {
 			t.Errorf("%s: gRPC, HTTP, raft TLS and gossip keys all on = %v, want %v", podName, got, wantTLS)
 		}
 		if g := pod.Spec.TerminationGracePeriodSeconds; g == nil || float64(*g) <= s.shutdownTimeout.Seconds() {
@@ -604,7 +604,7 @@ func checkKubernetes(t *testing.T, r rendered, wantTLS, wantOnePerZone bool) {
 	if !ps.Matches(podLabels) || ps.Empty() {
 		t.Errorf("PodDisruptionBudget selector %v does not select the pods", r.pdb.Spec.Selector)
 	}
-	quorum := last.cfg.Replicas/2 + 1
+	quorum := last.cfg.Cluster.Replicas/2 + 1
 	switch {
 	case r.pdb.Spec.MaxUnavailable != nil:
 		mu, err := intstr.GetScaledValueFromIntOrPercent(r.pdb.Spec.MaxUnavailable, replicas, true)

@@ -344,7 +344,7 @@ func TestRaftPortRefusesClientCertificate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	keys := server.RaftClusterKeys(server.Config{AdminToken: token, TLS: server.TLSConfig{GossipKeys: gk}})
+	keys := server.RaftClusterKeys(server.Config{Access: server.AccessConfig{AdminToken: token, TLS: server.TLSConfig{GossipKeys: gk}}})
 	if err := newForger(t, nodeCert, groups, keys).trans[0].AppendEntries(raft.ServerID(nodes[0].id), raft.ServerAddress(nodes[0].raft),
 		&raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-3"), Addr: []byte(nodes[2].raft)}}, &ctl); err != nil {
 		t.Fatalf("control: a node certificate cannot reach raft: %v", err)

@@ -305,15 +305,26 @@ func startBenchCluster(ctx context.Context, dir, limitsFile string) ([]*server.S
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
 	for i := range 3 {
 		cfg := server.Config{
-			NodeID: fmt.Sprintf("rb%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
-			GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-			GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: 3, LimitsFile: limitsFile, Logger: logger,
-			// A changed limits file (ratebench --change lower) is read
-			// within 200 ms, so the figures measure the limiter, not the poll.
-			LimitsReload: 200 * time.Millisecond,
+			Node: server.NodeConfig{
+				ID:       fmt.Sprintf("rb%d", i+1),
+				Zone:     fmt.Sprintf("zone-%c", 'a'+i),
+				DataDir:  filepath.Join(dir, fmt.Sprintf("n%d", i+1)),
+				GRPCAddr: "127.0.0.1:0",
+				HTTPAddr: "-",
+			},
+			Raft:    server.RaftConfig{Addr: "127.0.0.1:0"},
+			Gossip:  server.GossipConfig{Addr: "127.0.0.1:0", ProbeInterval: 200 * time.Millisecond},
+			Cluster: server.ClusterConfig{BootstrapExpect: 3},
+			Limits: server.LimitsConfig{
+				File: limitsFile,
+				// A changed limits file (ratebench --change lower) is read
+				// within 200 ms, so the figures measure the limiter, not the poll.
+				Reload: 200 * time.Millisecond,
+			},
+			Logger: logger,
 		}
 		if seed != "" {
-			cfg.Join = []string{seed}
+			cfg.Gossip.Join = []string{seed}
 		}
 		s, err := server.New(cfg)
 		if err != nil {

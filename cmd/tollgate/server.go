@@ -90,8 +90,8 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	if waitUntilReady(ctx, srv, log, 250*time.Millisecond) {
-		printBanner(cmd.OutOrStdout(), srv, cfg.DataDir, cfg.LimitsReload, s.source["default-max-series"])
-		fmt.Fprintf(cmd.OutOrStdout(), "  tls:      %s\n", serverTLSInfo(cfg.TLS))
+		printBanner(cmd.OutOrStdout(), srv, cfg.Node.DataDir, cfg.Limits.Reload, s.source["default-max-series"])
+		fmt.Fprintf(cmd.OutOrStdout(), "  tls:      %s\n", serverTLSInfo(cfg.Access.TLS))
 		<-ctx.Done()
 	}
 	log.Info("shutting down", "timeout", s.shutdownTimeout)

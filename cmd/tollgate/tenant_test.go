@@ -14,8 +14,11 @@ import (
 // nothing; the drop itself then removes exactly that. A real single-node
 // server, the CLI's own command tree.
 func TestTenantDropDryRun(t *testing.T) {
-	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true})
+	s, err := server.New(server.Config{
+		Node:    server.NodeConfig{DataDir: t.TempDir(), ID: "n1", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster: server.ClusterConfig{Bootstrap: true},
+		Raft:    server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func (s *serverSettings) buildTLS() []error {
 			}
 		}
 	}
-	out := &s.cfg.TLS
+	out := &s.cfg.Access.TLS
 	switch {
 	case t.cert == "" && t.key == "":
 		if t.ca != "" || (t.clientAuth != "" && t.clientAuth != tlsutil.ClientAuthNone) || t.httpClientAuth != "" {

@@ -29,15 +29,15 @@ func TestTLSSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := s.cfg.TLS
+	c := s.cfg.Access.TLS
 	if c.GRPC == nil || c.HTTP == nil || c.Peer == nil || c.RaftServer == nil || c.RaftClient == nil || len(c.GossipKeys) != 1 {
 		t.Fatalf("TLS not fully configured: %+v", c)
 	}
 	if got := serverTLSInfo(c); got != "grpc (client certs: require), http (client certs: none), raft (mutual), gossip (encrypted)" {
 		t.Errorf("banner: %q", got)
 	}
-	if s, err := loadSettings(t, nil, "--dev"); err != nil || s.cfg.TLS.GRPC != nil || serverTLSInfo(s.cfg.TLS) != "off (plaintext)" {
-		t.Fatalf("default is plaintext: %v %+v", err, s.cfg.TLS)
+	if s, err := loadSettings(t, nil, "--dev"); err != nil || s.cfg.Access.TLS.GRPC != nil || serverTLSInfo(s.cfg.Access.TLS) != "off (plaintext)" {
+		t.Fatalf("default is plaintext: %v %+v", err, s.cfg.Access.TLS)
 	}
 
 	bad := writeFile(t, "garbage.pem", "not a certificate")

@@ -17,8 +17,12 @@ import (
 // TestUsageCommands runs `tollgate usage query` and `usage bill` against a
 // real single-node server whose metering clock the test drives.
 func TestUsageCommands(t *testing.T) {
-	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true, Metering: metering.Config{Granularity: interval.Hour, TestClock: true}})
+	s, err := server.New(server.Config{
+		Node:     server.NodeConfig{DataDir: t.TempDir(), ID: "n1", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster:  server.ClusterConfig{Bootstrap: true},
+		Raft:     server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Metering: metering.Config{Granularity: interval.Hour, TestClock: true},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +80,13 @@ func TestUsageCommands(t *testing.T) {
 // and a real node without the test clock that has an admin token.
 func TestUsageClock(t *testing.T) {
 	start := func(testClock bool, token string) *server.Server {
-		s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-			RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: token, Metering: metering.Config{TestClock: testClock}})
+		s, err := server.New(server.Config{
+			Node:     server.NodeConfig{DataDir: t.TempDir(), ID: "n1", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+			Cluster:  server.ClusterConfig{Bootstrap: true},
+			Raft:     server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+			Access:   server.AccessConfig{AdminToken: token},
+			Metering: metering.Config{TestClock: testClock},
+		})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,8 +145,12 @@ func TestUsageClock(t *testing.T) {
 func TestUsageToken(t *testing.T) {
 	t.Setenv("TOLLGATE_TOKEN", "")
 	t.Setenv("TOLLGATE_ADMIN_TOKEN", "")
-	s, err := server.New(server.Config{DataDir: t.TempDir(), NodeID: "n1", Bootstrap: true, GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0",
-		RaftAddr: "127.0.0.1:0", RaftNoSync: true, AdminToken: "s3cret"})
+	s, err := server.New(server.Config{
+		Node:    server.NodeConfig{DataDir: t.TempDir(), ID: "n1", GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0"},
+		Cluster: server.ClusterConfig{Bootstrap: true},
+		Raft:    server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Access:  server.AccessConfig{AdminToken: "s3cret"},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -389,10 +389,17 @@ func startAndScrape(t *testing.T) (map[string]*dto.MetricFamily, error) {
 		return nil, err
 	}
 	s, err := server.New(server.Config{
-		NodeID: "dev", DataDir: filepath.Join(dir, "data"), Bootstrap: true,
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "127.0.0.1:0", RaftAddr: "127.0.0.1:0",
-		DefaultMaxSeries: 150_000, TLS: tc,
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		Node: server.NodeConfig{
+			ID:       "dev",
+			DataDir:  filepath.Join(dir, "data"),
+			GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "127.0.0.1:0",
+		},
+		Cluster:  server.ClusterConfig{Bootstrap: true},
+		Raft:     server.RaftConfig{Addr: "127.0.0.1:0"},
+		Tracking: server.TrackingConfig{DefaultMaxSeries: 150_000},
+		Access:   server.AccessConfig{TLS: tc},
+		Logger:   slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
 	if err != nil {
 		return nil, err

@@ -50,21 +50,28 @@ type Cluster struct {
 // short timers cost nothing without peers).
 func Config(t testing.TB, i, n int) server.Config {
 	cfg := server.Config{
-		NodeID: fmt.Sprintf("n%d", i+1), Zone: fmt.Sprintf("zone-%c", 'a'+i), DataDir: t.TempDir(),
-		GRPCAddr: "127.0.0.1:0", HTTPAddr: "-", RaftAddr: "127.0.0.1:0", GossipAddr: "127.0.0.1:0",
-		GossipProbeInterval: 200 * time.Millisecond, BootstrapExpect: n, RaftNoSync: true,
-		Logger: slog.New(slog.DiscardHandler),
+		Node: server.NodeConfig{
+			ID:       fmt.Sprintf("n%d", i+1),
+			Zone:     fmt.Sprintf("zone-%c", 'a'+i),
+			DataDir:  t.TempDir(),
+			GRPCAddr: "127.0.0.1:0",
+			HTTPAddr: "-",
+		},
+		Raft:    server.RaftConfig{Addr: "127.0.0.1:0", NoSync: true},
+		Gossip:  server.GossipConfig{Addr: "127.0.0.1:0", ProbeInterval: 200 * time.Millisecond},
+		Cluster: server.ClusterConfig{BootstrapExpect: n},
+		Logger:  slog.New(slog.DiscardHandler),
 	}
 	if n > 1 {
 		// A multi-node cluster with credentials needs a gossip key (or TLS)
 		// to start; every node of a test cluster shares this one, so tests
 		// that add an admin token keep working.
-		cfg.TLS.GossipKeys = [][]byte{bytes.Repeat([]byte{0x5a}, 32)}
+		cfg.Access.TLS.GossipKeys = [][]byte{bytes.Repeat([]byte{0x5a}, 32)}
 	}
 	if n == 1 {
-		cfg.BootstrapExpect, cfg.Bootstrap, cfg.GossipAddr = 0, true, ""
-		cfg.RaftHeartbeatTimeout, cfg.RaftElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
-		cfg.RaftLeaderLeaseTimeout = 50 * time.Millisecond
+		cfg.Cluster.BootstrapExpect, cfg.Cluster.Bootstrap, cfg.Gossip.Addr = 0, true, ""
+		cfg.Raft.HeartbeatTimeout, cfg.Raft.ElectionTimeout = 50*time.Millisecond, 50*time.Millisecond
+		cfg.Raft.LeaderLeaseTimeout = 50 * time.Millisecond
 	}
 	return cfg
 }
@@ -92,7 +99,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 	for i := range n {
 		cfg := Config(t, i, n)
 		if seed != "" {
-			cfg.Join = []string{seed}
+			cfg.Gossip.Join = []string{seed}
 		}
 		if opts.Configure != nil {
 			opts.Configure(i, &cfg)

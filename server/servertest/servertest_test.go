@@ -14,7 +14,7 @@ func TestSingleNode(t *testing.T) {
 	var configured []int
 	c := servertest.Start(t, servertest.Options{Nodes: 1, Configure: func(i int, cfg *server.Config) {
 		configured = append(configured, i)
-		if cfg.NodeID != "n1" || cfg.Zone != "zone-a" || !cfg.Bootstrap || cfg.GossipAddr != "" || cfg.Join != nil {
+		if cfg.Node.ID != "n1" || cfg.Node.Zone != "zone-a" || !cfg.Cluster.Bootstrap || cfg.Gossip.Addr != "" || cfg.Gossip.Join != nil {
 			t.Errorf("default config of a single node: %+v", cfg)
 		}
 	}})
@@ -38,7 +38,7 @@ func TestSingleNode(t *testing.T) {
 // the test.
 func TestClusterConfig(t *testing.T) {
 	c := servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(i int, cfg *server.Config) {
-		if cfg.BootstrapExpect != 3 || (i == 0) != (cfg.Join == nil) {
+		if cfg.Cluster.BootstrapExpect != 3 || (i == 0) != (cfg.Gossip.Join == nil) {
 			t.Errorf("node %d: %+v", i, cfg)
 		}
 	}})

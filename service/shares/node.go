@@ -21,7 +21,7 @@ import (
 	"github.com/tollgate-io/tollgate/nodeport"
 )
 
-// Share modes (server.Config.ShareMode).
+// Share modes (server.Config.Shares.Mode).
 const (
 	// ModeMovable (the default): each group's share of a tenant's
 	// max_series starts at an exact split and headroom moves between groups
