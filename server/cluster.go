@@ -34,7 +34,7 @@ type clusterView struct {
 	// the view without its runtime config (encodedBare), then the config
 	// alone as field runtime_config (a message's encoding followed by a
 	// field's is that message with the field set). Every stream sends these
-	// bytes (sharedMsg), so a stream that never reads pins references, not a
+	// bytes (strictcodec.Shared), so a stream that never reads pins references, not a
 	// copy; and the config part is encoded once per config version
 	// (cfgEnc), so streams stuck on different views (a leader moved while
 	// they were not reading) still share one copy of the config.

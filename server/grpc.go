@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-io/tollgate/access"
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/nodeport"
+	"github.com/tollgate-io/tollgate/strictcodec"
 )
 
 // trackerService implements api.TrackerServer.
@@ -36,7 +37,7 @@ func (s *Server) startGRPC() error {
 	s.grpcLis = lis
 	s.grpcCap = access.NewGRPCCap(lis, s.cfg.Bounds.GRPCMaxConns, s.cfg.Bounds.GRPCMaxConnsPerPeer)
 	s.streams = access.NewStreamBounds(s.cfg.Bounds, s.metrics.streamsRefused, s.metrics.streamsSlow, s.log)
-	opts := append(newStrictUTF8Codec().serverOptions(), // invalid UTF-8 → InvalidArgument (codec.go)
+	opts := append(strictcodec.New().ServerOptions(), // undecodable input → InvalidArgument
 		grpc.ChainUnaryInterceptor(s.recoverInterceptor, s.guard.Unary, s.metricsInterceptor),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.guard.Stream, s.streams.Intercept),
 		grpc.MaxRecvMsgSize(max(16+s.cfg.Tracking.MaxHashesPerRequest*8+1024, 2*snapshotChunkSize)),
@@ -226,7 +227,7 @@ func (t *trackerService) WatchCluster(req *api.WatchClusterRequest, stream grpc.
 			var err error
 			switch {
 			case enc != nil:
-				err = stream.SendMsg(&sharedMsg{enc})
+				err = stream.SendMsg(&strictcodec.Shared{Parts: enc})
 			case withConfig:
 				err = stream.Send(v)
 			default:

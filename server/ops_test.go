@@ -344,13 +344,3 @@ func TestCodecInvalidUTF8TenantIsInvalidArgument(t *testing.T) {
 		t.Fatalf("rejected %d", len(rej))
 	}
 }
-
-func TestCodecInvalidUTF8FieldPath(t *testing.T) {
-	desc := (&api.TrackSeriesRequest{}).ProtoReflect().Descriptor()
-	if got := invalidUTF8Field(desc, []byte(*trackRequestBytes([]byte("fine"), 1, nil)), 0); got != "" {
-		t.Errorf("valid message: %q", got)
-	}
-	if got := invalidUTF8Field(desc, []byte(*trackRequestBytes([]byte{0x80}, 1, nil)), 0); got != "tenant" {
-		t.Errorf("invalid tenant: %q", got)
-	}
-}

@@ -1,4 +1,4 @@
-package server
+package strictcodec
 
 import (
 	"context"
@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// strictUTF8Codec is the server's proto codec. A proto3 string that is not
+// Codec is the server's proto codec. A proto3 string that is not
 // valid UTF-8 fails to decode, and grpc-go turns every decode error into
 // codes.Internal before any handler or interceptor runs — telling the client
 // "server bug" for what is bad input. grpc-go wraps whatever the codec returns,
@@ -26,7 +26,7 @@ import (
 // it answer InvalidArgument naming the field before the handler sees the
 // request. Any other decode error (bytes that are not a message of the
 // method's type) is answered InvalidArgument the same way.
-type strictUTF8Codec struct {
+type Codec struct {
 	base encoding.CodecV2
 
 	pending atomic.Int32 // len(bad), read without the lock on every request
@@ -34,14 +34,15 @@ type strictUTF8Codec struct {
 	bad     map[any]error // decoded message (pointer) → its InvalidArgument
 }
 
-func newStrictUTF8Codec() *strictUTF8Codec {
-	return &strictUTF8Codec{base: encoding.GetCodecV2(gproto.Name), bad: map[any]error{}}
+// New returns a codec with nothing pending.
+func New() *Codec {
+	return &Codec{base: encoding.GetCodecV2(gproto.Name), bad: map[any]error{}}
 }
 
-// serverOptions installs the codec and the interceptors that report what it
+// ServerOptions installs the codec and the interceptors that report what it
 // found; they must come before the server's other options so these
 // interceptors run first.
-func (c *strictUTF8Codec) serverOptions() []grpc.ServerOption {
+func (c *Codec) ServerOptions() []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ForceServerCodecV2(c),
 		grpc.ChainUnaryInterceptor(c.unary),
@@ -49,15 +50,17 @@ func (c *strictUTF8Codec) serverOptions() []grpc.ServerOption {
 	}
 }
 
-func (c *strictUTF8Codec) Name() string { return c.base.Name() }
+// Name is the proto codec's name: the codec replaces it.
+func (c *Codec) Name() string { return c.base.Name() }
 
-func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) {
-	if m, ok := v.(*sharedMsg); ok {
+// Marshal encodes v; a *Shared is sent as its parts, uncopied.
+func (c *Codec) Marshal(v any) (mem.BufferSlice, error) {
+	if m, ok := v.(*Shared); ok {
 		// Read-only slice buffers: their Ref and Free do nothing, and the
 		// transport only reads them, so every stream can queue the same
 		// bytes. The parts are sent back to back as one message.
-		bs := make(mem.BufferSlice, 0, len(m.parts))
-		for _, p := range m.parts {
+		bs := make(mem.BufferSlice, 0, len(m.Parts))
+		for _, p := range m.Parts {
 			if len(p) > 0 {
 				bs = append(bs, mem.SliceBuffer(p))
 			}
@@ -67,14 +70,16 @@ func (c *strictUTF8Codec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.base.Marshal(v)
 }
 
-// sharedMsg is a message marshalled once and sent as is on many streams
+// Shared is a message marshalled once and sent as is on many streams
 // (the cluster view): a stream whose client does not read queues
-// references to the bytes, not a copy of them. Its parts are encodings
+// references to the bytes, not a copy of them. Its Parts are encodings
 // that concatenate into the message (a message's encoding followed by more
-// of its fields' encodings).
-type sharedMsg struct{ parts [][]byte }
+// of its fields' encodings); nobody may change them once sent.
+type Shared struct{ Parts [][]byte }
 
-func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
+// Unmarshal decodes into v; a decode error is kept for the interceptors
+// to answer InvalidArgument (see Codec).
+func (c *Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	err := c.base.Unmarshal(data, v)
 	if err == nil {
 		return nil
@@ -101,7 +106,7 @@ func (c *strictUTF8Codec) Unmarshal(data mem.BufferSlice, v any) error {
 }
 
 // take returns (and forgets) the error recorded for a decoded message.
-func (c *strictUTF8Codec) take(msg any) error {
+func (c *Codec) take(msg any) error {
 	if c.pending.Load() == 0 {
 		return nil
 	}
@@ -115,20 +120,20 @@ func (c *strictUTF8Codec) take(msg any) error {
 	return err
 }
 
-func (c *strictUTF8Codec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (c *Codec) unary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	if err := c.take(req); err != nil {
 		return nil, err
 	}
 	return h(ctx, req)
 }
 
-func (c *strictUTF8Codec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (c *Codec) stream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
 	return h(srv, &utf8CheckedStream{ServerStream: ss, c: c})
 }
 
 type utf8CheckedStream struct {
 	grpc.ServerStream
-	c *strictUTF8Codec
+	c *Codec
 }
 
 func (s *utf8CheckedStream) RecvMsg(m any) error {
