@@ -43,7 +43,6 @@ type receiver struct {
 	series   map[string]int // labels → samples
 	requests int
 	headers  []http.Header
-	onWrite  func(got map[string]int) // called with each request written, if set
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -107,9 +106,6 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.series[k] += v
 	}
 	r.mu.Unlock()
-	if r.onWrite != nil {
-		r.onWrite(got)
-	}
 	w.Header().Set("X-Prometheus-Remote-Write-Samples-Written", fmt.Sprint(written))
 	w.WriteHeader(http.StatusNoContent)
 }
