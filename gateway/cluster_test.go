@@ -263,6 +263,13 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 		t.Fatal("nothing of r admitted after the warm-up")
 	}
 	if ratio > 1.10 {
+		for i, rl := range rls {
+			for _, ts := range rl.TenantStats() {
+				if ts.Tenant == "r" {
+					t.Logf("gateway %d: allowed %v, blocked %v, stats %+v", i, ts.AllowedBy, ts.BlockedBy, rl.Stats())
+				}
+			}
+		}
 		t.Errorf("%.3f× the rate in a 1-s window, want ≤ 1.10", ratio)
 	}
 }
