@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -21,58 +21,103 @@ import (
 	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
-// arrivals records when the receiver got how many samples.
-type arrivals struct {
-	mu sync.Mutex
-	at []time.Time
-	n  []int
+// admission is one request of the measured tenant that a gateway's rate
+// limiter admitted: the decision was taken between before and after.
+type admission struct {
+	before, after time.Time
+	n             int
 }
 
-func (a *arrivals) add(n int) {
-	a.mu.Lock()
-	a.at, a.n = append(a.at, time.Now()), append(a.n, n)
-	a.mu.Unlock()
+// admissions is the accepted-sample log of every gateway, for one tenant.
+type admissions struct {
+	mu  sync.Mutex
+	log []admission
 }
 
-// maxWindow is the most samples that arrived in any window of length w
-// starting at an arrival after from.
-func (a *arrivals) maxWindow(from time.Time, w time.Duration) (best int, total int, span time.Duration) {
+// recordingRate is the gateway's rate limiter, logging what it admits for
+// one tenant. The clock is read right before and right after the decision,
+// not when the samples arrive anywhere.
+type recordingRate struct {
+	gateway.RateLimiter
+	tenant string
+	log    *admissions
+}
+
+func (r *recordingRate) Allow(tenant string, n int) bool {
+	before := time.Now()
+	ok := r.RateLimiter.Allow(tenant, n)
+	after := time.Now()
+	if ok && tenant == r.tenant {
+		r.log.mu.Lock()
+		r.log.log = append(r.log.log, admission{before, after, n})
+		r.log.mu.Unlock()
+	}
+	return ok
+}
+
+// total is every sample admitted.
+func (a *admissions) total() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var at []time.Time
-	var n []int
-	for i := range a.at {
-		if !a.at[i].Before(from) {
-			at, n = append(at, a.at[i]), append(n, a.n[i])
-		}
+	n := 0
+	for _, x := range a.log {
+		n += x.n
 	}
-	j, sum := 0, 0
-	for i := range at {
-		for j < len(at) && at[j].Sub(at[i]) < w {
-			sum += n[j]
-			j++
-		}
-		best = max(best, sum)
-		sum -= n[i]
-	}
-	for _, v := range n {
-		total += v
-	}
-	if len(at) > 1 {
-		span = at[len(at)-1].Sub(at[0])
-	}
-	return best, total, span
+	return n
 }
 
-// TestThreeGatewaysThreeNodes: ten senders write one tenant's series through
+// maxWindow is the most samples surely admitted within one window of length
+// w: counted are the admissions decided after from whose whole [before,
+// after] lies in the window. A stall of the machine between a decision and
+// its clock readings only widens that interval, which can drop an admission
+// from a window, never add one. It also returns how many admissions were
+// considered and the widest interval (how much the stalls blurred).
+func (a *admissions) maxWindow(from time.Time, w time.Duration) (best, n int, widest time.Duration) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var log []admission
+	for _, x := range a.log {
+		if !x.before.Before(from) {
+			log = append(log, x)
+			widest = max(widest, x.after.Sub(x.before))
+		}
+	}
+	sort.Slice(log, func(i, j int) bool { return log[i].before.Before(log[j].before) })
+	// The fullest window can be slid until its start meets the before of an
+	// admission it counts.
+	for i, s := range log {
+		sum := 0
+		for _, x := range log[i:] {
+			if x.after.Sub(s.before) < w {
+				sum += x.n
+			}
+		}
+		best = max(best, sum)
+	}
+	return best, len(log), widest
+}
+
+// TestThreeGatewaysThreeNodes: ten senders write two tenants' series through
 // three gateways (each its own Tollgate client and rate limiter) to one
 // receiver, against a real 3-node cluster: tenant s offers 4,000 series
-// against a limit of 500, tenant r three times its ingestion rate. The receiver ends with
-// exactly 500 of s's series, whatever gateway carried them. The samples per
-// second of r the receiver got are measured and logged; with
-// TOLLGATE_GATEWAY_EXACTNESS=1 they must stay within 1.10× the rate in every
-// 1-s window after the leases settle (a measurement of a loaded machine, as
-// the other rate figures in BENCHMARKS.md).
+// against a limit of 500, tenant r three times its ingestion rate. The
+// receiver ends with exactly 500 of s's series, whatever gateway carried
+// them, and r's samples stay within 1.10× its rate in every 1-s window
+// (rate + burst, with burst = rate/10).
+//
+// Why the rate bound holds on a loaded machine: it is measured on the
+// gateways' accepted-sample log, not on when samples reach the receiver
+// (arrivals bunch up behind any stall of the receiver, the senders or the
+// scheduler, and look like an overshoot that never was). Each admission is
+// logged with the clock read just before and just after the limiter's
+// decision, and a window counts only admissions whose whole interval lies in
+// it, so a stall can only lower a window's count. The receiver gets no
+// sample of r that was not in the log (checked), so the log bounds what it
+// holds. The load starts once every gateway holds a lease for r, and the
+// windows after a warm-up of two seconds, as the leases follow the demand.
+// The bound itself is the rate owner's: while a tenant is offered twice its
+// limit, its grants keep any second within rate + burst (docs/ratelimits.md;
+// without that, the three gateways' unspent lease remainders reached 1.15×).
 func TestThreeGatewaysThreeNodes(t *testing.T) {
 	const (
 		limit    = 500
@@ -92,19 +137,9 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 	}
 	cl := servertest.Start(t, servertest.Options{Nodes: 3, Configure: func(_ int, cfg *server.Config) { cfg.Limits.File = lf }})
 	rcv := newReceiver(t)
-	var arr arrivals
-	rcv.onWrite = func(got map[string]int) {
-		n := 0
-		for k, v := range got {
-			if strings.Contains(k, `"rated"`) {
-				n += v
-			}
-		}
-		if n > 0 {
-			arr.add(n)
-		}
-	}
 	var urls []string
+	var adm admissions
+	var rls []*ratelimit.Client
 	for i := range 3 {
 		c, err := clientlib.New(clientlib.Config{Addrs: cl.GRPCAddrs()[i : i+1], Mode: clientlib.ModeSync})
 		if err != nil {
@@ -122,17 +157,33 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { rl.Close() })
+		rls = append(rls, rl)
 		// A generous decision bound: under the race detector on a busy
 		// machine the first decisions (new series, raft commits, borrowed
 		// headroom) can take seconds.
-		_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: c, Rate: rl, RefreshInterval: 30 * time.Second,
-			TrackTimeout: 30 * time.Second})
+		_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: c, RefreshInterval: 30 * time.Second,
+			Rate: &recordingRate{RateLimiter: rl, tenant: "r", log: &adm}, TrackTimeout: 30 * time.Second})
 		urls = append(urls, gw.URL+"/api/v1/push")
 	}
 
 	// Tenant s: 4,000 series against a limit of 500, no rate limit. Tenant
 	// r: 400 series (under its series limit) at 3× its ingestion rate.
 	pools := map[string][]prompb.TimeSeries{"s": seriesV1("limited", 0, pool), "r": seriesV1("rated", 0, 400)}
+	// Every gateway's limiter asks r's owner for a lease before the load
+	// starts: until its first answer a client admits on its own (one report
+	// period by design, see ratelease), and on a busy machine under the race
+	// detector that answer has taken tens of seconds.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for i, rl := range rls {
+		rl.Allow("r", 0)
+		for !hasLease(rl, "r") {
+			if ctx.Err() != nil {
+				t.Fatalf("gateway %d: no lease for r from its owner after 2 minutes", i)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
 	start := time.Now()
 	stop := start.Add(warmup + measured)
 	var wg sync.WaitGroup
@@ -163,7 +214,21 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 					ts := series[off+i]
 					batch[i] = prompb.TimeSeries{Labels: ts.Labels, Samples: []prompb.Sample{{Value: 1, Timestamp: time.Now().UnixMilli()}}}
 				}
-				code, _, _ := post(t, urls[(s+k/2)%len(urls)], tenant, "", encodeV1(t, batch))
+				// As Prometheus does, a 5xx is retried with the same body
+				// (Tollgate may not decide in time under the race detector
+				// on a busy machine); the answer counted is the last one.
+				body := encodeV1(t, batch)
+				code := 0
+				for try := 0; ; try++ {
+					code, _, _ = post(t, urls[(s+k/2)%len(urls)], tenant, "", body)
+					if code < 500 || try == 50 {
+						break
+					}
+					mu.Lock()
+					codes[tenant+" retried "+fmt.Sprint(code)]++
+					mu.Unlock()
+					time.Sleep(100 * time.Millisecond)
+				}
 				mu.Lock()
 				codes[tenant+" "+fmt.Sprint(code)]++
 				mu.Unlock()
@@ -173,39 +238,51 @@ func TestThreeGatewaysThreeNodes(t *testing.T) {
 	wg.Wait()
 	all, _ := rcv.snapshot()
 	got := map[string]int{}
+	received := 0
 	for k, v := range all {
 		if strings.Contains(k, `"limited"`) {
 			got[k] = v
+		}
+		if strings.Contains(k, `"rated"`) {
+			received += v
 		}
 	}
 	if len(got) != limit {
 		t.Fatalf("the receiver holds %d of the tenant's series through 3 gateways, want exactly its limit %d (answers %v)", len(got), limit, codes)
 	}
-	best, total, span := arr.maxWindow(start.Add(warmup), time.Second)
-	ratio := float64(best) / rate
-	t.Logf("answers %v; after warm-up %d samples in %v (%.0f/s); most in any 1-s window %d = %.3f× the rate %g (burst %d)",
-		codes, total, span.Round(time.Millisecond), float64(total)/span.Seconds(), best, ratio, rate, burst)
 	if codes["r 429"] == 0 || codes["s 400"] == 0 {
-		t.Errorf("offered 3× the rate, no request got 429: %v", codes)
+		t.Errorf("offered 3× the rate and 8× the series limit, no refusal: %v", codes)
 	}
-	if os.Getenv("TOLLGATE_GATEWAY_EXACTNESS") != "" && ratio > 1.10 {
+	if admitted := adm.total(); received > admitted {
+		t.Fatalf("the receiver holds %d samples of r, the gateways admitted %d", received, admitted)
+	}
+	first, _, _ := adm.maxWindow(start, time.Second)
+	from := start.Add(warmup)
+	best, n, widest := adm.maxWindow(from, time.Second)
+	ratio := float64(best) / rate
+	t.Logf("answers %v; the receiver holds %d samples of r; after the warm-up %d admissions, most in one 1-s window %d = %.3f× the rate %g (burst %d), from the start %.3f×; widest decision %v",
+		codes, received, n, best, ratio, rate, burst, float64(first)/rate, widest)
+	if n == 0 {
+		t.Fatal("nothing of r admitted after the warm-up")
+	}
+	if ratio > 1.10 {
+		for i, rl := range rls {
+			for _, ts := range rl.TenantStats() {
+				if ts.Tenant == "r" {
+					t.Logf("gateway %d: allowed %v, blocked %v, stats %+v", i, ts.AllowedBy, ts.BlockedBy, rl.Stats())
+				}
+			}
+		}
 		t.Errorf("%.3f× the rate in a 1-s window, want ≤ 1.10", ratio)
 	}
 }
 
-type statusWriter struct {
-	http.ResponseWriter
-	code int
-}
-
-func (w *statusWriter) WriteHeader(c int) { w.code = c; w.ResponseWriter.WriteHeader(c) }
-
-func (r *receiver) totalSamples() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, v := range r.series {
-		n += v
+// hasLease reports whether rl has heard from tenant's owner.
+func hasLease(rl *ratelimit.Client, tenant string) bool {
+	for _, ts := range rl.TenantStats() {
+		if ts.Tenant == tenant && ts.HasUpdate {
+			return true
+		}
 	}
-	return n
+	return false
 }

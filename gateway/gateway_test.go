@@ -43,7 +43,6 @@ type receiver struct {
 	series   map[string]int // labels → samples
 	requests int
 	headers  []http.Header
-	onWrite  func(got map[string]int) // called with each request written, if set
 }
 
 func newReceiver(t *testing.T) *receiver {
@@ -107,9 +106,6 @@ func (r *receiver) serve(w http.ResponseWriter, req *http.Request) {
 		r.series[k] += v
 	}
 	r.mu.Unlock()
-	if r.onWrite != nil {
-		r.onWrite(got)
-	}
 	w.Header().Set("X-Prometheus-Remote-Write-Samples-Written", fmt.Sprint(written))
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -388,19 +384,25 @@ func TestUpstreamFailuresAreRetriable(t *testing.T) {
 	}
 }
 
-// TestBadInputRefusedNothingForwarded: every malformed request is a 4xx
-// naming its cause, nothing reaches the upstream, and the gateway serves
-// the next good request.
+// TestBadInputRefusedNothingForwarded: every malformed request, remote write
+// 1.0 or 2.0, is a 4xx naming its cause; nothing of it is tracked or reaches
+// the upstream, and the gateway serves the next good request.
 func TestBadInputRefusedNothingForwarded(t *testing.T) {
 	_, c := startTollgate(t, "defaults:\n  max_series: 1000\n")
 	rcv := newReceiver(t)
-	_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: c, MaxRequestBytes: 1 << 20, MaxDecompressedBytes: 4 << 20})
+	ct := &countingTracker{Tracker: c}
+	_, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: ct, MaxRequestBytes: 1 << 20, MaxDecompressedBytes: 4 << 20})
 	good := seriesV1("m", 0, 3)
 	withLabels := func(ls ...prompb.Label) []byte {
 		return encodeV1(t, []prompb.TimeSeries{good[0], {Labels: ls, Samples: good[0].Samples}})
 	}
 	raw, _ := (&prompb.WriteRequest{Timeseries: good}).Marshal()
 	bomb := snappy.Encode(nil, make([]byte, 8<<20)) // 8 MB of zeros: small compressed
+	// 2.0: symbols "", __name__, m, job, a, n, 0; series 0 is good.
+	syms := []string{"", "__name__", "m", "job", "a", "n", "0"}
+	goodRefs := []uint32{1, 2, 3, 4, 5, 6}
+	raw2 := rawV2(t, syms, goodRefs, goodRefs)
+	const v2 = "application/x-protobuf;proto=io.prometheus.write.v2.Request"
 	cases := []struct {
 		name, tenant, ctype string
 		body                []byte
@@ -408,7 +410,7 @@ func TestBadInputRefusedNothingForwarded(t *testing.T) {
 		want                string
 	}{
 		{"corrupt snappy", "t", "", []byte("definitely not snappy"), 400, "snappy"},
-		{"truncated protobuf", "t", "", snappy.Encode(nil, raw[:len(raw)-3]), 400, "decode protobuf"},
+		{"truncated protobuf", "t", "", snappy.Encode(nil, raw[:len(raw)-3]), 400, "decode protobuf prometheus.WriteRequest"},
 		{"unsorted labels", "t", "", withLabels(prompb.Label{Name: "job", Value: "a"}, prompb.Label{Name: "__name__", Value: "x"}), 400, `labels not sorted: "__name__" after "job"`},
 		{"duplicate names", "t", "", withLabels(prompb.Label{Name: "a", Value: "1"}, prompb.Label{Name: "a", Value: "2"}), 400, `duplicate label name "a"`},
 		{"empty name", "t", "", withLabels(prompb.Label{Name: "", Value: "1"}), 400, "empty name"},
@@ -420,6 +422,17 @@ func TestBadInputRefusedNothingForwarded(t *testing.T) {
 		{"bad tenant", "a/../b", "", encodeV1(t, good), 400, "X-Scope-OrgID"},
 		{"unknown message", "t", "application/x-protobuf;proto=foo.Bar", encodeV1(t, good), 415, "foo.Bar"},
 		{"not protobuf", "t", "application/json", encodeV1(t, good), 415, "application/json"},
+		{"2.0 corrupt snappy", "t", v2, []byte("definitely not snappy"), 400, "snappy"},
+		{"2.0 truncated protobuf", "t", v2, snappy.Encode(nil, raw2[:len(raw2)-3]), 400, "decode protobuf io.prometheus.write.v2.Request"},
+		{"2.0 unsorted labels", "t", v2, snappy.Encode(nil, rawV2(t, syms, goodRefs, []uint32{3, 4, 1, 2})), 400, `series 1: labels not sorted: "__name__" after "job"`},
+		{"2.0 duplicate names", "t", v2, snappy.Encode(nil, rawV2(t, syms, goodRefs, []uint32{3, 4, 3, 2})), 400, `series 1: duplicate label name "job"`},
+		{"2.0 reference outside the symbols", "t", v2, snappy.Encode(nil, rawV2(t, syms, goodRefs, []uint32{1, 99})), 400, "outside the symbols table of 7 entries"},
+		{"2.0 odd labels_refs", "t", v2, snappy.Encode(nil, rawV2(t, syms, goodRefs, []uint32{1, 2, 3})), 400, "not a whole number of name/value pairs"},
+		{"2.0 no labels", "t", v2, snappy.Encode(nil, rawV2(t, syms, goodRefs, nil)), 400, "series 1 has no labels"},
+		{"2.0 symbols[0] not empty", "t", v2, snappy.Encode(nil, rawV2(t, append([]string{"x"}, syms[1:]...), goodRefs)), 400, "must start with the empty string"},
+		{"2.0 invalid UTF-8 symbol", "t", v2, snappy.Encode(nil, rawV2(t, append(syms[:6:6], "\xff"), goodRefs)), 400, "symbols[6] is not valid UTF-8"},
+		{"2.0 64 MB body", "t", v2, make([]byte, 64<<20), 413, "max_request_bytes"},
+		{"2.0 no tenant", "", v2, snappy.Encode(nil, raw2), 401, "X-Scope-OrgID"},
 	}
 	for _, tc := range cases {
 		code, msg, _ := post(t, gw.URL+"/api/v1/push", tc.tenant, tc.ctype, tc.body)
@@ -427,12 +440,68 @@ func TestBadInputRefusedNothingForwarded(t *testing.T) {
 			t.Errorf("%s: %d %q, want %d naming %q", tc.name, code, strings.TrimSpace(msg), tc.code, tc.want)
 		}
 	}
+	// Another Content-Encoding than snappy.
+	code, msg := postRaw(t, gw.URL+"/api/v1/push", http.Header{"X-Scope-Orgid": {"t"}, "Content-Encoding": {"gzip"}}, bytes.NewReader(encodeV1(t, good)))
+	if code != http.StatusUnsupportedMediaType || !strings.Contains(msg, `Content-Encoding "gzip"`) {
+		t.Errorf("gzip body: %d %q, want 415 naming the encoding", code, strings.TrimSpace(msg))
+	}
+	// 64 MB without Content-Length (chunked): refused once the bound is read.
+	code, msg = postRaw(t, gw.URL+"/api/v1/push", http.Header{"X-Scope-Orgid": {"t"}}, io.MultiReader(bytes.NewReader(make([]byte, 64<<20))))
+	if code != http.StatusRequestEntityTooLarge || !strings.Contains(msg, "max_request_bytes") {
+		t.Errorf("64 MB chunked: %d %q, want 413 naming max_request_bytes", code, strings.TrimSpace(msg))
+	}
 	if _, n := rcv.snapshot(); n != 0 {
 		t.Fatalf("the upstream received %d requests from bad input", n)
+	}
+	if n := ct.sent.Load(); n != 0 {
+		t.Fatalf("%d series of bad requests were tracked", n)
 	}
 	if code, msg, _ := post(t, gw.URL+"/api/v1/push", "t", "", encodeV1(t, good)); code != http.StatusNoContent {
 		t.Fatalf("good request after bad ones: %d %s", code, msg)
 	}
+	if code, msg, _ := post(t, gw.URL+"/api/v1/push", "t", v2, snappy.Encode(nil, raw2)); code != http.StatusNoContent {
+		t.Fatalf("good 2.0 request after bad ones: %d %s", code, msg)
+	}
+	if got, n := rcv.snapshot(); n != 2 || len(got) != 4 {
+		t.Fatalf("after two good requests the upstream got %d requests, %d series; want 2 and 4", n, len(got))
+	}
+}
+
+// rawV2 marshals a 2.0 request with one sample per series, each series
+// given by its labels_refs.
+func rawV2(t *testing.T, symbols []string, refs ...[]uint32) []byte {
+	t.Helper()
+	req := writev2.Request{Symbols: symbols}
+	for _, r := range refs {
+		req.Timeseries = append(req.Timeseries, writev2.TimeSeries{LabelsRefs: r, Samples: []writev2.Sample{{Value: 1, Timestamp: 1000}}})
+	}
+	raw, err := req.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+// postRaw posts body with the given headers (and Content-Type
+// application/x-protobuf unless set); the body has a Content-Length only
+// when it is a *bytes.Reader.
+func postRaw(t *testing.T, url string, h http.Header, body io.Reader) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header = h
+	if h.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/x-protobuf")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(msg)
 }
 
 // TestRemoteWrite2: a 2.0 request is negotiated by Content-Type, forwarded

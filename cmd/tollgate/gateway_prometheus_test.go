@@ -130,6 +130,31 @@ func startGatewayProc(t *testing.T, bin string, args ...string) *exec.Cmd {
 	return cmd
 }
 
+// agentCounter is the sum of a counter's series on a Prometheus' own
+// /metrics (0 when absent).
+func agentCounter(t *testing.T, base, name string) float64 {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	sum := 0.0
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+			sum += v
+		}
+	}
+	return sum
+}
+
 // promQuery runs an instant query on a Prometheus and returns each result's
 // labels (as a string) and value.
 func promQuery(t *testing.T, base, q string) map[string]string {
@@ -165,7 +190,9 @@ func promQuery(t *testing.T, base, q string) map[string]string {
 // receiver, and every accepted load series holds one sample per scrape the
 // target answered; the tenant under its limit holds all 55, each load series
 // with every sample. The gateway is SIGKILLed and restarted mid-run: the
-// agents retry, and nothing is lost or added.
+// agents retry (their retried-samples counters grow), the agent under its
+// limit drops nothing, the accepted series are the same before and after,
+// and every retried sample is in.
 func TestGatewayWithPrometheus(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the binary and runs Prometheus; skipped with -short")
@@ -209,7 +236,7 @@ func TestGatewayWithPrometheus(t *testing.T) {
 
 	// Two agents, one per tenant, each scraping its own target every 500ms.
 	targets := map[string]*promTarget{"small": newPromTarget(t, 50), "big": newPromTarget(t, 50)}
-	agents := map[string]*exec.Cmd{}
+	agents, agentURLs := map[string]*exec.Cmd{}, map[string]string{}
 	for tenant, pt := range targets {
 		cfg := fmt.Sprintf(`global:
   scrape_interval: 500ms
@@ -230,7 +257,8 @@ remote_write:
 		addr := freePort(t)
 		agents[tenant] = startProcess(t, prom, "--enable-feature=agent", "--config.file="+f,
 			"--storage.agent.path="+filepath.Join(dir, "agent-"+tenant), "--web.listen-address="+addr, "--log.level=warn")
-		waitHTTP(t, "http://"+addr+"/-/ready", 60*time.Second)
+		agentURLs[tenant] = "http://" + addr
+		waitHTTP(t, agentURLs[tenant]+"/-/ready", 60*time.Second)
 	}
 
 	// Wait until both tenants' series reach the receiver, then kill the
@@ -248,13 +276,20 @@ remote_write:
 	waitSeries(`last_over_time({tenant="big"}[1h])`, 55)
 	waitSeries(`last_over_time({tenant="small"}[1h])`, 30)
 	time.Sleep(2 * time.Second)
+	// The series accepted before the kill: the same ones must be there at
+	// the end, and no other.
+	acceptedBefore := promQuery(t, recv, `last_over_time({tenant="small"}[1h])`)
+	retriedBefore := map[string]float64{}
+	for tenant, u := range agentURLs {
+		retriedBefore[tenant] = agentCounter(t, u, "prometheus_remote_storage_samples_retried_total")
+	}
 	for _, tenant := range []string{"small", "big"} {
 		if err := gws[tenant].Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
 		_ = gws[tenant].Wait()
 	}
-	time.Sleep(time.Second) // the agents meet a refused connection and retry
+	time.Sleep(2 * time.Second) // the agents meet a refused connection and retry
 	for _, tenant := range []string{"small", "big"} {
 		startGatewayProc(t, bin, gwArgs[tenant]...)
 	}
@@ -297,6 +332,32 @@ remote_write:
 	if n := seriesOf("small"); n != 30 {
 		t.Errorf("tenant small (max_series 30, offered 55): the receiver holds %d series, want exactly 30", n)
 	}
+	acceptedAfter := promQuery(t, recv, `last_over_time({tenant="small"}[1h])`)
+	for s := range acceptedBefore {
+		if _, ok := acceptedAfter[s]; !ok {
+			t.Errorf("tenant small: %s was accepted before the gateway was killed and is gone after", s)
+		}
+	}
+	for s := range acceptedAfter {
+		if _, ok := acceptedBefore[s]; !ok {
+			t.Errorf("tenant small: %s was accepted only after the gateway was killed", s)
+		}
+	}
+	// The agents did retry across the kill (so the checks above and below
+	// are about retried samples), and the agent under its limit dropped
+	// nothing: every failure it met was retried until accepted. (small's
+	// agent drops the batches answered 400, the series over the limit.)
+	retried := map[string]float64{}
+	for tenant, u := range agentURLs {
+		r := agentCounter(t, u, "prometheus_remote_storage_samples_retried_total")
+		retried[tenant] = r - retriedBefore[tenant]
+		if r <= retriedBefore[tenant] {
+			t.Errorf("tenant %s: the agent retried no sample across the gateway's SIGKILL (%v before, %v after)", tenant, retriedBefore[tenant], r)
+		}
+	}
+	if f := agentCounter(t, agentURLs["big"], "prometheus_remote_storage_samples_failed_total"); f != 0 {
+		t.Errorf("tenant big: the agent dropped %v samples as failed, want 0", f)
+	}
 	if n := seriesOf("big"); n != 55 {
 		t.Errorf("tenant big (under its limit, offered 55): the receiver holds %d series, want 55", n)
 	}
@@ -314,7 +375,7 @@ remote_write:
 			}
 		}
 	}
-	t.Logf("scrapes answered: %v; the gateway was SIGKILLed and restarted mid-run", scrapes)
+	t.Logf("scrapes answered: %v; the gateway was SIGKILLed and restarted mid-run, samples the agents retried across it: %v", scrapes, retried)
 	for _, a := range agents {
 		_ = a.Process.Signal(syscall.SIGTERM)
 	}
