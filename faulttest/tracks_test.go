@@ -1,0 +1,152 @@
+package faulttest
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/faulttest/history"
+)
+
+// trackHistory records the clientlib calls of a test whose clients are not
+// the checker's, for the tracking model.
+//
+// clientlib sends one request per partition a call touches, and each is
+// linearized on its own; recording the call as one operation would claim an
+// atomicity the service does not offer. So a call is recorded as one
+// operation per partition, each with the call's own invocation and return
+// times (they contain its request's) and the answer for that partition's
+// hashes. A call that fails is unknown (or failed) in every part. A call
+// answered while the client failed open (Config.FailOpen: an answer the
+// service never gave) is unknown too; the client's FailedOpen counter, not
+// the call, says so, so every call in flight while it moved is unknown.
+//
+// A nil *trackHistory records nothing.
+type trackHistory struct {
+	c *cluster
+	h *history.Recorder
+
+	mu     sync.Mutex
+	limits map[string]int // tenant → the highest max_series during the history (0: none)
+}
+
+// recordTracks starts a history (history.jsonl beside the nodes' logs, or
+// the next free name) for tenants with these limits; check closes and
+// checks it.
+func (c *cluster) recordTracks(limits map[string]int) *trackHistory {
+	c.t.Helper()
+	l := map[string]int{}
+	for tn, n := range limits {
+		l[tn] = n
+	}
+	return &trackHistory{c: c, h: c.recordHistory(), limits: l}
+}
+
+// setLimit notes tenant's new max_series: the model checks each tenant
+// against the highest it had.
+func (th *trackHistory) setLimit(tenant string, n int) {
+	if th == nil {
+		return
+	}
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	switch cur, ok := th.limits[tenant]; {
+	case !ok:
+		th.limits[tenant] = n
+	case cur <= 0: // no limit already: nothing is higher
+	case n <= 0 || n > cur:
+		th.limits[tenant] = n
+	}
+}
+
+// track is cl.TrackSeries, recorded as client.
+func (th *trackHistory) track(ctx context.Context, cl *clientlib.Client, client int, tenant string, hashes []uint64) ([]uint64, error) {
+	if th == nil {
+		return cl.TrackSeries(ctx, tenant, hashes)
+	}
+	byPart := map[int][]uint64{}
+	for _, h := range hashes {
+		p := api.Partition(h, partitions)
+		byPart[p] = append(byPart[p], h)
+	}
+	parts := slices.Sorted(maps.Keys(byPart))
+	calls := make([]*history.Call, len(parts))
+	opened := cl.Stats().FailedOpen
+	for i, p := range parts {
+		calls[i] = th.h.Begin(client, history.Op{Kind: history.KindTrack, Key: tenant, Hashes: byPart[p]})
+	}
+	rej, err := cl.TrackSeries(ctx, tenant, hashes)
+	th.end(cl, opened, calls, parts, byPart, rej, err)
+	return rej, err
+}
+
+// trackPartition is cl.TrackPartition, recorded as client.
+func (th *trackHistory) trackPartition(ctx context.Context, cl *clientlib.Client, client int, tenant string, p int, hashes []uint64) ([]uint64, error) {
+	if th == nil {
+		return cl.TrackPartition(ctx, tenant, p, hashes)
+	}
+	opened := cl.Stats().FailedOpen
+	call := th.h.Begin(client, history.Op{Kind: history.KindTrack, Key: tenant, Hashes: hashes})
+	rej, err := cl.TrackPartition(ctx, tenant, p, hashes)
+	th.end(cl, opened, []*history.Call{call}, []int{p}, map[int][]uint64{p: hashes}, rej, err)
+	return rej, err
+}
+
+func (th *trackHistory) end(cl *clientlib.Client, opened uint64, calls []*history.Call, parts []int, byPart map[int][]uint64, rej []uint64, err error) {
+	if err == nil && cl.Stats().FailedOpen != opened {
+		for _, call := range calls {
+			call.End(history.Op{Outcome: history.Unknown, Err: "the client failed open while the call was in flight"})
+		}
+		return
+	}
+	refused := map[uint64]bool{}
+	for _, h := range rej {
+		refused[h] = true
+	}
+	for i, call := range calls {
+		if err != nil {
+			call.EndTrack(nil, err)
+			continue
+		}
+		var mine []uint64
+		for _, h := range byPart[parts[i]] {
+			if refused[h] && !slices.Contains(mine, h) {
+				mine = append(mine, h)
+			}
+		}
+		call.EndTrack(mine, nil)
+	}
+}
+
+// check closes the history and checks it with the tracking model: a
+// violation fails the test and writes history.html beside it.
+func (th *trackHistory) check() {
+	if th == nil {
+		return
+	}
+	th.c.t.Helper()
+	th.mu.Lock()
+	limits := map[string]int{}
+	for tn, n := range th.limits {
+		limits[tn] = n
+	}
+	th.mu.Unlock()
+	th.c.checkHistory(th.h, history.TrackingModel(func(tenant string) int { return limits[tenant] }))
+}
+
+// trackAll sends hashes for tenant (recorded as client 0) and returns the
+// rejected ones; an error fails the test.
+func (th *trackHistory) trackAll(t *testing.T, cl *clientlib.Client, tenant string, hashes []uint64) []uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), progressTimeout)
+	defer cancel()
+	rej, err := th.track(ctx, cl, 0, tenant, hashes)
+	if err != nil {
+		t.Fatalf("track %d series of %s: %v", len(hashes), tenant, err)
+	}
+	return rej
+}
