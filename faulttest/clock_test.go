@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 // Clock tests: real processes whose wall clock is shifted with the hidden
@@ -211,8 +212,8 @@ func testFastLeaderKeepsSeries(t *testing.T, mode clockMode) {
 }
 
 // meterEvent posts one metering event to n and returns the outcome
-// ("created", "duplicate") or fails.
-func meterEvent(t *testing.T, n *node, kind, id string, ts int64) string {
+// ("created", "duplicate") or fails. Every attempt is recorded in hist.
+func meterEvent(t *testing.T, hist *history.Recorder, n *node, kind, id string, ts int64) string {
 	t.Helper()
 	ev := map[string]any{"id": id, "timestamp": ts, "organization_id": "org", "space_id": "space",
 		"consumer_id": "c", "resource_id": "postgres", "plan_id": "large", "resource_instance_id": "inst-skew"}
@@ -224,7 +225,18 @@ func meterEvent(t *testing.T, n *node, kind, id string, ts int64) string {
 		var out struct {
 			Status string `json:"status"`
 		}
+		call := hist.Begin(0, history.Op{Kind: history.KindMeterEvent, Key: "inst-skew", ID: id, Time: ts, Stop: kind == "stop"})
 		code, body, err := meterHTTP("POST", "http://"+n.httpAddr+"/v1/events/"+kind, ev, nil)
+		switch {
+		case err == nil && code == http.StatusCreated:
+			call.End(history.Op{Outcome: history.OK})
+		case err == nil && code < 500:
+			call.End(history.Op{Outcome: history.Failed, Err: fmt.Sprintf("%d %s", code, body)})
+		case err != nil:
+			call.End(history.Op{Outcome: history.Unknown, Err: err.Error()})
+		default: // 503 and other 5xx: it may have been applied
+			call.End(history.Op{Outcome: history.Unknown, Err: fmt.Sprintf("%d %s", code, body)})
+		}
 		if err == nil && code == http.StatusCreated {
 			if err := json.Unmarshal([]byte(body), &out); err != nil {
 				t.Fatalf("%s %s: %v in %s", kind, id, err, body)
@@ -258,15 +270,18 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	c := newCluster(t, clusterOptions{extraArgs: clockArgs("2m", "--metering-slack", "3m", "--metering-granularity", "minute", "--max-clock-offset", mode.bound),
 		nodeArgs: map[int][]string{1: {"--test-clock-offset", "5m"}}})
 	c.mustMoveAll(c.nodes[0])
+	// Every attempt, and the final ledger read, checked with the metering
+	// model (minute windows).
+	hist := c.recordHistory()
 	ts := time.Now().UnixMilli() - 20_000
-	if got := meterEvent(t, c.nodes[0], "start", "skew-start", ts); got != "created" {
+	if got := meterEvent(t, hist, c.nodes[0], "start", "skew-start", ts); got != "created" {
 		t.Fatalf("start: %s, want created", got)
 	}
-	if got := meterEvent(t, c.nodes[0], "stop", "skew-stop", ts+10_000); got != "created" {
+	if got := meterEvent(t, hist, c.nodes[0], "stop", "skew-stop", ts+10_000); got != "created" {
 		t.Fatalf("stop: %s, want created", got)
 	}
 	for _, kind := range []string{"start", "stop"} {
-		if got := meterEvent(t, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
+		if got := meterEvent(t, hist, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
 			t.Fatalf("immediate retry of %s: %s, want duplicate", kind, got)
 		}
 	}
@@ -274,7 +289,7 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	time.Sleep(5 * time.Second)
 	c.mustMoveAll(c.nodes[0])
 	for _, kind := range []string{"start", "stop"} {
-		if got := meterEvent(t, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
+		if got := meterEvent(t, hist, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
 			t.Errorf("retry of %s after node-2's leadership: %s, want duplicate (billed twice)", kind, got)
 		}
 	}
@@ -297,7 +312,13 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	}
 	waitUntil(t, "the pair's usage record in the ledger", func() bool { return len(ledger()) > 0 })
 	time.Sleep(2 * time.Second) // a second record, if any, is written alongside
+	readCall := hist.Begin(1, history.Op{Kind: history.KindMeterUsage, Key: "inst-skew"})
 	recs := ledger()
+	usage := map[int64]int64{}
+	for _, r := range recs {
+		usage[r.Timestamp/time.Minute.Milliseconds()*time.Minute.Milliseconds()] += r.duration(t)
+	}
+	readCall.End(history.Op{Outcome: history.OK, Usage: usage})
 	var total int64
 	ids := map[string]bool{}
 	for _, r := range recs {
@@ -310,6 +331,7 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	if total != 10_000 {
 		t.Errorf("ledger bills %d ms for one 10,000 ms start/stop pair (%d records): a retry was billed again", total, len(recs))
 	}
+	c.checkHistory(hist, history.MeteringModel(time.Minute.Milliseconds()))
 	c.checkNoCrashes()
 }
 
