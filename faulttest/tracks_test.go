@@ -6,7 +6,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -36,11 +35,9 @@ import (
 //
 // A nil *trackHistory records nothing.
 type trackHistory struct {
-	c *cluster
-	h *history.Recorder
-
-	mu     sync.Mutex
-	limits map[string]int // tenant → the highest max_series during the history (0: none)
+	c      *cluster
+	h      *history.Recorder
+	limits map[string]int // tenant → the highest max_series during the history (0: none); read-only
 }
 
 // recordTracks starts a history (history.jsonl beside the nodes' logs, or
@@ -91,8 +88,6 @@ func (th *trackHistory) trackPartition(ctx context.Context, cl *clientlib.Client
 // key is the history key of tenant's partition p: the tenant, or, when it
 // has no limit, the tenant and the partition.
 func (th *trackHistory) key(tenant string, p int) string {
-	th.mu.Lock()
-	defer th.mu.Unlock()
 	if th.limits[tenant] > 0 {
 		return tenant
 	}
@@ -132,17 +127,11 @@ func (th *trackHistory) check() {
 		return
 	}
 	th.c.t.Helper()
-	th.mu.Lock()
-	limits := map[string]int{}
-	for tn, n := range th.limits {
-		limits[tn] = n
-	}
-	th.mu.Unlock()
 	th.c.checkHistory(th.h, history.TrackingModel(func(key string) int {
-		if i := strings.LastIndexByte(key, '#'); i >= 0 {
+		if strings.Contains(key, "#") {
 			return 0 // a tenant without a limit, by partition
 		}
-		return limits[key]
+		return th.limits[key]
 	}))
 }
 
