@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +88,34 @@ func TestCheckerCatchesBrokenBuilds(t *testing.T) {
 			t.Logf("broken build %s caught in %v: %v", mode, time.Since(start).Round(time.Millisecond), err)
 		})
 	}
+}
+
+// TestTrackHistoryCatchesBrokenBuild: the histories of the tests that call
+// clientlib themselves (trackHistory: one operation per partition a call
+// touches) must fail the check on a broken build too. forget-accepted, a
+// limit of 300: 200 series are acknowledged, then the same 200 are sent
+// with 200 new ones; at the limit the broken node also refuses one series
+// per request that it acknowledged before.
+func TestTrackHistoryCatchesBrokenBuild(t *testing.T) {
+	bin := brokenBinary(t)
+	t.Setenv("TOLLGATE_BROKEN", "forget-accepted") // the nodes inherit the test's environment
+	c := newCluster(t, clusterOptions{defaultMaxSeries: 300, shareMode: "movable", bin: bin})
+	cl := clockClient(t, c)
+	const tn = "broken-th"
+	th := c.recordTracks(map[string]int{tn: 300})
+	first := seriesOf(200, 1)
+	if rej := th.trackAll(t, cl, tn, first); len(rej) != 0 {
+		t.Fatalf("first 200 series: %d refused under a limit of 300", len(rej))
+	}
+	rej := th.trackAll(t, cl, tn, append(slices.Clone(first), seriesOf(200, 2)...))
+	t.Logf("the same 200 and 200 new at a limit of 300: %d refused", len(rej))
+	html := strings.TrimSuffix(th.h.Path(), ".jsonl") + ".html"
+	err := th.checkErr()
+	if !errors.Is(err, history.ErrNotLinearizable) {
+		t.Fatalf("history check = %v, want a linearizability violation", err)
+	}
+	if _, serr := os.Stat(html); serr != nil {
+		t.Errorf("no visualisation written: %v", serr)
+	}
+	t.Logf("caught: %v", err)
 }

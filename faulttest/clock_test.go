@@ -17,6 +17,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 // Clock tests: real processes whose wall clock is shifted with the hidden
@@ -50,18 +51,6 @@ func clockClient(t *testing.T, c *cluster) *clientlib.Client {
 		t.Fatal(err)
 	}
 	return cl
-}
-
-// trackAll sends hashes for tenant and returns the rejected ones.
-func trackAll(t *testing.T, cl *clientlib.Client, tenant string, hashes []uint64) []uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), progressTimeout)
-	defer cancel()
-	rej, err := cl.TrackSeries(ctx, tenant, hashes)
-	if err != nil {
-		t.Fatalf("track %d series of %s: %v", len(hashes), tenant, err)
-	}
-	return rej
 }
 
 // without returns hashes minus drop.
@@ -193,12 +182,13 @@ func testFastLeaderKeepsSeries(t *testing.T, mode clockMode) {
 	cl := clockClient(t, c)
 	c.mustMoveAll(c.nodes[0])
 	const tenant = "skew-a"
+	th := c.recordTracks(map[string]int{tenant: 1100})
 	base := seriesOf(1000, 1)
-	if rej := trackAll(t, cl, tenant, base); len(rej) != 0 {
+	if rej := th.trackAll(t, cl, tenant, base); len(rej) != 0 {
 		t.Fatalf("first 1000 series: %d rejected under a limit of 1100", len(rej))
 	}
 	more := seriesOf(150, 2)
-	acked := append(append([]uint64(nil), base...), without(more, trackAll(t, cl, tenant, more))...)
+	acked := append(append([]uint64(nil), base...), without(more, th.trackAll(t, cl, tenant, more))...)
 	if len(acked) != 1100 {
 		t.Fatalf("%d series acknowledged, want the limit 1100", len(acked))
 	}
@@ -207,22 +197,23 @@ func testFastLeaderKeepsSeries(t *testing.T, mode clockMode) {
 	if u := usageOn(c.nodes[0], tenant); u != 1100 {
 		t.Errorf("3 s after node-2 (+5m) was asked to lead: usage %d on node-1, want 1100 (acknowledged series expired)", u)
 	}
-	third := trackAll(t, cl, tenant, seriesOf(150, 3))
+	third := th.trackAll(t, cl, tenant, seriesOf(150, 3))
 	t.Logf("150 new series at the limit: %d rejected", len(third))
 	for round := range 2 {
-		if rej := trackAll(t, cl, tenant, acked); len(rej) != 0 {
+		if rej := th.trackAll(t, cl, tenant, acked); len(rej) != 0 {
 			t.Errorf("re-send %d of the %d acknowledged series: %d rejected", round+1, len(acked), len(rej))
 		}
 	}
 	if u := usageOn(c.nodes[0], tenant); u > 1100 {
 		t.Errorf("usage %d over the limit 1100", u)
 	}
+	th.check()
 	c.checkNoCrashes()
 }
 
 // meterEvent posts one metering event to n and returns the outcome
-// ("created", "duplicate") or fails.
-func meterEvent(t *testing.T, n *node, kind, id string, ts int64) string {
+// ("created", "duplicate") or fails. Every attempt is recorded in hist.
+func meterEvent(t *testing.T, hist *history.Recorder, n *node, kind, id string, ts int64) string {
 	t.Helper()
 	ev := map[string]any{"id": id, "timestamp": ts, "organization_id": "org", "space_id": "space",
 		"consumer_id": "c", "resource_id": "postgres", "plan_id": "large", "resource_instance_id": "inst-skew"}
@@ -234,7 +225,18 @@ func meterEvent(t *testing.T, n *node, kind, id string, ts int64) string {
 		var out struct {
 			Status string `json:"status"`
 		}
+		call := hist.Begin(0, history.Op{Kind: history.KindMeterEvent, Key: "inst-skew", ID: id, Time: ts, Stop: kind == "stop"})
 		code, body, err := meterHTTP("POST", "http://"+n.httpAddr+"/v1/events/"+kind, ev, nil)
+		switch {
+		case err == nil && code == http.StatusCreated:
+			call.End(history.Op{Outcome: history.OK})
+		case err == nil && code < 500:
+			call.End(history.Op{Outcome: history.Failed, Err: fmt.Sprintf("%d %s", code, body)})
+		case err != nil:
+			call.End(history.Op{Outcome: history.Unknown, Err: err.Error()})
+		default: // 503 and other 5xx: it may have been applied
+			call.End(history.Op{Outcome: history.Unknown, Err: fmt.Sprintf("%d %s", code, body)})
+		}
 		if err == nil && code == http.StatusCreated {
 			if err := json.Unmarshal([]byte(body), &out); err != nil {
 				t.Fatalf("%s %s: %v in %s", kind, id, err, body)
@@ -268,15 +270,18 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	c := newCluster(t, clusterOptions{extraArgs: clockArgs("2m", "--metering-slack", "3m", "--metering-granularity", "minute", "--max-clock-offset", mode.bound),
 		nodeArgs: map[int][]string{1: {"--test-clock-offset", "5m"}}})
 	c.mustMoveAll(c.nodes[0])
+	// Every attempt, and the final ledger read, checked with the metering
+	// model (minute windows).
+	hist := c.recordHistory()
 	ts := time.Now().UnixMilli() - 20_000
-	if got := meterEvent(t, c.nodes[0], "start", "skew-start", ts); got != "created" {
+	if got := meterEvent(t, hist, c.nodes[0], "start", "skew-start", ts); got != "created" {
 		t.Fatalf("start: %s, want created", got)
 	}
-	if got := meterEvent(t, c.nodes[0], "stop", "skew-stop", ts+10_000); got != "created" {
+	if got := meterEvent(t, hist, c.nodes[0], "stop", "skew-stop", ts+10_000); got != "created" {
 		t.Fatalf("stop: %s, want created", got)
 	}
 	for _, kind := range []string{"start", "stop"} {
-		if got := meterEvent(t, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
+		if got := meterEvent(t, hist, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
 			t.Fatalf("immediate retry of %s: %s, want duplicate", kind, got)
 		}
 	}
@@ -284,7 +289,7 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	time.Sleep(5 * time.Second)
 	c.mustMoveAll(c.nodes[0])
 	for _, kind := range []string{"start", "stop"} {
-		if got := meterEvent(t, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
+		if got := meterEvent(t, hist, c.nodes[0], kind, "skew-"+kind, ts+map[string]int64{"start": 0, "stop": 10_000}[kind]); got != "duplicate" {
 			t.Errorf("retry of %s after node-2's leadership: %s, want duplicate (billed twice)", kind, got)
 		}
 	}
@@ -307,7 +312,13 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	}
 	waitUntil(t, "the pair's usage record in the ledger", func() bool { return len(ledger()) > 0 })
 	time.Sleep(2 * time.Second) // a second record, if any, is written alongside
+	readCall := hist.Begin(1, history.Op{Kind: history.KindMeterUsage, Key: "inst-skew"})
 	recs := ledger()
+	usage := map[int64]int64{}
+	for _, r := range recs {
+		usage[r.Timestamp/time.Minute.Milliseconds()*time.Minute.Milliseconds()] += r.duration(t)
+	}
+	readCall.End(history.Op{Outcome: history.OK, Usage: usage})
 	var total int64
 	ids := map[string]bool{}
 	for _, r := range recs {
@@ -320,6 +331,7 @@ func testMeteringRetryAcrossFastLeader(t *testing.T, mode clockMode) {
 	if total != 10_000 {
 		t.Errorf("ledger bills %d ms for one 10,000 ms start/stop pair (%d records): a retry was billed again", total, len(recs))
 	}
+	c.checkHistory(hist, history.MeteringModel(time.Minute.Milliseconds()))
 	c.checkNoCrashes()
 }
 
@@ -471,12 +483,16 @@ func testExpiryWindow(t *testing.T, skews [3]time.Duration, skewedRefused bool) 
 	}
 
 	const live, gone = "clock-live", "clock-abandoned"
-	acked := without(seriesOf(1000, 1), trackAll(t, cl, live, seriesOf(1000, 1)))
+	// The abandoned tenant expires on purpose, but it is sent once: the
+	// history (which does not model expiry) never sees it again. The live
+	// one is re-sent every 15 s, well within the timeout.
+	th := c.recordTracks(map[string]int{live: 1100, gone: 1100})
+	acked := without(seriesOf(1000, 1), th.trackAll(t, cl, live, seriesOf(1000, 1)))
 	if len(acked) != 1000 {
 		t.Fatalf("%d of the first 1000 series acknowledged", len(acked))
 	}
 	sentAt := time.Now()
-	if rej := trackAll(t, cl, gone, seriesOf(100, 9)); len(rej) != 0 {
+	if rej := th.trackAll(t, cl, gone, seriesOf(100, 9)); len(rej) != 0 {
 		t.Fatalf("abandoned series: %d rejected", len(rej))
 	}
 	sentDone := time.Now()
@@ -493,8 +509,8 @@ func testExpiryWindow(t *testing.T, skews [3]time.Duration, skewedRefused bool) 
 			case <-time.After(15 * time.Second):
 			}
 			offer := seriesOf(50, 100+round)
-			acked = append(acked, without(offer, trackAll(t, cl, live, offer))...)
-			rej := trackAll(t, cl, live, acked)
+			acked = append(acked, without(offer, th.trackAll(t, cl, live, offer))...)
+			rej := th.trackAll(t, cl, live, acked)
 			resends++
 			rejected += len(rej)
 			if len(rej) > 0 {
@@ -571,6 +587,7 @@ func testExpiryWindow(t *testing.T, skews [3]time.Duration, skewedRefused bool) 
 	if resends == 0 {
 		t.Error("the writer never re-sent")
 	}
+	th.check()
 	c.checkNoCrashes()
 }
 
@@ -599,9 +616,10 @@ func TestClockRestartedFastLeader(t *testing.T) {
 	cl := clockClient(t, c)
 	c.mustMoveAll(c.nodes[0])
 	const live, gone = "restart-live", "restart-abandoned"
-	acked := without(seriesOf(1000, 1), trackAll(t, cl, live, seriesOf(1000, 1)))
+	th := c.recordTracks(map[string]int{live: 1100, gone: 1100}) // gone is sent once: its expiry is outside the history
+	acked := without(seriesOf(1000, 1), th.trackAll(t, cl, live, seriesOf(1000, 1)))
 	sentAt := time.Now()
-	if rej := trackAll(t, cl, gone, seriesOf(100, 9)); len(rej) != 0 {
+	if rej := th.trackAll(t, cl, gone, seriesOf(100, 9)); len(rej) != 0 {
 		t.Fatalf("abandoned series: %d rejected", len(rej))
 	}
 	sentDone := time.Now()
@@ -647,7 +665,7 @@ func TestClockRestartedFastLeader(t *testing.T) {
 			t.Errorf("group %d is led by node-1 once it knows its clock is 30 minutes fast", g)
 		}
 	}
-	if rej := trackAll(t, cl, live, acked); len(rej) != 0 {
+	if rej := th.trackAll(t, cl, live, acked); len(rej) != 0 {
 		t.Errorf("re-send after the restart: %d of %d acknowledged series rejected", len(rej), len(acked))
 	}
 	var expiredAt time.Time
@@ -665,8 +683,9 @@ func TestClockRestartedFastLeader(t *testing.T) {
 	if expiredAt.Sub(sentAt) < idle || expiredAt.Sub(sentDone) > idle+time.Minute+3*time.Second {
 		t.Errorf("abandoned series expired %v after their send: outside [%v, %v]", expiredAt.Sub(sentDone), idle, idle+time.Minute)
 	}
-	if rej := trackAll(t, cl, live, acked); len(rej) != 0 {
+	if rej := th.trackAll(t, cl, live, acked); len(rej) != 0 {
 		t.Errorf("final re-send: %d of %d acknowledged series rejected", len(rej), len(acked))
 	}
+	th.check()
 	c.checkNoCrashes()
 }

@@ -16,9 +16,12 @@
 // Every test that runs the checker also records every attempt (history.jsonl
 // beside the node logs) and checks the history for linearizability with the
 // tracking model of faulttest/history at the end; TestMeteringKillDuringSampling
-// checks its metering events with the metering model. TestCheckerCatchesBrokenBuilds
-// runs three deliberately broken servers (tollgate_broken build tag) and
-// requires each history check to fail. docs/testing.md says what each test
+// checks its metering events with the metering model. The tests that call
+// clientlib themselves (clock, stall, exact-share) record their calls through
+// trackHistory, one operation per partition a call touches.
+// TestCheckerCatchesBrokenBuilds runs three deliberately broken servers
+// (tollgate_broken build tag) and requires each history check to fail;
+// TestTrackHistoryCatchesBrokenBuild does the same for trackHistory. docs/testing.md says what each test
 // proves and what it does not.
 //
 // The procedures of the operations runbook (docs/operations.md) run here too,

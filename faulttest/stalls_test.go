@@ -169,7 +169,10 @@ func TestStallsUnderLoad(t *testing.T) {
 		hog = n
 	}
 	c := newCluster(t, clusterOptions{defaultMaxSeries: 0, extraArgs: []string{"--enable-debug-endpoints"}})
-	load := startClientLoad(t, c, 8)
+	// No limit here (the load must not be refused), so the model can only
+	// catch an acknowledged series refused later.
+	th := c.recordTracks(map[string]int{"zd-0": 0, "zd-1": 0, "zd-2": 0, "zd-3": 0})
+	load := startRecordedLoad(t, c, 8, th)
 	defer load.close()
 	c.waitBalanced()
 	before := map[*node]int{}
@@ -226,6 +229,8 @@ func TestStallsUnderLoad(t *testing.T) {
 			n.id, h.quantile(0.99), h.max(), h.over(100*time.Millisecond), h.over(400*time.Millisecond), h.counts[len(h.counts)-1],
 			gc.max(), other.max(), countLog(t, n, "heartbeat timeout reached")-before[n])
 	}
+	load.close()
+	th.check()
 	c.checkNoCrashes()
 }
 

@@ -25,6 +25,7 @@ import (
 type clientLoad struct {
 	t    *testing.T
 	cl   *clientlib.Client
+	th   *trackHistory // nil: not recorded
 	stop chan struct{}
 	wg   sync.WaitGroup
 
@@ -42,6 +43,13 @@ type loadSample struct {
 
 func startClientLoad(t *testing.T, c *cluster, workers int) *clientLoad {
 	t.Helper()
+	return startRecordedLoad(t, c, workers, nil)
+}
+
+// startRecordedLoad is startClientLoad with every request recorded in th
+// (worker w as client w).
+func startRecordedLoad(t *testing.T, c *cluster, workers int, th *trackHistory) *clientLoad {
+	t.Helper()
 	cl, err := clientlib.New(clientlib.Config{Addrs: c.grpcAddrs(), Token: adminToken, Mode: clientlib.ModeSync, FailOpen: true})
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +59,7 @@ func startClientLoad(t *testing.T, c *cluster, workers int) *clientLoad {
 	if err := cl.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := &clientLoad{t: t, cl: cl, stop: make(chan struct{})}
+	l := &clientLoad{t: t, cl: cl, th: th, stop: make(chan struct{})}
 	for w := range workers {
 		l.wg.Add(1)
 		go l.worker(w)
@@ -81,7 +89,7 @@ func (l *clientLoad) worker(w int) {
 		start := time.Now()
 		// The caller's own deadline: a distributor waits this long at most.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		_, err := l.cl.TrackPartition(ctx, tenant, p, hashes)
+		_, err := l.th.trackPartition(ctx, l.cl, w, tenant, p, hashes)
 		cancel()
 		lat := time.Since(start)
 		l.requests.Add(1)

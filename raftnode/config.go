@@ -90,7 +90,11 @@ const (
 
 	// DefaultSnapshotRetain: snapshots kept on disk per group. Two, so that
 	// if the newest is unreadable raft falls back to the previous one (raft
-	// tries them newest first at start).
+	// tries them newest first at start). That works only while the log
+	// still reaches back to the previous one (TrailingLogs at least the
+	// entries between two snapshots); with the defaults it does not, and
+	// raft then panics on the first entry it lacks (TestSnapshotFallback
+	// shows both; docs/testing.md).
 	DefaultSnapshotRetain = 2
 
 	// DefaultTransportTimeout: dial timeout and per-RPC I/O deadline of the

@@ -297,6 +297,7 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 			totals.Kept += rep.Kept
 			totals.Torn += rep.Torn
 			totals.Resurrected += rep.Resurrected
+			totals.Vanished += rep.Vanished
 		}
 		for _, n := range victims {
 			if err := start(n); err != nil {
@@ -373,8 +374,8 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 			unknown++
 		}
 	}
-	t.Logf("%d power cuts in %v (%d of the whole cluster; modes %v): %d unsynced writes at the cuts, %d kept, %d torn, %d removed segments back; %d restarts refused",
-		cuts, elapsed.Round(time.Millisecond), wholeCluster, modes, totals.Unsynced, totals.Kept, totals.Torn, totals.Resurrected, refused)
+	t.Logf("%d power cuts in %v (%d of the whole cluster; modes %v): %d unsynced writes at the cuts, %d kept, %d torn, %d removed segments back, %d created segments lost; %d restarts refused",
+		cuts, elapsed.Round(time.Millisecond), wholeCluster, modes, totals.Unsynced, totals.Kept, totals.Torn, totals.Resurrected, totals.Vanished, refused)
 	t.Logf("history: %d appends (%d acknowledged, %d without an answer) checked against logs of %d and %d entries: %d violations",
 		len(ops), acked.Load(), unknown, len(final[0]), len(final[1]), len(violations))
 	return violations

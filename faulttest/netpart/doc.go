@@ -16,7 +16,10 @@
 // no acknowledged active series rejected, no tenant over its limit (the
 // nodes run the default movable shares, so it is checked per tenant), a
 // cut-off node acknowledges no new series, every group writable again after each
-// fault, a final sweep re-sending every acknowledged series):
+// fault, a final sweep re-sending every acknowledged series), with every
+// attempt recorded and the history checked for linearizability
+// (faulttest/history; the file goes to $TOLLGATE_NETPART_LOGDIR, or to a
+// temporary directory kept only when the test fails):
 //
 //	TestIsolateLeader      a group leader loses both peers; clients move on
 //	TestPartitionFollower  a node leading nothing loses its peers

@@ -25,6 +25,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/faulttest/checker"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 )
 
 // Generous bounds: they only catch hangs, they are not timing assertions.
@@ -794,19 +795,62 @@ func checkerConfig() checker.Config {
 	return cfg
 }
 
+// startChecker starts the checker with every attempt recorded (see
+// recordHistory); finish checks the history.
 func startChecker(t *testing.T, c *cluster, cfg checker.Config) *ckr {
 	t.Helper()
+	if cfg.History == nil {
+		cfg.History = c.recordHistory()
+	}
 	return &ckr{Checker: checker.Start(t, c, c.advAddrs(), cfg), c: c}
 }
 
+// recordHistory starts a history file, <project>-history.jsonl, in
+// $TOLLGATE_NETPART_LOGDIR beside the saved node logs, or else in a
+// temporary directory that is removed when the test passes and kept (and
+// named in the log) when it fails, with the check's history.html.
+func (c *cluster) recordHistory() *history.Recorder {
+	c.t.Helper()
+	dir := os.Getenv("TOLLGATE_NETPART_LOGDIR")
+	if dir == "" {
+		d, err := os.MkdirTemp("", "tollgate-netpart-history-")
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() {
+			if c.t.Failed() {
+				c.t.Logf("history kept in %s", d)
+				return
+			}
+			_ = os.RemoveAll(d)
+		})
+		dir = d
+	}
+	h, err := history.Create(filepath.Join(dir, c.project+"-history.jsonl"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() { _ = h.Close() }) // idempotent; finish closes it first
+	return h
+}
+
 // finish stops the writers, waits for a healthy cluster, re-sends every
-// acknowledged series (each must be accepted), and asserts 0 violations.
+// acknowledged series (each must be accepted), asserts 0 violations and
+// checks the history for linearizability (a violation fails the test and
+// writes history.html beside the history).
 func (ck *ckr) finish() {
 	ck.c.t.Helper()
 	ck.Stop()
 	ck.c.waitHealthy()
 	ck.Sweep()
 	ck.Report()
+	if h := ck.Config().History; h != nil {
+		start := time.Now()
+		if err := ck.CheckHistory(strings.TrimSuffix(h.Path(), ".jsonl")+".html", 2*time.Minute); err != nil {
+			ck.c.t.Error(err)
+		}
+		ck.c.t.Logf("history: %d operations checked for linearizability in %v", len(h.Ops()), time.Since(start).Round(time.Millisecond))
+	}
 	ck.c.checkNoCrashes()
 }
 

@@ -43,6 +43,27 @@
 // own CRC lets a single entry be read back and checked without its frame
 // (GetLog of an entry no longer in raft's LogCache).
 //
+// # Durability
+//
+// An append or delete is acknowledged once its frame is written and
+// fdatasync'd. A file's name is no more durable than its bytes: until the
+// directory is fsync'd, a power cut may take a new file away or bring a
+// removed one back, in any order. So the log
+//
+//   - syncs a new segment's header, then the directory, before it writes a
+//     frame to it (a segment that vanished would take acknowledged frames);
+//   - removes dead segments oldest first and syncs the directory after each
+//     removal before the next: at most the oldest file left can come back,
+//     so the files are always a run of consecutive segments, and no
+//     segment returns without the newer ones holding the records that void
+//     its entries;
+//   - syncs the parent of the log directory (and of any parent it creates)
+//     when it creates it.
+//
+// There are no renames. Open refuses a hole in the segment numbers
+// (ErrCorrupt naming the missing segment): with these rules it means a
+// lost file, not a leftover one.
+//
 // # Recovery
 //
 // Open replays every segment in order. Within a group, an entry must

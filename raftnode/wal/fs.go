@@ -12,7 +12,8 @@ import (
 // throws some or all of it away (package raftnode/wal/powerfs).
 //
 // The LOCK file and the directory listing stay on the OS: they hold no
-// data a power cut could lose.
+// data a power cut could lose. Creations and removals of segments are made
+// durable with SyncDir (the rules are in the package doc, Durability).
 type FS interface {
 	// OpenFile opens a segment (os.OpenFile's flags).
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)

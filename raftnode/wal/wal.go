@@ -88,6 +88,9 @@ type WAL struct {
 
 	recovered Recovered
 	stats     counters
+	// unremoved: dead segments' files still to delete, oldest first
+	// (removeSegments; writer goroutine only).
+	unremoved []string
 }
 
 // counters are updated by the writer only.
@@ -175,7 +178,7 @@ func Open(dir string, opts Options) (*WAL, error) {
 		opts.FS = OSFS{}
 	}
 	if !opts.ReadOnly {
-		if err := os.MkdirAll(dir, 0o750); err != nil {
+		if err := mkdirDurable(opts.FS, dir); err != nil {
 			return nil, fmt.Errorf("wal: create %s: %w", dir, err)
 		}
 	}
@@ -246,6 +249,38 @@ func (w *WAL) closeFiles() error {
 		w.lock = nil
 	}
 	return first
+}
+
+// mkdirDurable creates dir and its missing parents, and syncs the parent
+// of each one it creates: a directory's entry in its parent is no more
+// durable than a file's, and a log directory lost in a power cut would
+// take every acknowledged entry with it.
+func mkdirDurable(fsys FS, dir string) error {
+	dir = filepath.Clean(dir)
+	var created []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(d); err == nil {
+			break
+		} else if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		created = append(created, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(created) == 0 {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	for i := len(created) - 1; i >= 0; i-- { // outermost first
+		if err := fsys.SyncDir(filepath.Dir(created[i])); err != nil {
+			return fmt.Errorf("sync %s: %w", filepath.Dir(created[i]), err)
+		}
+	}
+	return nil
 }
 
 func segName(seq uint64) string { return fmt.Sprintf("%016x%s", seq, segmentSuffix) }
@@ -406,6 +441,14 @@ func (w *WAL) replay() error {
 	if err != nil {
 		return err
 	}
+	// Segments are created with consecutive numbers and removed oldest
+	// first, each removal durable before the next: a hole means a lost
+	// segment, whose records the later ones may depend on.
+	for i := 1; i < len(seqs); i++ {
+		if seqs[i] != seqs[i-1]+1 {
+			return fmt.Errorf("%w: %s: segment %s is missing (the log continues at %s)", ErrCorrupt, w.dir, segName(seqs[i-1]+1), segName(seqs[i]))
+		}
+	}
 	for i, seq := range seqs {
 		last := i == len(seqs)-1
 		path := filepath.Join(w.dir, segName(seq))
@@ -429,6 +472,9 @@ func (w *WAL) replay() error {
 				// inside newSegment. Nothing was written to it.
 				_ = f.Close()
 				if err := w.opts.FS.Remove(path); err != nil {
+					return fmt.Errorf("wal: remove unfinished segment %s: %w", path, err)
+				}
+				if err := w.opts.FS.SyncDir(w.dir); err != nil {
 					return fmt.Errorf("wal: remove unfinished segment %s: %w", path, err)
 				}
 				w.recovered.TornFile, w.recovered.TornBytes = path, int64(len(data))

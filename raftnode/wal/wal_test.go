@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -352,5 +353,28 @@ func TestIdleGroupDoesNotPinSegments(t *testing.T) {
 	var e raft.Log
 	if err := w.Group(8).GetLog(3, &e); err != nil || len(e.Data) != len(big) {
 		t.Fatalf("group 8 entry 3 after carrying: %v, %d bytes", err, len(e.Data))
+	}
+}
+
+// A segment missing between two others is a lost file, not a leftover:
+// Open refuses the log and names it.
+func TestMissingSegmentIsRefused(t *testing.T) {
+	dir := t.TempDir()
+	w := open(t, dir, Options{SegmentSize: 1 << 10})
+	for i := uint64(1); i <= 200; i += 20 { // a segment rolls over after a round
+		store(t, w, 0, i, i+19)
+	}
+	w.Close()
+	segs, err := listSegments(dir)
+	if err != nil || len(segs) < 3 {
+		t.Fatalf("%d segments (%v), want at least 3", len(segs), err)
+	}
+	missing := filepath.Join(dir, segName(segs[1]))
+	if err := os.Remove(missing); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(dir, Options{})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segName(segs[1])) {
+		t.Fatalf("Open with %s missing: %v, want ErrCorrupt naming it", missing, err)
 	}
 }

@@ -3,6 +3,7 @@ package wal
 import (
 	"errors"
 	"fmt"
+	"os"
 	"time"
 )
 
@@ -180,12 +181,31 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 	return frame
 }
 
+// removeSegments deletes the dead segments' files, oldest first, and
+// makes each removal durable (a directory sync) before the next: an
+// unsynced removal can be undone by a power cut, and if an older segment
+// came back while a newer one stayed removed, its entries would replay
+// without the records that voided them (those were in the newer one).
+// So at any moment at most one removal is not durable, the oldest file
+// left, and the files on disk are always a run of consecutive segments.
+// A removal that fails is retried, before any newer one, the next time.
+// Runs on the writer goroutine only.
 func (w *WAL) removeSegments(dead []*segment) {
 	for _, s := range dead {
 		// Every entry in it is void and so is every entry before it; its
 		// reads are over (callers hold mu while reading).
 		_ = s.f.Close()
-		_ = w.opts.FS.Remove(s.path)
+		w.unremoved = append(w.unremoved, s.path)
+	}
+	for len(w.unremoved) > 0 {
+		path := w.unremoved[0]
+		if err := w.opts.FS.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if err := w.opts.FS.SyncDir(w.dir); err != nil {
+			return
+		}
+		w.unremoved = w.unremoved[1:]
 	}
 }
 

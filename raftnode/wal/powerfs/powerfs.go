@@ -3,6 +3,7 @@ package powerfs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -49,14 +50,19 @@ type fileState struct {
 
 // FS is one machine's disk. The zero value is not usable: use New.
 type FS struct {
-	mu      sync.Mutex
-	files   map[string]*fileState
+	mu    sync.Mutex
+	files map[string]*fileState
+	// created: files created since their directory's last sync; a cut
+	// may take their directory entry (and so the whole file) away.
+	created map[string]bool
 	removed []removal // since the last directory sync, oldest first
 	frozen  bool
 	// armed > 0: the power goes off right after that many more writes
-	// (CutAfter); fired is closed then.
-	armed int
-	fired chan struct{}
+	// (CutAfter), or changes of any kind (CutAfterOps: armedOps); fired
+	// is closed then.
+	armed    int
+	armedOps bool
+	fired    chan struct{}
 	// syncDelay, when set, is slept in every Datasync (a slow disk).
 	syncDelay time.Duration
 	// lying: Datasync reports success and makes nothing durable (a disk
@@ -73,7 +79,7 @@ func (fs *FS) SetLying(lying bool) {
 }
 
 // New returns a disk that has lost nothing yet.
-func New() *FS { return &FS{files: map[string]*fileState{}} }
+func New() *FS { return &FS{files: map[string]*fileState{}, created: map[string]bool{}} }
 
 // SetSyncDelay makes every later Datasync take d first (0: no delay).
 func (fs *FS) SetSyncDelay(d time.Duration) {
@@ -104,6 +110,8 @@ func (fs *FS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error
 	if fs.frozen && flag&(os.O_CREATE|os.O_TRUNC|os.O_WRONLY|os.O_RDWR) != 0 {
 		return nil, ErrPowerCut
 	}
+	_, statErr := os.Stat(name)
+	creating := flag&os.O_CREATE != 0 && errors.Is(statErr, os.ErrNotExist)
 	st, err := fs.state(name)
 	if err != nil {
 		return nil, err
@@ -112,18 +120,44 @@ func (fs *FS) OpenFile(name string, flag int, perm os.FileMode) (wal.File, error
 	if err != nil {
 		return nil, err
 	}
+	if creating {
+		if i := slices.IndexFunc(fs.removed, func(r removal) bool { return r.name == name }); i >= 0 {
+			// Removed and created again, neither made durable: the
+			// directory still durably names the old file.
+			st.durable = fs.removed[i].durable
+			fs.removed = slices.Delete(fs.removed, i, i+1)
+			st.pending = append(st.pending, op{off: 0, truncate: true})
+		} else {
+			fs.created[name] = true
+		}
+	}
 	if flag&os.O_TRUNC != 0 {
 		st.pending = append(st.pending, op{off: 0, truncate: true})
 	}
-	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return r.name == name })
+	if creating || flag&os.O_TRUNC != 0 {
+		fs.tick(false)
+	}
 	return &file{fs: fs, name: name, f: f}, nil
+}
+
+// tick counts one change towards an armed cut: a write always, anything
+// else only under CutAfterOps. Caller holds mu.
+func (fs *FS) tick(write bool) {
+	if fs.armed == 0 || (!write && !fs.armedOps) {
+		return
+	}
+	if fs.armed--; fs.armed == 0 {
+		fs.frozen = true
+		close(fs.fired)
+	}
 }
 
 // ReadFile reads the real file.
 func (fs *FS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 // Remove removes the real file; until the directory is synced, a cut may
-// bring it back with its durable contents.
+// bring it back with its durable contents (unless its creation was never
+// made durable either).
 func (fs *FS) Remove(name string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -137,19 +171,31 @@ func (fs *FS) Remove(name string) error {
 	if err := os.Remove(name); err != nil {
 		return err
 	}
-	fs.removed = append(fs.removed, removal{name, st.durable})
+	if fs.created[name] {
+		delete(fs.created, name)
+	} else {
+		fs.removed = append(fs.removed, removal{name, st.durable})
+	}
 	delete(fs.files, name)
+	fs.tick(false)
 	return nil
 }
 
-// SyncDir makes the removals in dir durable.
+// SyncDir makes the creations and removals in dir durable.
 func (fs *FS) SyncDir(dir string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.frozen {
 		return ErrPowerCut
 	}
-	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return filepath.Dir(r.name) == filepath.Clean(dir) })
+	in := func(name string) bool { return filepath.Dir(name) == filepath.Clean(dir) }
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return in(r.name) })
+	for name := range fs.created {
+		if in(name) {
+			delete(fs.created, name)
+		}
+	}
+	fs.tick(false)
 	return nil
 }
 
@@ -167,7 +213,17 @@ func (fs *FS) Freeze() {
 func (fs *FS) CutAfter(n int) <-chan struct{} {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	fs.armed, fs.fired = max(n, 1), make(chan struct{})
+	fs.armed, fs.armedOps, fs.fired = max(n, 1), false, make(chan struct{})
+	return fs.fired
+}
+
+// CutAfterOps is CutAfter counting every change, not only writes: a
+// write, truncate, sync, creation, removal or directory sync. It can so
+// stop the power between any two steps, such as two segment removals.
+func (fs *FS) CutAfterOps(n int) <-chan struct{} {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	fs.armed, fs.armedOps, fs.fired = max(n, 1), true, make(chan struct{})
 	return fs.fired
 }
 
@@ -178,6 +234,7 @@ type CutReport struct {
 	Kept        int // of them, kept whole
 	Torn        int // kept in part (0 or 1 per file)
 	Resurrected int // removed files that came back
+	Vanished    int // created files whose directory entry was lost
 }
 
 // Cut rewrites every file the disk has seen as it could be after the power
@@ -218,23 +275,31 @@ func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
 		}
 		rep.Files++
 	}
-	// Removals reach the disk in order (a journalling file system commits
-	// directory changes in order): a cut may undo the newest ones, never an
-	// older one while keeping a newer.
-	undo := 0
-	switch mode {
-	case DropAll:
-		undo = len(fs.removed)
-	case Random:
-		undo = rng.IntN(len(fs.removed) + 1)
+	// Directory entries not synced: POSIX promises no order among them
+	// (a journalling file system happens to commit them in order, others
+	// need not), so each is lost or kept on its own.
+	lost := func() bool { return mode == DropAll || (mode == Random && rng.IntN(2) == 0) }
+	created := slices.Sorted(maps.Keys(fs.created))
+	for _, name := range created {
+		if !lost() {
+			continue
+		}
+		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return rep, fmt.Errorf("powerfs: undo the creation of %s: %w", name, err)
+		}
+		rep.Vanished++
 	}
-	for _, r := range fs.removed[len(fs.removed)-undo:] {
+	for _, r := range fs.removed {
+		if !lost() {
+			continue
+		}
 		if err := os.WriteFile(r.name, r.durable, 0o600); err != nil {
 			return rep, fmt.Errorf("powerfs: restore %s: %w", r.name, err)
 		}
 		rep.Resurrected++
 	}
-	fs.files, fs.removed, fs.frozen, fs.armed = map[string]*fileState{}, nil, false, 0
+	fs.files, fs.created, fs.removed = map[string]*fileState{}, map[string]bool{}, nil
+	fs.frozen, fs.armed = false, 0
 	return rep, nil
 }
 
@@ -274,12 +339,7 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	}
 	n, err := f.f.WriteAt(p, off)
 	st.pending = append(st.pending, op{off: off, data: append([]byte(nil), p[:n]...)})
-	if f.fs.armed > 0 {
-		if f.fs.armed--; f.fs.armed == 0 {
-			f.fs.frozen = true
-			close(f.fs.fired)
-		}
-	}
+	f.fs.tick(true)
 	return n, err
 }
 
@@ -297,6 +357,7 @@ func (f *file) Truncate(size int64) error {
 		return err
 	}
 	st.pending = append(st.pending, op{off: size, truncate: true})
+	f.fs.tick(false)
 	return nil
 }
 
@@ -325,6 +386,7 @@ func (f *file) Datasync() error {
 		st.durable = apply(st.durable, o)
 	}
 	st.pending = nil
+	f.fs.tick(false)
 	return nil
 }
 

@@ -18,6 +18,9 @@ func setup(t *testing.T, mode Mode, seed uint64) ([]byte, CutReport) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if err := fs.SyncDir(filepath.Dir(path)); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.WriteAt([]byte("synced"), 0); err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +98,9 @@ func TestRemovalNeedsDirSync(t *testing.T) {
 		_ = f.Datasync()
 		_ = f.Close()
 	}
+	if err := fs.SyncDir(dir); err != nil { // both created for good
+		t.Fatal(err)
+	}
 	if err := fs.Remove(a); err != nil {
 		t.Fatal(err)
 	}
@@ -114,5 +120,127 @@ func TestRemovalNeedsDirSync(t *testing.T) {
 	}
 	if got, err := os.ReadFile(b); err != nil || string(got) != b || rep.Resurrected != 1 {
 		t.Errorf("b (removal not synced): %q %v %+v, want it back", got, err, rep)
+	}
+}
+
+// A file created since its directory's last sync may vanish in a cut, with
+// the data synced into it; one whose creation was synced stays. A file
+// created and removed without a directory sync never comes back.
+func TestCreationNeedsDirSync(t *testing.T) {
+	for _, mode := range []Mode{DropAll, KeepAll} {
+		fs := New()
+		dir := t.TempDir()
+		kept, lost, never := filepath.Join(dir, "kept"), filepath.Join(dir, "lost"), filepath.Join(dir, "never")
+		write := func(p string) {
+			t.Helper()
+			f, err := fs.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte(p), 0); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Datasync(); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+		}
+		write(kept)
+		if err := fs.SyncDir(dir); err != nil {
+			t.Fatal(err)
+		}
+		write(lost)
+		write(never)
+		if err := fs.Remove(never); err != nil {
+			t.Fatal(err)
+		}
+		fs.Freeze()
+		rep, err := fs.Cut(mode, rand.New(rand.NewPCG(1, 1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(kept); err != nil || string(got) != kept {
+			t.Errorf("%v: kept (creation synced): %q %v", mode, got, err)
+		}
+		_, err = os.Stat(lost)
+		if mode == DropAll && (!errors.Is(err, os.ErrNotExist) || rep.Vanished != 1) {
+			t.Errorf("%v: lost (creation not synced) is still there: %v %+v", mode, err, rep)
+		}
+		if mode == KeepAll && err != nil {
+			t.Errorf("%v: lost (creation not synced, every change kept): %v", mode, err)
+		}
+		if _, err := os.Stat(never); !errors.Is(err, os.ErrNotExist) || rep.Resurrected != 0 {
+			t.Errorf("%v: never (created and removed, neither synced) came back: %v %+v", mode, err, rep)
+		}
+	}
+}
+
+// Unsynced removals come back each on its own: over many random cuts an
+// older one comes back while a newer stays removed (no journal order is
+// assumed), and the other way round.
+func TestRemovalsComeBackInNoOrder(t *testing.T) {
+	shapes := map[[2]bool]bool{}
+	for seed := range uint64(64) {
+		fs := New()
+		dir := t.TempDir()
+		var paths []string
+		for _, n := range []string{"old", "new"} {
+			p := filepath.Join(dir, n)
+			f, _ := fs.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+			_, _ = f.WriteAt([]byte(n), 0)
+			_ = f.Datasync()
+			_ = f.Close()
+			paths = append(paths, p)
+		}
+		_ = fs.SyncDir(dir)
+		for _, p := range paths {
+			if err := fs.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fs.Freeze()
+		if _, err := fs.Cut(Random, rand.New(rand.NewPCG(seed, 7))); err != nil {
+			t.Fatal(err)
+		}
+		var back [2]bool
+		for i, p := range paths {
+			_, err := os.Stat(p)
+			back[i] = err == nil
+		}
+		shapes[back] = true
+	}
+	for _, want := range [][2]bool{{true, false}, {false, true}, {true, true}, {false, false}} {
+		if !shapes[want] {
+			t.Errorf("random cuts never brought back old=%v new=%v (saw %v)", want[0], want[1], shapes)
+		}
+	}
+}
+
+// CutAfterOps stops the power after a removal or a directory sync too, not
+// only after writes.
+func TestCutAfterOpsCountsEveryChange(t *testing.T) {
+	fs := New()
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a")
+	f, err := fs.OpenFile(p, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	fired := fs.CutAfterOps(2)
+	if err := fs.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-fired:
+		t.Fatal("the power went off after one change, armed for two")
+	default:
+	}
+	if err := fs.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	<-fired
+	if err := fs.SyncDir(dir); !errors.Is(err, ErrPowerCut) {
+		t.Fatalf("directory sync after the cut: %v, want ErrPowerCut", err)
 	}
 }
