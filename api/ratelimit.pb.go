@@ -465,7 +465,9 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x13RATE_STRATEGY_LEASE\x10\x02\x12\x17\n" +
 	"\x13RATE_STRATEGY_LOCAL\x10\x032I\n" +
 	"\tRateLimit\x12<\n" +
-	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x01B)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x012F\n" +
+	"\tRateAdmit\x129\n" +
+	"\x05Admit\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdateB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_ratelimit_proto_rawDescOnce sync.Once
@@ -491,9 +493,11 @@ var file_ratelimit_proto_depIdxs = []int32{
 	0, // 0: tollgate.v1.RateReport.strategy:type_name -> tollgate.v1.RateStrategy
 	3, // 1: tollgate.v1.RateUpdate.redirects:type_name -> tollgate.v1.RateRedirect
 	1, // 2: tollgate.v1.RateLimit.Sync:input_type -> tollgate.v1.RateReport
-	2, // 3: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
+	1, // 3: tollgate.v1.RateAdmit.Admit:input_type -> tollgate.v1.RateReport
+	2, // 4: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
+	2, // 5: tollgate.v1.RateAdmit.Admit:output_type -> tollgate.v1.RateUpdate
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -512,7 +516,7 @@ func file_ratelimit_proto_init() {
 			NumEnums:      1,
 			NumMessages:   3,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_ratelimit_proto_goTypes,
 		DependencyIndexes: file_ratelimit_proto_depIdxs,

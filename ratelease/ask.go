@@ -121,7 +121,7 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		if err != nil {
 			return Answer{}, err
 		}
-		u, err := api.InvokeRateAdmit(ctx, cc, req)
+		u, err := api.NewRateAdmitClient(cc).Admit(ctx, req)
 		if err != nil {
 			return Answer{}, fmt.Errorf("ratelimit: ask %s: %w", addr, err)
 		}

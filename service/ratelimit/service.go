@@ -41,6 +41,7 @@ type ServiceConfig struct {
 // Service is the RateLimit gRPC service of one node plus its tick loop.
 type Service struct {
 	api.UnimplementedRateLimitServer
+	api.UnimplementedRateAdmitServer
 	cfg     ServiceConfig
 	o       *Owner
 	closing chan struct{}
@@ -211,7 +212,7 @@ func (s *Service) release(client string, n int) {
 	}
 }
 
-// Admit serves RateAdmit.Admit (api.RateAdmitMethod): the owner decides a
+// Admit serves RateAdmit.Admit (api.RateAdmit_Admit_FullMethodName): the owner decides a
 // sliding-window key's request now, for a client whose lease does not cover
 // it. Not the owner: a redirect to the leader it knows, no decision.
 func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate, error) {
