@@ -175,6 +175,12 @@ func (l *Limiter) Answered(key string, n uint64, a Answer, quiet time.Duration) 
 	if a.Admitted {
 		t.borrowed.Add(n)
 		t.decided[reasonOwner].Add(1)
+		// Into the window slices now, not at the next tick: a new owner
+		// counts them until their slice ends, and a tick a period later
+		// would keep them a period too long in a one-second window.
+		l.reportMu.Lock()
+		t.addSlice(done, t.windowLen(), n)
+		l.reportMu.Unlock()
 		return
 	}
 	t.rejected.Add(n)

@@ -55,9 +55,14 @@ type entry struct {
 	// on this owner's clock without comparing the two wall clocks.
 	bucketAge, absorbedAt int64
 	hasAge                bool
-	reported              bool
-	reportedAt            int64 // unix ns of the last report
-	moved                 bool  // reported while not owned here: list in moved_ids once
+	// slices (when not empty) are the client's admitted tokens in the
+	// last window by age, newest first, in slices of window ÷ len(slices);
+	// the newest had run sliceAge (api.RateReport.window_slices).
+	slices     []uint64
+	sliceAge   int64
+	reported   bool
+	reportedAt int64 // unix ns of the last report
+	moved      bool  // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -190,6 +195,21 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			return fmt.Errorf("%w: bucket_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
 		}
 	}
+	// window_slices is newer still: k per tenant, with the bucket counts.
+	k := 0
+	if len(r.WindowSlices) > 0 || len(r.SliceAgeNanos) > 0 {
+		if !withBuckets || n == 0 || len(r.SliceAgeNanos) != n || len(r.WindowSlices)%n != 0 {
+			return fmt.Errorf("%w: window_slices (%d) must be k per id and slice_age_nanos (%d) one per id (%d ids), with the bucket counts", ErrInvalid, len(r.WindowSlices), len(r.SliceAgeNanos), n)
+		}
+		if k = len(r.WindowSlices) / n; k > maxWindowSlices {
+			return fmt.Errorf("%w: window_slices: %d per tenant, at most %d", ErrInvalid, k, maxWindowSlices)
+		}
+		for i, a := range r.SliceAgeNanos {
+			if a < 0 {
+				return fmt.Errorf("%w: slice_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
+			}
+		}
+	}
 	if len(r.NewIds) != len(r.NewNames) {
 		return fmt.Errorf("%w: %d new ids but %d new names", ErrInvalid, len(r.NewIds), len(r.NewNames))
 	}
@@ -273,12 +293,19 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			if withAges {
 				e.bucketAge = r.BucketAgeNanos[i]
 			}
+			e.slices = append(e.slices[:0], r.WindowSlices[i*k:i*k+k]...)
+			if k > 0 {
+				e.sliceAge = r.SliceAgeNanos[i]
+			}
 		}
 		e.reported = true
 		e.reportedAt = ns
 	}
 	return nil
 }
+
+// maxWindowSlices bounds a report's window_slices per tenant.
+const maxWindowSlices = 1024
 
 func (s *Session) known(id uint32) bool { return int(id) < len(s.loc) && s.loc[id].i != 0 }
 
