@@ -123,18 +123,22 @@ type RateReport struct {
 	// is absent (a client that predates it).
 	BucketAgeNanos []int64 `protobuf:"varint,11,rep,packed,name=bucket_age_nanos,json=bucketAgeNanos,proto3" json:"bucket_age_nanos,omitempty"`
 	// This client's admitted tokens in the last window by age, finer than the
-	// two buckets, sent with them: for ids[i], window_slices[i·k … i·k+k−1]
-	// (k = len(window_slices) ÷ len(ids)) count the slices of window ÷ k of
-	// its clock, the current one first; slice_age_nanos[i] is how far the
-	// current slice had run. A new owner stamps each slice's tokens at the
-	// slice's end on its own clock, so its window holds them no shorter than
-	// they were admitted, and no longer than one slice more: a takeover
-	// leaves no dip (docs/ratelimits.md). Absent: a client that predates them
-	// (then the owner spreads the bucket counts evenly).
-	WindowSlices  []uint64 `protobuf:"varint,12,rep,packed,name=window_slices,json=windowSlices,proto3" json:"window_slices,omitempty"`
-	SliceAgeNanos []int64  `protobuf:"varint,13,rep,packed,name=slice_age_nanos,json=sliceAgeNanos,proto3" json:"slice_age_nanos,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// two buckets, sent with them. The window is cut into slices_per_window
+	// slices of the client's clock; for ids[i], window_slice_len[i] counts
+	// follow in window_slices (after those of ids[0..i−1]), the current
+	// slice first, older ones after, trailing zeros left out (0 for a tenant
+	// idle over the window); slice_age_nanos[i] is how far its current slice
+	// had run. A new owner stamps each slice's tokens at the slice's end on
+	// its own clock, so its window holds them no shorter than they were
+	// admitted and at most one slice longer: a takeover leaves no dip
+	// (docs/ratelimits.md). Absent (slices_per_window 0): a client that
+	// predates them; the owner then spreads the bucket counts evenly.
+	SlicesPerWindow uint32   `protobuf:"varint,12,opt,name=slices_per_window,json=slicesPerWindow,proto3" json:"slices_per_window,omitempty"`
+	WindowSliceLen  []uint32 `protobuf:"varint,13,rep,packed,name=window_slice_len,json=windowSliceLen,proto3" json:"window_slice_len,omitempty"`
+	WindowSlices    []uint64 `protobuf:"varint,14,rep,packed,name=window_slices,json=windowSlices,proto3" json:"window_slices,omitempty"`
+	SliceAgeNanos   []int64  `protobuf:"varint,15,rep,packed,name=slice_age_nanos,json=sliceAgeNanos,proto3" json:"slice_age_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RateReport) Reset() {
@@ -240,6 +244,20 @@ func (x *RateReport) GetPrevBucketConsumed() []uint64 {
 func (x *RateReport) GetBucketAgeNanos() []int64 {
 	if x != nil {
 		return x.BucketAgeNanos
+	}
+	return nil
+}
+
+func (x *RateReport) GetSlicesPerWindow() uint32 {
+	if x != nil {
+		return x.SlicesPerWindow
+	}
+	return 0
+}
+
+func (x *RateReport) GetWindowSliceLen() []uint32 {
+	if x != nil {
+		return x.WindowSliceLen
 	}
 	return nil
 }
@@ -451,7 +469,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\xfd\x03\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xd3\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -465,9 +483,11 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x0fbucket_consumed\x18\t \x03(\x04R\x0ebucketConsumed\x120\n" +
 	"\x14prev_bucket_consumed\x18\n" +
 	" \x03(\x04R\x12prevBucketConsumed\x12(\n" +
-	"\x10bucket_age_nanos\x18\v \x03(\x03R\x0ebucketAgeNanos\x12#\n" +
-	"\rwindow_slices\x18\f \x03(\x04R\fwindowSlices\x12&\n" +
-	"\x0fslice_age_nanos\x18\r \x03(\x03R\rsliceAgeNanos\"\xc7\x02\n" +
+	"\x10bucket_age_nanos\x18\v \x03(\x03R\x0ebucketAgeNanos\x12*\n" +
+	"\x11slices_per_window\x18\f \x01(\rR\x0fslicesPerWindow\x12(\n" +
+	"\x10window_slice_len\x18\r \x03(\rR\x0ewindowSliceLen\x12#\n" +
+	"\rwindow_slices\x18\x0e \x03(\x04R\fwindowSlices\x12&\n" +
+	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +

@@ -598,7 +598,7 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 		n := len(rep.Ids)
 		rep.BucketStartUnixNanos, rep.BucketConsumed, rep.PrevBucketConsumed = make([]int64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
 		rep.BucketAgeNanos = make([]int64, 0, n)
-		rep.WindowSlices, rep.SliceAgeNanos = make([]uint64, 0, n*WindowSlices), make([]int64, 0, n)
+		rep.SlicesPerWindow, rep.WindowSliceLen, rep.SliceAgeNanos = WindowSlices, make([]uint32, 0, n), make([]int64, 0, n)
 		for _, id := range rep.Ids {
 			t := l.tenantByID(id)
 			// The age is a difference of two readings of this client's
@@ -613,12 +613,19 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 			rep.BucketStartUnixNanos = append(rep.BucketStartUnixNanos, t.bucketStart)
 			rep.BucketConsumed = append(rep.BucketConsumed, t.bucketCur)
 			rep.PrevBucketConsumed = append(rep.PrevBucketConsumed, t.bucketPrev)
+			// The newest slices up to the oldest non-zero one: an idle
+			// tenant (most of a big client's) costs two bytes.
+			k := int64(WindowSlices)
+			for k > 0 && t.slice(k-1) == 0 {
+				k--
+			}
 			var sAge int64
-			if t.sliceW > 0 {
+			if k > 0 {
 				sAge = max(0, l.lastTick-t.sliceIdx*t.sliceW)
 			}
 			rep.SliceAgeNanos = append(rep.SliceAgeNanos, sAge)
-			for j := range int64(WindowSlices) {
+			rep.WindowSliceLen = append(rep.WindowSliceLen, uint32(k))
+			for j := range k {
 				rep.WindowSlices = append(rep.WindowSlices, t.slice(j))
 			}
 		}

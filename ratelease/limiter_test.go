@@ -203,8 +203,9 @@ func TestReportWindowSlices(t *testing.T) {
 		l.Tick(now)
 	}
 	rep := l.Report(NewReportState(), nil)
-	if len(rep.WindowSlices) != WindowSlices || len(rep.SliceAgeNanos) != 1 {
-		t.Fatalf("window_slices %d, slice ages %d: want %d and 1", len(rep.WindowSlices), len(rep.SliceAgeNanos), WindowSlices)
+	if rep.SlicesPerWindow != WindowSlices || len(rep.WindowSliceLen) != 1 || rep.WindowSliceLen[0] != 6 || len(rep.WindowSlices) != 6 || len(rep.SliceAgeNanos) != 1 {
+		t.Fatalf("%d slices per window, lengths %v, window_slices %v, slice ages %v: want %d, [6], six (to the oldest non-zero), one",
+			rep.SlicesPerWindow, rep.WindowSliceLen, rep.WindowSlices, rep.SliceAgeNanos, WindowSlices)
 	}
 	if got := time.Duration(rep.SliceAgeNanos[0]); got != 200*time.Millisecond {
 		t.Errorf("current slice age %v, want 200ms", got)
@@ -223,7 +224,13 @@ func TestReportWindowSlices(t *testing.T) {
 	for _, c := range rep.WindowSlices {
 		sum += c
 	}
-	if sum != 4 || rep.WindowSlices[31] != 4 {
+	if sum != 4 || len(rep.WindowSlices) != 32 || rep.WindowSlices[31] != 4 {
 		t.Fatalf("after 36 s: window_slices = %v, want only the 4 of 5.2 s, 31 slices old", rep.WindowSlices)
+	}
+	// A window later nothing is left: an idle tenant sends no slices.
+	now = start.Add(40 * time.Second)
+	l.Tick(now)
+	if rep = l.Report(NewReportState(), nil); len(rep.WindowSlices) != 0 || rep.WindowSliceLen[0] != 0 || rep.SliceAgeNanos[0] != 0 {
+		t.Fatalf("idle: lengths %v, window_slices %v, ages %v, want [0], none, [0]", rep.WindowSliceLen, rep.WindowSlices, rep.SliceAgeNanos)
 	}
 }

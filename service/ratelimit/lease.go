@@ -43,11 +43,10 @@ func (t *tenantState) addRecent(ns int64, tokens float64) {
 // the second the old owner's leases filled. Without slices (a client that
 // predates them) nothing is added: the guard alone holds it.
 func (t *tenantState) seedRecent(e *entry, ns int64, asked float64) {
-	k := int64(len(e.slices))
-	if k == 0 || t.window <= 0 {
+	if e.sliceK == 0 || t.window <= 0 {
 		return
 	}
-	sw := t.window / k
+	sw := t.window / e.sliceK
 	end := min(e.absorbedAt, ns)
 	for j, c := range e.slices {
 		n := float64(c)

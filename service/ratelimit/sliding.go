@@ -136,12 +136,13 @@ func (s *slidingState) nextFree(ns int64) time.Duration {
 // places them, in 16 parts each stamped at its end: later than admitted by
 // up to a whole bucket when the client reached the limit early in it.
 func (s *slidingState) seed(e *entry, ns int64, asked float64) {
-	if k := len(e.slices); k > 0 {
+	if e.sliceK > 0 {
 		// The client's slices are of the window its last owner sent it,
 		// the one computed here from the same limits.
-		sw := s.win / int64(k)
+		sw := s.win / e.sliceK
 		end := min(e.absorbedAt, ns)
 		rest := asked
+		k := len(e.slices)
 		counts := make([]float64, k)
 		for j, c := range e.slices {
 			take := min(float64(c), rest)
