@@ -223,18 +223,18 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			t.level = min(t.level, top)
 			t.avail = max(0, t.level+t.rate*dt)
 			// And the reporters' last second (seeded from their window
-			// slices, then folded in), their unreported lease remainders
-			// and the grants stay within 1.10× the larger of the burst
-			// and one second's worth, what is withheld forfeited, as
-			// after idle: the carry above is for clients not seen yet,
-			// not for a second the reporters filled already (1.10× the
-			// limit in the takeover's second without this, 1000/s at
-			// 150% in TestSlidingWindowTakeover). 1.10×, not spanCap's
-			// 1.05×: the slices count a token up to one slice late, and
-			// at 1.05× the seconds after a takeover admitted 0.86×
-			// (TestLeaseChange).
+			// slices, then folded in) plus the grants stay within 1.10×
+			// the larger of the burst and one second's worth, what is
+			// withheld forfeited: the carry above is for clients not seen
+			// yet, not for a second the reporters filled already (1.10×
+			// the limit in the takeover's second without this, 1000/s at
+			// 150% in TestSlidingWindowTakeover). Not spanCap's rule
+			// (1.05×, unreported lease remainders counted as spent): at
+			// the limit that bites every tick, and the seconds after a
+			// takeover admitted 0.86× (TestLeaseChange); this one bites
+			// only when the reporters' last second is full.
 			w := t.recentSince(ns + int64(dt*1e9) - int64(time.Second))
-			if capped := max(0, 1.10*max(t.burst, t.rate)-w-t.exposure); capped < t.avail {
+			if capped := max(0, 1.10*max(t.burst, t.rate)-w); capped < t.avail {
 				t.avail = capped
 				t.level = min(t.level, max(0, capped-t.rate*dt))
 			}
