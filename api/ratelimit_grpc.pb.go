@@ -153,7 +153,12 @@ const (
 //
 //	request  RateReport: new_names[0] the key, consumed_total[0] the tokens,
 //	         client_id the asking client, bucket_consumed (optional) its
-//	         consumed total and lease cap for the key as it asks.
+//	         consumed total and lease cap for the key as it asks,
+//	         prev_bucket_consumed (optional) what it admitted for the key
+//	         over about the last window (a sliding key's owner that has
+//	         not had that client's stream report yet refuses, for a few
+//	         milliseconds, an asker that admitted some: it just took
+//	         over and does not know them yet).
 //	response RateUpdate: cap[0] 1 admitted / 0 refused, cap[1] what could
 //	         still be admitted now (beyond what clients hold),
 //	         blocked_for_nanos[0] until the oldest admitted token leaves the
@@ -195,7 +200,12 @@ func (c *rateAdmitClient) Admit(ctx context.Context, in *RateReport, opts ...grp
 //
 //	request  RateReport: new_names[0] the key, consumed_total[0] the tokens,
 //	         client_id the asking client, bucket_consumed (optional) its
-//	         consumed total and lease cap for the key as it asks.
+//	         consumed total and lease cap for the key as it asks,
+//	         prev_bucket_consumed (optional) what it admitted for the key
+//	         over about the last window (a sliding key's owner that has
+//	         not had that client's stream report yet refuses, for a few
+//	         milliseconds, an asker that admitted some: it just took
+//	         over and does not know them yet).
 //	response RateUpdate: cap[0] 1 admitted / 0 refused, cap[1] what could
 //	         still be admitted now (beyond what clients hold),
 //	         blocked_for_nanos[0] until the oldest admitted token leaves the

@@ -116,6 +116,10 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 	if cons, capv, ok := c.Held(key); ok {
 		req.BucketConsumed = []uint64{cons, capv}
 	}
+	// What it admitted for the key over the last window (0: nothing): an
+	// owner that has not had this client's report yet (it just took
+	// over) must not decide without it.
+	req.PrevBucketConsumed = []uint64{c.WindowTokens(key)}
 	for try := 0; try < 2 && addr != ""; try++ {
 		cc, err := c.conn(addr)
 		if err != nil {

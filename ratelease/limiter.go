@@ -536,6 +536,22 @@ func (t *tenant) addSlice(ns, w int64, d uint64) {
 	t.slices[idx%WindowSlices] += d
 }
 
+// WindowTokens is what the window slices hold for key: its admissions over
+// about the last window, as of the last tick and the owner's answers since.
+func (l *Limiter) WindowTokens(key string) uint64 {
+	t := (*l.tenants.Load())[key]
+	if t == nil {
+		return 0
+	}
+	l.reportMu.Lock()
+	defer l.reportMu.Unlock()
+	var sum uint64
+	for j := range int64(WindowSlices) {
+		sum += t.slice(j)
+	}
+	return sum
+}
+
 // slice is the count of the slice j before the current one (j < WindowSlices).
 func (t *tenant) slice(j int64) uint64 {
 	if t.sliceW == 0 || j > t.sliceIdx {

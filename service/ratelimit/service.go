@@ -233,6 +233,9 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	if len(r.BucketConsumed) == 2 {
 		from.Known, from.Consumed, from.Cap = true, r.BucketConsumed[0], r.BucketConsumed[1]
 	}
+	if len(r.PrevBucketConsumed) == 1 {
+		from.History = r.PrevBucketConsumed[0]
+	}
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	switch {
 	case errors.Is(err, ErrNotOwner):

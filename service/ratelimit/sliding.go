@@ -268,6 +268,9 @@ type Asker struct {
 	ID            uint64
 	Known         bool
 	Consumed, Cap uint64
+	// History: what the client admitted for the key over about the last
+	// window, by its own count (0: nothing, or not sent).
+	History uint64
 }
 
 // Admit decides n tokens of a sliding-window tenant on the owner, now: a
@@ -316,6 +319,15 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
+	if float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
+		// It admitted tokens in the window that this owner did not
+		// admit for it and has not counted: its stream's first report
+		// (which seeds them) has not come, as after a takeover, when
+		// asks reach the new owner before the reports do. Deciding
+		// without them could admit the limit twice; it asks again in
+		// askMargin.
+		return AdmitResult{NextFree: askMargin(o.cfg.Period)}, nil
+	}
 	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
 	if float64(n) <= free+1e-9 {
@@ -332,6 +344,35 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 	r.Remaining = uint64(max(0, math.Floor(free)))
 	r.NextFree = t.sw.nextFree(ns)
 	return r, nil
+}
+
+// askerSeen says whether a report of client id for t was folded in since
+// this node owns t (its window counts seeded). (t's shard lock held.)
+func (o *Owner) askerSeen(t *tenantState, id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rec := o.clients[id]
+	if rec == nil {
+		return false
+	}
+	for _, s := range rec.live {
+		s.mu.Lock()
+		var es []entry
+		if s.entries != nil {
+			es = s.entries[t.shard]
+		}
+		for i := range es {
+			if e := &es[i]; e.t == t && !e.superseded && e.seen && e.epoch == t.epoch {
+				s.mu.Unlock()
+				return true
+			}
+		}
+		s.mu.Unlock()
+	}
+	return false
 }
 
 // askerRelease is what the tick counted as held by the asking client beyond

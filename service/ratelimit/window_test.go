@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/ratelease"
 )
 
@@ -114,6 +115,7 @@ func (c windowSim) run(t *testing.T) windowRun {
 		} else if _, cached := l.Cached(key, 1); !cached {
 			from := Asker{ID: uint64(req%c.nodes + 1)}
 			from.Consumed, from.Cap, from.Known = l.Held(key)
+			from.History = l.WindowTokens(key) // as ratelease.Client.Ask sends it
 			r, err := owner.Admit(key, 1, now, true, from)
 			if err != nil {
 				t.Fatal(err)
@@ -346,4 +348,45 @@ func minInWindows(at []time.Duration, w, from, end time.Duration) (int, time.Dur
 		}
 	}
 	return low, lowAt
+}
+
+// A new owner of a sliding-window key that is asked by a client before that
+// client's first report reached it (on a real cluster the unary ask is
+// re-routed faster than the stream) does not decide without the client's
+// history: a client that admitted tokens in the window other than those
+// this owner admitted for it is refused, told to ask again in askMargin,
+// until its report is folded in; one with no other history is decided at
+// once.
+func TestAdmitWaitsForAskersHistory(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	o := mustNew(t, Config{Sliding: func(string) bool { return true }}, 64, 4, func(string) (float64, int64) { return 10.0 / 60, 10 })
+	r, err := o.Admit("k", 1, now, true, Asker{ID: 7, History: 9})
+	if err != nil || r.Admitted || r.NextFree != askMargin(o.cfg.Period) {
+		t.Fatalf("unseen asker with 9 in the window: %+v, %v; want refused, ask again in %v", r, err, askMargin(o.cfg.Period))
+	}
+	if r, err := o.Admit("k", 1, now, true, Asker{ID: 8}); err != nil || !r.Admitted {
+		t.Fatalf("unseen asker without history: %+v, %v; want admitted", r, err)
+	}
+	// Its history is that token, which this owner admitted: decided.
+	if r, err := o.Admit("k", 1, now, true, Asker{ID: 8, History: 1}); err != nil || !r.Admitted {
+		t.Fatalf("unseen asker whose history this owner admitted: %+v, %v; want admitted", r, err)
+	}
+	// Client 7's first report: 9 admitted in the last minute, by age.
+	s := o.NewSession()
+	if err := s.Absorb(&api.RateReport{ClientId: 7, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE, NewIds: []uint32{1}, NewNames: []string{"k"},
+		Ids: []uint32{1}, ConsumedTotal: []uint64{9}, OfferedTotal: []uint64{9}, BucketStartUnixNanos: []int64{0}, BucketConsumed: []uint64{9},
+		PrevBucketConsumed: []uint64{0}, BucketAgeNanos: []int64{0}, SlicesPerWindow: 32, WindowSliceLen: []uint32{2}, WindowSlices: []uint64{4, 5},
+		SliceAgeNanos: []int64{0}}, now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	o.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+	// 9 of 10 counted, 2 admitted for client 8: the window is over full.
+	if r, err := o.Admit("k", 1, now, true, Asker{ID: 7, History: 9}); err != nil || r.Admitted || r.NextFree <= askMargin(o.cfg.Period) {
+		t.Fatalf("after its report, the window full: %+v, %v; want refused until a token leaves", r, err)
+	}
+	now = now.Add(time.Minute)
+	if r, err := o.Admit("k", 1, now, true, Asker{ID: 7, History: 9}); err != nil || !r.Admitted {
+		t.Fatalf("a minute later: %+v, %v; want admitted", r, err)
+	}
 }
