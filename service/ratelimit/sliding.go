@@ -240,6 +240,15 @@ func (o *Owner) slidingGrant(t *tenantState, e *entry) {
 		share = e.demand / t.sumDemand
 	}
 	e.leaseRate = t.rate * share
+	if t.sw.win < int64(slidingLeaseMin) {
+		// No extension when updates stop (an owner failover): a window
+		// that short is decided by the owner, and a client extending at
+		// its share of the rate while the window is full admits up to
+		// the limit again in it (1.15–1.35× of 20/s around an election,
+		// faulttest TestEnvoyOwnerKill). A longer window's extension adds
+		// the gap ÷ the window at most (2% of a minute for a second).
+		e.leaseRate = 0
+	}
 }
 
 // slidingLimits reads a sliding tenant's limit: burst tokens per

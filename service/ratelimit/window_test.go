@@ -390,3 +390,38 @@ func TestAdmitWaitsForAskersHistory(t *testing.T) {
 		t.Fatalf("a minute later: %+v, %v; want admitted", r, err)
 	}
 }
+
+// A client of a sliding-window key shorter than slidingLeaseMin gets no
+// lease extension (lease_rate 0): when updates stop (the owner died), it
+// must not admit at its share of the rate while the window is full. A
+// longer window's client keeps one.
+func TestSlidingShortWindowNoExtension(t *testing.T) {
+	for _, c := range []struct {
+		limit int64
+		unit  time.Duration
+		ext   bool
+	}{{20, time.Second, false}, {600, time.Minute, true}} {
+		now := time.Unix(1_800_000_000, 0)
+		rate := float64(c.limit) / c.unit.Seconds()
+		o := mustNew(t, Config{Sliding: func(string) bool { return true }}, 64, 4, func(string) (float64, int64) { return rate, c.limit })
+		s := o.NewSession()
+		var got *api.RateUpdate
+		for i := range 3 {
+			if err := s.Absorb(&api.RateReport{ClientId: 1, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE, NewIds: []uint32{1}, NewNames: []string{"k"},
+				Ids: []uint32{1}, ConsumedTotal: []uint64{uint64(i)}, OfferedTotal: []uint64{uint64(i) * 5}}, now); err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(100 * time.Millisecond)
+			o.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+			if u := s.Take(); u != nil {
+				got = u
+			}
+		}
+		if got == nil || len(got.LeaseRate) != 1 {
+			t.Fatalf("%d per %v: update %v, want one lease rate", c.limit, c.unit, got)
+		}
+		if (got.LeaseRate[0] > 0) != c.ext {
+			t.Errorf("%d per %v: lease_rate %g, want extension %v", c.limit, c.unit, got.LeaseRate[0], c.ext)
+		}
+	}
+}
