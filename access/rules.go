@@ -62,7 +62,7 @@ var grpcRules = map[string]Rule{
 	// as they arrive (service/ratelimit, tenantscope).
 	api.RateLimit_Sync_FullMethodName: {Scope: ScopeTrack, InHandler: true},
 	// A lease client asking a key's owner to decide a request now.
-	api.RateAdmitMethod: {Scope: ScopeTrack, Shared: true},
+	api.RateAdmit_Admit_FullMethodName: {Scope: ScopeTrack, Shared: true},
 	// Envoy's rate limit service: descriptors are Envoy's, not tenants.
 	rlsv3.RateLimitService_ShouldRateLimit_FullMethodName: {Scope: ScopeTrack, Shared: true},
 	// A node's wall clock, for peers measuring their offsets (as NTP would

@@ -20,16 +20,14 @@ import (
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
 )
 
 // apiMethods are the full names of every method of the tollgate.v1
-// services compiled into package api, the Envoy rate limit service's, and
-// the rate-admit method (a hand-registered gRPC method, api/rateadmit.go).
+// services compiled into package api and the Envoy rate limit service's.
 func apiMethods(t *testing.T) []string {
 	t.Helper()
-	out := []string{rlsv3.RateLimitService_ShouldRateLimit_FullMethodName, api.RateAdmitMethod}
+	out := []string{rlsv3.RateLimitService_ShouldRateLimit_FullMethodName}
 	protoregistry.GlobalFiles.RangeFilesByPackage("tollgate.v1", func(fd protoreflect.FileDescriptor) bool {
 		for i := range fd.Services().Len() {
 			sd := fd.Services().Get(i)

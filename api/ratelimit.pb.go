@@ -122,8 +122,23 @@ type RateReport struct {
 	// bucket_start_unix_nanos is only compared with the owner's clock when this
 	// is absent (a client that predates it).
 	BucketAgeNanos []int64 `protobuf:"varint,11,rep,packed,name=bucket_age_nanos,json=bucketAgeNanos,proto3" json:"bucket_age_nanos,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// This client's admitted tokens in the last window by age, finer than the
+	// two buckets, sent with them. The window is cut into slices_per_window
+	// slices of the client's clock; for ids[i], window_slice_len[i] counts
+	// follow in window_slices (after those of ids[0..i−1]), the current
+	// slice first, older ones after, trailing zeros left out (0 for a tenant
+	// idle over the window); slice_age_nanos[i] is how far its current slice
+	// had run. A new owner stamps each slice's tokens at the slice's end on
+	// its own clock, so its window holds them no shorter than they were
+	// admitted and at most one slice longer: a takeover leaves no dip
+	// (docs/ratelimits.md). Absent (slices_per_window 0): a client that
+	// predates them; the owner then spreads the bucket counts evenly.
+	SlicesPerWindow uint32   `protobuf:"varint,12,opt,name=slices_per_window,json=slicesPerWindow,proto3" json:"slices_per_window,omitempty"`
+	WindowSliceLen  []uint32 `protobuf:"varint,13,rep,packed,name=window_slice_len,json=windowSliceLen,proto3" json:"window_slice_len,omitempty"`
+	WindowSlices    []uint64 `protobuf:"varint,14,rep,packed,name=window_slices,json=windowSlices,proto3" json:"window_slices,omitempty"`
+	SliceAgeNanos   []int64  `protobuf:"varint,15,rep,packed,name=slice_age_nanos,json=sliceAgeNanos,proto3" json:"slice_age_nanos,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RateReport) Reset() {
@@ -229,6 +244,34 @@ func (x *RateReport) GetPrevBucketConsumed() []uint64 {
 func (x *RateReport) GetBucketAgeNanos() []int64 {
 	if x != nil {
 		return x.BucketAgeNanos
+	}
+	return nil
+}
+
+func (x *RateReport) GetSlicesPerWindow() uint32 {
+	if x != nil {
+		return x.SlicesPerWindow
+	}
+	return 0
+}
+
+func (x *RateReport) GetWindowSliceLen() []uint32 {
+	if x != nil {
+		return x.WindowSliceLen
+	}
+	return nil
+}
+
+func (x *RateReport) GetWindowSlices() []uint64 {
+	if x != nil {
+		return x.WindowSlices
+	}
+	return nil
+}
+
+func (x *RateReport) GetSliceAgeNanos() []int64 {
+	if x != nil {
+		return x.SliceAgeNanos
 	}
 	return nil
 }
@@ -426,7 +469,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\xb0\x03\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xd3\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -440,7 +483,11 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x0fbucket_consumed\x18\t \x03(\x04R\x0ebucketConsumed\x120\n" +
 	"\x14prev_bucket_consumed\x18\n" +
 	" \x03(\x04R\x12prevBucketConsumed\x12(\n" +
-	"\x10bucket_age_nanos\x18\v \x03(\x03R\x0ebucketAgeNanos\"\xc7\x02\n" +
+	"\x10bucket_age_nanos\x18\v \x03(\x03R\x0ebucketAgeNanos\x12*\n" +
+	"\x11slices_per_window\x18\f \x01(\rR\x0fslicesPerWindow\x12(\n" +
+	"\x10window_slice_len\x18\r \x03(\rR\x0ewindowSliceLen\x12#\n" +
+	"\rwindow_slices\x18\x0e \x03(\x04R\fwindowSlices\x12&\n" +
+	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +
@@ -465,7 +512,9 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x13RATE_STRATEGY_LEASE\x10\x02\x12\x17\n" +
 	"\x13RATE_STRATEGY_LOCAL\x10\x032I\n" +
 	"\tRateLimit\x12<\n" +
-	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x01B)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x012F\n" +
+	"\tRateAdmit\x129\n" +
+	"\x05Admit\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdateB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_ratelimit_proto_rawDescOnce sync.Once
@@ -491,9 +540,11 @@ var file_ratelimit_proto_depIdxs = []int32{
 	0, // 0: tollgate.v1.RateReport.strategy:type_name -> tollgate.v1.RateStrategy
 	3, // 1: tollgate.v1.RateUpdate.redirects:type_name -> tollgate.v1.RateRedirect
 	1, // 2: tollgate.v1.RateLimit.Sync:input_type -> tollgate.v1.RateReport
-	2, // 3: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
+	1, // 3: tollgate.v1.RateAdmit.Admit:input_type -> tollgate.v1.RateReport
+	2, // 4: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
+	2, // 5: tollgate.v1.RateAdmit.Admit:output_type -> tollgate.v1.RateUpdate
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -512,7 +563,7 @@ func file_ratelimit_proto_init() {
 			NumEnums:      1,
 			NumMessages:   3,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_ratelimit_proto_goTypes,
 		DependencyIndexes: file_ratelimit_proto_depIdxs,

@@ -137,3 +137,149 @@ var RateLimit_ServiceDesc = grpc.ServiceDesc{
 	},
 	Metadata: "ratelimit.proto",
 }
+
+const (
+	RateAdmit_Admit_FullMethodName = "/tollgate.v1.RateAdmit/Admit"
+)
+
+// RateAdmitClient is the client API for RateAdmit service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// RateAdmit is beside RateLimit: a lease client whose lease does not cover a
+// request asks the key's owner to decide it now (a sliding-window key: an
+// Envoy rule; or a key no lease covers yet). It carries the RateLimit
+// messages:
+//
+//	request  RateReport: new_names[0] the key, consumed_total[0] the tokens,
+//	         client_id the asking client, bucket_consumed (optional) its
+//	         consumed total and lease cap for the key as it asks,
+//	         prev_bucket_consumed (optional) what it admitted for the key
+//	         over about the last window (a sliding key's owner that has
+//	         not had that client's stream report yet refuses, for a few
+//	         milliseconds, an asker that admitted some: it just took
+//	         over and does not know them yet).
+//	response RateUpdate: cap[0] 1 admitted / 0 refused, cap[1] what could
+//	         still be admitted now (beyond what clients hold),
+//	         blocked_for_nanos[0] until the oldest admitted token leaves the
+//	         window; redirects names the leader when this node is not the
+//	         owner (then cap is empty).
+//
+// Errors: InvalidArgument (not one key, a bad key), Unavailable (shutting
+// down).
+type RateAdmitClient interface {
+	Admit(ctx context.Context, in *RateReport, opts ...grpc.CallOption) (*RateUpdate, error)
+}
+
+type rateAdmitClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewRateAdmitClient(cc grpc.ClientConnInterface) RateAdmitClient {
+	return &rateAdmitClient{cc}
+}
+
+func (c *rateAdmitClient) Admit(ctx context.Context, in *RateReport, opts ...grpc.CallOption) (*RateUpdate, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RateUpdate)
+	err := c.cc.Invoke(ctx, RateAdmit_Admit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RateAdmitServer is the server API for RateAdmit service.
+// All implementations must embed UnimplementedRateAdmitServer
+// for forward compatibility.
+//
+// RateAdmit is beside RateLimit: a lease client whose lease does not cover a
+// request asks the key's owner to decide it now (a sliding-window key: an
+// Envoy rule; or a key no lease covers yet). It carries the RateLimit
+// messages:
+//
+//	request  RateReport: new_names[0] the key, consumed_total[0] the tokens,
+//	         client_id the asking client, bucket_consumed (optional) its
+//	         consumed total and lease cap for the key as it asks,
+//	         prev_bucket_consumed (optional) what it admitted for the key
+//	         over about the last window (a sliding key's owner that has
+//	         not had that client's stream report yet refuses, for a few
+//	         milliseconds, an asker that admitted some: it just took
+//	         over and does not know them yet).
+//	response RateUpdate: cap[0] 1 admitted / 0 refused, cap[1] what could
+//	         still be admitted now (beyond what clients hold),
+//	         blocked_for_nanos[0] until the oldest admitted token leaves the
+//	         window; redirects names the leader when this node is not the
+//	         owner (then cap is empty).
+//
+// Errors: InvalidArgument (not one key, a bad key), Unavailable (shutting
+// down).
+type RateAdmitServer interface {
+	Admit(context.Context, *RateReport) (*RateUpdate, error)
+	mustEmbedUnimplementedRateAdmitServer()
+}
+
+// UnimplementedRateAdmitServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedRateAdmitServer struct{}
+
+func (UnimplementedRateAdmitServer) Admit(context.Context, *RateReport) (*RateUpdate, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedRateAdmitServer) mustEmbedUnimplementedRateAdmitServer() {}
+func (UnimplementedRateAdmitServer) testEmbeddedByValue()                   {}
+
+// UnsafeRateAdmitServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to RateAdmitServer will
+// result in compilation errors.
+type UnsafeRateAdmitServer interface {
+	mustEmbedUnimplementedRateAdmitServer()
+}
+
+func RegisterRateAdmitServer(s grpc.ServiceRegistrar, srv RateAdmitServer) {
+	// If the following call pancis, it indicates UnimplementedRateAdmitServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&RateAdmit_ServiceDesc, srv)
+}
+
+func _RateAdmit_Admit_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RateReport)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateAdmitServer).Admit(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateAdmit_Admit_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateAdmitServer).Admit(ctx, req.(*RateReport))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// RateAdmit_ServiceDesc is the grpc.ServiceDesc for RateAdmit service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var RateAdmit_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "tollgate.v1.RateAdmit",
+	HandlerType: (*RateAdmitServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Admit",
+			Handler:    _RateAdmit_Admit_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "ratelimit.proto",
+}

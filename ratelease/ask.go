@@ -116,12 +116,16 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 	if cons, capv, ok := c.Held(key); ok {
 		req.BucketConsumed = []uint64{cons, capv}
 	}
+	// What it admitted for the key over the last window (0: nothing): an
+	// owner that has not had this client's report yet (it just took
+	// over) must not decide without it.
+	req.PrevBucketConsumed = []uint64{c.WindowTokens(key)}
 	for try := 0; try < 2 && addr != ""; try++ {
 		cc, err := c.conn(addr)
 		if err != nil {
 			return Answer{}, err
 		}
-		u, err := api.InvokeRateAdmit(ctx, cc, req)
+		u, err := api.NewRateAdmitClient(cc).Admit(ctx, req)
 		if err != nil {
 			return Answer{}, fmt.Errorf("ratelimit: ask %s: %w", addr, err)
 		}
@@ -175,6 +179,12 @@ func (l *Limiter) Answered(key string, n uint64, a Answer, quiet time.Duration) 
 	if a.Admitted {
 		t.borrowed.Add(n)
 		t.decided[reasonOwner].Add(1)
+		// Into the window slices now, not at the next tick: a new owner
+		// counts them until their slice ends, and a tick a period later
+		// would keep them a period too long in a one-second window.
+		l.reportMu.Lock()
+		t.addSlice(done, t.windowLen(), n)
+		l.reportMu.Unlock()
 		return
 	}
 	t.rejected.Add(n)

@@ -161,7 +161,20 @@ type tenant struct {
 	bucketStart  int64
 	bucketCur    uint64
 	bucketPrev   uint64
+	// The last window by age in WindowSlices slices of sliceW (the window
+	// ÷ WindowSlices) each, slices[i mod WindowSlices] counting slice i of
+	// this clock (ns ÷ sliceW); sliceIdx is the current one. Reports send
+	// them with the buckets: a new owner places them on its clock finer
+	// than two buckets allow (docs/ratelimits.md, Takeover).
+	slices   [WindowSlices]uint64
+	sliceIdx int64
+	sliceW   int64
 }
+
+// WindowSlices is how many slices of its window a report's window_slices
+// gives per tenant: a new owner counts a token until the end of its slice,
+// so its window frees tokens at most window ÷ WindowSlices late (3% of it).
+const WindowSlices = 32
 
 // localBucket is the Local strategy's token bucket. Tick refills it (once per
 // report period) so Allow reads no clock: on some VMs a clock read costs more
@@ -459,15 +472,13 @@ func (l *Limiter) Tick(now time.Time) {
 		c := t.consumed.Load()
 		d := c - t.lastConsumed
 		t.lastConsumed = c
+		leased := d // the owner's answers are in the slices already (Answered)
 		// The window buckets count what the owner admitted on request
 		// too: a new owner seeds its window from them (a takeover).
 		b := t.borrowed.Load()
 		d += b - t.lastBorrowed
 		t.lastBorrowed = b
-		w := t.windowNanos.Load()
-		if w <= 0 {
-			w = int64(time.Second)
-		}
+		w := t.windowLen()
 		start := ns - ns%w
 		switch {
 		case start == t.bucketStart:
@@ -478,6 +489,7 @@ func (l *Limiter) Tick(now time.Time) {
 		}
 		t.bucketStart = start
 		t.bucketCur += d
+		t.addSlice(ns, w, leased)
 
 		if l.cfg.Strategy == Local {
 			t.local.refill(ns)
@@ -487,6 +499,65 @@ func (l *Limiter) Tick(now time.Time) {
 			t.mode.Store(modeStale)
 		}
 	}
+}
+
+// windowLen is the window the owner last sent (a second before any).
+func (t *tenant) windowLen() int64 {
+	if w := t.windowNanos.Load(); w > 0 {
+		return w
+	}
+	return int64(time.Second)
+}
+
+// addSlice counts d tokens, admitted no later than ns, in the slices of the
+// window w. A new window length (the limit changed, or the first update
+// came) moves what the slices held into the current one: counted later
+// than admitted, which a new owner may only do in that direction.
+func (t *tenant) addSlice(ns, w int64, d uint64) {
+	sw := max(1, w/WindowSlices)
+	idx := max(0, ns/sw)
+	if sw == t.sliceW && idx < t.sliceIdx {
+		idx = t.sliceIdx // the clock stepped back: counted in the later slice
+	}
+	switch {
+	case sw != t.sliceW:
+		var sum uint64
+		for i := range t.slices {
+			sum, t.slices[i] = sum+t.slices[i], 0
+		}
+		t.slices[idx%WindowSlices] = sum
+		t.sliceW = sw
+	case idx > t.sliceIdx:
+		for k := t.sliceIdx + 1; k <= min(idx, t.sliceIdx+WindowSlices); k++ {
+			t.slices[k%WindowSlices] = 0
+		}
+	}
+	t.sliceIdx = idx
+	t.slices[idx%WindowSlices] += d
+}
+
+// WindowTokens is what the window slices hold for key: its admissions over
+// about the last window, as of the last tick and the owner's answers since.
+func (l *Limiter) WindowTokens(key string) uint64 {
+	t := (*l.tenants.Load())[key]
+	if t == nil {
+		return 0
+	}
+	l.reportMu.Lock()
+	defer l.reportMu.Unlock()
+	var sum uint64
+	for j := range int64(WindowSlices) {
+		sum += t.slice(j)
+	}
+	return sum
+}
+
+// slice is the count of the slice j before the current one (j < WindowSlices).
+func (t *tenant) slice(j int64) uint64 {
+	if t.sliceW == 0 || j > t.sliceIdx {
+		return 0
+	}
+	return t.slices[(t.sliceIdx-j)%WindowSlices]
 }
 
 // ReportState is per-stream memory of which tenant names the peer knows.
@@ -543,6 +614,7 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 		n := len(rep.Ids)
 		rep.BucketStartUnixNanos, rep.BucketConsumed, rep.PrevBucketConsumed = make([]int64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
 		rep.BucketAgeNanos = make([]int64, 0, n)
+		rep.SlicesPerWindow, rep.WindowSliceLen, rep.SliceAgeNanos = WindowSlices, make([]uint32, 0, n), make([]int64, 0, n)
 		for _, id := range rep.Ids {
 			t := l.tenantByID(id)
 			// The age is a difference of two readings of this client's
@@ -557,6 +629,21 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 			rep.BucketStartUnixNanos = append(rep.BucketStartUnixNanos, t.bucketStart)
 			rep.BucketConsumed = append(rep.BucketConsumed, t.bucketCur)
 			rep.PrevBucketConsumed = append(rep.PrevBucketConsumed, t.bucketPrev)
+			// The newest slices up to the oldest non-zero one: an idle
+			// tenant (most of a big client's) costs two bytes.
+			k := int64(WindowSlices)
+			for k > 0 && t.slice(k-1) == 0 {
+				k--
+			}
+			var sAge int64
+			if k > 0 {
+				sAge = max(0, l.lastTick-t.sliceIdx*t.sliceW)
+			}
+			rep.SliceAgeNanos = append(rep.SliceAgeNanos, sAge)
+			rep.WindowSliceLen = append(rep.WindowSliceLen, uint32(k))
+			for j := range k {
+				rep.WindowSlices = append(rep.WindowSlices, t.slice(j))
+			}
 		}
 	}
 	return rep

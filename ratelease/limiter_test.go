@@ -174,3 +174,63 @@ func BenchmarkMapLookupBaseline(b *testing.B) {
 		m["tenant-aa"].Add(1)
 	}
 }
+
+// TestReportWindowSlices: a report that carries bucket counts carries the
+// last window by age too, in WindowSlices slices of it, newest first, with
+// the current slice's age: tokens attributed at a tick land in the slice of
+// that tick, and slices a window old are dropped.
+func TestReportWindowSlices(t *testing.T) {
+	start := time.Unix(1_800_000_000, 0)
+	now := start
+	l, _ := NewLimiter(LimiterConfig{Strategy: Lease, Now: func() time.Time { return now }, ClientID: 1})
+	l.Allow("a", 1)
+	ta := (*l.tenants.Load())["a"]
+	// A 32 s window: one slice a second.
+	u := update(ta, 100, 1000, 100)
+	u.WindowNanos = []int64{32 * int64(time.Second)}
+	if _, err := l.Apply(u, now); err != nil {
+		t.Fatal(err)
+	}
+	l.Tick(now) // the first token, at 0 s
+	for _, step := range []struct {
+		at time.Duration
+		n  int
+	}{{1500 * time.Millisecond, 2}, {1900 * time.Millisecond, 3}, {5200 * time.Millisecond, 4}} {
+		now = start.Add(step.at)
+		if !l.Allow("a", step.n) {
+			t.Fatalf("%d at %v refused", step.n, step.at)
+		}
+		l.Tick(now)
+	}
+	rep := l.Report(NewReportState(), nil)
+	if rep.SlicesPerWindow != WindowSlices || len(rep.WindowSliceLen) != 1 || rep.WindowSliceLen[0] != 6 || len(rep.WindowSlices) != 6 || len(rep.SliceAgeNanos) != 1 {
+		t.Fatalf("%d slices per window, lengths %v, window_slices %v, slice ages %v: want %d, [6], six (to the oldest non-zero), one",
+			rep.SlicesPerWindow, rep.WindowSliceLen, rep.WindowSlices, rep.SliceAgeNanos, WindowSlices)
+	}
+	if got := time.Duration(rep.SliceAgeNanos[0]); got != 200*time.Millisecond {
+		t.Errorf("current slice age %v, want 200ms", got)
+	}
+	want := map[int]uint64{0: 4, 4: 5, 5: 1} // 5.2 s: slice 5; 1.5 and 1.9 s: slice 1; 0 s: slice 0
+	for j, c := range rep.WindowSlices {
+		if c != want[j] {
+			t.Fatalf("window_slices = %v, want %v by age", rep.WindowSlices, want)
+		}
+	}
+	// 31 s later only the 5.2 s slice is still within the last 32 slices.
+	now = start.Add(36 * time.Second)
+	l.Tick(now)
+	rep = l.Report(NewReportState(), nil)
+	var sum uint64
+	for _, c := range rep.WindowSlices {
+		sum += c
+	}
+	if sum != 4 || len(rep.WindowSlices) != 32 || rep.WindowSlices[31] != 4 {
+		t.Fatalf("after 36 s: window_slices = %v, want only the 4 of 5.2 s, 31 slices old", rep.WindowSlices)
+	}
+	// A window later nothing is left: an idle tenant sends no slices.
+	now = start.Add(40 * time.Second)
+	l.Tick(now)
+	if rep = l.Report(NewReportState(), nil); len(rep.WindowSlices) != 0 || rep.WindowSliceLen[0] != 0 || rep.SliceAgeNanos[0] != 0 {
+		t.Fatalf("idle: lengths %v, window_slices %v, ages %v, want [0], none, [0]", rep.WindowSliceLen, rep.WindowSlices, rep.SliceAgeNanos)
+	}
+}

@@ -1,6 +1,8 @@
 package ratelimit
 
 import (
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -31,6 +33,38 @@ func (t *tenantState) addRecent(ns int64, tokens float64) {
 	}
 	if i > 0 {
 		t.recent = append(t.recent[:0], t.recent[i:]...)
+	}
+}
+
+// seedRecent adds to recent what a client that reports for the first time
+// in a takeover admitted in the last second by its window slices (less
+// asked, newest first), each stamped at its slice's end, as
+// slidingState.seed places them: the guard's one-second cap then counts
+// the second the old owner's leases filled. Without slices (a client that
+// predates them) nothing is added: the guard alone holds it.
+func (t *tenantState) seedRecent(e *entry, ns int64, asked float64) {
+	if e.sliceK == 0 || t.window <= 0 {
+		return
+	}
+	sw := t.window / e.sliceK
+	end := min(e.absorbedAt, ns)
+	for j, c := range e.slices {
+		n := float64(c)
+		take := min(n, asked)
+		n, asked = n-take, asked-take
+		at := end
+		if j > 0 {
+			at = end - e.sliceAge - int64(j-1)*sw
+		}
+		if n <= 0 || at <= ns-int64(time.Second) {
+			continue
+		}
+		i := sort.Search(len(t.recent), func(i int) bool { return t.recent[i].at >= at })
+		if i < len(t.recent) && t.recent[i].at == at {
+			t.recent[i].tokens += n
+		} else {
+			t.recent = slices.Insert(t.recent, i, tickCount{at: at, tokens: n})
+		}
 	}
 }
 

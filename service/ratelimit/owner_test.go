@@ -56,6 +56,28 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		{"too many tenants", func(r *api.RateReport) { r.NewIds = []uint32{11}; r.Ids = []uint32{11} }, ErrTooMany, "at most 10"},
 		{"ragged bucket ages", func(r *api.RateReport) { r.BucketAgeNanos = []int64{1, 2} }, ErrInvalid, "1 ids"},
 		{"negative bucket age", func(r *api.RateReport) { r.BucketAgeNanos = []int64{-1} }, ErrInvalid, "bucket_age_nanos[0]"},
+		{"window slices without lengths", func(r *api.RateReport) {
+			r.SlicesPerWindow, r.WindowSlices, r.SliceAgeNanos = 32, []uint64{1}, []int64{0}
+		}, ErrInvalid, "window_slice_len (0)"},
+		{"window slices without buckets", func(r *api.RateReport) {
+			r.BucketStartUnixNanos, r.BucketConsumed, r.PrevBucketConsumed = nil, nil, nil
+			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 32, []uint32{1}, []uint64{1}, []int64{0}
+		}, ErrInvalid, "with the bucket counts"},
+		{"no slices per window", func(r *api.RateReport) {
+			r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = []uint32{1}, []uint64{1}, []int64{0}
+		}, ErrInvalid, "slices_per_window = 0"},
+		{"too many slices per window", func(r *api.RateReport) {
+			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 1025, []uint32{1}, []uint64{1}, []int64{0}
+		}, ErrInvalid, "want 1 to 1024"},
+		{"slice length over the window", func(r *api.RateReport) {
+			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 2, []uint32{3}, []uint64{1, 1, 1}, []int64{0}
+		}, ErrInvalid, "window_slice_len[0] = 3"},
+		{"slice lengths do not add up", func(r *api.RateReport) {
+			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 32, []uint32{2}, []uint64{1, 1, 1}, []int64{0}
+		}, ErrInvalid, "adds up to 2"},
+		{"negative slice age", func(r *api.RateReport) {
+			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 32, []uint32{1}, []uint64{1}, []int64{-1}
+		}, ErrInvalid, "slice_age_nanos[0]"},
 	}
 	for _, c := range cases {
 		s := o.NewSession()

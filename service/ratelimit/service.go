@@ -41,6 +41,7 @@ type ServiceConfig struct {
 // Service is the RateLimit gRPC service of one node plus its tick loop.
 type Service struct {
 	api.UnimplementedRateLimitServer
+	api.UnimplementedRateAdmitServer
 	cfg     ServiceConfig
 	o       *Owner
 	closing chan struct{}
@@ -211,7 +212,7 @@ func (s *Service) release(client string, n int) {
 	}
 }
 
-// Admit serves RateAdmit.Admit (api.RateAdmitMethod): the owner decides a
+// Admit serves RateAdmit.Admit (api.RateAdmit_Admit_FullMethodName): the owner decides a
 // sliding-window key's request now, for a client whose lease does not cover
 // it. Not the owner: a redirect to the leader it knows, no decision.
 func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate, error) {
@@ -231,6 +232,9 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	from := Asker{ID: r.ClientId}
 	if len(r.BucketConsumed) == 2 {
 		from.Known, from.Consumed, from.Cap = true, r.BucketConsumed[0], r.BucketConsumed[1]
+	}
+	if len(r.PrevBucketConsumed) == 1 {
+		from.History = r.PrevBucketConsumed[0]
 	}
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	switch {

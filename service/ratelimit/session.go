@@ -55,9 +55,15 @@ type entry struct {
 	// on this owner's clock without comparing the two wall clocks.
 	bucketAge, absorbedAt int64
 	hasAge                bool
-	reported              bool
-	reportedAt            int64 // unix ns of the last report
-	moved                 bool  // reported while not owned here: list in moved_ids once
+	// slices (when sliceK > 0) are the client's admitted tokens in the
+	// last window by age, newest first, in slices of window ÷ sliceK (the
+	// older ones zero); the newest had run sliceAge
+	// (api.RateReport.window_slices).
+	slices           []uint64
+	sliceK, sliceAge int64
+	reported         bool
+	reportedAt       int64 // unix ns of the last report
+	moved            bool  // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -190,6 +196,31 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			return fmt.Errorf("%w: bucket_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
 		}
 	}
+	// The window slices are newer still, with the bucket counts.
+	withSlices := r.SlicesPerWindow > 0 || len(r.WindowSliceLen) > 0 || len(r.WindowSlices) > 0 || len(r.SliceAgeNanos) > 0
+	if withSlices {
+		if !withBuckets || len(r.WindowSliceLen) != n || len(r.SliceAgeNanos) != n {
+			return fmt.Errorf("%w: window_slice_len (%d) and slice_age_nanos (%d) must be one per id (%d ids), with the bucket counts", ErrInvalid, len(r.WindowSliceLen), len(r.SliceAgeNanos), n)
+		}
+		if r.SlicesPerWindow < 1 || r.SlicesPerWindow > maxWindowSlices {
+			return fmt.Errorf("%w: slices_per_window = %d, want 1 to %d", ErrInvalid, r.SlicesPerWindow, maxWindowSlices)
+		}
+		total := 0
+		for i, l := range r.WindowSliceLen {
+			if l > r.SlicesPerWindow {
+				return fmt.Errorf("%w: window_slice_len[%d] = %d is more than slices_per_window %d", ErrInvalid, i, l, r.SlicesPerWindow)
+			}
+			total += int(l)
+		}
+		if total != len(r.WindowSlices) {
+			return fmt.Errorf("%w: window_slice_len adds up to %d, window_slices has %d", ErrInvalid, total, len(r.WindowSlices))
+		}
+		for i, a := range r.SliceAgeNanos {
+			if a < 0 {
+				return fmt.Errorf("%w: slice_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
+			}
+		}
+	}
 	if len(r.NewIds) != len(r.NewNames) {
 		return fmt.Errorf("%w: %d new ids but %d new names", ErrInvalid, len(r.NewIds), len(r.NewNames))
 	}
@@ -264,6 +295,7 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 	ns := now.UnixNano()
 	s.heardAt = ns
 	cons, offd, bs, bc, bp := r.ConsumedTotal, r.OfferedTotal, r.BucketStartUnixNanos, r.BucketConsumed, r.PrevBucketConsumed
+	off := 0 // into r.WindowSlices
 	for i, id := range r.Ids {
 		e := s.entry(id)
 		e.consumed, e.offered = cons[i], offd[i]
@@ -273,12 +305,22 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			if withAges {
 				e.bucketAge = r.BucketAgeNanos[i]
 			}
+			e.slices, e.sliceK, e.sliceAge = e.slices[:0], 0, 0
+			if withSlices {
+				l := int(r.WindowSliceLen[i])
+				e.slices = append(e.slices, r.WindowSlices[off:off+l]...)
+				e.sliceK, e.sliceAge = int64(r.SlicesPerWindow), r.SliceAgeNanos[i]
+				off += l
+			}
 		}
 		e.reported = true
 		e.reportedAt = ns
 	}
 	return nil
 }
+
+// maxWindowSlices bounds a report's slices_per_window.
+const maxWindowSlices = 1024
 
 func (s *Session) known(id uint32) bool { return int(id) < len(s.loc) && s.loc[id].i != 0 }
 

@@ -341,7 +341,8 @@ func TestBaselineAndLocalWeaknesses(t *testing.T) {
 // phases at ≥ 0.95×; a burst of a tenth of a second at 5× offered ≥ 0.95×;
 // an owner that dies and a new one that starts 1.5 s later (clients reach it
 // over 300 ms) or 200 ms later (clients reach it over a second), no 1-second
-// window above 1.10×; the limit halved, from a second later within
+// window above 1.10× and, from the first second after it died, none below
+// 0.9×; the limit halved, from a second later within
 // 0.98–1.02× of the new limit and no 1-second window above 1.10× of it.
 // Before the change the on/off case reached 1.87×, the
 // small burst 0.79× and the takeovers 1.30× and 1.80×.
@@ -373,6 +374,12 @@ func TestLeaseChange(t *testing.T) {
 			if win > 1.10 {
 				t.Errorf("%s: a 1-second window admitted %.3f× the limit, want ≤ 1.10", nc.name, win)
 			}
+			// No dip: from the first second after the owner died (the
+			// new one starts up to 1.5 s later), every 1-second window
+			// admits at least 0.9× the limit.
+			if low, at := minWindowAfter(r.perMs, c.takeoverAt+time.Second-c.warmup); low < 0.9*c.limit {
+				t.Errorf("%s: the 1-second window from %v after the owner died admitted %.3f× the limit, want ≥ 0.9", nc.name, at+time.Second, low/c.limit)
+			}
 		case c.onOff > 0:
 			on := r.onAdmitted / (c.limit * r.onSpan.Seconds())
 			if win > 1.10 || on < 0.95 {
@@ -399,7 +406,29 @@ func TestLeaseChangeReport(t *testing.T) {
 		r := runSim(t, c.c)
 		t.Logf("%-40s admitted %.3f× maxwin %.3f× on-mean %.3f× rej %.1f%%", c.name, c.c.ratio(r), c.c.maxWindowRatio(r),
 			r.onAdmitted/(c.c.limit*r.onSpan.Seconds()), 100*r.rejectedFrac)
+		if c.c.takeoverAt > 0 {
+			low, at := minWindowAfter(r.perMs, c.c.takeoverAt+time.Second-c.c.warmup)
+			t.Logf("%-40s from 1 s after the owner died: min 1 s %.3f× (at %v after the kill)", "", low/c.c.limit, at+time.Second)
+		}
 	}
+}
+
+// minWindowAfter is the fewest tokens admitted in a 1-second window (1 ms
+// steps) of perMs starting at from or later, and that window's start.
+func minWindowAfter(perMs []float64, from time.Duration) (float64, time.Duration) {
+	i0 := int(from / time.Millisecond)
+	low, lowAt := math.Inf(1), from
+	var sum float64
+	for i := i0; i < len(perMs); i++ {
+		sum += perMs[i]
+		if i-i0 >= 1000 {
+			sum -= perMs[i-1000]
+		}
+		if i-i0 >= 999 && sum < low {
+			low, lowAt = sum, time.Duration(i-999)*time.Millisecond
+		}
+	}
+	return low, lowAt - from
 }
 
 type namedCase struct {

@@ -3,6 +3,8 @@ package ratelimit
 import (
 	"errors"
 	"math"
+	"slices"
+	"sort"
 	"time"
 )
 
@@ -19,8 +21,9 @@ import (
 // were admitted, so a token leaves the owner's window no earlier than it
 // leaves the true one, and the owner never counts fewer than were admitted.
 // (Tokens it admits itself on request are stamped askMargin ahead; what a
-// new owner seeds from clients' buckets after a takeover is placed evenly
-// over the buckets, an estimate.) What it may hand out is the limit minus
+// new owner seeds from clients' window slices after a takeover is stamped
+// at each slice's end, at most a slice late; from a client without slices,
+// spread evenly over its two buckets, an estimate.) What it may hand out is the limit minus
 // that count minus what clients hold (their caps' unreported remainders,
 // the higher of the caps sent at the last two ticks, because a lowered cap
 // is in force only once the client has it: updates arrive within a period,
@@ -75,6 +78,28 @@ func (s *slidingState) add(at int64, tokens float64) {
 	s.log = append(s.log, logEntry{from: at, at: at, tokens: tokens})
 }
 
+// insert counts tokens admitted no later than at, wherever at falls in
+// the log (a takeover's seed: clients report one after another, each with
+// its own history). It joins an entry that spans at, or the one before
+// when at is within a slot of its first stamp (moved later: never fewer
+// counted), else it is a new entry; the log stays ordered by stamp.
+func (s *slidingState) insert(at int64, tokens float64) {
+	if tokens <= 0 {
+		return
+	}
+	s.sum += tokens
+	i := sort.Search(len(s.log), func(i int) bool { return s.log[i].at >= at })
+	switch {
+	case i < len(s.log) && s.log[i].from <= at:
+		s.log[i].tokens += tokens
+	case i > 0 && at-s.log[i-1].from < s.win/slidingSlots:
+		s.log[i-1].tokens += tokens
+		s.log[i-1].at = at
+	default:
+		s.log = slices.Insert(s.log, i, logEntry{from: at, at: at, tokens: tokens})
+	}
+}
+
 // trim drops what left the window ending at ns.
 func (s *slidingState) trim(ns int64) {
 	i := 0
@@ -101,12 +126,39 @@ func (s *slidingState) nextFree(ns int64) time.Duration {
 	return time.Duration(max(0, s.log[0].at+s.win-ns))
 }
 
-// seed spreads a client's bucket counts (its own admissions, before this
-// owner knew of them: a takeover) over the times the client's buckets
-// covered, as seedByAge places them, in 16 slices each stamped at its end;
-// less asked, what this owner admitted for it on request (in the log
-// already), taken from the newest bucket first.
+// seed counts a client's admissions before this owner knew of them (a
+// takeover; what a client admitted failing open), less asked, what this
+// owner admitted for it on request (in the log already), taken from the
+// newest first. With the client's window slices, each slice's tokens are
+// stamped at the slice's end: no earlier than they were admitted, at most
+// a slice later. Without (a client that predates them), its two bucket
+// counts are spread over the times its buckets covered, as seedByAge
+// places them, in 16 parts each stamped at its end: later than admitted by
+// up to a whole bucket when the client reached the limit early in it.
 func (s *slidingState) seed(e *entry, ns int64, asked float64) {
+	if e.sliceK > 0 {
+		// The client's slices are of the window its last owner sent it,
+		// the one computed here from the same limits.
+		sw := s.win / e.sliceK
+		end := min(e.absorbedAt, ns)
+		rest := asked
+		k := len(e.slices)
+		counts := make([]float64, k)
+		for j, c := range e.slices {
+			take := min(float64(c), rest)
+			counts[j], rest = float64(c)-take, rest-take
+		}
+		for j := k - 1; j >= 0; j-- {
+			at := end // the current slice ends at the report
+			if j > 0 {
+				at = end - e.sliceAge - int64(j-1)*sw
+			}
+			if at > ns-s.win {
+				s.insert(at, counts[j])
+			}
+		}
+		return
+	}
 	w := e.t.window
 	age := min(e.bucketAge, w)
 	end := min(e.absorbedAt, ns)
@@ -121,7 +173,7 @@ func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 		for i := 1; i <= k; i++ {
 			at := from + (to-from)*int64(i)/k
 			if at > ns-s.win {
-				s.add(at, n/k)
+				s.insert(at, n/k)
 			}
 		}
 	}
@@ -188,6 +240,15 @@ func (o *Owner) slidingGrant(t *tenantState, e *entry) {
 		share = e.demand / t.sumDemand
 	}
 	e.leaseRate = t.rate * share
+	if t.sw.win < int64(slidingLeaseMin) {
+		// No extension when updates stop (an owner failover): a window
+		// that short is decided by the owner, and a client extending at
+		// its share of the rate while the window is full admits up to
+		// the limit again in it (1.15–1.35× of 20/s around an election,
+		// faulttest TestEnvoyOwnerKill). A longer window's extension adds
+		// the gap ÷ the window at most (2% of a minute for a second).
+		e.leaseRate = 0
+	}
 }
 
 // slidingLimits reads a sliding tenant's limit: burst tokens per
@@ -216,6 +277,9 @@ type Asker struct {
 	ID            uint64
 	Known         bool
 	Consumed, Cap uint64
+	// History: what the client admitted for the key over about the last
+	// window, by its own count (0: nothing, or not sent).
+	History uint64
 }
 
 // Admit decides n tokens of a sliding-window tenant on the owner, now: a
@@ -264,6 +328,15 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
+	if float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
+		// It admitted tokens in the window that this owner did not
+		// admit for it and has not counted: its stream's first report
+		// (which seeds them) has not come, as after a takeover, when
+		// asks reach the new owner before the reports do. Deciding
+		// without them could admit the limit twice; it asks again in
+		// askMargin.
+		return AdmitResult{NextFree: askMargin(o.cfg.Period)}, nil
+	}
 	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
 	if float64(n) <= free+1e-9 {
@@ -280,6 +353,35 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 	r.Remaining = uint64(max(0, math.Floor(free)))
 	r.NextFree = t.sw.nextFree(ns)
 	return r, nil
+}
+
+// askerSeen says whether a report of client id for t was folded in since
+// this node owns t (its window counts seeded). (t's shard lock held.)
+func (o *Owner) askerSeen(t *tenantState, id uint64) bool {
+	if id == 0 {
+		return false
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rec := o.clients[id]
+	if rec == nil {
+		return false
+	}
+	for _, s := range rec.live {
+		s.mu.Lock()
+		var es []entry
+		if s.entries != nil {
+			es = s.entries[t.shard]
+		}
+		for i := range es {
+			if e := &es[i]; e.t == t && !e.superseded && e.seen && e.epoch == t.epoch {
+				s.mu.Unlock()
+				return true
+			}
+		}
+		s.mu.Unlock()
+	}
+	return false
 }
 
 // askerRelease is what the tick counted as held by the asking client beyond
