@@ -13,7 +13,11 @@ import (
 // route partitions through ownerOf.
 
 func (s *Server) setupLayout() error {
-	s.layout = layouttable.New(fsmlayout.New(s.cfg.Layout.Partitions, s.cfg.Layout.Groups, nil), nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
+	mod, err := fsmlayout.NewRaised(s.cfg.Layout.Partitions, s.base, s.cfg.Layout.Groups, nil)
+	if err != nil {
+		return err
+	}
+	s.layout = layouttable.New(mod, nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
 	return nil
 }
 

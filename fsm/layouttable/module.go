@@ -44,6 +44,22 @@ func New(p, g int, onChange func(*layout.Table)) *Module {
 	return &Module{partitions: p, groups: g, arith: layout.ArithmeticTable(p, g), onChange: onChange}
 }
 
+// NewRaised is New for a node running g groups in a cluster whose layout was
+// created with base of them (base ≤ g): until a table is set, the
+// arithmetic of base groups is in force and the groups above own nothing
+// (layout.GroupSpan); tables of up to g groups are accepted.
+func NewRaised(p, base, g int, onChange func(*layout.Table)) (*Module, error) {
+	if base < 1 || base > g {
+		return nil, fmt.Errorf("layout table: base group count %d outside [1, groups=%d]", base, g)
+	}
+	arith, _, err := layout.ArithmeticTable(p, base).Raise(g)
+	if err != nil {
+		return nil, fmt.Errorf("layout table: %w", err)
+	}
+	arith.Epoch = 0 // still the arithmetic: no table was set
+	return &Module{partitions: p, groups: g, arith: arith, onChange: onChange}, nil
+}
+
 // Current is the table in force: the last one set, else the arithmetic. Safe
 // from any goroutine; the table must not be modified.
 func (m *Module) Current() *layout.Table {
