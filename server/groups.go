@@ -5,14 +5,22 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
+	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
+	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/raftnode"
+	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
 // Raft groups created at runtime (issue 38). raftnode adds a group to a
@@ -68,11 +76,133 @@ func startGroups(cfg *Config) (base int, err error) {
 // only), so that its log and snapshots replay into the state the restarted
 // node builds. Its modules are its own until then: no component reads them.
 func (s *Server) newGroupFSM(g, groups int) (*fsm.FSM, error) {
-	sh, err := shares.New(g, groups)
+	sh, err := shares.New(g, sharessvc.ModuleGroups(g, s.base))
 	if err != nil {
 		return nil, err
 	}
 	return fsm.New(fsm.Config{Partitions: s.cfg.Layout.Partitions, Groups: groups, Shards: s.cfg.Layout.Shards, Group: g, Base: s.base,
 		Logger: s.log, MaxClusterVersion: s.cfg.Cluster.MaxClusterVersion,
 		Modules: []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
+}
+
+// groupGrowth is the node's part in a raise: every node creates the groups
+// the layout table names and it does not run yet, in order, and bootstraps
+// those it is a voter of with the configuration the layout-raise entry
+// carries (identical on every voter: raft treats the bootstraps as one).
+type groupGrowth struct {
+	poke   chan struct{}
+	mu     sync.Mutex
+	voters map[int][]raft.Server // new group → its voters, until bootstrapped here
+}
+
+func (s *Server) pokeGrowth() {
+	select {
+	case s.grow.poke <- struct{}{}:
+	default:
+	}
+}
+
+// layoutChanged runs on group 0's apply goroutine (a set, a raise, a
+// restore), possibly while New still runs: quick, it reads nothing New
+// writes and only wakes growGroups.
+func (s *Server) layoutChanged(t *layout.Table) {
+	if t.Groups > s.cfg.Layout.Groups {
+		s.pokeGrowth()
+	}
+}
+
+// raiseApplied keeps the new groups' voters from a layout-raise entry
+// (apply goroutine).
+func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) {
+	s.grow.mu.Lock()
+	if s.grow.voters == nil {
+		s.grow.voters = map[int][]raft.Server{}
+	}
+	for i, vs := range r.Raise.Voters {
+		servers := make([]raft.Server, 0, len(vs))
+		for _, v := range vs {
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.Addr)})
+		}
+		s.grow.voters[r.From+i] = servers
+	}
+	s.grow.mu.Unlock()
+	s.pokeGrowth()
+}
+
+// growGroups creates and bootstraps new groups whenever the table asks,
+// retrying a failure every second until the node stops.
+func (s *Server) growGroups(stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-stop; cancel() }()
+	retry := time.NewTicker(time.Second)
+	defer retry.Stop()
+	s.pokeGrowth() // the table replayed before this loop started
+	failed := false
+	for {
+		select {
+		case <-stop:
+			return
+		case <-s.grow.poke:
+		case <-retry.C:
+			if !failed {
+				continue
+			}
+		}
+		err := s.createGroups(ctx)
+		if failed = err != nil; failed && ctx.Err() == nil {
+			s.log.Warn("creating the groups of a raise; retrying", "err", err)
+		}
+	}
+}
+
+// createGroups creates groups host.Groups()..table.Groups-1, each with the
+// empty state machine of a raised group, then bootstraps the new groups
+// this node is a voter of.
+func (s *Server) createGroups(ctx context.Context) error {
+	want := s.layout.Module().Current().Groups
+	for g := s.host.Groups(); g < want; g++ {
+		f, err := s.newGroupFSM(g, want)
+		if err != nil {
+			return err
+		}
+		if err := s.addRaftGroup(ctx, g, f); err != nil && !errors.Is(err, raftnode.ErrGroupExists) {
+			return err
+		}
+	}
+	s.grow.mu.Lock()
+	defer s.grow.mu.Unlock()
+	for g, servers := range s.grow.voters {
+		if g >= s.host.Groups() {
+			continue
+		}
+		if slices.ContainsFunc(servers, func(v raft.Server) bool { return string(v.ID) == s.cfg.Node.ID }) {
+			if err := s.host.BootstrapGroup(g, servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+				return err
+			}
+		}
+		delete(s.grow.voters, g)
+	}
+	return nil
+}
+
+// raiseGroups raises the cluster's group count to n on group 0's leader
+// (Admin.RaiseGroups).
+func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
+	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]fsmlayout.Voter {
+		var out [][]fsmlayout.Voter
+		for _, gc := range cluster.RaiseVoters(from, to, s.memberList(), s.cfg.Cluster.Replicas) {
+			vs := make([]fsmlayout.Voter, 0, len(gc.Servers))
+			for _, v := range gc.Servers {
+				vs = append(vs, fsmlayout.Voter{ID: string(v.ID), Addr: string(v.Address)})
+			}
+			out = append(out, vs)
+		}
+		return out
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.log.Info("group count raised", "from", from, "groups", res.Groups, "changed", res.Changed, "epoch", res.Epoch)
+	return &api.RaiseGroupsResponse{From: uint32(from), Groups: uint32(res.Groups), Changed: res.Changed, Epoch: res.Epoch}, nil
 }

@@ -10,6 +10,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
@@ -102,5 +106,66 @@ func TestAddRaftGroup(t *testing.T) {
 	cfg.Layout.Groups = 6
 	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "groups=4") || !strings.Contains(err.Error(), "groups=6") {
 		t.Fatalf("restart with groups=6 over a data dir created with 4 and raised to 5: %v, want the layout refusal naming both", err)
+	}
+}
+
+// TestRaiseGroupsDev: a dev node (G = 4) raises its group count to 6 with
+// the admin call: groups 4 and 5 are created, elect this node and own no
+// partition; the old groups keep serving; raising to 6 again changes
+// nothing, lowering is refused; a restart comes back with 6 groups.
+func TestRaiseGroupsDev(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startServer(t, dir, nil)
+	defer s.Stop(context.Background())
+	ctx := context.Background()
+	if rej := track(t, c, "t1", 0, hashesIn(1, 0, 5)); len(rej) != 0 {
+		t.Fatalf("track before the raise: %d rejected", len(rej))
+	}
+	resp, err := s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.From != 4 || resp.Groups != 6 || !resp.Changed || resp.Epoch != 1 {
+		t.Fatalf("raise 4 → 6: %+v", resp)
+	}
+	waitFor(t, "groups 4 and 5 to exist and elect this node", func() bool {
+		return s.host.Groups() == 6 && s.host.Raft(4).State() == raft.Leader && s.host.Raft(5).State() == raft.Leader
+	})
+	if tab := s.layout.Module().Current(); tab.Groups != 6 || len(tab.Owned(4)) != 0 || len(tab.Owned(5)) != 0 {
+		t.Fatalf("table after the raise: %d groups, group 4 owns %v, group 5 %v", tab.Groups, tab.Owned(4), tab.Owned(5))
+	}
+	if got := len(s.nodeGroups().Groups); got != 6 {
+		t.Fatalf("node status lists %d groups, want 6", got)
+	}
+	if rej := track(t, c, "t1", 63, hashesIn(2, 63, 5)); len(rej) != 0 {
+		t.Fatalf("track after the raise: %d rejected", len(rej))
+	}
+	again, err := s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 6})
+	if err != nil || again.Changed || again.Groups != 6 || again.Epoch != 1 {
+		t.Fatalf("raise 6 → 6: %+v, %v; want no change", again, err)
+	}
+	_, err = s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 5})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only be raised") {
+		t.Fatalf("raise 6 → 5: %v, want InvalidArgument saying the count can only be raised", err)
+	}
+	_, err = s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 65})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("raise to 65 of 64 partitions: %v, want InvalidArgument", err)
+	}
+	stop(t, s)
+
+	s2, c2 := startServer(t, dir, nil)
+	defer s2.Stop(context.Background())
+	if s2.cfg.Layout.Groups != 6 || len(s2.fsms) != 6 {
+		t.Fatalf("restart runs %d groups with %d FSMs, want 6", s2.cfg.Layout.Groups, len(s2.fsms))
+	}
+	if got := s2.layout.Module().Current().Groups; got != 6 {
+		t.Fatalf("restarted table: %d groups", got)
+	}
+	if got := s2.FSM(0).Stats().Series; got != 5 {
+		t.Fatalf("group 0 holds %d series after the restart, want 5", got)
+	}
+	if rej := track(t, c2, "t1", 1, hashesIn(3, 1, 5)); len(rej) != 0 {
+		t.Fatalf("track after the restart: %d rejected", len(rej))
 	}
 }

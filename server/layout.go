@@ -13,10 +13,8 @@ import (
 // route partitions through ownerOf.
 
 func (s *Server) setupLayout() error {
-	mod, err := fsmlayout.NewRaised(s.cfg.Layout.Partitions, s.base, s.cfg.Layout.Groups, nil)
-	if err != nil {
-		return err
-	}
+	mod := fsmlayout.New(s.cfg.Layout.Partitions, s.base, s.layoutChanged) // groups.go
+	mod.SetOnRaise(s.raiseApplied)
 	s.layout = layouttable.New(mod, nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
 	return nil
 }

@@ -94,10 +94,7 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		if v := d.Byte("section version"); d.Err() == nil && v != sectionVersion {
 			d.Failf("section version %d, this build reads %d", v, sectionVersion)
 		}
-		if gs, g := d.Uvarint("groups"), d.Uvarint("group"); d.Err() == nil && (gs > uint64(m.groups) || g != uint64(m.group)) {
-			// A section written before the cluster's group count was raised
-			// restores into the raised module: its receivers and givers are
-			// all still groups.
+		if gs, g := d.Uvarint("groups"), d.Uvarint("group"); d.Err() == nil && (gs != uint64(m.groups) || g != uint64(m.group)) {
 			d.Failf("section of group %d of %d restored into group %d of %d", g, gs, m.group, m.groups)
 		}
 		seq = d.Uvarint("seq counter")

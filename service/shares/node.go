@@ -147,12 +147,20 @@ type shareMetrics struct {
 	borrow     prometheus.Histogram
 }
 
+// ModuleGroups is the group count group g's shares module is created with:
+// the groups that existed when g was created, so that every replica of g,
+// restarted after a raise or not, refuses the same gives (to a group the
+// module does not know) and reads the same snapshots. Groups a raise added
+// (g ≥ base) are created one at a time, each the last. Headroom moves into
+// raised groups come with the partition hand-off (docs/online-groups.md).
+func ModuleGroups(g, base int) int { return max(base, g+1) }
+
 // NewNode returns the node's shares state (its modules go into the FSMs)
 // and registers its metrics.
 func NewNode(cfg NodeConfig) (*Node, error) {
 	st := &Node{Port: cfg.Port, cfg: cfg, mods: make([]*shares.Module, cfg.Groups), movesOK: make([]movesCheck, cfg.Groups), born: time.Now()}
 	for g := range st.mods {
-		m, err := shares.New(g, cfg.Groups)
+		m, err := shares.New(g, ModuleGroups(g, cmp.Or(cfg.Base, cfg.Groups)))
 		if err != nil {
 			return nil, err
 		}
