@@ -206,3 +206,13 @@ func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsRespon
 	s.log.Info("group count raised", "from", from, "groups", res.Groups, "changed", res.Changed, "epoch", res.Epoch)
 	return &api.RaiseGroupsResponse{From: uint32(from), Groups: uint32(res.Groups), Changed: res.Changed, Epoch: res.Epoch}, nil
 }
+
+// RaiseGroups raises the cluster's group count to n (Admin.RaiseGroups:
+// forwarded to group 0's leader).
+func (s *Server) RaiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
+	return s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: uint32(n)})
+}
+
+// RaftGroups is the number of raft groups this node runs (a raise adds
+// some before a restart gives them their per-group state).
+func (s *Server) RaftGroups() int { return s.host.Groups() }

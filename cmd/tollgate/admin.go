@@ -534,6 +534,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Zone, m.Id, stat, ver, m.GrpcAddress, m.RaftAddress, replicas[m.Id], groupList(m.GroupsLed))
 	}
 	w.Flush()
+	printNewGroups(out, st) // groups.go: groups a raise added
 	fmt.Fprintln(out)
 	byNode := map[string]map[uint32]*api.GroupState{}
 	for _, n := range st.Nodes {
