@@ -24,7 +24,7 @@ type Config struct {
 	// (docs/online-groups.md) adds groups while it runs (nil: Groups).
 	// Placement, reconcile and moves cover them all; forming a new cluster
 	// (BootstrapExpect) covers Groups only, as the raise bootstraps its own.
-	RaftGroups func() int
+	RaftGroups       func() int
 	BootstrapExpect  int  // --bootstrap-expect; 0: this node never bootstraps
 	DisableAutoPlace bool // operators place replicas by hand
 	// MoveInterval is the least time between two replica moves started

@@ -12,8 +12,9 @@ import (
 // from nodes that can vote now. The result goes into the layout-raise entry,
 // and every voter bootstraps its group with exactly that configuration.
 // Members that are down are placed later by the reconcile loop like any
-// group's missing voter. Nil when no member qualifies.
-func RaiseVoters(from, to int, members []membership.Member, replicas int) []GroupConfig {
+// group's missing voter. Element i is group from+i's; nil when no member
+// qualifies.
+func RaiseVoters(from, to int, members []membership.Member, replicas int) [][]raft.Server {
 	var cands []membership.Member
 	for _, m := range aliveByID(members) {
 		if !m.Decommissioning && m.RaftAddr != "" {
@@ -23,13 +24,13 @@ func RaiseVoters(from, to int, members []membership.Member, replicas int) []Grou
 	if len(cands) == 0 || from >= to {
 		return nil
 	}
-	out := make([]GroupConfig, 0, to-from)
+	out := make([][]raft.Server, 0, to-from)
 	for g := from; g < to; g++ {
-		gc := GroupConfig{Group: g}
+		var servers []raft.Server
 		for _, v := range Placement(g, cands, replicas) {
-			gc.Servers = append(gc.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
+			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.RaftAddr)})
 		}
-		out = append(out, gc)
+		out = append(out, servers)
 	}
 	return out
 }

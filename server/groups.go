@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"slices"
-	"sync"
-	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -23,14 +20,11 @@ import (
 	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
-// Raft groups created at runtime (issue 38). raftnode adds a group to a
-// running host and lists it in its data dir (Host.AddGroup). A node starts
-// with the per-group state (FSMs, trackers, group clocks, shares, metering,
-// runtime-config replicas, metrics) of max(configured G, listed groups)
-// (startGroups), so a restart after a group was added serves it. The layout
-// table's own count is not read here: it lives in group 0, which is replayed
-// after the state machines must exist. A group added while the node runs
-// still gets only its raft until the node restarts.
+// Raft groups created at runtime (issue 38, docs/online-groups.md). A node
+// starts with the per-group state of max(configured G, the raft groups its
+// data dir lists) (startGroups): the layout table's count lives in group 0,
+// replayed after the state machines must exist. A group a raise adds while
+// the node runs gets its raft and state machine only, until a restart.
 
 // addRaftGroup creates raft group g, the next one (Host.Groups()), on this
 // node with f as its state machine; with Config.Bootstrap the node is its
@@ -85,120 +79,37 @@ func (s *Server) newGroupFSM(g, groups int) (*fsm.FSM, error) {
 		Modules: []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
 }
 
-// groupGrowth is the node's part in a raise: every node creates the groups
-// the layout table names and it does not run yet, in order, and bootstraps
-// those it is a voter of with the configuration the layout-raise entry
-// carries (identical on every voter: raft treats the bootstraps as one).
-type groupGrowth struct {
-	poke   chan struct{}
-	mu     sync.Mutex
-	voters map[int][]raft.Server // new group → its voters, until bootstrapped here
-}
-
-func (s *Server) pokeGrowth() {
-	select {
-	case s.grow.poke <- struct{}{}:
-	default:
-	}
+// newGrowth builds the node's part in a raise (cluster.Growth): create the
+// groups the layout table names, empty, and bootstrap those this node is a
+// voter of.
+func (s *Server) newGrowth() *cluster.Growth {
+	return cluster.NewGrowth(cluster.GrowthConfig{NodeID: s.cfg.Node.ID, Log: s.log,
+		Groups:    func() int { return s.host.Groups() },
+		Want:      func() int { return s.layout.Module().Current().Groups },
+		Add:       s.addRaftGroup,
+		Bootstrap: func(g int, servers []raft.Server) error { return s.host.BootstrapGroup(g, servers) },
+		NewFSM:    func(g, groups int) (raft.FSM, error) { return s.newGroupFSM(g, groups) },
+	})
 }
 
 // layoutChanged runs on group 0's apply goroutine (a set, a raise, a
 // restore), possibly while New still runs: quick, it reads nothing New
-// writes and only wakes growGroups.
+// writes and only wakes the growth loop.
 func (s *Server) layoutChanged(t *layout.Table) {
 	if t.Groups > s.cfg.Layout.Groups {
-		s.pokeGrowth()
+		s.grow.Poke()
 	}
 }
 
-// raiseApplied keeps the new groups' voters from a layout-raise entry
-// (apply goroutine).
-func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) {
-	s.grow.mu.Lock()
-	if s.grow.voters == nil {
-		s.grow.voters = map[int][]raft.Server{}
-	}
-	for i, vs := range r.Raise.Voters {
-		servers := make([]raft.Server, 0, len(vs))
-		for _, v := range vs {
-			servers = append(servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.Addr)})
-		}
-		s.grow.voters[r.From+i] = servers
-	}
-	s.grow.mu.Unlock()
-	s.pokeGrowth()
-}
-
-// growGroups creates and bootstraps new groups whenever the table asks,
-// retrying a failure every second until the node stops.
-func (s *Server) growGroups(stop <-chan struct{}) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() { <-stop; cancel() }()
-	retry := time.NewTicker(time.Second)
-	defer retry.Stop()
-	s.pokeGrowth() // the table replayed before this loop started
-	failed := false
-	for {
-		select {
-		case <-stop:
-			return
-		case <-s.grow.poke:
-		case <-retry.C:
-			if !failed {
-				continue
-			}
-		}
-		err := s.createGroups(ctx)
-		if failed = err != nil; failed && ctx.Err() == nil {
-			s.log.Warn("creating the groups of a raise; retrying", "err", err)
-		}
-	}
-}
-
-// createGroups creates groups host.Groups()..table.Groups-1, each with the
-// empty state machine of a raised group, then bootstraps the new groups
-// this node is a voter of.
-func (s *Server) createGroups(ctx context.Context) error {
-	want := s.layout.Module().Current().Groups
-	for g := s.host.Groups(); g < want; g++ {
-		f, err := s.newGroupFSM(g, want)
-		if err != nil {
-			return err
-		}
-		if err := s.addRaftGroup(ctx, g, f); err != nil && !errors.Is(err, raftnode.ErrGroupExists) {
-			return err
-		}
-	}
-	s.grow.mu.Lock()
-	defer s.grow.mu.Unlock()
-	for g, servers := range s.grow.voters {
-		if g >= s.host.Groups() {
-			continue
-		}
-		if slices.ContainsFunc(servers, func(v raft.Server) bool { return string(v.ID) == s.cfg.Node.ID }) {
-			if err := s.host.BootstrapGroup(g, servers); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-				return err
-			}
-		}
-		delete(s.grow.voters, g)
-	}
-	return nil
-}
+// raiseApplied hands a layout-raise's voters to the growth loop (apply
+// goroutine).
+func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) { s.grow.Raised(r.From, r.Servers()) }
 
 // raiseGroups raises the cluster's group count to n on group 0's leader
 // (Admin.RaiseGroups).
 func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
-	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]fsmlayout.Voter {
-		var out [][]fsmlayout.Voter
-		for _, gc := range cluster.RaiseVoters(from, to, s.memberList(), s.cfg.Cluster.Replicas) {
-			vs := make([]fsmlayout.Voter, 0, len(gc.Servers))
-			for _, v := range gc.Servers {
-				vs = append(vs, fsmlayout.Voter{ID: string(v.ID), Addr: string(v.Address)})
-			}
-			out = append(out, vs)
-		}
-		return out
+	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]raft.Server {
+		return cluster.RaiseVoters(from, to, s.memberList(), s.cfg.Cluster.Replicas)
 	})
 	if err != nil {
 		return nil, err

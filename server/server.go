@@ -85,7 +85,7 @@ type Server struct {
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
 	layout    *layouttable.Service // the partition → group table (layout.go)
-	grow      groupGrowth          // creating the groups a raise adds (groups.go)
+	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound
@@ -156,7 +156,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, dir: dir, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
 	s.view.changed = make(chan struct{})
-	s.grow.poke = make(chan struct{}, 1)
+	s.grow = s.newGrowth() // groups.go
 	// Every failure from here on stops what was started and, for a data dir
 	// this start found empty, removes what it wrote: a retry after fixing the
 	// cause (a busy port, a bad flag) then starts clean.
@@ -294,7 +294,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.Limits.Reload) }()
-	s.goUntilStop(s.growGroups)                // groups.go
+	s.goUntilStop(s.grow.Run)                  // groups.go
 	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}

@@ -3,6 +3,8 @@ package layouttable
 import (
 	"fmt"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tollgate-io/tollgate/fsm/wire"
 	"github.com/tollgate-io/tollgate/layout"
 )
@@ -43,6 +45,15 @@ type RaiseResult struct {
 type RaiseApplied struct {
 	From  int
 	Raise Raise
+}
+
+// Servers is the raft configuration of each new group's voters.
+func (r RaiseApplied) Servers() [][]raft.Server {
+	out := make([][]raft.Server, 0, len(r.Raise.Voters))
+	for _, vs := range r.Raise.Voters {
+		out = append(out, Servers(vs))
+	}
+	return out
 }
 
 // SetOnRaise sets fn to be called on the apply goroutine after a raise is
@@ -118,4 +129,22 @@ func (m *Module) applyRaise(payload []byte) (any, error) {
 		m.onRaise(RaiseApplied{From: cur.Groups, Raise: r})
 	}
 	return RaiseResult{Epoch: next.Epoch, Groups: next.Groups, Changed: true}, nil
+}
+
+// VotersOf is the layout-raise form of a group's raft voters.
+func VotersOf(servers []raft.Server) []Voter {
+	out := make([]Voter, 0, len(servers))
+	for _, s := range servers {
+		out = append(out, Voter{ID: string(s.ID), Addr: string(s.Address)})
+	}
+	return out
+}
+
+// Servers is the raft configuration of a new group's voters.
+func Servers(vs []Voter) []raft.Server {
+	out := make([]raft.Server, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(v.ID), Address: raft.ServerAddress(v.Addr)})
+	}
+	return out
 }

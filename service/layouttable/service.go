@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -110,10 +111,10 @@ func (s *Service) Propose(ctx context.Context, t *layout.Table) (uint64, error) 
 // layout-raise entry, fsm/layouttable.RaiseClusterVersion: FailedPrecondition
 // naming the servers that lag until every server of group 0 supports it);
 // this node must lead group 0. place names the voters of the groups from..n-1
-// (cluster.RaiseVoters). It returns the count before the call and the entry's
+// (cluster.RaiseVoters; element i is group from+i's). It returns the count before the call and the entry's
 // result; at the current count nothing is proposed (Changed false). A lower
 // or impossible count is InvalidArgument. Errors are gRPC statuses.
-func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][]fsmlayout.Voter) (from int, _ fsmlayout.RaiseResult, _ error) {
+func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][]raft.Server) (from int, _ fsmlayout.RaiseResult, _ error) {
 	cur := s.mod.Current()
 	from = cur.Groups
 	if _, changed, err := cur.Raise(n); err != nil {
@@ -121,7 +122,10 @@ func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][
 	} else if !changed {
 		return from, fsmlayout.RaiseResult{Epoch: cur.Epoch, Groups: cur.Groups}, nil
 	}
-	voters := place(from, n)
+	var voters [][]fsmlayout.Voter
+	for _, servers := range place(from, n) {
+		voters = append(voters, fsmlayout.VotersOf(servers))
+	}
 	if len(voters) != n-from {
 		return from, fsmlayout.RaiseResult{}, status.Errorf(codes.Unavailable, "raise groups to %d: no voters could be placed for groups %d..%d (no alive member with a raft address)", n, from, n-1)
 	}
