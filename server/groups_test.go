@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
@@ -167,5 +168,35 @@ func TestRaiseGroupsDev(t *testing.T) {
 	}
 	if rej := track(t, c2, "t1", 1, hashesIn(3, 1, 5)); len(rej) != 0 {
 		t.Fatalf("track after the restart: %d rejected", len(rej))
+	}
+}
+
+// TestRaiseGroupsRefusedWhileAVoterLags: n3 runs an older build (cluster
+// version 5: it knows the layout table but not layout-raise); the raise is
+// refused with FailedPrecondition naming n3, and nothing changes anywhere.
+func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		if i == 2 {
+			c.Cluster.MaxClusterVersion = 5
+		}
+	})
+	n1 := tc.nodes[0]
+	waitFor(t, "n1 sees n3's version tag", func() bool {
+		for _, m := range n1.memberList() {
+			if m.ID == "n3" && m.Status == membership.StatusAlive {
+				return m.ClusterVersion == 5
+			}
+		}
+		return false
+	})
+	adm := api.NewAdminClient(dial(t, n1.GRPCAddr()))
+	_, err := adm.RaiseGroups(adminCtx(t), &api.RaiseGroupsRequest{To: 6})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 supports cluster version 5") {
+		t.Fatalf("raise with an old voter: %v, want FailedPrecondition naming n3", err)
+	}
+	for _, s := range tc.nodes {
+		if s.host.Groups() != 4 || s.layout.Module().Current().Groups != 4 {
+			t.Fatalf("%s: %d raft groups, table of %d after a refused raise", s.cfg.Node.ID, s.host.Groups(), s.layout.Module().Current().Groups)
+		}
 	}
 }
