@@ -109,7 +109,10 @@ func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) { s.grow.Raised(r.From, 
 // (Admin.RaiseGroups).
 func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
 	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]raft.Server {
-		return cluster.RaiseVoters(from, to, s.memberList(), s.cfg.Cluster.Replicas)
+		if ms := s.memberList(); !s.cfg.Cluster.Bootstrap || len(ms) == 1 { // a --dev node bootstraps each group it creates alone (raftnode)
+			return cluster.RaiseVoters(from, to, ms, s.cfg.Cluster.Replicas)
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err

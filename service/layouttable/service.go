@@ -127,7 +127,7 @@ func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][
 		voters = append(voters, fsmlayout.VotersOf(servers))
 	}
 	if len(voters) != n-from {
-		return from, fsmlayout.RaiseResult{}, status.Errorf(codes.Unavailable, "raise groups to %d: no voters could be placed for groups %d..%d (no alive member with a raft address)", n, from, n-1)
+		return from, fsmlayout.RaiseResult{}, status.Errorf(codes.FailedPrecondition, "raise groups to %d: no voters could be placed for groups %d..%d (no alive member with a raft address, or a node started as its cluster's only voter (--dev) has peers: it bootstraps every group it creates alone)", n, from, n-1)
 	}
 	res, err := s.port.Propose(ctx, OrderGroup, fsmlayout.EntryRaise, fsmlayout.EncodeRaise(fsmlayout.Raise{Groups: n, Voters: voters}))
 	if err != nil {
