@@ -490,7 +490,7 @@ func configLag(st *api.StatusResponse, newest uint64) string {
 func printStatus(out io.Writer, st *api.StatusResponse) {
 	v := st.View
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	fmt.Fprintf(w, "cluster: %d partitions, %d groups%s (view from %s)\n", v.GetPartitions(), v.GetGroups(), raisedNote(v), v.GetServedBy())
 	fmt.Fprintln(w, clusterVersionLine(st))
 	if l := controllerLine(st.GetSamplingController()); l != "" {
 		fmt.Fprintln(w, l)

@@ -125,3 +125,14 @@ func printNewGroups(out io.Writer, st *api.StatusResponse) {
 		fmt.Fprintf(out, "  group %d: leader %s, voters %s\n", ng.group, ng.leader, strings.Join(ng.voters, ","))
 	}
 }
+
+// raisedNote is the status line's note on a raised group count: the view's
+// count is the one the cluster was created with, its layout table the
+// current one.
+func raisedNote(v *api.ClusterView) string {
+	n := v.GetLayout().GetGroups()
+	if n <= v.GetGroups() {
+		return ""
+	}
+	return fmt.Sprintf(", raised to %d (groups %d..%d own no partition yet)", n, v.GetGroups(), n-1)
+}

@@ -31,7 +31,8 @@ func TestGroupsRaiseCLI(t *testing.T) {
 			t.Fatalf("status never showed both new groups with a leader: %v\n%s", err, out)
 		}
 	}
-	if !strings.Contains(out, "group 4: leader ") || !strings.Contains(out, "group 5: leader ") {
+	if !strings.Contains(out, "64 partitions, 4 groups, raised to 6 (groups 4..5 own no partition yet)") ||
+		!strings.Contains(out, "group 4: leader ") || !strings.Contains(out, "group 5: leader ") {
 		t.Fatalf("status lacks the new groups' lines:\n%s", out)
 	}
 	out, err = runCLI(t, bin, "groups", "raise", "--addr", p.grpc, "--to", "6")
