@@ -107,6 +107,7 @@ var grpcRules = map[string]Rule{
 	api.Admin_RestoreGroup_FullMethodName:       {Scope: ScopeAdmin},
 	api.Admin_DropTenant_FullMethodName:         {Scope: ScopeAdmin},
 	api.Admin_DrainNode_FullMethodName:          {Scope: ScopeAdmin},
+	api.Admin_RaiseGroups_FullMethodName:        {Scope: ScopeAdmin},
 	api.Config_GetLimits_FullMethodName:         {Scope: ScopeAdmin},
 	api.Config_SetLimits_FullMethodName:         {Scope: ScopeAdmin},
 	api.Config_ApplyLimits_FullMethodName:       {Scope: ScopeAdmin},

@@ -30,6 +30,118 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type RaiseGroupsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	To            uint32                 `protobuf:"varint,1,opt,name=to,proto3" json:"to,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaiseGroupsRequest) Reset() {
+	*x = RaiseGroupsRequest{}
+	mi := &file_admin_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaiseGroupsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaiseGroupsRequest) ProtoMessage() {}
+
+func (x *RaiseGroupsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaiseGroupsRequest.ProtoReflect.Descriptor instead.
+func (*RaiseGroupsRequest) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RaiseGroupsRequest) GetTo() uint32 {
+	if x != nil {
+		return x.To
+	}
+	return 0
+}
+
+type RaiseGroupsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	From          uint32                 `protobuf:"varint,1,opt,name=from,proto3" json:"from,omitempty"`       // the count before the call
+	Groups        uint32                 `protobuf:"varint,2,opt,name=groups,proto3" json:"groups,omitempty"`   // the count in force after it
+	Changed       bool                   `protobuf:"varint,3,opt,name=changed,proto3" json:"changed,omitempty"` // false: the cluster already ran that many groups
+	Epoch         uint64                 `protobuf:"varint,4,opt,name=epoch,proto3" json:"epoch,omitempty"`     // the layout table's epoch after the call
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RaiseGroupsResponse) Reset() {
+	*x = RaiseGroupsResponse{}
+	mi := &file_admin_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RaiseGroupsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RaiseGroupsResponse) ProtoMessage() {}
+
+func (x *RaiseGroupsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RaiseGroupsResponse.ProtoReflect.Descriptor instead.
+func (*RaiseGroupsResponse) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RaiseGroupsResponse) GetFrom() uint32 {
+	if x != nil {
+		return x.From
+	}
+	return 0
+}
+
+func (x *RaiseGroupsResponse) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *RaiseGroupsResponse) GetChanged() bool {
+	if x != nil {
+		return x.Changed
+	}
+	return false
+}
+
+func (x *RaiseGroupsResponse) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
 type DrainNodeRequest struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
@@ -42,7 +154,7 @@ type DrainNodeRequest struct {
 
 func (x *DrainNodeRequest) Reset() {
 	*x = DrainNodeRequest{}
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -54,7 +166,7 @@ func (x *DrainNodeRequest) String() string {
 func (*DrainNodeRequest) ProtoMessage() {}
 
 func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[0]
+	mi := &file_admin_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -67,7 +179,7 @@ func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
 func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{0}
+	return file_admin_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *DrainNodeRequest) GetNodeId() string {
@@ -94,7 +206,7 @@ type DrainNodeResponse struct {
 
 func (x *DrainNodeResponse) Reset() {
 	*x = DrainNodeResponse{}
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -106,7 +218,7 @@ func (x *DrainNodeResponse) String() string {
 func (*DrainNodeResponse) ProtoMessage() {}
 
 func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[1]
+	mi := &file_admin_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -119,7 +231,7 @@ func (x *DrainNodeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainNodeResponse.ProtoReflect.Descriptor instead.
 func (*DrainNodeResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{1}
+	return file_admin_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *DrainNodeResponse) GetNodeId() string {
@@ -150,7 +262,7 @@ type GroupPlacement struct {
 
 func (x *GroupPlacement) Reset() {
 	*x = GroupPlacement{}
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -162,7 +274,7 @@ func (x *GroupPlacement) String() string {
 func (*GroupPlacement) ProtoMessage() {}
 
 func (x *GroupPlacement) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[2]
+	mi := &file_admin_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -175,7 +287,7 @@ func (x *GroupPlacement) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupPlacement.ProtoReflect.Descriptor instead.
 func (*GroupPlacement) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{2}
+	return file_admin_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GroupPlacement) GetGroup() uint32 {
@@ -214,7 +326,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -226,7 +338,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[3]
+	mi := &file_admin_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -239,7 +351,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{3}
+	return file_admin_proto_rawDescGZIP(), []int{5}
 }
 
 type StatusResponse struct {
@@ -271,7 +383,7 @@ type StatusResponse struct {
 
 func (x *StatusResponse) Reset() {
 	*x = StatusResponse{}
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -283,7 +395,7 @@ func (x *StatusResponse) String() string {
 func (*StatusResponse) ProtoMessage() {}
 
 func (x *StatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[4]
+	mi := &file_admin_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -296,7 +408,7 @@ func (x *StatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusResponse.ProtoReflect.Descriptor instead.
 func (*StatusResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{4}
+	return file_admin_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *StatusResponse) GetView() *ClusterView {
@@ -356,7 +468,7 @@ type NodeGroupsRequest struct {
 
 func (x *NodeGroupsRequest) Reset() {
 	*x = NodeGroupsRequest{}
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -368,7 +480,7 @@ func (x *NodeGroupsRequest) String() string {
 func (*NodeGroupsRequest) ProtoMessage() {}
 
 func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[5]
+	mi := &file_admin_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -381,7 +493,7 @@ func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*NodeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{5}
+	return file_admin_proto_rawDescGZIP(), []int{7}
 }
 
 type NodeGroupsResponse struct {
@@ -401,7 +513,7 @@ type NodeGroupsResponse struct {
 
 func (x *NodeGroupsResponse) Reset() {
 	*x = NodeGroupsResponse{}
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -413,7 +525,7 @@ func (x *NodeGroupsResponse) String() string {
 func (*NodeGroupsResponse) ProtoMessage() {}
 
 func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[6]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -426,7 +538,7 @@ func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*NodeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{6}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *NodeGroupsResponse) GetNodeId() string {
@@ -494,7 +606,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -506,7 +618,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -519,7 +631,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GroupState) GetGroup() uint32 {
@@ -626,7 +738,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -638,7 +750,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -651,7 +763,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *Peer) GetId() string {
@@ -691,7 +803,7 @@ type ListPeersRequest struct {
 
 func (x *ListPeersRequest) Reset() {
 	*x = ListPeersRequest{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -703,7 +815,7 @@ func (x *ListPeersRequest) String() string {
 func (*ListPeersRequest) ProtoMessage() {}
 
 func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -716,7 +828,7 @@ func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersRequest.ProtoReflect.Descriptor instead.
 func (*ListPeersRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPeersRequest) GetGroup() uint32 {
@@ -737,7 +849,7 @@ type ListPeersResponse struct {
 
 func (x *ListPeersResponse) Reset() {
 	*x = ListPeersResponse{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -749,7 +861,7 @@ func (x *ListPeersResponse) String() string {
 func (*ListPeersResponse) ProtoMessage() {}
 
 func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -762,7 +874,7 @@ func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersResponse.ProtoReflect.Descriptor instead.
 func (*ListPeersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPeersResponse) GetGroup() uint32 {
@@ -803,7 +915,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +927,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +940,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AddVoterRequest) GetGroup() uint32 {
@@ -879,7 +991,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1003,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1016,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RemoveServerRequest) GetGroup() uint32 {
@@ -948,7 +1060,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -960,7 +1072,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -973,7 +1085,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *MembershipResponse) GetGroup() uint32 {
@@ -1036,7 +1148,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1048,7 +1160,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1061,7 +1173,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TransferLeadershipRequest) GetGroup() uint32 {
@@ -1088,7 +1200,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1100,7 +1212,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1113,7 +1225,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TransferLeadershipResponse) GetGroup() uint32 {
@@ -1139,7 +1251,7 @@ type SnapshotGroupRequest struct {
 
 func (x *SnapshotGroupRequest) Reset() {
 	*x = SnapshotGroupRequest{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1151,7 +1263,7 @@ func (x *SnapshotGroupRequest) String() string {
 func (*SnapshotGroupRequest) ProtoMessage() {}
 
 func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1164,7 +1276,7 @@ func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotGroupRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotGroupRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SnapshotGroupRequest) GetGroup() uint32 {
@@ -1188,7 +1300,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1200,7 +1312,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1213,7 +1325,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotChunk) GetGroup() uint32 {
@@ -1255,7 +1367,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1379,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1392,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RestoreChunk) GetHeader() *RestoreHeader {
@@ -1309,7 +1421,7 @@ type RestoreHeader struct {
 
 func (x *RestoreHeader) Reset() {
 	*x = RestoreHeader{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1321,7 +1433,7 @@ func (x *RestoreHeader) String() string {
 func (*RestoreHeader) ProtoMessage() {}
 
 func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1334,7 +1446,7 @@ func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHeader.ProtoReflect.Descriptor instead.
 func (*RestoreHeader) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RestoreHeader) GetGroup() uint32 {
@@ -1370,7 +1482,7 @@ type RestoreGroupResponse struct {
 
 func (x *RestoreGroupResponse) Reset() {
 	*x = RestoreGroupResponse{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1382,7 +1494,7 @@ func (x *RestoreGroupResponse) String() string {
 func (*RestoreGroupResponse) ProtoMessage() {}
 
 func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1395,7 +1507,7 @@ func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreGroupResponse.ProtoReflect.Descriptor instead.
 func (*RestoreGroupResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestoreGroupResponse) GetGroup() uint32 {
@@ -1431,7 +1543,7 @@ type DropTenantRequest struct {
 
 func (x *DropTenantRequest) Reset() {
 	*x = DropTenantRequest{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1555,7 @@ func (x *DropTenantRequest) String() string {
 func (*DropTenantRequest) ProtoMessage() {}
 
 func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1568,7 @@ func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantRequest.ProtoReflect.Descriptor instead.
 func (*DropTenantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *DropTenantRequest) GetTenant() string {
@@ -1485,7 +1597,7 @@ type DropTenantResponse struct {
 
 func (x *DropTenantResponse) Reset() {
 	*x = DropTenantResponse{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1497,7 +1609,7 @@ func (x *DropTenantResponse) String() string {
 func (*DropTenantResponse) ProtoMessage() {}
 
 func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1510,7 +1622,7 @@ func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantResponse.ProtoReflect.Descriptor instead.
 func (*DropTenantResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DropTenantResponse) GetTenant() string {
@@ -1548,7 +1660,7 @@ type GroupDrop struct {
 
 func (x *GroupDrop) Reset() {
 	*x = GroupDrop{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1560,7 +1672,7 @@ func (x *GroupDrop) String() string {
 func (*GroupDrop) ProtoMessage() {}
 
 func (x *GroupDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1573,7 +1685,7 @@ func (x *GroupDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDrop.ProtoReflect.Descriptor instead.
 func (*GroupDrop) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GroupDrop) GetGroup() uint32 {
@@ -1608,7 +1720,14 @@ var File_admin_proto protoreflect.FileDescriptor
 
 const file_admin_proto_rawDesc = "" +
 	"\n" +
-	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"?\n" +
+	"\vadmin.proto\x12\vtollgate.v1\x1a\fconfig.proto\x1a\rtracker.proto\"$\n" +
+	"\x12RaiseGroupsRequest\x12\x0e\n" +
+	"\x02to\x18\x01 \x01(\rR\x02to\"q\n" +
+	"\x13RaiseGroupsResponse\x12\x12\n" +
+	"\x04from\x18\x01 \x01(\rR\x04from\x12\x16\n" +
+	"\x06groups\x18\x02 \x01(\rR\x06groups\x12\x18\n" +
+	"\achanged\x18\x03 \x01(\bR\achanged\x12\x14\n" +
+	"\x05epoch\x18\x04 \x01(\x04R\x05epoch\"?\n" +
 	"\x10DrainNodeRequest\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04undo\x18\x02 \x01(\bR\x04undo\"V\n" +
@@ -1720,7 +1839,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x18\n" +
 	"\aremoved\x18\x02 \x01(\x04R\aremoved\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x04R\x05index\x12\x1b\n" +
-	"\tleader_id\x18\x04 \x01(\tR\bleaderId2\xa7\x06\n" +
+	"\tleader_id\x18\x04 \x01(\tR\bleaderId2\xf9\x06\n" +
 	"\x05Admin\x12A\n" +
 	"\x06Status\x12\x1a.tollgate.v1.StatusRequest\x1a\x1b.tollgate.v1.StatusResponse\x12J\n" +
 	"\tListPeers\x12\x1d.tollgate.v1.ListPeersRequest\x1a\x1e.tollgate.v1.ListPeersResponse\x12I\n" +
@@ -1733,7 +1852,8 @@ const file_admin_proto_rawDesc = "" +
 	"\fRestoreGroup\x12\x19.tollgate.v1.RestoreChunk\x1a!.tollgate.v1.RestoreGroupResponse(\x01\x12M\n" +
 	"\n" +
 	"DropTenant\x12\x1e.tollgate.v1.DropTenantRequest\x1a\x1f.tollgate.v1.DropTenantResponse\x12J\n" +
-	"\tDrainNode\x12\x1d.tollgate.v1.DrainNodeRequest\x1a\x1e.tollgate.v1.DrainNodeResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\tDrainNode\x12\x1d.tollgate.v1.DrainNodeRequest\x1a\x1e.tollgate.v1.DrainNodeResponse\x12P\n" +
+	"\vRaiseGroups\x12\x1f.tollgate.v1.RaiseGroupsRequest\x1a .tollgate.v1.RaiseGroupsResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_admin_proto_rawDescOnce sync.Once
@@ -1747,68 +1867,72 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_admin_proto_goTypes = []any{
-	(*DrainNodeRequest)(nil),           // 0: tollgate.v1.DrainNodeRequest
-	(*DrainNodeResponse)(nil),          // 1: tollgate.v1.DrainNodeResponse
-	(*GroupPlacement)(nil),             // 2: tollgate.v1.GroupPlacement
-	(*StatusRequest)(nil),              // 3: tollgate.v1.StatusRequest
-	(*StatusResponse)(nil),             // 4: tollgate.v1.StatusResponse
-	(*NodeGroupsRequest)(nil),          // 5: tollgate.v1.NodeGroupsRequest
-	(*NodeGroupsResponse)(nil),         // 6: tollgate.v1.NodeGroupsResponse
-	(*GroupState)(nil),                 // 7: tollgate.v1.GroupState
-	(*Peer)(nil),                       // 8: tollgate.v1.Peer
-	(*ListPeersRequest)(nil),           // 9: tollgate.v1.ListPeersRequest
-	(*ListPeersResponse)(nil),          // 10: tollgate.v1.ListPeersResponse
-	(*AddVoterRequest)(nil),            // 11: tollgate.v1.AddVoterRequest
-	(*RemoveServerRequest)(nil),        // 12: tollgate.v1.RemoveServerRequest
-	(*MembershipResponse)(nil),         // 13: tollgate.v1.MembershipResponse
-	(*TransferLeadershipRequest)(nil),  // 14: tollgate.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 15: tollgate.v1.TransferLeadershipResponse
-	(*SnapshotGroupRequest)(nil),       // 16: tollgate.v1.SnapshotGroupRequest
-	(*SnapshotChunk)(nil),              // 17: tollgate.v1.SnapshotChunk
-	(*RestoreChunk)(nil),               // 18: tollgate.v1.RestoreChunk
-	(*RestoreHeader)(nil),              // 19: tollgate.v1.RestoreHeader
-	(*RestoreGroupResponse)(nil),       // 20: tollgate.v1.RestoreGroupResponse
-	(*DropTenantRequest)(nil),          // 21: tollgate.v1.DropTenantRequest
-	(*DropTenantResponse)(nil),         // 22: tollgate.v1.DropTenantResponse
-	(*GroupDrop)(nil),                  // 23: tollgate.v1.GroupDrop
-	(*ClusterView)(nil),                // 24: tollgate.v1.ClusterView
-	(*SamplingControllerStatus)(nil),   // 25: tollgate.v1.SamplingControllerStatus
+	(*RaiseGroupsRequest)(nil),         // 0: tollgate.v1.RaiseGroupsRequest
+	(*RaiseGroupsResponse)(nil),        // 1: tollgate.v1.RaiseGroupsResponse
+	(*DrainNodeRequest)(nil),           // 2: tollgate.v1.DrainNodeRequest
+	(*DrainNodeResponse)(nil),          // 3: tollgate.v1.DrainNodeResponse
+	(*GroupPlacement)(nil),             // 4: tollgate.v1.GroupPlacement
+	(*StatusRequest)(nil),              // 5: tollgate.v1.StatusRequest
+	(*StatusResponse)(nil),             // 6: tollgate.v1.StatusResponse
+	(*NodeGroupsRequest)(nil),          // 7: tollgate.v1.NodeGroupsRequest
+	(*NodeGroupsResponse)(nil),         // 8: tollgate.v1.NodeGroupsResponse
+	(*GroupState)(nil),                 // 9: tollgate.v1.GroupState
+	(*Peer)(nil),                       // 10: tollgate.v1.Peer
+	(*ListPeersRequest)(nil),           // 11: tollgate.v1.ListPeersRequest
+	(*ListPeersResponse)(nil),          // 12: tollgate.v1.ListPeersResponse
+	(*AddVoterRequest)(nil),            // 13: tollgate.v1.AddVoterRequest
+	(*RemoveServerRequest)(nil),        // 14: tollgate.v1.RemoveServerRequest
+	(*MembershipResponse)(nil),         // 15: tollgate.v1.MembershipResponse
+	(*TransferLeadershipRequest)(nil),  // 16: tollgate.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 17: tollgate.v1.TransferLeadershipResponse
+	(*SnapshotGroupRequest)(nil),       // 18: tollgate.v1.SnapshotGroupRequest
+	(*SnapshotChunk)(nil),              // 19: tollgate.v1.SnapshotChunk
+	(*RestoreChunk)(nil),               // 20: tollgate.v1.RestoreChunk
+	(*RestoreHeader)(nil),              // 21: tollgate.v1.RestoreHeader
+	(*RestoreGroupResponse)(nil),       // 22: tollgate.v1.RestoreGroupResponse
+	(*DropTenantRequest)(nil),          // 23: tollgate.v1.DropTenantRequest
+	(*DropTenantResponse)(nil),         // 24: tollgate.v1.DropTenantResponse
+	(*GroupDrop)(nil),                  // 25: tollgate.v1.GroupDrop
+	(*ClusterView)(nil),                // 26: tollgate.v1.ClusterView
+	(*SamplingControllerStatus)(nil),   // 27: tollgate.v1.SamplingControllerStatus
 }
 var file_admin_proto_depIdxs = []int32{
-	24, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
-	6,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
-	25, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
-	2,  // 3: tollgate.v1.StatusResponse.placement:type_name -> tollgate.v1.GroupPlacement
-	7,  // 4: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
-	25, // 5: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
-	8,  // 6: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
-	8,  // 7: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
-	19, // 8: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
-	23, // 9: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
-	3,  // 10: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
-	9,  // 11: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
-	11, // 12: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
-	12, // 13: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
-	14, // 14: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
-	5,  // 15: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
-	16, // 16: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
-	18, // 17: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
-	21, // 18: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
-	0,  // 19: tollgate.v1.Admin.DrainNode:input_type -> tollgate.v1.DrainNodeRequest
-	4,  // 20: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
-	10, // 21: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
-	13, // 22: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
-	13, // 23: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
-	15, // 24: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
-	6,  // 25: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
-	17, // 26: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
-	20, // 27: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
-	22, // 28: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
-	1,  // 29: tollgate.v1.Admin.DrainNode:output_type -> tollgate.v1.DrainNodeResponse
-	20, // [20:30] is the sub-list for method output_type
-	10, // [10:20] is the sub-list for method input_type
+	26, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
+	8,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
+	27, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	4,  // 3: tollgate.v1.StatusResponse.placement:type_name -> tollgate.v1.GroupPlacement
+	9,  // 4: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
+	27, // 5: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	10, // 6: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
+	10, // 7: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
+	21, // 8: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
+	25, // 9: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
+	5,  // 10: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
+	11, // 11: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
+	13, // 12: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
+	14, // 13: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
+	16, // 14: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
+	7,  // 15: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
+	18, // 16: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
+	20, // 17: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
+	23, // 18: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
+	2,  // 19: tollgate.v1.Admin.DrainNode:input_type -> tollgate.v1.DrainNodeRequest
+	0,  // 20: tollgate.v1.Admin.RaiseGroups:input_type -> tollgate.v1.RaiseGroupsRequest
+	6,  // 21: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
+	12, // 22: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
+	15, // 23: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
+	15, // 24: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
+	17, // 25: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
+	8,  // 26: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
+	19, // 27: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
+	22, // 28: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
+	24, // 29: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
+	3,  // 30: tollgate.v1.Admin.DrainNode:output_type -> tollgate.v1.DrainNodeResponse
+	1,  // 31: tollgate.v1.Admin.RaiseGroups:output_type -> tollgate.v1.RaiseGroupsResponse
+	21, // [21:32] is the sub-list for method output_type
+	10, // [10:21] is the sub-list for method input_type
 	10, // [10:10] is the sub-list for extension type_name
 	10, // [10:10] is the sub-list for extension extendee
 	0,  // [0:10] is the sub-list for field type_name
@@ -1821,14 +1945,14 @@ func file_admin_proto_init() {
 	}
 	file_config_proto_init()
 	file_tracker_proto_init()
-	file_admin_proto_msgTypes[21].OneofWrappers = []any{}
+	file_admin_proto_msgTypes[23].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	Admin_RestoreGroup_FullMethodName       = "/tollgate.v1.Admin/RestoreGroup"
 	Admin_DropTenant_FullMethodName         = "/tollgate.v1.Admin/DropTenant"
 	Admin_DrainNode_FullMethodName          = "/tollgate.v1.Admin/DrainNode"
+	Admin_RaiseGroups_FullMethodName        = "/tollgate.v1.Admin/RaiseGroups"
 )
 
 // AdminClient is the client API for Admin service.
@@ -82,6 +83,15 @@ type AdminClient interface {
 	// may be asked: the call is forwarded to the named node, which must be
 	// alive. Idempotent.
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*DrainNodeResponse, error)
+	// RaiseGroups raises the cluster's group count to `to` (groups < to ≤
+	// partitions): a layout-raise entry in group 0 (cluster version 6 on every
+	// voter, else FailedPrecondition naming the nodes that lag) keeps every
+	// partition's owner and names the voters of each new group (placement:
+	// one per zone); every node then creates the new groups, empty, and their
+	// voters bootstrap them. Lowering is InvalidArgument. Idempotent: at the
+	// current count it changes nothing and reports the new groups' state.
+	// Served by group 0's leader (forwarded).
+	RaiseGroups(ctx context.Context, in *RaiseGroupsRequest, opts ...grpc.CallOption) (*RaiseGroupsResponse, error)
 }
 
 type adminClient struct {
@@ -204,6 +214,16 @@ func (c *adminClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts 
 	return out, nil
 }
 
+func (c *adminClient) RaiseGroups(ctx context.Context, in *RaiseGroupsRequest, opts ...grpc.CallOption) (*RaiseGroupsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RaiseGroupsResponse)
+	err := c.cc.Invoke(ctx, Admin_RaiseGroups_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AdminServer is the server API for Admin service.
 // All implementations must embed UnimplementedAdminServer
 // for forward compatibility.
@@ -246,6 +266,15 @@ type AdminServer interface {
 	// may be asked: the call is forwarded to the named node, which must be
 	// alive. Idempotent.
 	DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error)
+	// RaiseGroups raises the cluster's group count to `to` (groups < to ≤
+	// partitions): a layout-raise entry in group 0 (cluster version 6 on every
+	// voter, else FailedPrecondition naming the nodes that lag) keeps every
+	// partition's owner and names the voters of each new group (placement:
+	// one per zone); every node then creates the new groups, empty, and their
+	// voters bootstrap them. Lowering is InvalidArgument. Idempotent: at the
+	// current count it changes nothing and reports the new groups' state.
+	// Served by group 0's leader (forwarded).
+	RaiseGroups(context.Context, *RaiseGroupsRequest) (*RaiseGroupsResponse, error)
 	mustEmbedUnimplementedAdminServer()
 }
 
@@ -285,6 +314,9 @@ func (UnimplementedAdminServer) DropTenant(context.Context, *DropTenantRequest) 
 }
 func (UnimplementedAdminServer) DrainNode(context.Context, *DrainNodeRequest) (*DrainNodeResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DrainNode not implemented")
+}
+func (UnimplementedAdminServer) RaiseGroups(context.Context, *RaiseGroupsRequest) (*RaiseGroupsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method RaiseGroups not implemented")
 }
 func (UnimplementedAdminServer) mustEmbedUnimplementedAdminServer() {}
 func (UnimplementedAdminServer) testEmbeddedByValue()               {}
@@ -469,6 +501,24 @@ func _Admin_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Admin_RaiseGroups_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RaiseGroupsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AdminServer).RaiseGroups(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Admin_RaiseGroups_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AdminServer).RaiseGroups(ctx, req.(*RaiseGroupsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Admin_ServiceDesc is the grpc.ServiceDesc for Admin service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -507,6 +557,10 @@ var Admin_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DrainNode",
 			Handler:    _Admin_DrainNode_Handler,
+		},
+		{
+			MethodName: "RaiseGroups",
+			Handler:    _Admin_RaiseGroups_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -20,6 +20,11 @@ const MembershipTimeout = 10 * time.Second
 type Config struct {
 	NodeID, Zone     string
 	Groups, Replicas int
+	// RaftGroups is the number of raft groups the node runs now: a raise
+	// (docs/online-groups.md) adds groups while it runs (nil: Groups).
+	// Placement, reconcile and moves cover them all; forming a new cluster
+	// (BootstrapExpect) covers Groups only, as the raise bootstraps its own.
+	RaftGroups       func() int
 	BootstrapExpect  int  // --bootstrap-expect; 0: this node never bootstraps
 	DisableAutoPlace bool // operators place replicas by hand
 	// MoveInterval is the least time between two replica moves started
@@ -121,10 +126,18 @@ func alive(ms []membership.Member) []membership.Member {
 	return out
 }
 
+// groups is the number of raft groups the node runs now.
+func (c *Controller) groups() int {
+	if c.cfg.RaftGroups != nil {
+		return c.cfg.RaftGroups()
+	}
+	return c.cfg.Groups
+}
+
 // ledGroups are the groups raft makes this node leader of, ascending.
 func (c *Controller) ledGroups() []int {
 	var led []int
-	for g := range c.cfg.Groups {
+	for g := range c.groups() {
 		if c.node.Raft(g).State() == raft.Leader {
 			led = append(led, g)
 		}
@@ -205,7 +218,7 @@ type ledConfig struct {
 // just lost) is left out.
 func (c *Controller) ledConfigs() []ledConfig {
 	var out []ledConfig
-	for g := range c.cfg.Groups {
+	for g := range c.groups() {
 		r := c.node.Raft(g)
 		if r.State() != raft.Leader {
 			continue
@@ -222,7 +235,7 @@ func (c *Controller) ledConfigs() []ledConfig {
 // reconcileAll executes planReconcile for every group led here, one group at a
 // time, so each plan starts from that group's current configuration.
 func (c *Controller) reconcileAll(ms []membership.Member) {
-	targets := PlaceAll(c.cfg.Groups, placementCandidates(ms), c.cfg.Replicas)
+	targets := PlaceAll(c.groups(), placementCandidates(ms), c.cfg.Replicas)
 	for _, lc := range c.ledConfigs() {
 		for _, add := range planReconcile(ms, c.cfg.Replicas, targets[lc.group], GroupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			c.addVoter(add)
@@ -248,7 +261,7 @@ func (c *Controller) resumeLearners(ms []membership.Member) {
 			continue
 		}
 		if targets == nil {
-			targets = PlaceAll(c.cfg.Groups, placementCandidates(ms), c.cfg.Replicas)
+			targets = PlaceAll(c.groups(), placementCandidates(ms), c.cfg.Replicas)
 		}
 		for _, add := range planReconcile(ms, c.cfg.Replicas, targets[lc.group], GroupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
 			if learners[add.Member.ID] {

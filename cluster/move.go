@@ -33,7 +33,7 @@ type moveState struct {
 // moveInput gathers planMoves' snapshot: every member, every group led here
 // with its configuration.
 func (c *Controller) moveInput() moveInput {
-	in := moveInput{Self: c.cfg.NodeID, Groups: c.cfg.Groups, Replicas: c.cfg.Replicas, Members: c.node.Members()}
+	in := moveInput{Self: c.cfg.NodeID, Groups: c.groups(), Replicas: c.cfg.Replicas, Members: c.node.Members()}
 	for _, lc := range c.ledConfigs() {
 		in.Led = append(in.Led, GroupConfig{Group: lc.group, Servers: lc.conf.Servers})
 	}

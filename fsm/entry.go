@@ -36,7 +36,8 @@ import (
 // Types 4–21 belong to modules, which register them (RegisterModuleEntry) and
 // document their payloads: runtime config 4–7 and 20 (fsm/runtimecfg/format.md),
 // shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go), the
-// layout table 21 (fsm/layouttable/codec.go, cluster version 5, group 0 only).
+// layout table 21 (fsm/layouttable/codec.go, cluster version 5, group 0 only),
+// 22 (layout-raise, cluster version 6).
 //
 // drop-tenant payload (type 3, cluster version 2):
 //
@@ -72,7 +73,7 @@ const EntryVersion = 1
 // the largest Since of the registered entry types (core and modules; a test in
 // the server package, which links every module, checks it). Bump it together
 // with the row that needs it.
-const CurrentClusterVersion = 5
+const CurrentClusterVersion = 6
 
 // Entry types.
 const (

@@ -24,7 +24,12 @@ type Config struct {
 	Groups     int // G of the cluster
 	Shards     int // S, a power of two
 	Group      int // which group this FSM replicates
-	Logger     *slog.Logger
+	// Base is the group count the cluster's layout was created with (0:
+	// Groups). Groups below it own their arithmetic range of Base groups;
+	// groups added by raising the count (docs/online-groups.md) own no
+	// partition (layout.GroupSpan), as the raised layout table says.
+	Base   int
+	Logger *slog.Logger
 	// MaxClusterVersion is the highest cluster version this replica applies
 	// (default and upper bound: CurrentClusterVersion). Entry types introduced
 	// later are unknown to it and halt the group (see Apply). Set lower only to
@@ -46,6 +51,12 @@ func (c *Config) validate() error {
 	}
 	if c.Group < 0 || c.Group >= c.Groups {
 		return fmt.Errorf("fsm config: group %d outside [0, %d)", c.Group, c.Groups)
+	}
+	if c.Base == 0 {
+		c.Base = c.Groups
+	}
+	if c.Base < 1 || c.Base > c.Groups {
+		return fmt.Errorf("fsm config: base group count %d outside [1, groups=%d]", c.Base, c.Groups)
 	}
 	if c.MaxClusterVersion == 0 {
 		c.MaxClusterVersion = CurrentClusterVersion
@@ -140,7 +151,7 @@ func New(cfg Config) (*FSM, error) {
 		return nil, err
 	}
 	f := &FSM{cfg: cfg, shardMask: uint64(cfg.Shards - 1), idle: DefaultIdleMinutes}
-	f.lo, f.hi = layout.GroupRange(cfg.Group, cfg.Partitions, cfg.Groups)
+	f.lo, f.hi = layout.GroupSpan(cfg.Group, cfg.Partitions, cfg.Base)
 	if err := f.setupModules(); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/cluster"
+	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
 	"github.com/tollgate-io/tollgate/membership"
 )
@@ -304,15 +305,32 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 // NodeGroups is this node's local raft state per group (not forwarded), with
 // the reason of every group halted here, and the backlog controller's state
 // when this node runs it.
+// RaiseGroups raises the group count (groups.go); group 0's leader serves it.
+func (a *adminService) RaiseGroups(ctx context.Context, req *api.RaiseGroupsRequest) (*api.RaiseGroupsResponse, error) {
+	c, fctx, err := a.leaderClient(ctx, 0)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		return c.RaiseGroups(fctx, req)
+	}
+	return a.s.raiseGroups(ctx, int(req.To))
+}
+
 func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api.NodeGroupsResponse, error) {
 	return a.s.nodeGroups(), nil
 }
 
 func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 	out := &api.NodeGroupsResponse{NodeId: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, RaftAddr: string(s.host.Addr())}
-	for g := range s.cfg.Layout.Groups {
+	// Groups a raise added while this node runs have their raft (and
+	// readiness) here but no per-group state until a restart.
+	for g := range s.host.Groups() {
 		r := s.host.Raft(g)
-		st := s.fsms[g].Stats()
+		var st fsm.Stats
+		if g < len(s.fsms) {
+			st = s.fsms[g].Stats()
+		}
 		stats := r.Stats()
 		commit, _ := strconv.ParseUint(stats["commit_index"], 10, 64)
 		term, _ := strconv.ParseUint(stats["term"], 10, 64)
@@ -340,6 +358,9 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 				slices.Sort(gs.Voters)
 				slices.Sort(gs.Learners)
 			}
+		}
+		if g >= len(s.fsms) {
+			continue
 		}
 		if halted, why := s.fsms[g].Halted(); halted {
 			out.Groups[len(out.Groups)-1].HaltedReason = why
@@ -423,7 +444,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
 		}
 	}
-	cluster.PlacementStatus(resp, s.cfg.Layout.Groups, s.cfg.Cluster.Replicas)
+	cluster.PlacementStatus(resp, s.layout.Module().Current().Groups, s.cfg.Cluster.Replicas)
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController

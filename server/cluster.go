@@ -185,7 +185,10 @@ func (s *Server) memberList() []membership.Member {
 
 func (s *Server) ledGroups() []int {
 	var led []int
-	for g := range s.trackers {
+	if s.host == nil {
+		return nil
+	}
+	for g := range s.host.Groups() { // a raise's new groups too (groups.go)
 		if s.host.Raft(g).State() == raft.Leader {
 			led = append(led, g)
 		}
@@ -208,7 +211,10 @@ func alive(ms []membership.Member) []membership.Member {
 // leader's gossiped tag) and voters (when this node knows the configuration).
 func (s *Server) buildView() *api.ClusterView {
 	ms := s.memberList()
-	v := &api.ClusterView{Partitions: uint32(s.cfg.Layout.Partitions), Groups: uint32(s.cfg.Layout.Groups), ServedBy: s.cfg.Node.ID}
+	// Groups is the count the cluster was created with, fixed for its
+	// life: clients take it for the arithmetic of an epoch-0 table and fail
+	// over a change. A raised count travels in the layout table.
+	v := &api.ClusterView{Partitions: uint32(s.cfg.Layout.Partitions), Groups: uint32(s.base), ServedBy: s.cfg.Node.ID}
 	byID := map[string]membership.Member{}
 	for _, m := range ms {
 		byID[m.ID] = m

@@ -23,6 +23,7 @@ type clusterPort struct{ s *Server }
 func newController(s *Server) *cluster.Controller {
 	return cluster.New(cluster.Config{
 		NodeID: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, Groups: s.cfg.Layout.Groups, Replicas: s.cfg.Cluster.Replicas,
+		RaftGroups:      func() int { return s.host.Groups() }, // groups.go: a raise adds groups
 		BootstrapExpect: s.cfg.Cluster.BootstrapExpect, DisableAutoPlace: s.cfg.Cluster.DisableAutoPlace, MoveInterval: s.cfg.Cluster.MoveInterval,
 		RaftError: raftStatus, // errors.go
 		Log:       s.log, Misplaced: s.metrics.misplaced, Moves: s.metrics.moves,

@@ -46,5 +46,5 @@ func (s *Server) envoyRate(g int, key string) (float64, int64) {
 // envoySliding says whether an Envoy counter key's rule is a sliding window,
 // from its rate group's replica.
 func (s *Server) envoySliding(key string) bool {
-	return s.ownerRules.Sliding(s.rcfg.mods[api.RateGroup(key, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)].Current(), key)
+	return s.ownerRules.Sliding(s.rcfg.mods[api.RateGroup(key, s.cfg.Layout.Partitions, s.base)].Current(), key)
 }

@@ -10,6 +10,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
@@ -27,17 +32,21 @@ type countSnap struct{}
 func (countSnap) Persist(sink raft.SnapshotSink) error { return sink.Close() }
 func (countSnap) Release()                             {}
 
-// TestAddRaftGroup: a dev node (G = 4) creates raft group 4 on request; the
-// group elects this node and applies, its leadership is left alone (no
-// per-group state exists for it), the node keeps serving its partitions, and
-// a restart over the data dir that now lists 5 groups is refused by name
-// instead of failing on a group without a state machine.
+// TestAddRaftGroup: a dev node (G = 4) creates raft group 4 on request with
+// the empty state machine of a raised group; the group elects this node, its
+// leadership is left alone (no per-group state exists for it while the node
+// runs), the node keeps serving its partitions, and a restart over the data
+// dir that now lists 5 groups comes back running 5, group 4 with its full
+// per-group state and no partition.
 func TestAddRaftGroup(t *testing.T) {
 	dir := t.TempDir()
 	s, c := startServer(t, dir, nil)
 	defer s.Stop(context.Background())
 	ctx := context.Background()
-	f := &countFSM{}
+	f, err := s.newGroupFSM(4, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := s.addRaftGroup(ctx, 4, f); err != nil {
 		t.Fatal(err)
 	}
@@ -49,13 +58,11 @@ func TestAddRaftGroup(t *testing.T) {
 	}
 	r := s.host.Raft(4)
 	waitFor(t, "group 4 to elect this node", func() bool { return r.State() == raft.Leader })
-	for range 3 {
-		if err := r.Apply([]byte("x"), 10*time.Second).Error(); err != nil {
-			t.Fatal(err)
-		}
+	if err := r.Barrier(10 * time.Second).Error(); err != nil {
+		t.Fatal(err)
 	}
-	if got := f.n.Load(); got != 3 {
-		t.Fatalf("group 4 applied %d commands, want 3", got)
+	if lo, hi := f.PartitionRange(); lo != hi {
+		t.Fatalf("group 4 owns partitions [%d,%d), want none", lo, hi)
 	}
 	// The boot groups still serve (their leadership events went through,
 	// group 4's were skipped without touching any per-group state).
@@ -64,8 +71,132 @@ func TestAddRaftGroup(t *testing.T) {
 	}
 	stop(t, s)
 
-	_, err := New(s.cfg)
-	if err == nil || !strings.Contains(err.Error(), "holds 5 raft groups") || !strings.Contains(err.Error(), "groups=4") {
-		t.Fatalf("restart over a data dir listing 5 raft groups with groups=4: %v, want the refusal naming both", err)
+	// Restarted with the same flags (groups=4): the listed groups win.
+	s2, c2 := startServer(t, dir, nil)
+	defer s2.Stop(context.Background())
+	if s2.cfg.Layout.Groups != 5 || len(s2.fsms) != 5 || len(s2.trackers) != 5 || !s2.servesGroup(4) {
+		t.Fatalf("restart runs groups=%d with %d FSMs, %d trackers; want 5 of each", s2.cfg.Layout.Groups, len(s2.fsms), len(s2.trackers))
+	}
+	if lo, hi := s2.FSM(4).PartitionRange(); lo != hi {
+		t.Fatalf("restarted group 4 owns partitions [%d,%d), want none", lo, hi)
+	}
+	for g := range 4 { // the old groups keep the arithmetic of 4 groups
+		lo, hi := s2.FSM(g).PartitionRange()
+		if lo != g*16 || hi != (g+1)*16 {
+			t.Fatalf("restarted group %d owns [%d,%d), want [%d,%d)", g, lo, hi, g*16, (g+1)*16)
+		}
+	}
+	if got := len(s2.nodeGroups().Groups); got != 5 {
+		t.Fatalf("node status lists %d groups, want 5", got)
+	}
+	// The series tracked before the restart are still there (partition 0
+	// stays with group 0), and new ones are admitted.
+	if got := s2.FSM(0).Stats().Series; got != 5 {
+		t.Fatalf("group 0 holds %d series after the restart, want 5", got)
+	}
+	if rej := track(t, c2, "t1", 63, hashesIn(2, 63, 5)); len(rej) != 0 {
+		t.Fatalf("track after the restart: %d rejected", len(rej))
+	}
+	stop(t, s2)
+
+	// Naming the raised count is accepted; naming more than the data dir
+	// holds is the layout mismatch it always was.
+	s3, _ := startServer(t, dir, func(c *Config) { c.Layout.Groups = 5 })
+	stop(t, s3)
+	cfg := s.cfg
+	cfg.Layout.Groups = 6
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "groups=4") || !strings.Contains(err.Error(), "groups=6") {
+		t.Fatalf("restart with groups=6 over a data dir created with 4 and raised to 5: %v, want the layout refusal naming both", err)
+	}
+}
+
+// TestRaiseGroupsDev: a dev node (G = 4) raises its group count to 6 with
+// the admin call: groups 4 and 5 are created, elect this node and own no
+// partition; the old groups keep serving; raising to 6 again changes
+// nothing, lowering is refused; a restart comes back with 6 groups.
+func TestRaiseGroupsDev(t *testing.T) {
+	dir := t.TempDir()
+	s, c := startServer(t, dir, nil)
+	defer s.Stop(context.Background())
+	ctx := context.Background()
+	if rej := track(t, c, "t1", 0, hashesIn(1, 0, 5)); len(rej) != 0 {
+		t.Fatalf("track before the raise: %d rejected", len(rej))
+	}
+	resp, err := s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.From != 4 || resp.Groups != 6 || !resp.Changed || resp.Epoch != 1 {
+		t.Fatalf("raise 4 → 6: %+v", resp)
+	}
+	waitFor(t, "groups 4 and 5 to exist and elect this node", func() bool {
+		return s.host.Groups() == 6 && s.host.Raft(4).State() == raft.Leader && s.host.Raft(5).State() == raft.Leader
+	})
+	if tab := s.layout.Module().Current(); tab.Groups != 6 || len(tab.Owned(4)) != 0 || len(tab.Owned(5)) != 0 {
+		t.Fatalf("table after the raise: %d groups, group 4 owns %v, group 5 %v", tab.Groups, tab.Owned(4), tab.Owned(5))
+	}
+	if got := len(s.nodeGroups().Groups); got != 6 {
+		t.Fatalf("node status lists %d groups, want 6", got)
+	}
+	if rej := track(t, c, "t1", 63, hashesIn(2, 63, 5)); len(rej) != 0 {
+		t.Fatalf("track after the raise: %d rejected", len(rej))
+	}
+	again, err := s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 6})
+	if err != nil || again.Changed || again.Groups != 6 || again.Epoch != 1 {
+		t.Fatalf("raise 6 → 6: %+v, %v; want no change", again, err)
+	}
+	_, err = s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 5})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only be raised") {
+		t.Fatalf("raise 6 → 5: %v, want InvalidArgument saying the count can only be raised", err)
+	}
+	_, err = s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 65})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("raise to 65 of 64 partitions: %v, want InvalidArgument", err)
+	}
+	stop(t, s)
+
+	s2, c2 := startServer(t, dir, nil)
+	defer s2.Stop(context.Background())
+	if s2.cfg.Layout.Groups != 6 || len(s2.fsms) != 6 {
+		t.Fatalf("restart runs %d groups with %d FSMs, want 6", s2.cfg.Layout.Groups, len(s2.fsms))
+	}
+	if got := s2.layout.Module().Current().Groups; got != 6 {
+		t.Fatalf("restarted table: %d groups", got)
+	}
+	if got := s2.FSM(0).Stats().Series; got != 5 {
+		t.Fatalf("group 0 holds %d series after the restart, want 5", got)
+	}
+	if rej := track(t, c2, "t1", 1, hashesIn(3, 1, 5)); len(rej) != 0 {
+		t.Fatalf("track after the restart: %d rejected", len(rej))
+	}
+}
+
+// TestRaiseGroupsRefusedWhileAVoterLags: n3 runs an older build (cluster
+// version 5: it knows the layout table but not layout-raise); the raise is
+// refused with FailedPrecondition naming n3, and nothing changes anywhere.
+func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
+	tc := startCluster(t, 3, func(i int, c *Config) {
+		if i == 2 {
+			c.Cluster.MaxClusterVersion = 5
+		}
+	})
+	n1 := tc.nodes[0]
+	waitFor(t, "n1 sees n3's version tag", func() bool {
+		for _, m := range n1.memberList() {
+			if m.ID == "n3" && m.Status == membership.StatusAlive {
+				return m.ClusterVersion == 5
+			}
+		}
+		return false
+	})
+	adm := api.NewAdminClient(dial(t, n1.GRPCAddr()))
+	_, err := adm.RaiseGroups(adminCtx(t), &api.RaiseGroupsRequest{To: 6})
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 supports cluster version 5") {
+		t.Fatalf("raise with an old voter: %v, want FailedPrecondition naming n3", err)
+	}
+	for _, s := range tc.nodes {
+		if s.host.Groups() != 4 || s.layout.Module().Current().Groups != 4 {
+			t.Fatalf("%s: %d raft groups, table of %d after a refused raise", s.cfg.Node.ID, s.host.Groups(), s.layout.Module().Current().Groups)
+		}
 	}
 }

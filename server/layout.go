@@ -13,7 +13,9 @@ import (
 // route partitions through ownerOf.
 
 func (s *Server) setupLayout() error {
-	s.layout = layouttable.New(fsmlayout.New(s.cfg.Layout.Partitions, s.cfg.Layout.Groups, nil), nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
+	mod := fsmlayout.New(s.cfg.Layout.Partitions, s.base, s.layoutChanged) // groups.go
+	mod.SetOnRaise(s.raiseApplied)
+	s.layout = layouttable.New(mod, nodePort{s}, s.cfg.Layout.Partitions, s.leaderOf)
 	return nil
 }
 

@@ -25,7 +25,7 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 		Now:      s.cfg.Clock.Now,
 		Logger:   s.log,
 		ClientOf: clientOfCtx,
-	}, s.cfg.Layout.Partitions, s.cfg.Layout.Groups, s.rateLimits)
+	}, s.cfg.Layout.Partitions, s.base, s.rateLimits) // rate groups stay where a raise found them (s.base)
 	if err != nil {
 		return fmt.Errorf("rate-limit owner: %w", err)
 	}
@@ -44,7 +44,7 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 // the owning group's replica of the runtime config (the file and flags while
 // none is replicated), the same copy that group's leader decides series with.
 func (s *Server) rateLimits(tenant string) (float64, int64) {
-	g := api.RateGroup(tenant, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)
+	g := api.RateGroup(tenant, s.cfg.Layout.Partitions, s.base)
 	if strings.HasPrefix(tenant, envoyrl.KeyPrefix) {
 		return s.envoyRate(g, tenant)
 	}

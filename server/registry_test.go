@@ -26,7 +26,7 @@ func TestEntryRegistry(t *testing.T) {
 	if maxSince != fsm.CurrentClusterVersion {
 		t.Errorf("fsm.CurrentClusterVersion = %d, but the newest registered entry type needs %d", fsm.CurrentClusterVersion, maxSince)
 	}
-	if n := len(fsm.EntryTypes()); n != 17 {
-		t.Errorf("%d entry types registered, want 17 (3 core, 5 runtime config, 3 shares, 5 metering, 1 layout table): a module's init did not run, or a type was added without this test", n)
+	if n := len(fsm.EntryTypes()); n != 18 {
+		t.Errorf("%d entry types registered, want 18 (3 core, 5 runtime config, 3 shares, 5 metering, 2 layout table): a module's init did not run, or a type was added without this test", n)
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
@@ -43,6 +44,10 @@ type Server struct {
 	metrics *metrics
 	limits  *limitsSource
 	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
+	// base is the group count the layout was created with (cluster.json);
+	// cfg.Layout.Groups is the count the node runs, higher once raised
+	// (groups.go). Ranges and rate groups follow base.
+	base int
 
 	host    *raftnode.Host
 	members *membership.Membership // nil when gossip is disabled
@@ -80,6 +85,7 @@ type Server struct {
 	meterMods []*fsmmeter.Module
 	meter     *metering.Service
 	layout    *layouttable.Service // the partition → group table (layout.go)
+	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound
@@ -150,6 +156,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger, dir: dir, leaderEvents: make(chan leaderEvent, 256), stop: make(chan struct{}), closing: make(chan struct{})}
 	s.view.changed = make(chan struct{})
+	s.grow = s.newGrowth() // groups.go
 	// Every failure from here on stops what was started and, for a data dir
 	// this start found empty, removes what it wrote: a retry after fixing the
 	// cause (a busy port, a bad flag) then starts clean.
@@ -161,9 +168,10 @@ func New(cfg Config) (*Server, error) {
 		}
 		return nil, err
 	}
-	if err := checkLayout(cfg); err != nil {
+	if s.base, err = startGroups(&s.cfg); err != nil { // groups.go
 		return fail(err)
 	}
+	cfg = s.cfg
 	if s.ident, err = loadIdentity(cfg.Node.DataDir, dir.fresh, cfg.Node.ID); err != nil {
 		return fail(err)
 	}
@@ -223,15 +231,12 @@ func New(cfg Config) (*Server, error) {
 	for g := range s.fsms {
 		gc := s.clock.Group(g)
 		f, err := fsm.New(fsm.Config{Partitions: cfg.Layout.Partitions, Groups: cfg.Layout.Groups, Shards: cfg.Layout.Shards, Group: g, Logger: s.log,
-			MaxClusterVersion: cfg.Cluster.MaxClusterVersion, Modules: s.fsmModules(g),
+			Base: s.base, MaxClusterVersion: cfg.Cluster.MaxClusterVersion, Modules: s.fsmModules(g),
 			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
 		if err != nil {
 			return fail(err)
 		}
 		s.fsms[g] = f
-	}
-	if err := checkRaftGroups(filepath.Join(cfg.Node.DataDir, "raft"), cfg.Layout.Groups); err != nil { // groups.go
-		return fail(err)
 	}
 	host, err := raftnode.New(raftnode.Config{
 		NodeID:        cfg.Node.ID,
@@ -270,7 +275,7 @@ func New(cfg Config) (*Server, error) {
 	s.registerRaftCapMetrics(host) // portcaps.go
 	s.trackers = make([]*groupTracker, cfg.Layout.Groups)
 	for g := range s.trackers {
-		lo, hi := api.GroupRange(g, cfg.Layout.Partitions, cfg.Layout.Groups)
+		lo, hi := layout.GroupSpan(g, cfg.Layout.Partitions, s.base)
 		s.trackers[g] = newGroupTracker(trackerConfig{
 			Group:             g,
 			PartitionsInGroup: hi - lo,
@@ -289,6 +294,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.Limits.Reload) }()
+	s.goUntilStop(s.grow.Run)                  // groups.go
 	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}
@@ -349,10 +355,16 @@ func InitLayout(dataDir string, partitions, groups, shards int) error {
 	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return fmt.Errorf("data dir %s: %w", dataDir, err)
 	}
-	return checkLayout(Config{Node: NodeConfig{DataDir: dataDir}, Layout: LayoutConfig{Partitions: partitions, Groups: groups, Shards: shards}})
+	_, err := checkLayout(Config{Node: NodeConfig{DataDir: dataDir}, Layout: LayoutConfig{Partitions: partitions, Groups: groups, Shards: shards}}, 0)
+	return err
 }
 
-func checkLayout(cfg Config) error {
+// checkLayout records the layout in a new data dir, or checks cfg against
+// the recorded one, and returns the recorded group count (the base of the
+// layout's arithmetic). A group count above it is accepted up to raised,
+// the raft groups the data dir lists: the cluster raised its count online
+// and the operator now names it (groups.go).
+func checkLayout(cfg Config, raised int) (int, error) {
 	path := filepath.Join(cfg.Node.DataDir, "cluster.json")
 	want := clusterLayout{cfg.Layout.Partitions, cfg.Layout.Groups, cfg.Layout.Shards}
 	data, err := os.ReadFile(path)
@@ -360,22 +372,25 @@ func checkLayout(cfg Config) error {
 		b, _ := json.MarshalIndent(want, "", "  ")
 		tmp := path + ".tmp"
 		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
+			return 0, fmt.Errorf("write %s: %w", path, err)
 		}
-		return os.Rename(tmp, path)
+		return want.Groups, os.Rename(tmp, path)
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return 0, fmt.Errorf("read %s: %w", path, err)
 	}
 	var have clusterLayout
 	if err := json.Unmarshal(data, &have); err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return 0, fmt.Errorf("read %s: %w", path, err)
+	}
+	if have.Groups < want.Groups && want.Groups <= raised {
+		want.Groups = have.Groups
 	}
 	if have != want {
-		return fmt.Errorf("data dir %s was created with partitions=%d groups=%d shards=%d, but this node is configured with partitions=%d groups=%d shards=%d; the layout is fixed when a cluster is created",
-			cfg.Node.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, want.Groups, want.Shards)
+		return 0, fmt.Errorf("data dir %s was created with partitions=%d groups=%d shards=%d, but this node is configured with partitions=%d groups=%d shards=%d; the layout is fixed when a cluster is created",
+			cfg.Node.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, cfg.Layout.Groups, want.Shards)
 	}
-	return nil
+	return have.Groups, nil
 }
 
 func (s *Server) watchLeadership() {

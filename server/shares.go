@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
@@ -30,6 +31,7 @@ func (s *Server) newShares() (*sharessvc.Node, error) {
 		Port:       nodePort{s},
 		Partitions: s.cfg.Layout.Partitions,
 		Groups:     s.cfg.Layout.Groups,
+		Base:       s.base,
 		Mode:       s.cfg.Shares.Mode,
 		Limit: func(g int, tenant string) (int64, uint64) {
 			l := s.groupLimits(g)
@@ -40,7 +42,7 @@ func (s *Server) newShares() (*sharessvc.Node, error) {
 			return l.For(tenant).MaxSeries, v
 		},
 		Fixed: func(g int, tenant string) int64 {
-			lo, hi := api.GroupRange(g, s.cfg.Layout.Partitions, s.cfg.Layout.Groups)
+			lo, hi := layout.GroupSpan(g, s.cfg.Layout.Partitions, s.base)
 			return GroupShare(s.groupLimits(g).For(tenant).MaxSeries, hi-lo, s.cfg.Layout.Partitions)
 		},
 		Usage:     func(g int, t string) (int64, int64) { return s.fsms[g].TenantUsage(t) },

@@ -490,7 +490,7 @@ func configLag(st *api.StatusResponse, newest uint64) string {
 func printStatus(out io.Writer, st *api.StatusResponse) {
 	v := st.View
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
-	fmt.Fprintf(w, "cluster: %d partitions, %d groups (view from %s)\n", v.GetPartitions(), v.GetGroups(), v.GetServedBy())
+	fmt.Fprintf(w, "cluster: %d partitions, %d groups%s (view from %s)\n", v.GetPartitions(), v.GetGroups(), raisedNote(v), v.GetServedBy())
 	fmt.Fprintln(w, clusterVersionLine(st))
 	if l := controllerLine(st.GetSamplingController()); l != "" {
 		fmt.Fprintln(w, l)
@@ -534,6 +534,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", m.Zone, m.Id, stat, ver, m.GrpcAddress, m.RaftAddress, replicas[m.Id], groupList(m.GroupsLed))
 	}
 	w.Flush()
+	printNewGroups(out, st) // groups.go: groups a raise added
 	fmt.Fprintln(out)
 	byNode := map[string]map[uint32]*api.GroupState{}
 	for _, n := range st.Nodes {

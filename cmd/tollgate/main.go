@@ -31,7 +31,7 @@ func newRootCmd() *cobra.Command {
 	root.AddCommand(newTLSCmd(), newHealthCmd())
 	root.AddCommand(newLimitsCmd())
 	root.AddCommand(newUsageCmd())
-	root.AddCommand(newNodeCmd())
+	root.AddCommand(newNodeCmd(), newGroupsCmd())
 	root.AddCommand(newScaleBenchCmd())
 	root.AddCommand(newGatewayCmd(), newRWBenchCmd(), newRWSinkCmd())
 	root.AddCommand(newEnvoyBenchCmd())

@@ -96,7 +96,7 @@ func waitDrained(ctx context.Context, out io.Writer, adm api.AdminClient, node s
 // drainLeft returns the groups in which node is still a voter, a learner or
 // the leader; known is false while some group's leader did not report.
 func drainLeft(st *api.StatusResponse, node string) (held []uint32, known bool) {
-	known = len(st.GetPlacement()) == int(st.GetView().GetGroups())
+	known = len(st.GetPlacement()) >= int(st.GetView().GetGroups()) // a raise adds groups beyond the view's count
 	for _, gp := range st.GetPlacement() {
 		if slices.Contains(gp.Voters, node) || slices.Contains(gp.Learners, node) {
 			held = append(held, gp.Group)

@@ -18,8 +18,19 @@ const EntrySet byte = 21
 // ClusterVersion is the cluster version that introduced EntrySet.
 const ClusterVersion = 5
 
+// EntryRaise raises the group count: the same owners, more groups (empty),
+// the epoch one higher (layout.Table.Raise). Its payload is the new count,
+// one uvarint.
+const EntryRaise byte = 22
+
+// RaiseClusterVersion is the cluster version that introduced EntryRaise:
+// replicas of older builds refuse any table over more groups than they run,
+// so a raise waits until every server runs a build that creates groups.
+const RaiseClusterVersion = 6
+
 func init() {
 	fsm.RegisterModuleEntry(Name, EntrySet, "layout-set", ClusterVersion)
+	fsm.RegisterModuleEntry(Name, EntryRaise, "layout-raise", RaiseClusterVersion)
 }
 
 // SetResult is a layout-set entry's response.
@@ -31,17 +42,18 @@ type SetResult struct {
 // Module is group 0's replica of the layout table.
 type Module struct {
 	partitions int
-	groups     int
 	arith      *layout.Table
 	cur        atomic.Pointer[layout.Table] // nil: never set, the arithmetic is in force
 	onChange   func(*layout.Table)
+	onRaise    func(RaiseApplied) // SetOnRaise
 }
 
-// New returns the module of a cluster of p partitions over g groups (p and g
-// already validated, layout.ValidateLayout). onChange, if not nil, is called
+// New returns the module of a cluster of p partitions created with g groups
+// (p and g already validated, layout.ValidateLayout): the arithmetic of g
+// groups is in force until a table is set or the count raised. onChange, if not nil, is called
 // on the apply goroutine after every change of the table (a set, a restore).
 func New(p, g int, onChange func(*layout.Table)) *Module {
-	return &Module{partitions: p, groups: g, arith: layout.ArithmeticTable(p, g), onChange: onChange}
+	return &Module{partitions: p, arith: layout.ArithmeticTable(p, g), onChange: onChange}
 }
 
 // Current is the table in force: the last one set, else the arithmetic. Safe
@@ -62,6 +74,9 @@ func (m *Module) Name() string { return Name }
 // the response (a leader proposing from a stale read; every replica refuses
 // it alike). An undecodable payload is an error: the group halts.
 func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
+	if e.Type == EntryRaise {
+		return m.applyRaise(e.Payload)
+	}
 	if e.Type != EntrySet {
 		return nil, fmt.Errorf("layout module: entry type %d is not %d", e.Type, EntrySet)
 	}
@@ -73,10 +88,12 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	switch {
 	case s.Table.Partitions() != m.partitions:
 		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("table of %d partitions, the cluster has %d", s.Table.Partitions(), m.partitions)}, nil
-	case s.Table.Groups > m.groups:
-		// Until groups can be created on a running node, a table may only
-		// use the groups every node runs.
-		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("table of %d groups, the cluster runs %d", s.Table.Groups, m.groups)}, nil
+	case s.Table.Groups > cur.Groups:
+		// A set may only use the groups the cluster runs: cur.Groups is
+		// replicated state (the count the cluster was created with, raised
+		// only by layout-raise, which creates the groups), so every replica
+		// decides alike whatever count its node started with.
+		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("table of %d groups, the cluster runs %d", s.Table.Groups, cur.Groups)}, nil
 	case s.Expected != cur.Epoch:
 		return SetResult{Epoch: cur.Epoch, Refused: fmt.Sprintf("expected epoch %d, the table is at %d", s.Expected, cur.Epoch)}, nil
 	case s.Table.Epoch != cur.Epoch+1:
@@ -119,9 +136,9 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		if err := d.Finish(); err != nil {
 			return nil, err
 		}
-		if t.Partitions() != m.partitions || t.Groups > m.groups {
-			return nil, fmt.Errorf("%w: table of %d partitions over %d groups restored into a cluster of %d over %d",
-				ErrBadPayload, t.Partitions(), t.Groups, m.partitions, m.groups)
+		if t.Partitions() != m.partitions {
+			return nil, fmt.Errorf("%w: table of %d partitions over %d groups restored into a cluster of %d partitions",
+				ErrBadPayload, t.Partitions(), t.Groups, m.partitions)
 		}
 	}
 	return func() { m.install(t) }, nil

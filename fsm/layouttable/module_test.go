@@ -184,10 +184,13 @@ func TestCorruptSectionDetected(t *testing.T) {
 	if !a.m.Current().Equal(moved) {
 		t.Fatal("a refused restore changed the table")
 	}
-	for _, other := range []*Module{New(32, 4, nil), New(testP, 2, nil)} {
-		if _, err := other.PrepareRestore(raw); !errors.Is(err, ErrBadPayload) {
-			t.Fatalf("section of 64 partitions over 4 groups into %d over %d: %v", other.partitions, other.groups, err)
-		}
+	if _, err := New(32, 4, nil).PrepareRestore(raw); !errors.Is(err, ErrBadPayload) {
+		t.Fatalf("section of 64 partitions into a module of 32: %v", err)
+	}
+	// A cluster created with 2 groups may have been raised to 4: the table
+	// restores.
+	if _, err := New(testP, 2, nil).PrepareRestore(raw); err != nil {
+		t.Fatalf("section over 4 groups into a module created with 2: %v", err)
 	}
 }
 

@@ -37,6 +37,7 @@ const StopTimeout = 30 * time.Second
 type Cluster struct {
 	t       testing.TB
 	nodes   []*server.Server
+	cfgs    []server.Config
 	mu      sync.Mutex
 	stopped []bool
 }
@@ -113,6 +114,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		c.mu.Lock()
 		c.nodes = append(c.nodes, s)
+		c.cfgs = append(c.cfgs, cfg)
 		c.stopped = append(c.stopped, false)
 		c.mu.Unlock()
 	}
@@ -225,6 +227,23 @@ func (c *Cluster) Stop(ctx context.Context, i int) error {
 	s := c.nodes[i]
 	c.mu.Unlock()
 	return s.Stop(ctx)
+}
+
+// Restart starts node i again, after Stop, over its data directory with
+// the configuration it was first started with (its ports chosen anew), and
+// returns it; the caller waits for readiness (WaitReady).
+func (c *Cluster) Restart(i int) (*server.Server, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped[i] {
+		return nil, fmt.Errorf("servertest: node %d is running", i)
+	}
+	s, err := server.New(c.cfgs[i])
+	if err != nil {
+		return nil, err
+	}
+	c.nodes[i], c.stopped[i] = s, false
+	return s, nil
 }
 
 // Stopped reports whether Stop was called for node i.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -104,4 +105,42 @@ func (s *Service) Propose(ctx context.Context, t *layout.Table) (uint64, error) 
 		return r.Epoch, status.Errorf(codes.Aborted, "layout: %s", r.Refused)
 	}
 	return r.Epoch, nil
+}
+
+// Raise raises the cluster's group count to n through group 0's log (a
+// layout-raise entry, fsm/layouttable.RaiseClusterVersion: FailedPrecondition
+// naming the servers that lag until every server of group 0 supports it);
+// this node must lead group 0. place names the voters of the groups from..n-1
+// (cluster.RaiseVoters; element i is group from+i's). It returns the count before the call and the entry's
+// result; at the current count nothing is proposed (Changed false). A lower
+// or impossible count is InvalidArgument. Errors are gRPC statuses.
+func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][]raft.Server) (from int, _ fsmlayout.RaiseResult, _ error) {
+	cur := s.mod.Current()
+	from = cur.Groups
+	if _, changed, err := cur.Raise(n); err != nil {
+		return from, fsmlayout.RaiseResult{}, status.Errorf(codes.InvalidArgument, "raise groups to %d: %v", n, err)
+	} else if !changed {
+		return from, fsmlayout.RaiseResult{Epoch: cur.Epoch, Groups: cur.Groups}, nil
+	}
+	var voters [][]fsmlayout.Voter
+	for _, servers := range place(from, n) {
+		voters = append(voters, fsmlayout.VotersOf(servers))
+	}
+	if len(voters) != n-from {
+		return from, fsmlayout.RaiseResult{}, status.Errorf(codes.FailedPrecondition, "raise groups to %d: no voters could be placed for groups %d..%d (no alive member with a raft address, or a node started as its cluster's only voter (--dev) has peers: it bootstraps every group it creates alone)", n, from, n-1)
+	}
+	res, err := s.port.Propose(ctx, OrderGroup, fsmlayout.EntryRaise, fsmlayout.EncodeRaise(fsmlayout.Raise{Groups: n, Voters: voters}))
+	if err != nil {
+		return from, fsmlayout.RaiseResult{}, err
+	}
+	r, ok := res.(fsmlayout.RaiseResult)
+	switch {
+	case !ok:
+		return from, r, status.Errorf(codes.Internal, "layout-raise answered %T", res)
+	case r.Refused != "":
+		// The table changed between the read above and the entry (another
+		// raise): the caller may retry.
+		return from, r, status.Errorf(codes.Aborted, "raise groups to %d: %s", n, r.Refused)
+	}
+	return from, r, nil
 }

@@ -101,3 +101,37 @@ func TestRouteAndPropose(t *testing.T) {
 		}
 	}
 }
+
+func TestRaise(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	port := s.port.(*fsmPort)
+	var placed [][2]int
+	place := func(from, to int) [][]raft.Server {
+		placed = append(placed, [2]int{from, to})
+		var out [][]raft.Server
+		for range to - from {
+			out = append(out, []raft.Server{{ID: "n1", Address: "127.0.0.1:1"}})
+		}
+		return out
+	}
+	from, res, err := s.Raise(ctx, 6, place)
+	if err != nil || from != 4 || !res.Changed || res.Groups != 6 || res.Epoch != 1 || s.mod.Current().Groups != 6 {
+		t.Fatalf("raise 4 → 6: from %d, %+v, %v", from, res, err)
+	}
+	// At the current count nothing is placed or proposed.
+	idx := port.idx
+	if from, res, err := s.Raise(ctx, 6, place); err != nil || from != 6 || res.Changed || port.idx != idx || len(placed) != 1 {
+		t.Fatalf("raise 6 → 6: from %d, %+v, %v, %d entries proposed", from, res, err, port.idx-idx)
+	}
+	if _, _, err := s.Raise(ctx, 5, place); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("raise 6 → 5: %v, want InvalidArgument", err)
+	}
+	if _, _, err := s.Raise(ctx, 65, place); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("raise to 65 of 64 partitions: %v, want InvalidArgument", err)
+	}
+	// No voters placed: nothing is proposed, and retrying will not help.
+	if _, _, err := s.Raise(ctx, 8, func(int, int) [][]raft.Server { return nil }); status.Code(err) != codes.FailedPrecondition || port.idx != idx {
+		t.Fatalf("raise without voters: %v (%d entries proposed)", err, port.idx-idx)
+	}
+}

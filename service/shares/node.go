@@ -1,6 +1,7 @@
 package shares
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/nodeport"
 )
 
@@ -50,7 +52,11 @@ const (
 type NodeConfig struct {
 	Port               nodeport.Port
 	Partitions, Groups int
-	Mode               string // ModeMovable or ModeStatic
+	// Base is the group count the layout was created with (0: Groups):
+	// groups from Base up were added by a raise and own no partition, so
+	// their base share is 0 (layout.GroupSpan).
+	Base int
+	Mode string // ModeMovable or ModeStatic
 	// Limit is tenant's max_series in group g's replica of the limits (0:
 	// unlimited) and the runtime config version that set it.
 	Limit func(g int, tenant string) (limit int64, version uint64)
@@ -141,12 +147,20 @@ type shareMetrics struct {
 	borrow     prometheus.Histogram
 }
 
+// ModuleGroups is the group count group g's shares module is created with:
+// the groups that existed when g was created, so that every replica of g,
+// restarted after a raise or not, refuses the same gives (to a group the
+// module does not know) and reads the same snapshots. Groups a raise added
+// (g ≥ base) are created one at a time, each the last. Headroom moves into
+// raised groups come with the partition hand-off (docs/online-groups.md).
+func ModuleGroups(g, base int) int { return max(base, g+1) }
+
 // NewNode returns the node's shares state (its modules go into the FSMs)
 // and registers its metrics.
 func NewNode(cfg NodeConfig) (*Node, error) {
 	st := &Node{Port: cfg.Port, cfg: cfg, mods: make([]*shares.Module, cfg.Groups), movesOK: make([]movesCheck, cfg.Groups), born: time.Now()}
 	for g := range st.mods {
-		m, err := shares.New(g, cfg.Groups)
+		m, err := shares.New(g, ModuleGroups(g, cmp.Or(cfg.Base, cfg.Groups)))
 		if err != nil {
 			return nil, err
 		}
@@ -265,7 +279,7 @@ func (st *Node) Usage(g int, t string) (int64, int64) { return st.cfg.Usage(g, t
 
 // Base is group g's exact base share of tenant's max_series.
 func (st *Node) Base(g int, tenant string) int64 {
-	lo, hi := api.GroupRange(g, st.cfg.Partitions, st.cfg.Groups)
+	lo, hi := layout.GroupSpan(g, st.cfg.Partitions, cmp.Or(st.cfg.Base, st.cfg.Groups))
 	limit, _ := st.cfg.Limit(g, tenant)
 	return shares.Split(limit, lo, hi, st.cfg.Partitions)
 }

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tollgate-io/tollgate/api"
+)
+
+// newGroupsCmd groups the commands about the cluster's raft groups.
+func newGroupsCmd() *cobra.Command {
+	var o adminOpts
+	cmd := &cobra.Command{
+		Use:   "groups",
+		Short: "Operate on the cluster's raft groups: raise their count online",
+	}
+	o.register(cmd)
+	var to int
+	raise := &cobra.Command{
+		Use:   "raise --to N",
+		Short: "Raise the cluster's group count to N: the new groups are created empty on every node",
+		Long: `raise adds groups G..N-1 to a running cluster of G groups (G < N ≤ partitions).
+Group 0's leader appends a layout-raise entry (it needs cluster version 6 on
+every node: finish a rolling upgrade first) that keeps every partition's owner
+and names each new group's voters (one per zone, by placement); every node then
+creates the new groups, empty, and their voters bootstrap them. The count
+cannot be lowered. Re-running the command at the same count changes nothing
+and shows the new groups' state.
+
+The new groups own no partition until partitions are handed to them (later
+work); a node serves them (per-group state, metrics) after its next restart.
+tollgate status shows the count and whether each new group has a leader.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if to < 1 {
+				return fmt.Errorf("groups raise: --to is required (the new group count, above the current one)")
+			}
+			return o.run(cmd, func(ctx context.Context, adm api.AdminClient, _ api.TrackerClient) error {
+				resp, err := retryCall(ctx, func(ctx context.Context) (*api.RaiseGroupsResponse, error) {
+					return adm.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: uint32(to)})
+				})
+				if err != nil {
+					return fmt.Errorf("groups raise --to %d: %w", to, err)
+				}
+				out := cmd.OutOrStdout()
+				if resp.Changed {
+					fmt.Fprintf(out, "group count raised from %d to %d (layout epoch %d): groups %d..%d are being created, empty\n", resp.From, resp.Groups, resp.Epoch, resp.From, resp.Groups-1)
+				} else {
+					fmt.Fprintf(out, "the cluster already runs %d groups: nothing changed\n", resp.Groups)
+				}
+				st, err := adm.Status(ctx, &api.StatusRequest{})
+				if err == nil {
+					printNewGroups(out, st)
+				}
+				return nil
+			})
+		},
+	}
+	raise.Flags().IntVar(&to, "to", 0, "the new group count (above the current one, at most the partition count)")
+	cmd.AddCommand(raise)
+	return cmd
+}
+
+// newGroupState is one group beyond the cluster view's count (added by a
+// raise) as the nodes report it.
+type newGroupState struct {
+	group  uint32
+	leader string
+	voters []string
+	nodes  int // nodes that run the group's raft
+}
+
+// newGroups collects the groups the nodes run beyond the view's count.
+func newGroups(st *api.StatusResponse) []newGroupState {
+	base := st.GetView().GetGroups()
+	byGroup := map[uint32]*newGroupState{}
+	for _, n := range st.GetNodes() {
+		for _, gs := range n.GetGroups() {
+			if gs.Group < base {
+				continue
+			}
+			ng := byGroup[gs.Group]
+			if ng == nil {
+				ng = &newGroupState{group: gs.Group}
+				byGroup[gs.Group] = ng
+			}
+			ng.nodes++
+			if gs.RaftState == "Leader" {
+				ng.leader, ng.voters = n.NodeId, gs.Voters
+			}
+		}
+	}
+	out := make([]newGroupState, 0, len(byGroup))
+	for _, ng := range byGroup {
+		out = append(out, *ng)
+	}
+	slices.SortFunc(out, func(a, b newGroupState) int { return int(a.group) - int(b.group) })
+	return out
+}
+
+// printNewGroups prints the groups a raise added: each one's leader and
+// voters, or that it has none yet.
+func printNewGroups(out io.Writer, st *api.StatusResponse) {
+	ngs := newGroups(st)
+	if len(ngs) == 0 {
+		return
+	}
+	ready := 0
+	for _, ng := range ngs {
+		if ng.leader != "" {
+			ready++
+		}
+	}
+	fmt.Fprintf(out, "\ngroups added by a raise: %d (%d with a leader; empty until partitions are handed to them)\n", len(ngs), ready)
+	for _, ng := range ngs {
+		if ng.leader == "" {
+			fmt.Fprintf(out, "  group %d: NO LEADER yet (%d nodes run it)\n", ng.group, ng.nodes)
+			continue
+		}
+		fmt.Fprintf(out, "  group %d: leader %s, voters %s\n", ng.group, ng.leader, strings.Join(ng.voters, ","))
+	}
+}
+
+// raisedNote is the status line's note on a raised group count: the view's
+// count is the one the cluster was created with, its layout table the
+// current one.
+func raisedNote(v *api.ClusterView) string {
+	n := v.GetLayout().GetGroups()
+	if n <= v.GetGroups() {
+		return ""
+	}
+	return fmt.Sprintf(", raised to %d (groups %d..%d own no partition yet)", n, v.GetGroups(), n-1)
+}

@@ -1,0 +1,160 @@
+package integration
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/server/servertest"
+)
+
+// TestRaiseGroupsWhileTracking: a real 3-node cluster (P = 64, G = 4, one
+// node per zone) raises its group count to 8 while a clientlib client keeps
+// tracking in every partition. Groups 4–7 are created empty on every node,
+// each gets the three voters placement names and a leader; the client
+// surfaces no error; raising to 8 again changes nothing and lowering is
+// refused; a restarted node comes back running 8 groups.
+func TestRaiseGroupsWhileTracking(t *testing.T) {
+	const p, from, to = 64, 4, 8
+	c := servertest.Start(t, servertest.Options{Nodes: 3})
+	cl, err := clientlib.New(clientlib.Config{Addrs: c.GRPCAddrs(), Mode: clientlib.ModeSync})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	var (
+		calls atomic.Int64
+		errs  atomic.Int64
+		stop  = make(chan struct{})
+		done  = make(chan struct{})
+		once  sync.Once
+	)
+	halt := func() { once.Do(func() { close(stop); <-done }) }
+	defer halt()
+	go func() {
+		defer close(done)
+		for i := uint64(0); ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			var hs []uint64
+			for q := range p {
+				lo, _ := api.PartitionHashRange(q, p)
+				hs = append(hs, lo+i*104729)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_, err := cl.TrackSeries(ctx, "load", hs)
+			cancel()
+			calls.Add(1)
+			if err != nil {
+				errs.Add(1)
+				t.Errorf("tracking surfaced an error: %v", err)
+			}
+		}
+	}()
+	waitFor(t, "tracking to run", func() bool { return calls.Load() >= 5 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Any node may be asked: the call is forwarded to group 0's leader.
+	var resp *api.RaiseGroupsResponse
+	for {
+		resp, err = c.Node(1).RaiseGroups(ctx, to)
+		if err == nil || status.Code(err) != codes.Unavailable || ctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("raise %d → %d: %v", from, to, err)
+	}
+	if resp.From != from || resp.Groups != to || !resp.Changed {
+		t.Fatalf("raise %d → %d: %+v", from, to, resp)
+	}
+	waitFor(t, "every new group on every node with 3 voters and a leader", func() bool {
+		for _, s := range c.Nodes() {
+			if s.RaftGroups() != to {
+				return false
+			}
+		}
+		for g := from; g < to; g++ {
+			l := c.Leader(g)
+			if l == nil {
+				return false
+			}
+			fut := l.Raft(g).GetConfiguration()
+			if fut.Error() != nil {
+				return false
+			}
+			voters := 0
+			for _, srv := range fut.Configuration().Servers {
+				if srv.Suffrage == raft.Voter {
+					voters++
+				}
+			}
+			if voters != 3 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range c.Nodes() {
+		tab := s.FSM(0).Module(layouttable.Name).(*layouttable.Module).Current()
+		if tab.Groups != to {
+			t.Fatalf("%s: table has %d groups, want %d", s.NodeID(), tab.Groups, to)
+		}
+		for g := from; g < to; g++ {
+			if len(tab.Owned(g)) != 0 {
+				t.Fatalf("%s: new group %d owns %v", s.NodeID(), g, tab.Owned(g))
+			}
+		}
+	}
+	// Keep tracking a while on the raised cluster.
+	mark := calls.Load()
+	waitFor(t, "20 more tracking calls after the raise", func() bool { return calls.Load() >= mark+20 })
+	halt()
+	if n := errs.Load(); n != 0 {
+		t.Fatalf("%d errors surfaced to the caller", n)
+	}
+	if st := cl.Stats(); st.Errors != 0 || st.FailedOpen != 0 {
+		t.Fatalf("client stats: %d errors, %d failed open", st.Errors, st.FailedOpen)
+	}
+
+	again, err := c.Node(2).RaiseGroups(ctx, to)
+	if err != nil || again.Changed || again.Groups != to {
+		t.Fatalf("raise to %d again: %+v, %v; want no change", to, again, err)
+	}
+	if _, err := c.Node(0).RaiseGroups(ctx, from); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only be raised") {
+		t.Fatalf("lowering to %d: %v, want InvalidArgument", from, err)
+	}
+
+	// A restarted node comes back running 8 groups with their state.
+	if err := c.Stop(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := c.Restart(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if s2.RaftGroups() != to || s2.FSM(to-1) == nil {
+		t.Fatalf("restarted node runs %d raft groups", s2.RaftGroups())
+	}
+	var _ *server.Server = s2
+}
