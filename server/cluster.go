@@ -133,7 +133,7 @@ func (s *Server) startMembership() error {
 
 		Incarnation:        s.ident.Incarnation, // identity.go
 		IncarnationAdopted: s.ident.Adopted,
-		ClusterID:          s.ident.clusterID(),
+		ClusterID:          s.ident.ClusterID(),
 
 		ClusterVersion: s.cfg.Cluster.MaxClusterVersion, // gossiped as "ver" (versions.go)
 	})

@@ -35,7 +35,7 @@ func (p clusterPort) Raft(g int) cluster.Raft           { return p.s.host.Raft(g
 func (p clusterPort) Members() []membership.Member      { return p.s.memberList() } // cluster.go
 func (p clusterPort) Gossip() bool                      { return p.s.members != nil }
 func (p clusterPort) GroupHasState(g int) (bool, error) { return p.s.host.GroupHasState(g) }
-func (p clusterPort) ClusterID() string                 { return p.s.ident.clusterID() }
+func (p clusterPort) ClusterID() string                 { return p.s.ident.ClusterID() }
 func (p clusterPort) SetClusterID(cid, how string)      { p.s.setClusterID(cid, how) }      // identity.go
 func (p clusterPort) MayLead(id string) string          { return p.s.clock.PeerReason(id) } // clockbound
 

@@ -6,61 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/nodeid"
 )
-
-func TestIdentityFile(t *testing.T) {
-	dir := t.TempDir()
-	id, err := loadIdentity(dir, true, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id.Adopted || id.ClusterID != "" || raftnode.ValidID(id.Incarnation) != nil {
-		t.Fatalf("new identity: %+v", id)
-	}
-	if err := id.setClusterID("00000000000000c1"); err != nil {
-		t.Fatal(err)
-	}
-	again, err := loadIdentity(dir, false, "n1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if again.Incarnation != id.Incarnation || again.ClusterID != "00000000000000c1" || again.Adopted {
-		t.Fatalf("reloaded identity %+v, want %+v", again, id)
-	}
-	if err := again.setClusterID("00000000000000c2"); err == nil {
-		t.Fatal("a data dir moved to another cluster")
-	}
-
-	if _, err := loadIdentity(dir, false, "n2"); err == nil || !strings.Contains(err.Error(), `belongs to node "n1"`) {
-		t.Fatalf("data dir of n1 started as n2: %v", err)
-	}
-	path := filepath.Join(dir, identityFile)
-	for name, content := range map[string]string{
-		"not json":         "{",
-		"bad incarnation":  `{"version":1,"node_id":"n1","incarnation":"xyz"}`,
-		"bad cluster id":   `{"version":1,"node_id":"n1","incarnation":"00000000000000a1","cluster_id":"0"}`,
-		"unknown version":  `{"version":9,"node_id":"n1","incarnation":"00000000000000a1"}`,
-		"zero incarnation": `{"version":1,"node_id":"n1","incarnation":"0000000000000000"}`,
-	} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := loadIdentity(dir, false, "n1"); err == nil {
-			t.Errorf("%s: loaded", name)
-		}
-	}
-
-	// A data dir with state but no identity (an earlier build's) adopts one.
-	old := t.TempDir()
-	if err := os.WriteFile(filepath.Join(old, "cluster.json"), []byte("{}"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ad, err := loadIdentity(old, false, "n1")
-	if err != nil || !ad.Adopted {
-		t.Fatalf("earlier build's data dir: %+v, %v", ad, err)
-	}
-}
 
 // TestIdentityAdoptedOnUpgrade: a data dir written by an earlier build (state,
 // no identity.json) gets an identity on first start, keeps every series
@@ -78,13 +25,13 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 		t.Fatalf("rejected %d", len(rej))
 	}
 	first := s.ident.Incarnation
-	if s.ident.Adopted || s.ident.clusterID() == "" || !strings.HasSuffix(s.RaftAddr(), "#"+first) {
+	if s.ident.Adopted || s.ident.ClusterID() == "" || !strings.HasSuffix(s.RaftAddr(), "#"+first) {
 		t.Fatalf("dev node identity: %+v, raft address %s", s.ident, s.RaftAddr())
 	}
 	g := 7 * 4 / 64
 	before := snapshotOf(t, s, g)
 	stop(t, s)
-	if err := os.Remove(filepath.Join(dir, identityFile)); err != nil {
+	if err := os.Remove(filepath.Join(dir, nodeid.File)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -99,7 +46,7 @@ func TestIdentityAdoptedOnUpgrade(t *testing.T) {
 	if rej := track(t, c, "t1", 7, hs); len(rej) != 0 {
 		t.Fatalf("after the upgrade %d accepted series rejected", len(rej))
 	}
-	if _, err := os.Stat(filepath.Join(dir, identityFile)); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, nodeid.File)); err != nil {
 		t.Fatalf("identity not written: %v", err)
 	}
 }
@@ -130,8 +77,8 @@ func TestJoinAnotherClusterRefused(t *testing.T) {
 		return strings.Contains(b2.NotReadyReason(), "belongs to another cluster")
 	})
 	why := b2.NotReadyReason()
-	if !strings.Contains(why, a.ident.clusterID()) || !strings.Contains(why, b2.ident.clusterID()) {
-		t.Fatalf("refusal does not name both clusters (%s, %s): %s", a.ident.clusterID(), b2.ident.clusterID(), why)
+	if !strings.Contains(why, a.ident.ClusterID()) || !strings.Contains(why, b2.ident.ClusterID()) {
+		t.Fatalf("refusal does not name both clusters (%s, %s): %s", a.ident.ClusterID(), b2.ident.ClusterID(), why)
 	}
 	for _, m := range a.memberList() {
 		if m.ID == "b" {

@@ -293,7 +293,7 @@ func TestForgedRaftHeaders(t *testing.T) {
 			})
 			s := tc.nodes[1]
 			ep, inc := raftnode.SplitIncarnation(s.RaftAddr())
-			cid := s.ident.clusterID()
+			cid := s.ident.ClusterID()
 			if inc == "" || cid == "" {
 				t.Fatalf("node has no incarnation (%q) or cluster id (%q)", inc, cid)
 			}

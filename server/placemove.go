@@ -12,6 +12,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/membership"
+	"github.com/tollgate-io/tollgate/nodeid"
 )
 
 // Draining (tollgate node drain): a node marked decommissioned keeps that
@@ -35,7 +36,7 @@ func (s *Server) setDecommissioned(on bool) error {
 	}
 	path := filepath.Join(s.cfg.Node.DataDir, decommissionFile)
 	if on {
-		if err := writeFileDurable(path, []byte("drained by tollgate node drain; remove with tollgate node drain --undo\n")); err != nil { // identity.go
+		if err := nodeid.WriteFileDurable(path, []byte("drained by tollgate node drain; remove with tollgate node drain --undo\n")); err != nil { // identity.go
 			return status.Errorf(codes.Internal, "drain: record the mark: %v", err)
 		}
 	} else if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {

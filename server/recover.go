@@ -17,6 +17,7 @@ import (
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/layouttable"
 )
@@ -80,10 +81,10 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	// The data dir names its node (identity.go): a recovery under another
 	// id would write a configuration this node is not in, report success
 	// and leave the replica down.
-	if b, err := os.ReadFile(filepath.Join(opts.DataDir, identityFile)); err == nil {
-		var id nodeIdentity
+	if b, err := os.ReadFile(filepath.Join(opts.DataDir, nodeid.File)); err == nil {
+		var id nodeid.Identity
 		if err := json.Unmarshal(b, &id); err != nil {
-			return nil, fmt.Errorf("recover: node identity %s is corrupt: %w", filepath.Join(opts.DataDir, identityFile), err)
+			return nil, fmt.Errorf("recover: node identity %s is corrupt: %w", filepath.Join(opts.DataDir, nodeid.File), err)
 		}
 		if id.NodeID != opts.NodeID {
 			return nil, fmt.Errorf("recover: data dir %s belongs to node %q, not %q: run the recovery with --node-id %s (nothing was changed)",

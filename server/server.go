@@ -26,6 +26,7 @@ import (
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/membership"
+	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/envoyrls"
@@ -98,7 +99,7 @@ type Server struct {
 	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
 
 	// Node identity (identity.go; replacement: cluster/incarnation.go).
-	ident       *nodeIdentity
+	ident       *nodeid.Identity
 	refused     refusedIncarnations
 	joinRefused atomic.Value // string: why the cluster refused this node's join
 
@@ -172,14 +173,14 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	cfg = s.cfg
-	if s.ident, err = loadIdentity(cfg.Node.DataDir, dir.fresh, cfg.Node.ID); err != nil {
+	if s.ident, err = nodeid.Load(cfg.Node.DataDir, dir.fresh, cfg.Node.ID); err != nil {
 		return fail(err)
 	}
-	if cfg.Cluster.Bootstrap && s.ident.ClusterID == "" && !s.ident.Adopted {
+	if cfg.Cluster.Bootstrap && s.ident.ClusterID() == "" && !s.ident.Adopted {
 		// --dev forms its own cluster at once.
-		cid, err := newID()
+		cid, err := nodeid.NewID()
 		if err == nil {
-			err = s.ident.setClusterID(cid)
+			err = s.ident.SetClusterID(cid)
 		}
 		if err != nil {
 			return fail(err)
@@ -254,7 +255,7 @@ func New(cfg Config) (*Server, error) {
 		ClientTLS:          cfg.Access.TLS.RaftClient,
 		ClusterKeys:        clusterKeys(cfg, "raft"), // nodeauth.go: the connection header is authenticated
 		MaxPendingConns:    cfg.Raft.MaxPendingConns,
-		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.clusterID(),
+		Identity: raftnode.Identity{Incarnation: s.ident.Incarnation, ClusterID: s.ident.ClusterID(),
 			AcceptUnnamed: s.ident.Adopted, OnRefused: s.refused.note},
 		Logger: s.log,
 		// No votes asked and no transfer accepted while this node's clock
@@ -341,7 +342,7 @@ func New(cfg Config) (*Server, error) {
 	go func() { defer s.wg.Done(); s.clock.Run(s.closing) }()
 	s.log.Info("tollgate node started", "node", cfg.Node.ID, "zone", cfg.Node.Zone, "grpc", s.GRPCAddr(), "gossip", s.GossipAddr(),
 		"http", s.HTTPAddr(), "raft", string(host.Addr()), "data_dir", cfg.Node.DataDir,
-		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.clusterID(),
+		"incarnation", s.ident.Incarnation, "cluster_id", s.ident.ClusterID(),
 		"partitions", cfg.Layout.Partitions, "groups", cfg.Layout.Groups, "shards", cfg.Layout.Shards)
 	return s, nil
 }
