@@ -310,6 +310,14 @@ func (h *Host) buildGroup(g *group) error {
 		h.log.Info("raftnode: bootstrapped group as single voter", "group", id)
 	}
 
+	if existing {
+		// raft would panic, not fail, on a damaged newest snapshot whose
+		// predecessor the log no longer reaches (snapcheck.go).
+		if err := checkSnapshots(g.dir, snaps, logs); err != nil {
+			h.log.Error("raftnode: cannot open group", "group", id, "err", err)
+			return err
+		}
+	}
 	r, err := raft.NewRaft(rc, g.fsm, logs, stable, snaps, g.trans)
 	if err != nil {
 		return err

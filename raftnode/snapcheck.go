@@ -1,0 +1,116 @@
+package raftnode
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/hashicorp/raft"
+)
+
+// ErrSnapshotCorrupt: a group's newest snapshot cannot be read and raft
+// could not start the group from what is left (the older snapshot is
+// missing too, or the log no longer reaches back to it). New refuses to
+// open the group rather than let raft panic on the first log entry it
+// lacks; the error names the group, the snapshot and the remedy.
+var ErrSnapshotCorrupt = errors.New("snapshot corrupt")
+
+// snapshotRemedy is what an operator does about ErrSnapshotCorrupt. The
+// node's other groups share its WAL and identity, so the unit to wipe is
+// the whole data dir, and the documented paths start from there.
+const snapshotRemedy = "this data dir cannot restore the group: if the group has other voters, stop the node, wipe its data dir and start it again " +
+	"(docs/operations.md, \"Replace a node that lost its disk\"); on a single-node cluster, seed an empty data dir from a backup " +
+	"(tollgate snapshot restore --offline)"
+
+// checkSnapshots tells, before raft.NewRaft, whether raft can start a group
+// from its snapshots and log. raft restores the newest snapshot it can open
+// (FileSnapshotStore.Open verifies the state file's CRC; a snapshot whose
+// meta.json is unreadable is not even listed), and then applies the log
+// from that snapshot's index+1. If it had to skip a newer snapshot and the
+// log starts after that point, raft panics at the first missing entry
+// ("failed to get log index=N: log not found") and the node crash-loops.
+// checkSnapshots finds that case and returns an error wrapping
+// ErrSnapshotCorrupt instead (the caller prefixes the group). When every snapshot is intact it reads the
+// newest state file once (its CRC), which raft then reads again, mostly
+// from the page cache.
+func checkSnapshots(dir string, snaps *raft.FileSnapshotStore, logs raft.LogStore) error {
+	metas, err := snaps.List()
+	if err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	}
+	snapRoot := filepath.Join(dir, "snapshots")
+	// Directories raft does not list: their meta.json is missing or damaged.
+	listed := make(map[string]bool, len(metas))
+	for _, m := range metas {
+		listed[m.ID] = true
+	}
+	var unlisted []string
+	if entries, err := os.ReadDir(snapRoot); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") && !listed[e.Name()] {
+				unlisted = append(unlisted, e.Name())
+			}
+		}
+	}
+	if len(metas) == 0 && len(unlisted) == 0 {
+		return nil
+	}
+
+	// The snapshot raft will restore: the first (newest) one that opens.
+	var chosen *raft.SnapshotMeta
+	var bad []string // why each newer one was skipped
+	for _, m := range metas {
+		_, rc, err := snaps.Open(m.ID)
+		if err != nil {
+			bad = append(bad, fmt.Sprintf("%s (index %d): %v", filepath.Join(snapRoot, m.ID, "state.bin"), m.Index, err))
+			continue
+		}
+		_ = rc.Close()
+		chosen = m
+		break
+	}
+	for _, id := range unlisted {
+		idx, ok := snapshotIndexFromID(id)
+		if !ok || chosen == nil || idx > chosen.Index {
+			bad = append(bad, fmt.Sprintf("%s: meta.json unreadable", filepath.Join(snapRoot, id)))
+		}
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("read log first index: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return fmt.Errorf("read log last index: %w", err)
+	}
+	if chosen == nil {
+		return fmt.Errorf("no snapshot can be read (%s); log holds %d..%d: %w; %s",
+			strings.Join(bad, "; "), first, last, ErrSnapshotCorrupt, snapshotRemedy)
+	}
+	// raft needs chosen.Index+1..last in the log (nothing if the log ends
+	// at or before the snapshot).
+	if last <= chosen.Index || first <= chosen.Index+1 {
+		return nil
+	}
+	return fmt.Errorf("newest snapshot unreadable (%s); the older snapshot %s is at index %d but the log starts at %d, so entries %d..%d are gone: %w; %s",
+		strings.Join(bad, "; "), filepath.Join(snapRoot, chosen.ID), chosen.Index, first, chosen.Index+1, first-1,
+		ErrSnapshotCorrupt, snapshotRemedy)
+}
+
+// snapshotIndexFromID parses the index out of a FileSnapshotStore
+// directory name, <term>-<index>-<unix ms>.
+func snapshotIndexFromID(id string) (uint64, bool) {
+	parts := strings.Split(id, "-")
+	if len(parts) != 3 {
+		return 0, false
+	}
+	idx, err := strconv.ParseUint(parts[1], 10, 64)
+	return idx, err == nil
+}
