@@ -313,7 +313,7 @@ func (h *Host) buildGroup(g *group) error {
 	if existing {
 		// raft would panic, not fail, on a damaged newest snapshot whose
 		// predecessor the log no longer reaches (snapcheck.go).
-		if err := checkSnapshots(g.dir, snaps, logs); err != nil {
+		if err := checkSnapshots(id, g.dir, snaps, logs); err != nil {
 			h.log.Error("raftnode: cannot open group", "group", id, "err", err)
 			return err
 		}

@@ -18,6 +18,41 @@ import (
 // lacks; the error names the group, the snapshot and the remedy.
 var ErrSnapshotCorrupt = errors.New("snapshot corrupt")
 
+// SnapshotCorruptError is the error New returns (wrapped, joined with the
+// other groups' errors) for a group it refuses; it matches
+// ErrSnapshotCorrupt with errors.Is. Path is the damaged snapshot's file
+// or directory.
+type SnapshotCorruptError struct {
+	Group int
+	Path  string
+	msg   string
+}
+
+func (e *SnapshotCorruptError) Error() string { return e.msg }
+func (e *SnapshotCorruptError) Unwrap() error { return ErrSnapshotCorrupt }
+
+// CorruptGroups lists the groups an error from New refused with
+// ErrSnapshotCorrupt, in the order found (nil if none).
+func CorruptGroups(err error) []*SnapshotCorruptError {
+	var out []*SnapshotCorruptError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *SnapshotCorruptError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, x := range e.Unwrap() {
+				walk(x)
+			}
+		default:
+			walk(errors.Unwrap(err))
+		}
+	}
+	walk(err)
+	return out
+}
+
 // snapshotRemedy is what an operator does about ErrSnapshotCorrupt. The
 // node's other groups share its WAL and identity, so the unit to wipe is
 // the whole data dir, and the documented paths start from there.
@@ -36,7 +71,7 @@ const snapshotRemedy = "this data dir cannot restore the group: if the group has
 // ErrSnapshotCorrupt instead (the caller prefixes the group). When every snapshot is intact it reads the
 // newest state file once (its CRC), which raft then reads again, mostly
 // from the page cache.
-func checkSnapshots(dir string, snaps *raft.FileSnapshotStore, logs raft.LogStore) error {
+func checkSnapshots(group int, dir string, snaps *raft.FileSnapshotStore, logs raft.LogStore) error {
 	metas, err := snaps.List()
 	if err != nil {
 		return fmt.Errorf("list snapshots: %w", err)
@@ -62,10 +97,12 @@ func checkSnapshots(dir string, snaps *raft.FileSnapshotStore, logs raft.LogStor
 	// The snapshot raft will restore: the first (newest) one that opens.
 	var chosen *raft.SnapshotMeta
 	var bad []string // why each newer one was skipped
+	var badPath string
 	for _, m := range metas {
 		_, rc, err := snaps.Open(m.ID)
 		if err != nil {
-			bad = append(bad, fmt.Sprintf("%s (index %d): %v", filepath.Join(snapRoot, m.ID, "state.bin"), m.Index, err))
+			badPath = filepath.Join(snapRoot, m.ID, "state.bin")
+			bad = append(bad, fmt.Sprintf("%s (index %d): %v", badPath, m.Index, err))
 			continue
 		}
 		_ = rc.Close()
@@ -75,6 +112,9 @@ func checkSnapshots(dir string, snaps *raft.FileSnapshotStore, logs raft.LogStor
 	for _, id := range unlisted {
 		idx, ok := snapshotIndexFromID(id)
 		if !ok || chosen == nil || idx > chosen.Index {
+			if badPath == "" {
+				badPath = filepath.Join(snapRoot, id)
+			}
 			bad = append(bad, fmt.Sprintf("%s: meta.json unreadable", filepath.Join(snapRoot, id)))
 		}
 	}
@@ -91,17 +131,17 @@ func checkSnapshots(dir string, snaps *raft.FileSnapshotStore, logs raft.LogStor
 		return fmt.Errorf("read log last index: %w", err)
 	}
 	if chosen == nil {
-		return fmt.Errorf("no snapshot can be read (%s); log holds %d..%d: %w; %s",
-			strings.Join(bad, "; "), first, last, ErrSnapshotCorrupt, snapshotRemedy)
+		return &SnapshotCorruptError{Group: group, Path: badPath, msg: fmt.Sprintf("no snapshot can be read (%s); log holds %d..%d: %v; %s",
+			strings.Join(bad, "; "), first, last, ErrSnapshotCorrupt, snapshotRemedy)}
 	}
 	// raft needs chosen.Index+1..last in the log (nothing if the log ends
 	// at or before the snapshot).
 	if last <= chosen.Index || first <= chosen.Index+1 {
 		return nil
 	}
-	return fmt.Errorf("newest snapshot unreadable (%s); the older snapshot %s is at index %d but the log starts at %d, so entries %d..%d are gone: %w; %s",
+	return &SnapshotCorruptError{Group: group, Path: badPath, msg: fmt.Sprintf("newest snapshot unreadable (%s); the older snapshot %s is at index %d but the log starts at %d, so entries %d..%d are gone: %v; %s",
 		strings.Join(bad, "; "), filepath.Join(snapRoot, chosen.ID), chosen.Index, first, chosen.Index+1, first-1,
-		ErrSnapshotCorrupt, snapshotRemedy)
+		ErrSnapshotCorrupt, snapshotRemedy)}
 }
 
 // snapshotIndexFromID parses the index out of a FileSnapshotStore

@@ -174,6 +174,10 @@ func TestSnapshotCorruptChild(t *testing.T) {
 		if !errors.Is(err, ErrSnapshotCorrupt) {
 			t.Fatalf("New: %v, want ErrSnapshotCorrupt", err)
 		}
+		cg := CorruptGroups(err)
+		if len(cg) != 1 || cg[0].Group != 0 || cg[0].Path == "" || !strings.Contains(err.Error(), cg[0].Path) {
+			t.Fatalf("CorruptGroups = %+v, want group 0 with the damaged path named in %v", cg, err)
+		}
 		fmt.Printf("REFUSED: %v\n", err)
 		return
 	}
