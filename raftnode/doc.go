@@ -71,7 +71,10 @@
 // (errors.Is ErrSnapshotCorrupt; CorruptGroups lists them) naming the
 // group, the damaged file, the missing entries and the remedy: wipe the
 // node's data dir and let the peers restore it, or seed a single node from
-// a backup. The cost is one extra read of the newest state file at start.
+// a backup. The check reads the newest state file once more at start
+// (mostly from the page cache afterwards); raft's restore of the snapshot
+// it verified skips its own CRC pass (checkedSnapshots), so the CRC is
+// still computed once.
 // Chosen over keeping TrailingLogs above the snapshot spacing (twice the
 // log on disk and at replay, and the spacing has no upper bound) and over
 // rejoining in place as an empty replica (a voter would forget entries and

@@ -186,3 +186,55 @@ func TestSnapshotCorruptChild(t *testing.T) {
 	eventually(t, 30*time.Second, "the group to apply its log", func() bool { return len(fsms[0].values()) > 0 })
 	t.Fatalf("New opened a group whose log does not reach its readable snapshot (FSM holds %d values)", len(fsms[0].values()))
 }
+
+// TestCheckedSnapshotsOpen: the snapshot checkSnapshots verified is served
+// once, byte for byte what the FileSnapshotStore serves, without a second
+// CRC pass; any later Open goes through the store (and its CRC check
+// again), so a file damaged after the start is still caught.
+func TestCheckedSnapshotsOpen(t *testing.T) {
+	dir := t.TempDir()
+	store, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := store.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := []byte("the state of group 0")
+	if _, err := sink.Write(payload); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	logs := raft.NewInmemStore()
+	verified, err := checkSnapshots(0, dir, store, logs)
+	if err != nil || verified == nil || verified.Index != 10 {
+		t.Fatalf("checkSnapshots = %+v, %v; want the snapshot at index 10", verified, err)
+	}
+	cs := &checkedSnapshots{FileSnapshotStore: store, dir: dir, verified: verified}
+	read := func() ([]byte, error) {
+		_, rc, err := cs.Open(verified.ID)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		return io.ReadAll(rc)
+	}
+	if got, err := read(); err != nil || string(got) != string(payload) {
+		t.Fatalf("first Open: %q, %v; want %q", got, err, payload)
+	}
+	state := filepath.Join(dir, "snapshots", verified.ID, "state.bin")
+	b, err := os.ReadFile(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if err := os.WriteFile(state, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := read(); err == nil {
+		t.Fatalf("second Open of a damaged file: %q, want the store's CRC error", got)
+	}
+}
