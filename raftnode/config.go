@@ -92,9 +92,10 @@ const (
 	// if the newest is unreadable raft falls back to the previous one (raft
 	// tries them newest first at start). That works only while the log
 	// still reaches back to the previous one (TrailingLogs at least the
-	// entries between two snapshots); with the defaults it does not, and
-	// raft then panics on the first entry it lacks (TestSnapshotFallback
-	// shows both; docs/testing.md).
+	// entries between two snapshots); with the defaults it usually does
+	// not, and New then refuses the group with ErrSnapshotCorrupt rather
+	// than let raft panic on the first entry it lacks (snapcheck.go;
+	// TestSnapshotFallback, TestSnapshotCorruptRefused).
 	DefaultSnapshotRetain = 2
 
 	// DefaultTransportTimeout: dial timeout and per-RPC I/O deadline of the

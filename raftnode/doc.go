@@ -57,6 +57,31 @@
 // replays the committed log entries that follow it; a group is bootstrapped
 // only if raft.HasExistingState reports nothing on disk.
 //
+// # A damaged snapshot
+//
+// A group keeps two snapshots (DefaultSnapshotRetain): raft skips one it
+// cannot read (CRC mismatch, unreadable meta.json) and restores the older.
+// That needs the log to reach back to the older one's index+1, which with
+// the defaults (snapshots ≥ 4,096 entries apart, 2,048 kept) it usually
+// does not, and raft then panics on the first entry it lacks. So before
+// raft.NewRaft, New does what raft would (snapcheck.go): it opens the
+// snapshots newest first through the FileSnapshotStore, which verifies the
+// CRC, and if it had to skip one and the log's FirstIndex is past the
+// readable one's index+1, it refuses the group with a SnapshotCorruptError
+// (errors.Is ErrSnapshotCorrupt; CorruptGroups lists them) naming the
+// group, the damaged file, the missing entries and the remedy: wipe the
+// node's data dir and let the peers restore it, or seed a single node from
+// a backup. The check reads the newest state file once more at start
+// (mostly from the page cache afterwards); raft's restore of the snapshot
+// it verified skips its own CRC pass (checkedSnapshots), so the CRC is
+// still computed once.
+// Chosen over keeping TrailingLogs above the snapshot spacing (twice the
+// log on disk and at replay, and the spacing has no upper bound) and over
+// rejoining in place as an empty replica (a voter would forget entries and
+// votes it acknowledged; the wiped-disk path does it safely as a new
+// incarnation). The server keeps such a node up and not ready instead of
+// exiting into a restart loop (docs/operations.md).
+//
 // # Groups added at runtime
 //
 // AddGroup creates group G (the next id: ids stay dense, 0..G-1, so

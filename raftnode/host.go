@@ -310,7 +310,20 @@ func (h *Host) buildGroup(g *group) error {
 		h.log.Info("raftnode: bootstrapped group as single voter", "group", id)
 	}
 
-	r, err := raft.NewRaft(rc, g.fsm, logs, stable, snaps, g.trans)
+	var raftSnaps raft.SnapshotStore = snaps
+	if existing {
+		// raft would panic, not fail, on a damaged newest snapshot whose
+		// predecessor the log no longer reaches (snapcheck.go).
+		verified, err := checkSnapshots(id, g.dir, snaps, logs)
+		if err != nil {
+			h.log.Error("raftnode: cannot open group", "group", id, "err", err)
+			return err
+		}
+		if verified != nil {
+			raftSnaps = &checkedSnapshots{FileSnapshotStore: snaps, dir: g.dir, verified: verified}
+		}
+	}
+	r, err := raft.NewRaft(rc, g.fsm, logs, stable, raftSnaps, g.trans)
 	if err != nil {
 		return err
 	}

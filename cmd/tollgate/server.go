@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tollgate-io/tollgate/gctune"
+	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/server"
 )
 
@@ -84,11 +86,14 @@ func runServer(cmd *cobra.Command, s *serverSettings) error {
 		}
 	}()
 	srv, err := server.New(cfg)
+	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if errors.Is(err, raftnode.ErrSnapshotCorrupt) {
+		return serveRefused(ctx, cfg.Node.HTTPAddr, log, err) // refused.go
+	}
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
 	if waitUntilReady(ctx, srv, log, 250*time.Millisecond) {
 		printBanner(cmd.OutOrStdout(), srv, cfg.Node.DataDir, cfg.Limits.Reload, s.source["default-max-series"])
 		fmt.Fprintf(cmd.OutOrStdout(), "  tls:      %s\n", serverTLSInfo(cfg.Access.TLS))
