@@ -137,15 +137,8 @@ type RateReport struct {
 	WindowSliceLen  []uint32 `protobuf:"varint,13,rep,packed,name=window_slice_len,json=windowSliceLen,proto3" json:"window_slice_len,omitempty"`
 	WindowSlices    []uint64 `protobuf:"varint,14,rep,packed,name=window_slices,json=windowSlices,proto3" json:"window_slices,omitempty"`
 	SliceAgeNanos   []int64  `protobuf:"varint,15,rep,packed,name=slice_age_nanos,json=sliceAgeNanos,proto3" json:"slice_age_nanos,omitempty"`
-	// With the bucket counts: the lease_rate of the last update this client
-	// applied for ids[i] (0: none), its share of the limit under the owner
-	// it reported to before. The old owner's lease rates add up to the limit,
-	// so a new owner knows what part of the limit the clients that have not
-	// reached it yet can still be admitting, and grants the rest at once
-	// (docs/ratelimits.md, takeover). Absent: a client that predates it.
-	HeldLeaseRate []float64 `protobuf:"fixed64,16,rep,packed,name=held_lease_rate,json=heldLeaseRate,proto3" json:"held_lease_rate,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *RateReport) Reset() {
@@ -279,13 +272,6 @@ func (x *RateReport) GetWindowSlices() []uint64 {
 func (x *RateReport) GetSliceAgeNanos() []int64 {
 	if x != nil {
 		return x.SliceAgeNanos
-	}
-	return nil
-}
-
-func (x *RateReport) GetHeldLeaseRate() []float64 {
-	if x != nil {
-		return x.HeldLeaseRate
 	}
 	return nil
 }
@@ -483,7 +469,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\xfb\x04\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xd3\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -501,8 +487,7 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x11slices_per_window\x18\f \x01(\rR\x0fslicesPerWindow\x12(\n" +
 	"\x10window_slice_len\x18\r \x03(\rR\x0ewindowSliceLen\x12#\n" +
 	"\rwindow_slices\x18\x0e \x03(\x04R\fwindowSlices\x12&\n" +
-	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\x12&\n" +
-	"\x0fheld_lease_rate\x18\x10 \x03(\x01R\rheldLeaseRate\"\xc7\x02\n" +
+	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +

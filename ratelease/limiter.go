@@ -615,13 +615,8 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 		rep.BucketStartUnixNanos, rep.BucketConsumed, rep.PrevBucketConsumed = make([]int64, 0, n), make([]uint64, 0, n), make([]uint64, 0, n)
 		rep.BucketAgeNanos = make([]int64, 0, n)
 		rep.SlicesPerWindow, rep.WindowSliceLen, rep.SliceAgeNanos = WindowSlices, make([]uint32, 0, n), make([]int64, 0, n)
-		rep.HeldLeaseRate = make([]float64, 0, n)
 		for _, id := range rep.Ids {
 			t := l.tenantByID(id)
-			// The share of the limit the owner reported to before gave
-			// this client: a new owner adds these up to know how much of
-			// the limit the clients it has not heard from yet hold.
-			rep.HeldLeaseRate = append(rep.HeldLeaseRate, math.Float64frombits(t.leaseRate.Load()))
 			// The age is a difference of two readings of this client's
 			// clock, so the owner can place the counts on its own clock
 			// whatever this one's wall clock says. A tenant not yet ticked

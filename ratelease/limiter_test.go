@@ -234,36 +234,3 @@ func TestReportWindowSlices(t *testing.T) {
 		t.Fatalf("idle: lengths %v, window_slices %v, ages %v, want [0], none, [0]", rep.WindowSliceLen, rep.WindowSlices, rep.SliceAgeNanos)
 	}
 }
-
-// TestReportHeldLeaseRate: a report that joins a stream (a new owner) carries
-// the lease rate the client last applied for each tenant, so the new owner
-// knows what part of the limit it held; later reports on the stream do not.
-func TestReportHeldLeaseRate(t *testing.T) {
-	now := time.Unix(1_800_000_000, 0)
-	l, _ := NewLimiter(LimiterConfig{Strategy: Lease, Now: func() time.Time { return now }, ClientID: 1})
-	l.Allow("a", 1)
-	l.Allow("b", 1)
-	ta := (*l.tenants.Load())["a"]
-	if _, err := l.Apply(update(ta, 100, 1000, 37.5), now); err != nil {
-		t.Fatal(err)
-	}
-	l.Tick(now)
-	st := NewReportState()
-	rep := l.Report(st, nil)
-	got := map[uint32]float64{}
-	if len(rep.HeldLeaseRate) != len(rep.Ids) {
-		t.Fatalf("held_lease_rate %v for ids %v: want one per id", rep.HeldLeaseRate, rep.Ids)
-	}
-	for i, id := range rep.Ids {
-		got[id] = rep.HeldLeaseRate[i]
-	}
-	tb := (*l.tenants.Load())["b"]
-	if got[ta.id] != 37.5 || got[tb.id] != 0 {
-		t.Errorf("held_lease_rate a=%v b=%v, want 37.5 (applied) and 0 (no lease yet)", got[ta.id], got[tb.id])
-	}
-	now = now.Add(100 * time.Millisecond)
-	l.Tick(now)
-	if rep = l.Report(st, nil); len(rep.HeldLeaseRate) != 0 {
-		t.Errorf("the stream's second report carries held_lease_rate %v, want none (only with the bucket counts)", rep.HeldLeaseRate)
-	}
-}

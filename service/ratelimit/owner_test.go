@@ -75,13 +75,6 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		{"slice lengths do not add up", func(r *api.RateReport) {
 			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 32, []uint32{2}, []uint64{1, 1, 1}, []int64{0}
 		}, ErrInvalid, "adds up to 2"},
-		{"ragged held lease rates", func(r *api.RateReport) { r.HeldLeaseRate = []float64{1, 2} }, ErrInvalid, "held_lease_rate (2)"},
-		{"held lease rates without buckets", func(r *api.RateReport) {
-			r.BucketStartUnixNanos, r.BucketConsumed, r.PrevBucketConsumed = nil, nil, nil
-			r.HeldLeaseRate = []float64{1}
-		}, ErrInvalid, "with the bucket counts"},
-		{"negative held lease rate", func(r *api.RateReport) { r.HeldLeaseRate = []float64{-1} }, ErrInvalid, "held_lease_rate[0]"},
-		{"NaN held lease rate", func(r *api.RateReport) { r.HeldLeaseRate = []float64{math.NaN()} }, ErrInvalid, "held_lease_rate[0]"},
 		{"negative slice age", func(r *api.RateReport) {
 			r.SlicesPerWindow, r.WindowSliceLen, r.WindowSlices, r.SliceAgeNanos = 32, []uint32{1}, []uint64{1}, []int64{-1}
 		}, ErrInvalid, "slice_age_nanos[0]"},

@@ -217,6 +217,9 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			// be admitting: nothing accumulates in the bucket meanwhile, or
 			// it would be granted as a burst when the guard ends.
 			top := t.rate * dt
+			if ns+int64(dt*1e9) >= t.guardUntil {
+				top = 0 // the last guarded tick: the carry would be a burst
+			}
 			t.level = min(t.level, top)
 			t.avail = max(0, t.level+t.rate*dt)
 			// And the reporters' last second (seeded from their window
@@ -370,14 +373,6 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			}
 			if e.bucketP > 0 && span > 0 {
 				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9)
-				if e.heldRate > 0 {
-					// The rate its previous owner granted it, exactly:
-					// the counts' average also spans the time the owner
-					// was gone, when the client admitted less, and held
-					// the reporters of a busy key to 0.8–0.9× the limit
-					// for the whole guard.
-					e.guardRate = e.heldRate
-				}
 			}
 			// Charge the bucket with what this client admitted in the
 			// sliding window: at the limit, that empties it (a new client;
@@ -392,15 +387,7 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 				// takeover; what a client admitted failing open).
 				t.sw.seed(e, ns, asked)
 			case ns < t.guardUntil && e.guardRate >= 0:
-				if !t.takeover {
-					t.level = min(t.level, 0)
-				}
 				t.takeover = true
-				// A new stream's demand starts at 0 and takes a few
-				// periods to rise: the rate it was admitting at is a
-				// floor for it, or the first grants go by the order of
-				// the first reports.
-				e.demand = max(e.demand, e.guardRate)
 				t.seedRecent(e, ns, asked)
 			default:
 				t.level -= max(0, e.windowCount(t.curStart, t.window, ns)-asked)

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"cmp"
 	"fmt"
-	"math"
 	"slices"
 	"sync"
 	"time"
@@ -96,9 +95,6 @@ type tickState struct {
 	// within guardBase + guardRate × (time since guardFrom + a period).
 	guardFrom int64
 	guardBase uint64
-	// heldRate: the lease rate the client last had from its previous
-	// owner (held_lease_rate, first report on a stream); < 0: not sent.
-	heldRate float64
 	// sliding tenants: the cap sent at the tick before the last (e.cap),
 	// what the client holds, what its demand asks for, and its part of
 	// what the owner counts as held.
@@ -225,16 +221,6 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 			}
 		}
 	}
-	if len(r.HeldLeaseRate) > 0 {
-		if !withBuckets || len(r.HeldLeaseRate) != n {
-			return fmt.Errorf("%w: held_lease_rate (%d) must be one per id (%d ids), with the bucket counts", ErrInvalid, len(r.HeldLeaseRate), n)
-		}
-		for i, v := range r.HeldLeaseRate {
-			if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-				return fmt.Errorf("%w: held_lease_rate[%d] = %v, want a finite rate ≥ 0", ErrInvalid, i, v)
-			}
-		}
-	}
 	if len(r.NewIds) != len(r.NewNames) {
 		return fmt.Errorf("%w: %d new ids but %d new names", ErrInvalid, len(r.NewIds), len(r.NewNames))
 	}
@@ -320,10 +306,6 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 				e.bucketAge = r.BucketAgeNanos[i]
 			}
 			e.slices, e.sliceK, e.sliceAge = e.slices[:0], 0, 0
-			e.heldRate = -1
-			if len(r.HeldLeaseRate) > 0 {
-				e.heldRate = r.HeldLeaseRate[i]
-			}
 			if withSlices {
 				l := int(r.WindowSliceLen[i])
 				e.slices = append(e.slices, r.WindowSlices[off:off+l]...)
