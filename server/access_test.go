@@ -88,6 +88,7 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Admin_RestoreGroup_FullMethodName:          &api.RestoreChunk{},
 	api.Admin_DropTenant_FullMethodName:            &api.DropTenantRequest{},
 	api.Admin_DrainNode_FullMethodName:             &api.DrainNodeRequest{},
+	api.Admin_RaiseGroups_FullMethodName:           &api.RaiseGroupsRequest{}, // To 0: refused as a lowering, nothing changes
 	api.Config_GetLimits_FullMethodName:            &api.GetLimitsRequest{},
 	api.Config_SetLimits_FullMethodName:            &api.SetLimitsRequest{},
 	api.Config_ApplyLimits_FullMethodName:          &api.ApplyLimitsRequest{},
