@@ -25,8 +25,11 @@
 #     this says what two bursts 600 ms apart get through.)
 # Then it prints medians and Tollgate ÷ Gubernator ratios.
 #
-# Gubernator's member-list discovery keys peers by IP, so the three instances
-# listen on 127.0.0.2–127.0.0.4 (all loopback on Linux), same ports.
+# Gubernator's member-list discovery keys peers by IP and names a member by
+# the host name, so the three instances listen on 127.0.0.2–127.0.0.4 (all
+# loopback on Linux, same ports) and each runs in its own UTS namespace with
+# its own host name (`unshare --uts`, as root); without that, the three never
+# join (memberlist: "Conflicting address") and each decides alone.
 #
 # Usage: scripts/peer-gubernator.sh [rounds] [duration]  (default 3 rounds of 5s)
 # Environment: RATES="300 800", CONC=32, PEER_GOBIN (reuse an installed
@@ -73,12 +76,13 @@ wait_port() { # host port what
 
 start_guber() { # ip known-node-ip log
   (
+    name=guber-${1//./-}
     export GUBER_GRPC_ADDRESS=$1:$g_grpc GUBER_HTTP_ADDRESS=$1:$g_http GUBER_ADVERTISE_ADDRESS=$1:$g_grpc
     export GUBER_MEMBERLIST_ADDRESS=$1:$g_ml GUBER_MEMBERLIST_BIND_ADDRESS=$1:$g_ml
     export GUBER_MEMBERLIST_KNOWN_NODES=$2:$g_ml GUBER_LOG_LEVEL=warn
-    # No trace collector here: export no spans.
+    # No trace collector runs here: export no spans.
     export OTEL_TRACES_EXPORTER=none OTEL_SDK_DISABLED=true
-    exec "$gobin/gubernator"
+    exec unshare --uts sh -c "hostname $name && exec $gobin/gubernator"
   ) > "$3" 2>&1 &
   pids+=("$!")
   wait_port "$1" $g_grpc "gubernator on $1" || { cat "$3" >&2; exit 1; }
@@ -116,10 +120,12 @@ for i in $(seq 20); do
   [ "$i" = 20 ] && { echo "Tollgate does not decide with bench.yaml" >&2; cat "$dir/tollgate.log" >&2; exit 1; }
   sleep 0.5
 done
+command -v unshare >/dev/null || { echo "peer-gubernator.sh needs unshare (util-linux)" >&2; exit 1; }
 for i in $(seq 40); do
+  [ "$(curl -s http://127.0.0.2:$g_http/v1/HealthCheck | jq .peer_count)" = 3 ] &&
   $gb --addr "$g3_addr" --key "check$i" --rate 50 --duration 1s | jq -e '.errors == 0' >/dev/null &&
     $gb --addr "$g1_addr" --key "check$i" --rate 50 --duration 1s | jq -e '.errors == 0' >/dev/null && break
-  [ "$i" = 40 ] && { echo "Gubernator does not answer without errors" >&2; tail "$dir"/g*.log >&2; exit 1; }
+  [ "$i" = 40 ] && { echo "Gubernator ×3 has not 3 peers or fails calls" >&2; tail "$dir"/g*.log >&2; exit 1; }
   sleep 0.5
 done
 
@@ -130,7 +136,7 @@ run() { # name args...
     tollgate) res=$($tg envoybench --addr $tg_grpc --pid "$tg_pid" --json "${tgargs[@]}" 2>"$dir/err") ;;
     guber1) res=$($gb --addr "$g1_addr" --pid "$g1_pid" "${gbargs[@]}" 2>"$dir/err") ;;
     guber3) res=$($gb --addr "$g3_addr" --pid "$g3a,$g3b,$g3c" "${gbargs[@]}" 2>"$dir/err") ;;
-  esac || { echo "round $round, $name, ${tgargs[*]}: $(cat "$dir/err")" >&2; return 0; }
+  esac || { echo "round $round, $name, ${gbargs[*]}: $(cat "$dir/err")" >&2; return 0; }
   jq -c --arg s "$name" --arg r "$round" '. + {server: $s, round: ($r|tonumber)}' <<<"$res" >> "$out"
 }
 all() { # the order rotates by round
