@@ -237,6 +237,21 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 		from.History = r.PrevBucketConsumed[0]
 	}
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
+	// An asker whose report has not been folded in yet (it reaches the
+	// owner within a report period, after a takeover or when the owner
+	// recycled the key) waits here for it, up to three periods, rather than
+	// being refused: a refusal would reach Envoy as OVER_LIMIT for a request
+	// the window has room for.
+	for wait := time.Now().Add(3 * s.o.cfg.Period); err == nil && res.Unseen && time.Now().Before(wait); {
+		select {
+		case <-ctx.Done():
+			return nil, status.FromContextError(ctx.Err()).Err()
+		case <-s.closing:
+			return nil, status.Error(codes.Unavailable, "node is shutting down; ask the new owner")
+		case <-time.After(res.NextFree):
+		}
+		res, err = s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
+	}
 	switch {
 	case errors.Is(err, ErrNotOwner):
 		id, addr := s.cfg.LeaderOf(g)

@@ -269,6 +269,10 @@ type AdmitResult struct {
 	// leaves the window (0 when none is in it).
 	Remaining uint64
 	NextFree  time.Duration
+	// Unseen: not decided, because the asker says it admitted tokens in
+	// the window that this owner has not counted yet (its stream's first
+	// report has not been folded in); ask again after NextFree.
+	Unseen bool
 }
 
 // Asker is the client asking Admit: its id and, for the key, its consumed
@@ -335,7 +339,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		// asks reach the new owner before the reports do. Deciding
 		// without them could admit the limit twice; it asks again in
 		// askMargin.
-		return AdmitResult{NextFree: askMargin(o.cfg.Period)}, nil
+		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
 	}
 	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
