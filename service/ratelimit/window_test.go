@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sort"
@@ -423,5 +424,50 @@ func TestSlidingShortWindowNoExtension(t *testing.T) {
 		if (got.LeaseRate[0] > 0) != c.ext {
 			t.Errorf("%d per %v: lease_rate %g, want extension %v", c.limit, c.unit, got.LeaseRate[0], c.ext)
 		}
+	}
+}
+
+// TestServiceAdmitWaitsForTheReport: the RateAdmit service does not answer
+// an unseen asker's ask with a refusal at once (Envoy would see OVER_LIMIT
+// with room in the window): it waits for the asker's report, up to three
+// report periods, and decides with it; with no report by then it refuses,
+// saying when to ask again.
+func TestServiceAdmitWaitsForTheReport(t *testing.T) {
+	svc, err := NewService(ServiceConfig{
+		Owner:    Config{Sliding: func(string) bool { return true }},
+		Owns:     func(int) bool { return true },
+		LeaderOf: func(int) (string, string) { return "", "" },
+	}, 64, 4, func(string) (float64, int64) { return 10.0 / 60, 10 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(id uint64, history uint64) *api.RateUpdate {
+		t.Helper()
+		u, err := svc.Admit(context.Background(), &api.RateReport{ClientId: id, NewNames: []string{"k"}, ConsumedTotal: []uint64{1},
+			PrevBucketConsumed: []uint64{history}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	// No report ever comes: refused after the wait, ask again soon.
+	if u := ask(7, 9); u.Cap[0] != 0 || time.Duration(u.BlockedForNanos[0]) != askMargin(svc.o.cfg.Period) {
+		t.Fatalf("unseen asker, no report: %v; want refused, ask again in %v", u, askMargin(svc.o.cfg.Period))
+	}
+	// Client 8's report (3 admitted in the window) arrives while it waits.
+	go func() {
+		time.Sleep(svc.o.cfg.Period / 2)
+		now := time.Now()
+		s := svc.o.NewSession()
+		if err := s.Absorb(&api.RateReport{ClientId: 8, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE, NewIds: []uint32{1}, NewNames: []string{"k"},
+			Ids: []uint32{1}, ConsumedTotal: []uint64{3}, OfferedTotal: []uint64{3}, BucketStartUnixNanos: []int64{0}, BucketConsumed: []uint64{3},
+			PrevBucketConsumed: []uint64{0}, BucketAgeNanos: []int64{0}, SlicesPerWindow: 32, WindowSliceLen: []uint32{1}, WindowSlices: []uint64{3},
+			SliceAgeNanos: []int64{0}}, now); err != nil {
+			t.Error(err)
+		}
+		svc.o.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+	}()
+	if u := ask(8, 3); u.Cap[0] != 1 {
+		t.Fatalf("unseen asker whose report came while it waited: %v; want admitted (3 of 10 in the window)", u)
 	}
 }
