@@ -200,3 +200,27 @@ func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
 		}
 	}
 }
+
+// TestNewGroupFSMModulesMatchTheList: a group a raise adds at runtime lists
+// its FSM modules by hand (the components' per-group modules exist only for
+// the groups the node started with); they must be the ones the component
+// list gives any group but 0, in the same order, or its log and snapshots
+// would not replay into the state a restarted node builds.
+func TestNewGroupFSMModulesMatchTheList(t *testing.T) {
+	s, _ := startServer(t, t.TempDir(), nil)
+	defer stop(t, s)
+	f, err := s.newGroupFSM(s.cfg.Layout.Groups, s.cfg.Layout.Groups+1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want []string
+	for _, m := range f.Config().Modules {
+		got = append(got, m.Name())
+	}
+	for _, m := range s.fsmModules(1) {
+		want = append(want, m.Name())
+	}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("a runtime group's modules %v, the component list's %v", got, want)
+	}
+}
