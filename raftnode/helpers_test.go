@@ -83,6 +83,28 @@ func (f *sumFSM) values() []uint64 {
 	return slices.Clone(f.vals)
 }
 
+// distinct returns the applied values with every repeat of a value dropped
+// (first occurrence kept). applyRetry retries an apply whose leader lost
+// leadership before it learned the outcome (raft.ErrLeadershipLost); the
+// first attempt may still commit under the next leader, so a retried value
+// can be applied twice: at-least-once, as for any raft client without
+// idempotency keys (seen in CI: [... 3000 3000 3001 ...] after a leader
+// restart). Tests that apply distinct values through applyRetry on several
+// hosts compare distinct(), and compare whole logs only node against node.
+func (f *sumFSM) distinct() []uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	seen := make(map[uint64]bool, len(f.vals))
+	out := make([]uint64, 0, len(f.vals))
+	for _, v := range f.vals {
+		if !seen[v] {
+			seen[v] = true
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 func (f *sumFSM) restoreCount() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

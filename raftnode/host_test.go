@@ -173,7 +173,7 @@ func TestSingleNodeRestart(t *testing.T) {
 			// Followers of nothing: the leader applies synchronously before the
 			// future resolves, so the FSMs are exact now.
 			for g := 0; g < G; g++ {
-				if got := fs[g].values(); !slices.Equal(got, want[g]) {
+				if got := fs[g].distinct(); !slices.Equal(got, want[g]) {
 					t.Fatalf("group %d before restart: %v, want %v", g, got, want[g])
 				}
 			}
@@ -198,7 +198,7 @@ func TestSingleNodeRestart(t *testing.T) {
 			h2 := mustNew(t, cfg, fs2)
 			waitReady(t, h2, 30*time.Second)
 			for g := 0; g < G; g++ {
-				if got := fs2[g].values(); !slices.Equal(got, want[g]) {
+				if got := fs2[g].distinct(); !slices.Equal(got, want[g]) {
 					t.Fatalf("group %d after restart: %v, want %v", g, got, want[g])
 				}
 				wantRestores := 0
@@ -324,7 +324,7 @@ func TestThreeNodeCluster(t *testing.T) {
 				for g := 0; g < G; g++ {
 					for _, i := range alive {
 						eventually(t, 30*time.Second, "replication", func() bool {
-							return slices.Equal(fsms[i][g].values(), want[g])
+							return slices.Equal(fsms[i][g].distinct(), want[g])
 						})
 					}
 				}
@@ -370,7 +370,7 @@ func TestThreeNodeCluster(t *testing.T) {
 			converged(aliveIdx)
 			// The killed node saw all of the first round.
 			for g := 0; g < G; g++ {
-				if got := fsms[killed][g].values(); !slices.Equal(got, want[g][:10]) {
+				if got := fsms[killed][g].distinct(); !slices.Equal(got, want[g][:10]) {
 					t.Fatalf("killed node group %d: %v", g, got)
 				}
 			}
@@ -400,7 +400,7 @@ func TestRestartWithoutWrites(t *testing.T) {
 		h := mustNew(t, cfg, fs)
 		waitReady(t, h, 30*time.Second)
 		for g := range want {
-			if got := fs[g].values(); !slices.Equal(got, want[g]) {
+			if got := fs[g].distinct(); !slices.Equal(got, want[g]) {
 				t.Fatalf("round %d group %d: %v, want %v", round, g, got, want[g])
 			}
 			switch round {
@@ -544,7 +544,7 @@ func TestSnapshotForRestart(t *testing.T) {
 	defer h2.Shutdown()
 	waitReady(t, h2, 30*time.Second)
 	for g := range G {
-		if got := fs2[g].values(); !slices.Equal(got, want[g]) {
+		if got := fs2[g].distinct(); !slices.Equal(got, want[g]) {
 			t.Fatalf("group %d after restart: %v, want %v", g, got, want[g])
 		}
 		if got, wantR := fs2[g].restoreCount(), 1; got != wantR {

@@ -56,7 +56,7 @@ func TestRecoverGroup(t *testing.T) {
 	apply(10)
 	survivor := hosts[2]
 	eventually(t, 30*time.Second, "replication to the survivor", func() bool {
-		return slices.Equal(fsms[2][0].values(), want[0])
+		return slices.Equal(fsms[2][0].distinct(), want[0])
 	})
 	if err := survivor.Raft(0).Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot of group 0: %v", err)
