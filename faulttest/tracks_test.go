@@ -3,7 +3,6 @@ package faulttest
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"slices"
 	"strings"
@@ -93,35 +92,12 @@ func (th *trackHistory) trackPartition(ctx context.Context, cl *clientlib.Client
 }
 
 // key is the history key of tenant's partition p.
-func (th *trackHistory) key(tenant string, p int) string {
-	return fmt.Sprintf("%s#%d", tenant, p)
-}
+func (th *trackHistory) key(tenant string, p int) string { return history.TrackKey(tenant, p) }
 
 // overLimit checks that no tenant had more distinct series acknowledged
 // (accepted by an answered call) than its limit.
 func (th *trackHistory) overLimit(ops []history.Op) error {
-	acked := map[string]map[uint64]bool{}
-	for _, op := range ops {
-		if op.Kind != history.KindTrack || (op.Outcome != history.OK && op.Outcome != history.Rejected) {
-			continue
-		}
-		tenant, _, _ := strings.Cut(op.Key, "#")
-		if acked[tenant] == nil {
-			acked[tenant] = map[uint64]bool{}
-		}
-		for _, h := range op.Hashes {
-			if !slices.Contains(op.Rejected, h) {
-				acked[tenant][h] = true
-			}
-		}
-	}
-	var errs []error
-	for _, tenant := range slices.Sorted(maps.Keys(acked)) {
-		if l := th.limits[tenant]; l > 0 && len(acked[tenant]) > l {
-			errs = append(errs, fmt.Errorf("history: tenant %s: %d distinct series acknowledged, over its limit %d", tenant, len(acked[tenant]), l))
-		}
-	}
-	return errors.Join(errs...)
+	return history.OverLimit(ops, func(tenant string) int { return th.limits[tenant] })
 }
 
 func (th *trackHistory) end(cl *clientlib.Client, opened uint64, calls []*history.Call, parts []int, byPart map[int][]uint64, rej []uint64, err error) {

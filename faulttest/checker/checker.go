@@ -26,6 +26,7 @@ package checker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -387,7 +388,7 @@ func (ck *Checker) send(rng *rand.Rand, client, ti, g, p int, batch []uint64) bo
 		sent := time.Now()
 		var call *history.Call
 		if ck.cfg.History != nil {
-			call = ck.cfg.History.Begin(client, history.Op{Kind: history.KindTrack, Key: req.Tenant, Hashes: batch})
+			call = ck.cfg.History.Begin(client, history.Op{Kind: history.KindTrack, Key: history.TrackKey(req.Tenant, p), Hashes: batch})
 		}
 		resp, err := api.NewTrackerClient(ck.c.Conn(addr)).TrackSeries(ctx, req)
 		cancel()
@@ -777,7 +778,10 @@ func (ck *Checker) CheckHistory(htmlPath string, timeout time.Duration) error {
 		}
 	}
 	ck.mu.Unlock()
-	return history.Check(history.TrackingModel(func(tenant string) int { return limits[tenant] }), h.Ops(), htmlPath, timeout)
+	// Keyed per partition, the limit checked apart (history.TrackKey).
+	return errors.Join(
+		history.Check(history.TrackingModel(func(string) int { return 0 }), h.Ops(), htmlPath, timeout),
+		history.OverLimit(h.Ops(), func(tenant string) int { return limits[tenant] }))
 }
 
 // ErrSummary counts the failed attempts by gRPC code, for logs.

@@ -51,7 +51,11 @@ func Check(m Model, ops []Op, htmlPath string, timeout time.Duration) error {
 	if len(badOps) > 0 {
 		_, info = porcupine.CheckOperationsVerbose(m.pm, badOps, timeout)
 	}
-	err := fmt.Errorf("history: %s: %w (%d operations; keys %q)", m.name, ErrNotLinearizable, len(hist), bad)
+	shown, more := bad, ""
+	if len(shown) > 20 { // a broken build fails hundreds of keys
+		shown, more = shown[:20], fmt.Sprintf(" and %d more", len(bad)-20)
+	}
+	err := fmt.Errorf("history: %s: %w (%d operations; keys %q%s)", m.name, ErrNotLinearizable, len(hist), shown, more)
 	if htmlPath != "" {
 		if verr := porcupine.VisualizePath(m.pm, info, htmlPath); verr != nil {
 			return fmt.Errorf("%w; visualisation: %w", err, verr)

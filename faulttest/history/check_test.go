@@ -210,3 +210,28 @@ func TestCheckFiltersKinds(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestOverLimit: the limit checked apart from the per-partition keys counts
+// distinct acknowledged series per tenant (the part before '#'), ignores
+// refused hashes and unknown outcomes, and names the tenant over it.
+func TestOverLimit(t *testing.T) {
+	if got := TrackKey("t-a", 17); got != "t-a#17" {
+		t.Fatalf("TrackKey = %q, want t-a#17", got)
+	}
+	ops := []Op{
+		tr(0, 0, 1, TrackKey("a", 1), []uint64{1, 2}, OK),
+		tr(0, 2, 3, TrackKey("a", 2), []uint64{3, 4}, Rejected, 4),
+		tr(1, 2, 3, TrackKey("a", 1), []uint64{1, 2}, OK), // the same series again
+		tr(1, 4, 5, TrackKey("a", 3), []uint64{5}, Unknown),
+		tr(1, 4, 5, TrackKey("b", 3), []uint64{6, 7}, OK),
+	}
+	limits := map[string]int{"a": 3, "b": 2}
+	if err := OverLimit(ops, func(tenant string) int { return limits[tenant] }); err != nil {
+		t.Fatalf("within the limits: %v", err)
+	}
+	limits["a"], limits["b"] = 2, 0 // b: no limit
+	err := OverLimit(ops, func(tenant string) int { return limits[tenant] })
+	if err == nil || !strings.Contains(err.Error(), "tenant a: 3 distinct series acknowledged, over its limit 2") || strings.Contains(err.Error(), "tenant b") {
+		t.Fatalf("a over its limit: got %v", err)
+	}
+}

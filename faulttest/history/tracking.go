@@ -1,8 +1,11 @@
 package history
 
 import (
+	"errors"
 	"fmt"
+	"maps"
 	"slices"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -86,4 +89,50 @@ func describeTrack(input, _ any) string {
 		return fmt.Sprintf("track(%x) → rejected %x", op.Hashes, op.Rejected)
 	}
 	return fmt.Sprintf("track(%x) → %s %s", op.Hashes, op.Outcome, op.Err)
+}
+
+// TrackKey is the history key of tenant's partition p: "tenant#p".
+//
+// A tracking request names one partition, and whether a series may be
+// refused depends only on the operations on that series (one partition),
+// so keying by partition and checking the limit apart (OverLimit) is
+// exactly the tracking model per tenant: the limit depends only on how
+// many distinct series were acknowledged, not in which order (every state
+// a linearisation passes through is a subset of the last one). It also
+// keeps checking tractable: keyed by tenant, each step copies the whole
+// tenant's set, and a 4-minute fault run (125,000 requests, 790,000 series)
+// outgrew 6 GB, where keyed by partition it checked in 7 s and 1.5 GB.
+func TrackKey(tenant string, p int) string { return fmt.Sprintf("%s#%d", tenant, p) }
+
+// OverLimit checks that no tenant had more distinct series acknowledged
+// (accepted by an answered request) than limit(tenant) (0 or less: no
+// limit), for KindTrack operations keyed by TrackKey (or by tenant).
+// limit must return the highest limit the tenant had during the history.
+// A tenant over its limit is a violation of the tracking model, so the
+// error wraps ErrNotLinearizable; it names the tenant and the counts (no
+// visualisation: drawing a whole tenant is what the per-partition keys
+// avoid).
+func OverLimit(ops []Op, limit func(tenant string) int) error {
+	acked := map[string]map[uint64]bool{}
+	for _, op := range ops {
+		if op.Kind != KindTrack || (op.Outcome != OK && op.Outcome != Rejected) {
+			continue
+		}
+		tenant, _, _ := strings.Cut(op.Key, "#")
+		if acked[tenant] == nil {
+			acked[tenant] = map[uint64]bool{}
+		}
+		for _, h := range op.Hashes {
+			if !slices.Contains(op.Rejected, h) {
+				acked[tenant][h] = true
+			}
+		}
+	}
+	var errs []error
+	for _, tenant := range slices.Sorted(maps.Keys(acked)) {
+		if l := limit(tenant); l > 0 && len(acked[tenant]) > l {
+			errs = append(errs, fmt.Errorf("history: tracking: tenant %s: %d distinct series acknowledged, over its limit %d: %w", tenant, len(acked[tenant]), l, ErrNotLinearizable))
+		}
+	}
+	return errors.Join(errs...)
 }
