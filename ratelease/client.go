@@ -206,6 +206,14 @@ func (c *Client) applyView(v *api.ClusterView) {
 	for g, addr := range leaders {
 		if g < len(c.leaders) && c.leaders[g] != addr {
 			delete(c.hints, g) // the view moved on: trust it again
+			// A node the view now names a group's new leader is no
+			// longer passed over: its stream may have ended while it
+			// was still a follower (during the election), and waiting
+			// out avoidFor would keep the group's tenants off their new
+			// owner for up to 3 s after a failover.
+			if addr != "" {
+				delete(c.avoid, addr)
+			}
 		}
 	}
 	c.leaders = leaders
