@@ -90,20 +90,7 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 	for round := 1; round <= 2; round++ {
 		g := rand.IntN(groups)
 		l := c.waitLeader(g, nil)
-		peers, err := c.listPeers(l, g)
-		if err != nil {
-			t.Fatalf("ListPeers(%d): %v", g, err)
-		}
-		var victim *api.Peer
-		for _, p := range peers {
-			if p.Suffrage == "Voter" && p.Id != l.id {
-				victim = p
-				break
-			}
-		}
-		if victim == nil {
-			t.Fatalf("group %d: no follower voter in %v", g, peers)
-		}
+		victim := followerVoter(t, c, g, l)
 		// Ask a node other than the leader: the call must be forwarded.
 		via := c.nodes[(l.idx+1+rand.IntN(2))%3]
 
@@ -153,6 +140,22 @@ func TestMembershipChangesUnderLoad(t *testing.T) {
 		waitVoters(t, c, g, 3)
 	}
 	ck.finish()
+}
+
+// followerVoter returns a voter of group g other than its leader l.
+func followerVoter(t *testing.T, c *cluster, g int, l *node) *api.Peer {
+	t.Helper()
+	peers, err := c.listPeers(l, g)
+	if err != nil {
+		t.Fatalf("ListPeers(%d): %v", g, err)
+	}
+	for _, p := range peers {
+		if p.Suffrage == "Voter" && p.Id != l.id {
+			return p
+		}
+	}
+	t.Fatalf("group %d: no follower voter in %v", g, peers)
+	return nil
 }
 
 // adminRetry calls an admin RPC until it succeeds, retrying the codes that

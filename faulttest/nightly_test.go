@@ -164,20 +164,7 @@ func TestNightly(t *testing.T) {
 		}},
 		{"membership", func() string {
 			g, l := leaderOfRandomGroup()
-			peers, err := c.listPeers(l, g)
-			if err != nil {
-				t.Fatalf("ListPeers(%d): %v", g, err)
-			}
-			var victim *api.Peer
-			for _, p := range peers {
-				if p.Suffrage == "Voter" && p.Id != l.id {
-					victim = p
-					break
-				}
-			}
-			if victim == nil {
-				t.Fatalf("group %d: no follower voter in %v", g, peers)
-			}
+			victim := followerVoter(t, c, g, l)
 			via := pick(c.nodes)
 			adminRetry(t, "RemoveServer", func(ctx context.Context) error {
 				_, err := c.admin(via).RemoveServer(ctx, &api.RemoveServerRequest{Group: uint32(g), Id: victim.Id})
