@@ -26,8 +26,12 @@ type clientLoad struct {
 	t    *testing.T
 	cl   *clientlib.Client
 	th   *trackHistory // nil: not recorded
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// checkOnClose: close checks th (startClientLoad's own history);
+	// a caller that passed its own checks it itself.
+	checkOnClose bool
+	closeOnce    sync.Once
+	stop         chan struct{}
+	wg           sync.WaitGroup
 
 	mu       sync.Mutex
 	samples  []loadSample
@@ -41,9 +45,14 @@ type loadSample struct {
 	lat   time.Duration
 }
 
+// startClientLoad is startRecordedLoad with a history of its own (no
+// limit: the clusters these tests start have none, so the tracking model
+// checks that no acknowledged series is refused later), checked by close.
 func startClientLoad(t *testing.T, c *cluster, workers int) *clientLoad {
 	t.Helper()
-	return startRecordedLoad(t, c, workers, nil)
+	l := startRecordedLoad(t, c, workers, c.recordTracks(map[string]int{"zd-0": 0, "zd-1": 0, "zd-2": 0, "zd-3": 0}))
+	l.checkOnClose = true
+	return l
 }
 
 // startRecordedLoad is startClientLoad with every request recorded in th
@@ -106,14 +115,17 @@ func (l *clientLoad) worker(w int) {
 	}
 }
 
+// close stops the workers and, for startClientLoad's own history, checks
+// it (a violation fails the test). Safe to call more than once.
 func (l *clientLoad) close() {
-	select {
-	case <-l.stop:
-	default:
+	l.closeOnce.Do(func() {
 		close(l.stop)
-	}
-	l.wg.Wait()
-	_ = l.cl.Close()
+		l.wg.Wait()
+		_ = l.cl.Close()
+		if l.checkOnClose {
+			l.th.check()
+		}
+	})
 }
 
 // p99 of the requests that started in [from, to).

@@ -10,9 +10,9 @@ import (
 	"github.com/anishathalye/porcupine"
 )
 
-// trackState is a key's set of active series, sorted; never mutated once
-// built, as porcupine requires.
-type trackState []uint64
+// trackState is a key's set of active series (immutable, as porcupine
+// requires; pset shares structure between steps).
+type trackState = pset
 
 // TrackingModel checks KindTrack operations per key against a set of active
 // series with limit(key) (0 or less: no limit). limit must return the highest
@@ -30,25 +30,19 @@ func TrackingModel(limit func(key string) int) Model {
 	noEffect := func(op Op) bool { return op.Outcome != OK && op.Outcome != Rejected }
 	return Model{name: "tracking", kinds: []Kind{KindTrack}, skip: noEffect, pm: porcupine.Model{
 		Partition: partitionByKey,
-		Init:      func() any { return trackState(nil) },
+		Init:      func() any { return trackState{} },
 		Step: func(state, input, _ any) (bool, any) {
 			return stepTrack(state.(trackState), input.(Op), limit)
 		},
-		Equal: func(a, b any) bool { return slices.Equal(a.(trackState), b.(trackState)) },
-		Hash: func(s any) uint64 {
-			h := uint64(14695981039346656037) // FNV-1a over the hashes
-			for _, x := range s.(trackState) {
-				h = (h ^ x) * 1099511628211
-			}
-			return h
-		},
+		Equal:             func(a, b any) bool { return a.(trackState).equal(b.(trackState)) },
+		Hash:              func(s any) uint64 { return s.(trackState).sum },
 		DescribeOperation: describeTrack,
 		DescribeState: func(s any) string {
 			st := s.(trackState)
-			if len(st) > 8 {
-				return fmt.Sprintf("%d active: %x …", len(st), []uint64(st[:8]))
+			if st.Len() > 8 {
+				return fmt.Sprintf("%d active: %x …", st.Len(), st.some(8))
 			}
-			return fmt.Sprintf("%d active: %x", len(st), []uint64(st))
+			return fmt.Sprintf("%d active: %x", st.Len(), st.some(8))
 		},
 	}}
 }
@@ -59,22 +53,16 @@ func stepTrack(st trackState, op Op, limit func(string) int) (bool, any) {
 	}
 	next := st
 	for _, h := range op.Hashes {
-		_, active := slices.BinarySearch(st, h)
+		active := st.Contains(h)
 		refused := slices.Contains(op.Rejected, h)
 		switch {
 		case active && refused:
 			return false, st // an active series was refused
 		case !active && !refused:
-			i, dup := slices.BinarySearch(next, h)
-			if !dup {
-				if len(next) == len(st) {
-					next = slices.Clone(st) // copy on first change
-				}
-				next = slices.Insert(next, i, h)
-			}
+			next = next.Insert(h)
 		}
 	}
-	if l := limit(op.Key); l > 0 && len(next) > l {
+	if l := limit(op.Key); l > 0 && next.Len() > l {
 		return false, st // accepted past the limit
 	}
 	return true, next
