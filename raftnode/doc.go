@@ -41,7 +41,7 @@
 //	  groups           the group list, once a group was added at runtime
 //	  group-0/
 //	    raft.db        raft-boltdb/v2: stable store only (term, vote)
-//	    snapshots/     raft file snapshot store (<term>-<index>-<ms>/{meta.json,state.bin})
+//	    snapshots/     snapshot store in raft's file format (<term>-<index>-<ms>/{meta.json,state.bin}; snapstore.go)
 //	  group-1/
 //	  ...
 //
@@ -65,8 +65,9 @@
 // the defaults (snapshots ≥ 4,096 entries apart, 2,048 kept) it usually
 // does not, and raft then panics on the first entry it lacks. So before
 // raft.NewRaft, New does what raft would (snapcheck.go): it opens the
-// snapshots newest first through the FileSnapshotStore, which verifies the
-// CRC, and if it had to skip one and the log's FirstIndex is past the
+// snapshots newest first through the snapshot store (snapstore.go: raft's
+// FileSnapshotStore format, on the log's file layer, with the new
+// directory synced before its rename), which verifies the CRC, and if it had to skip one and the log's FirstIndex is past the
 // readable one's index+1, it refuses the group with a SnapshotCorruptError
 // (errors.Is ErrSnapshotCorrupt; CorruptGroups lists them) naming the
 // group, the damaged file, the missing entries and the remedy: wipe the

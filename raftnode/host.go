@@ -40,6 +40,7 @@ type Host struct {
 	closing      chan struct{} // closed when Shutdown starts
 	disk         *diskState    // write health of DataDir (disk.go)
 	wal          *wal.WAL      // every group's raft log (package wal)
+	fs           wal.FS        // the log's and the snapshots' file layer
 	bg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -56,8 +57,8 @@ type group struct {
 	// held is set while raft's loop is parked in a stable-store write that
 	// the disk refuses (disk.go); Shutdown does not wait for such a group.
 	held      atomic.Bool
-	abandoned bool // Shutdown gave up on it (held); set by shutdown only
-	snaps     *raft.FileSnapshotStore
+	abandoned bool       // Shutdown gave up on it (held); set by shutdown only
+	snaps     *snapStore // <dir>/snapshots, on the log's file layer
 	fsm       *trackingFSM
 	raft      *raft.Raft
 
@@ -135,7 +136,12 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		closing: make(chan struct{}),
 		disk:    newDiskState(cfg.DataDir),
 	}
-	w, err := wal.Open(walDir(cfg.DataDir), walOptions(cfg.DataDir, cfg.NoSync))
+	wo := walOptions(cfg.DataDir, cfg.NoSync)
+	h.fs = wo.FS
+	if h.fs == nil {
+		h.fs = wal.OSFS{}
+	}
+	w, err := wal.Open(walDir(cfg.DataDir), wo)
 	if err != nil {
 		_ = h.Shutdown()
 		return nil, fmt.Errorf("raftnode: open the raft log: %w", err)
@@ -283,12 +289,16 @@ func (h *Host) buildGroup(g *group) error {
 		stableInner = stableFaultsForTest(h.cfg.NodeID, id, store)
 	}
 	stable := &heldStable{StableStore: stableInner, g: id, disk: h.disk, closing: h.closing, held: &g.held, log: h.log}
-	// The snapshot store uses <dir>/snapshots.
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(g.dir, cfg.SnapshotRetain, hlog.Named("snapshot"))
+	// The snapshot store uses <dir>/snapshots, on the same file layer as
+	// the log (the OS in production; tests put a power-cut disk there).
+	snaps, err := newSnapStore(g.dir, cfg.SnapshotRetain, h.fs, hlog.Named("snapshot"))
 	if err != nil {
 		return err
 	}
 	g.snaps = snaps
+	if err := snaps.removeTemporary(); err != nil {
+		return err
+	}
 
 	rc := cfg.raftConfig()
 	rc.Logger = hlog
@@ -314,13 +324,13 @@ func (h *Host) buildGroup(g *group) error {
 	if existing {
 		// raft would panic, not fail, on a damaged newest snapshot whose
 		// predecessor the log no longer reaches (snapcheck.go).
-		verified, err := checkSnapshots(id, g.dir, snaps, logs)
+		verified, err := checkSnapshots(id, snaps, logs)
 		if err != nil {
 			h.log.Error("raftnode: cannot open group", "group", id, "err", err)
 			return err
 		}
 		if verified != nil {
-			raftSnaps = &checkedSnapshots{FileSnapshotStore: snaps, dir: g.dir, verified: verified}
+			raftSnaps = &checkedSnapshots{snapStore: snaps, verified: verified}
 		}
 	}
 	r, err := raft.NewRaft(rc, g.fsm, logs, stable, raftSnaps, g.trans)

@@ -62,10 +62,14 @@ type powerNode struct {
 // as the witness, which also resolves every unknown outcome of an append in
 // flight at a cut.
 //
+// The snapshots (raftnode/snapstore.go) are on the same disk as the log,
+// so a cut may also land in the middle of a snapshot (every 512 entries)
+// or its compaction of the log; the test counts the cuts that left a
+// snapshot half-written (a .tmp directory at the moment of the cut).
+//
 // TOLLGATE_POWER_CUTS sets the number of cuts (default 12; the bar is 200).
 // Not covered: raft.db (term and vote; bbolt syncs every commit and is not
-// on this layer) and snapshot files (raft's FileSnapshotStore writes them
-// on the OS).
+// on this layer).
 func TestPowerLoss(t *testing.T) {
 	if testing.Short() {
 		t.Skip("a fault test (loaded 3-node cluster, power cuts or a 2 s fsync); make test runs it, -short (make test-fast) does not")
@@ -120,7 +124,7 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 		disksMu.Lock()
 		defer disksMu.Unlock()
 		if d, ok := disks[dataDir]; ok { // not another test's node
-			o.FS = d
+			o.FS = d // the log's and the snapshots' file layer
 			// Small segments: they fill, roll over and are removed after
 			// compaction within seconds, so cuts also land on removals.
 			o.SegmentSize = 64 << 10
@@ -253,7 +257,7 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 	}
 	modes := map[powerfs.Mode]int{}
 	var totals powerfs.CutReport
-	refused, wholeCluster := 0, 0
+	refused, wholeCluster, midSnapshot, snapshotCuts := 0, 0, 0, 0
 	began := time.Now()
 	for cut := 1; cut <= cuts; cut++ {
 		time.Sleep(time.Duration(50+rng.IntN(200)) * time.Millisecond)
@@ -272,9 +276,25 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 		modes[mode]++
 		// The power goes off right after a random number of writes to
 		// the first victim's disk (so, often, between a write and its
-		// sync), or after a random delay when it writes nothing.
+		// sync), or after a random delay when it writes nothing. One cut
+		// in three lands in a snapshot instead: the first victim starts
+		// one in a random group (as raft does every 512 entries, only
+		// now) and the power goes off after a random number of changes
+		// of any kind (directory syncs and renames included), most of
+		// which are then the snapshot's and its log compaction's.
+		var fired <-chan struct{}
+		if !lying && rng.IntN(3) == 0 {
+			fired = victims[0].disk.CutAfterOps(1 + rng.IntN(30))
+			hostsMu.RLock()
+			r := victims[0].h.Raft(rng.IntN(G))
+			hostsMu.RUnlock()
+			snapshotCuts++
+			go func() { _ = r.Snapshot().Error() }() // fails at the cut, or is done
+		} else {
+			fired = victims[0].disk.CutAfter(1 + rng.IntN(30))
+		}
 		select {
-		case <-victims[0].disk.CutAfter(1 + rng.IntN(30)):
+		case <-fired:
 		case <-time.After(2 * time.Second):
 		}
 		for _, n := range victims {
@@ -288,6 +308,11 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 			_ = h.Shutdown() // errors expected: the disk refuses every write
 		}
 		for _, n := range victims {
+			// A snapshot being written at the cut: its .tmp directory is
+			// there until the cut (which may take it away) or the restart.
+			if tmps, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "group-*", "snapshots", "*"+snapTmpSuffix)); len(tmps) > 0 {
+				midSnapshot++
+			}
 			rep, err := n.disk.Cut(mode, rng)
 			if err != nil {
 				t.Fatal(err)
@@ -298,11 +323,17 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 			totals.Torn += rep.Torn
 			totals.Resurrected += rep.Resurrected
 			totals.Vanished += rep.Vanished
+			totals.Unrenamed += rep.Unrenamed
 		}
 		for _, n := range victims {
 			if err := start(n); err != nil {
-				// Refusing is allowed, with the damaged file named.
-				if !strings.Contains(err.Error(), filepath.Join(n.cfg.DataDir, "wal")) {
+				// Refusing is allowed, with the damaged file named: a log
+				// segment, or a snapshot (ErrSnapshotCorrupt).
+				named := strings.Contains(err.Error(), filepath.Join(n.cfg.DataDir, "wal"))
+				for _, c := range CorruptGroups(err) {
+					named = named || strings.HasPrefix(c.Path, n.cfg.DataDir)
+				}
+				if !named {
 					t.Fatalf("cut %d (%s): %s refused to restart without naming the damaged file: %v", cut, mode, n.cfg.NodeID, err)
 				}
 				refused++
@@ -374,8 +405,8 @@ func runPowerLoss(t *testing.T, cuts int, lying bool) []string {
 			unknown++
 		}
 	}
-	t.Logf("%d power cuts in %v (%d of the whole cluster; modes %v): %d unsynced writes at the cuts, %d kept, %d torn, %d removed segments back, %d created segments lost; %d restarts refused",
-		cuts, elapsed.Round(time.Millisecond), wholeCluster, modes, totals.Unsynced, totals.Kept, totals.Torn, totals.Resurrected, totals.Vanished, refused)
+	t.Logf("%d power cuts in %v (%d of the whole cluster; modes %v): %d unsynced writes at the cuts, %d kept, %d torn, %d removed files or directories back, %d created ones lost, %d renames undone; %d cuts armed as a snapshot started, %d victims left with a half-written one; %d restarts refused",
+		cuts, elapsed.Round(time.Millisecond), wholeCluster, modes, totals.Unsynced, totals.Kept, totals.Torn, totals.Resurrected, totals.Vanished, totals.Unrenamed, snapshotCuts, midSnapshot, refused)
 	t.Logf("history: %d appends (%d acknowledged, %d without an answer) checked against logs of %d and %d entries: %d violations",
 		len(ops), acked.Load(), unknown, len(final[0]), len(final[1]), len(violations))
 	return violations

@@ -160,7 +160,7 @@ type offlineGroup struct {
 	store *raftboltdb.BoltStore // term and vote
 	logs  raft.LogStore         // the group's log
 	wal   *wal.WAL              // nil when the log is still in raft.db
-	snaps *raft.FileSnapshotStore
+	snaps *snapStore
 }
 
 // openOfflineGroup opens group g of dataDir without raft. With write, the
@@ -198,7 +198,9 @@ func openOfflineGroup(dataDir string, g int, write bool) (*offlineGroup, error) 
 		}
 		o.logs = o.wal.Group(uint16(g))
 	}
-	if o.snaps, err = raft.NewFileSnapshotStore(dir, DefaultSnapshotRetain, io.Discard); err != nil {
+	// On the OS, like the log here; .tmp leftovers are left alone (they are
+	// ignored, and a starting node removes them).
+	if o.snaps, err = newSnapStore(dir, DefaultSnapshotRetain, wal.OSFS{}, nil); err != nil {
 		return fail(fmt.Errorf("open snapshot store: %w", err))
 	}
 	return o, nil

@@ -120,7 +120,7 @@ func seed(dir, nodeID, raftAddr string, index, term uint64, data io.Reader, size
 			err = fmt.Errorf("close raft.db: %w", cerr)
 		}
 	}()
-	snaps, err := raft.NewFileSnapshotStore(dir, DefaultSnapshotRetain, io.Discard)
+	snaps, err := newSnapStore(dir, DefaultSnapshotRetain, wal.OSFS{}, nil)
 	if err != nil {
 		return fmt.Errorf("open snapshot store: %w", err)
 	}
@@ -314,7 +314,7 @@ func checkRaftAddr(addr string) error {
 
 // peerEncoder encodes a peer as raft.NetworkTransport does (its address),
 // for the legacy Peers field of snapshot metadata: EncodePeer is the only
-// Transport method FileSnapshotStore.Create calls.
+// Transport method a snapshot store's Create calls.
 type peerEncoder struct{ raft.Transport }
 
 func (peerEncoder) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []byte {

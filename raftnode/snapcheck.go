@@ -1,12 +1,12 @@
 package raftnode
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
-	"os"
+	"maps"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -65,7 +65,7 @@ const snapshotRemedy = "this data dir cannot restore the group: if the group has
 
 // checkSnapshots tells, before raft.NewRaft, whether raft can start a group
 // from its snapshots and log. raft restores the newest snapshot it can open
-// (FileSnapshotStore.Open verifies the state file's CRC; a snapshot whose
+// (snapStore.Open verifies the state file's CRC; a snapshot whose
 // meta.json is unreadable is not even listed), and then applies the log
 // from that snapshot's index+1. If it had to skip a newer snapshot and the
 // log starts after that point, raft panics at the first missing entry
@@ -75,25 +75,19 @@ const snapshotRemedy = "this data dir cannot restore the group: if the group has
 // newest state file once (its CRC); it returns the snapshot raft will
 // restore, verified, so that raft's own Open of it can skip a second CRC
 // pass (checkedSnapshots).
-func checkSnapshots(group int, dir string, snaps *raft.FileSnapshotStore, logs raft.LogStore) (*raft.SnapshotMeta, error) {
+func checkSnapshots(group int, snaps *snapStore, logs raft.LogStore) (*raft.SnapshotMeta, error) {
 	metas, err := snaps.List()
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	snapRoot := filepath.Join(dir, "snapshots")
-	// Directories raft does not list: their meta.json is missing or damaged.
-	listed := make(map[string]bool, len(metas))
-	for _, m := range metas {
-		listed[m.ID] = true
+	snapRoot := snaps.dir
+	// Directories raft does not list: their meta.json (or state.bin) is
+	// missing or damaged.
+	sc, err := snaps.scan()
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots: %w", err)
 	}
-	var unlisted []string
-	if entries, err := os.ReadDir(snapRoot); err == nil {
-		for _, e := range entries {
-			if e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") && !listed[e.Name()] {
-				unlisted = append(unlisted, e.Name())
-			}
-		}
-	}
+	unlisted := slices.Sorted(maps.Keys(sc.bad))
 	if len(metas) == 0 && len(unlisted) == 0 {
 		return nil, nil
 	}
@@ -105,8 +99,10 @@ func checkSnapshots(group int, dir string, snaps *raft.FileSnapshotStore, logs r
 	for _, m := range metas {
 		_, rc, err := snaps.Open(m.ID)
 		if err != nil {
-			badPath = filepath.Join(snapRoot, m.ID, "state.bin")
-			bad = append(bad, fmt.Sprintf("%s (index %d): %v", badPath, m.Index, err))
+			if badPath == "" {
+				badPath = filepath.Join(snapRoot, m.ID, snapStateName)
+			}
+			bad = append(bad, fmt.Sprintf("%s (index %d): %v", filepath.Join(snapRoot, m.ID, snapStateName), m.Index, err))
 			continue
 		}
 		_ = rc.Close()
@@ -119,7 +115,7 @@ func checkSnapshots(group int, dir string, snaps *raft.FileSnapshotStore, logs r
 			if badPath == "" {
 				badPath = filepath.Join(snapRoot, id)
 			}
-			bad = append(bad, fmt.Sprintf("%s: meta.json unreadable", filepath.Join(snapRoot, id)))
+			bad = append(bad, fmt.Sprintf("%s: unreadable (%v)", filepath.Join(snapRoot, id), sc.bad[id]))
 		}
 	}
 	if len(bad) == 0 {
@@ -148,8 +144,8 @@ func checkSnapshots(group int, dir string, snaps *raft.FileSnapshotStore, logs r
 		ErrSnapshotCorrupt, snapshotRemedy)}
 }
 
-// snapshotIndexFromID parses the index out of a FileSnapshotStore
-// directory name, <term>-<index>-<unix ms>.
+// snapshotIndexFromID parses the index out of a snapshot directory name,
+// <term>-<index>-<unix ms>.
 func snapshotIndexFromID(id string) (uint64, bool) {
 	parts := strings.Split(id, "-")
 	if len(parts) != 3 {
@@ -163,10 +159,9 @@ func snapshotIndexFromID(id string) (uint64, bool) {
 // verified the snapshot raft will restore: raft's first Open of that
 // snapshot (its restore in NewRaft) reads the state file without computing
 // its CRC again, which on a large node is seconds of start time (CRC-64 at
-// about 1.7 GB/s on one core). Everything else is the FileSnapshotStore's.
+// about 1.7 GB/s on one core). Everything else is the snapStore's.
 type checkedSnapshots struct {
-	*raft.FileSnapshotStore
-	dir string
+	*snapStore
 
 	mu       sync.Mutex
 	verified *raft.SnapshotMeta // nil once used
@@ -179,19 +174,5 @@ func (s *checkedSnapshots) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, e
 		s.verified = nil
 	}
 	s.mu.Unlock()
-	if m == nil || m.ID != id {
-		return s.FileSnapshotStore.Open(id)
-	}
-	f, err := os.Open(filepath.Join(s.dir, "snapshots", id, "state.bin"))
-	if err != nil {
-		return s.FileSnapshotStore.Open(id)
-	}
-	return m, &bufferedState{Reader: bufio.NewReader(f), f: f}, nil
+	return s.open(id, m == nil || m.ID != id)
 }
-
-type bufferedState struct {
-	*bufio.Reader
-	f *os.File
-}
-
-func (b *bufferedState) Close() error { return b.f.Close() }

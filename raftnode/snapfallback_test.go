@@ -188,7 +188,7 @@ func TestSnapshotCorruptChild(t *testing.T) {
 }
 
 // TestCheckedSnapshotsOpen: the snapshot checkSnapshots verified is served
-// once, byte for byte what the FileSnapshotStore serves, without a second
+// once, byte for byte what raft's FileSnapshotStore wrote, without a second
 // CRC pass; any later Open goes through the store (and its CRC check
 // again), so a file damaged after the start is still caught.
 func TestCheckedSnapshotsOpen(t *testing.T) {
@@ -209,11 +209,15 @@ func TestCheckedSnapshotsOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	logs := raft.NewInmemStore()
-	verified, err := checkSnapshots(0, dir, store, logs)
+	ours, err := newSnapStore(dir, 2, nil, nil) // reading what raft's store wrote
+	if err != nil {
+		t.Fatal(err)
+	}
+	verified, err := checkSnapshots(0, ours, logs)
 	if err != nil || verified == nil || verified.Index != 10 {
 		t.Fatalf("checkSnapshots = %+v, %v; want the snapshot at index 10", verified, err)
 	}
-	cs := &checkedSnapshots{FileSnapshotStore: store, dir: dir, verified: verified}
+	cs := &checkedSnapshots{snapStore: ours, verified: verified}
 	read := func() ([]byte, error) {
 		_, rc, err := cs.Open(verified.ID)
 		if err != nil {

@@ -11,16 +11,31 @@ import (
 // what was written since the last sync and, on a simulated power cut,
 // throws some or all of it away (package raftnode/wal/powerfs).
 //
-// The LOCK file and the directory listing stay on the OS: they hold no
-// data a power cut could lose. Creations and removals of segments are made
-// durable with SyncDir (the rules are in the package doc, Durability).
+// The log's LOCK file and its directory listing stay on the OS: they hold
+// no data a power cut could lose. Creations and removals of segments are
+// made durable with SyncDir (the rules are in the package doc, Durability).
+//
+// raftnode's snapshot store (raftnode/snapstore.go) writes through the same
+// layer, so that a power cut in the middle of a snapshot can be simulated
+// too: it also makes and renames directories and lists them. A directory
+// entry made by Mkdir or Rename is, like a created file's, durable only
+// once its parent directory is synced.
 type FS interface {
-	// OpenFile opens a segment (os.OpenFile's flags).
+	// OpenFile opens a file (os.OpenFile's flags).
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	ReadFile(name string) ([]byte, error)
+	// Remove removes a file or an empty directory.
 	Remove(name string) error
-	// SyncDir makes dir's entries (created, removed files) durable.
+	// SyncDir makes dir's entries (created, removed, renamed) durable.
 	SyncDir(dir string) error
+	// Mkdir makes a directory (its entry in the parent needs SyncDir).
+	Mkdir(name string, perm os.FileMode) error
+	// Rename renames a file or directory; the target must not exist
+	// (the new entry, and the old one's removal, need SyncDir of the
+	// parent).
+	Rename(oldname, newname string) error
+	// ReadDir lists a directory, sorted by name (os.ReadDir).
+	ReadDir(name string) ([]os.DirEntry, error)
 }
 
 // File is an open segment.
@@ -50,6 +65,15 @@ func (OSFS) ReadFile(name string) ([]byte, error) { return os.ReadFile(name) }
 
 // Remove is os.Remove.
 func (OSFS) Remove(name string) error { return os.Remove(name) }
+
+// Mkdir is os.Mkdir.
+func (OSFS) Mkdir(name string, perm os.FileMode) error { return os.Mkdir(name, perm) }
+
+// Rename is os.Rename.
+func (OSFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
+
+// ReadDir is os.ReadDir.
+func (OSFS) ReadDir(name string) ([]os.DirEntry, error) { return os.ReadDir(name) }
 
 // SyncDir fsyncs the directory.
 func (OSFS) SyncDir(dir string) error {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,12 +37,17 @@ type op struct {
 	truncate bool // to off
 }
 
-// removal is a file removed since the last directory sync, with the
-// contents it had durably.
+// removal is a file (or an empty directory) removed since the last sync of
+// its directory, with the contents it had durably.
 type removal struct {
 	name    string
 	durable []byte
+	dir     bool
 }
+
+// rename is a rename of a durable entry not yet made durable by a sync of
+// the new name's directory: a cut may undo it.
+type rename struct{ from, to string }
 
 type fileState struct {
 	durable []byte // the contents as of the last sync
@@ -52,10 +58,12 @@ type fileState struct {
 type FS struct {
 	mu    sync.Mutex
 	files map[string]*fileState
-	// created: files created since their directory's last sync; a cut
-	// may take their directory entry (and so the whole file) away.
+	// created: files and directories created since their directory's
+	// last sync; a cut may take their directory entry (and so the whole
+	// file, or the directory with everything in it) away.
 	created map[string]bool
 	removed []removal // since the last directory sync, oldest first
+	renamed []rename  // since the last directory sync, oldest first
 	frozen  bool
 	// armed > 0: the power goes off right after that many more writes
 	// (CutAfter), or changes of any kind (CutAfterOps: armedOps); fired
@@ -164,6 +172,18 @@ func (fs *FS) Remove(name string) error {
 	if fs.frozen {
 		return ErrPowerCut
 	}
+	if fi, err := os.Lstat(name); err == nil && fi.IsDir() {
+		if err := os.Remove(name); err != nil { // only an empty one
+			return err
+		}
+		if fs.created[name] {
+			delete(fs.created, name)
+		} else {
+			fs.removed = append(fs.removed, removal{name: name, dir: true})
+		}
+		fs.tick(false)
+		return nil
+	}
 	st, err := fs.state(name)
 	if err != nil {
 		return err
@@ -174,22 +194,104 @@ func (fs *FS) Remove(name string) error {
 	if fs.created[name] {
 		delete(fs.created, name)
 	} else {
-		fs.removed = append(fs.removed, removal{name, st.durable})
+		fs.removed = append(fs.removed, removal{name: name, durable: st.durable})
 	}
 	delete(fs.files, name)
 	fs.tick(false)
 	return nil
 }
 
-// SyncDir makes the creations and removals in dir durable.
+// Mkdir makes the real directory; until its parent is synced, a cut may
+// take it away with everything in it.
+func (fs *FS) Mkdir(name string, perm os.FileMode) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.frozen {
+		return ErrPowerCut
+	}
+	if err := os.Mkdir(name, perm); err != nil {
+		return err
+	}
+	fs.created[filepath.Clean(name)] = true
+	fs.tick(false)
+	return nil
+}
+
+// Rename renames the real file or directory. The target must not exist:
+// replacing an entry is not modelled (a cut would have to bring the old
+// target back). Until the new name's directory is synced, a cut may undo
+// the rename; if the entry itself was created since its directory's last
+// sync, the entry is still new under its new name and a cut may take it
+// away (it does not come back under the old one: either way, what was
+// being renamed into place is not there).
+func (fs *FS) Rename(oldname, newname string) error {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.frozen {
+		return ErrPowerCut
+	}
+	oldname, newname = filepath.Clean(oldname), filepath.Clean(newname)
+	if _, err := os.Lstat(newname); err == nil {
+		return fmt.Errorf("powerfs: rename %s over the existing %s is not modelled", oldname, newname)
+	}
+	if err := os.Rename(oldname, newname); err != nil {
+		return err
+	}
+	wasCreated := fs.created[oldname]
+	// What the disk tracks under the old name now lives under the new one.
+	move := func(name string) (string, bool) {
+		if name == oldname {
+			return newname, true
+		}
+		if rest, ok := strings.CutPrefix(name, oldname+string(filepath.Separator)); ok {
+			return filepath.Join(newname, rest), true
+		}
+		return name, false
+	}
+	for name, st := range fs.files {
+		if to, ok := move(name); ok {
+			delete(fs.files, name)
+			fs.files[to] = st
+		}
+	}
+	for name := range fs.created {
+		if to, ok := move(name); ok {
+			delete(fs.created, name)
+			fs.created[to] = true
+		}
+	}
+	if !wasCreated {
+		fs.renamed = append(fs.renamed, rename{oldname, newname})
+	}
+	fs.tick(false)
+	return nil
+}
+
+// ReadDir lists the real directory.
+func (fs *FS) ReadDir(name string) ([]os.DirEntry, error) { return os.ReadDir(name) }
+
+// SyncDir makes the creations, removals and renames in dir durable.
 func (fs *FS) SyncDir(dir string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.frozen {
 		return ErrPowerCut
 	}
-	in := func(name string) bool { return filepath.Dir(name) == filepath.Clean(dir) }
-	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return in(r.name) })
+	dir = filepath.Clean(dir)
+	in := func(name string) bool { return filepath.Dir(name) == dir }
+	// A directory whose removal is now durable is gone with whatever it
+	// held: the unsynced removals in it can no longer be undone.
+	var gone []string
+	for _, r := range fs.removed {
+		if r.dir && in(r.name) {
+			gone = append(gone, r.name+string(filepath.Separator))
+		}
+	}
+	under := func(name string) bool {
+		return slices.ContainsFunc(gone, func(p string) bool { return strings.HasPrefix(name, p) })
+	}
+	fs.removed = slices.DeleteFunc(fs.removed, func(r removal) bool { return in(r.name) || under(r.name) })
+	fs.renamed = slices.DeleteFunc(fs.renamed, func(r rename) bool { return in(r.to) })
 	for name := range fs.created {
 		if in(name) {
 			delete(fs.created, name)
@@ -233,8 +335,9 @@ type CutReport struct {
 	Unsynced    int // writes (and truncates) not yet synced at the cut
 	Kept        int // of them, kept whole
 	Torn        int // kept in part (0 or 1 per file)
-	Resurrected int // removed files that came back
-	Vanished    int // created files whose directory entry was lost
+	Resurrected int // removed files (or directories) that came back
+	Vanished    int // created files or directories whose entry was lost
+	Unrenamed   int // renames undone
 }
 
 // Cut rewrites every file the disk has seen as it could be after the power
@@ -279,18 +382,51 @@ func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
 	// (a journalling file system happens to commit them in order, others
 	// need not), so each is lost or kept on its own.
 	lost := func() bool { return mode == DropAll || (mode == Random && rng.IntN(2) == 0) }
+	// First the creations (by their current names; a lost directory
+	// takes everything in it), then the renames, newest first, then the
+	// removals (a directory before what was in it; a file whose directory
+	// is gone for good stays gone).
 	created := slices.Sorted(maps.Keys(fs.created))
 	for _, name := range created {
 		if !lost() {
 			continue
 		}
-		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Lstat(name); errors.Is(err, os.ErrNotExist) {
+			continue // went with its directory
+		}
+		if err := os.RemoveAll(name); err != nil {
 			return rep, fmt.Errorf("powerfs: undo the creation of %s: %w", name, err)
 		}
 		rep.Vanished++
 	}
-	for _, r := range fs.removed {
+	for _, r := range slices.Backward(fs.renamed) {
 		if !lost() {
+			continue
+		}
+		if _, err := os.Lstat(r.to); err != nil {
+			continue
+		}
+		if err := os.Rename(r.to, r.from); err != nil {
+			return rep, fmt.Errorf("powerfs: undo the rename of %s to %s: %w", r.from, r.to, err)
+		}
+		rep.Unrenamed++
+	}
+	back := map[int]bool{}
+	for i, r := range fs.removed {
+		back[i] = lost()
+		if !back[i] || !r.dir {
+			continue
+		}
+		if err := os.MkdirAll(r.name, 0o750); err != nil {
+			return rep, fmt.Errorf("powerfs: restore the directory %s: %w", r.name, err)
+		}
+		rep.Resurrected++
+	}
+	for i, r := range fs.removed {
+		if !back[i] || r.dir {
+			continue
+		}
+		if _, err := os.Stat(filepath.Dir(r.name)); err != nil {
 			continue
 		}
 		if err := os.WriteFile(r.name, r.durable, 0o600); err != nil {
@@ -298,7 +434,7 @@ func (fs *FS) Cut(mode Mode, rng *rand.Rand) (CutReport, error) {
 		}
 		rep.Resurrected++
 	}
-	fs.files, fs.created, fs.removed = map[string]*fileState{}, map[string]bool{}, nil
+	fs.files, fs.created, fs.removed, fs.renamed = map[string]*fileState{}, map[string]bool{}, nil, nil
 	fs.frozen, fs.armed = false, 0
 	return rep, nil
 }

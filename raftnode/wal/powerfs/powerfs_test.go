@@ -3,6 +3,7 @@ package powerfs
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -242,5 +243,137 @@ func TestCutAfterOpsCountsEveryChange(t *testing.T) {
 	<-fired
 	if err := fs.SyncDir(dir); !errors.Is(err, ErrPowerCut) {
 		t.Fatalf("directory sync after the cut: %v, want ErrPowerCut", err)
+	}
+}
+
+// snapshotLike makes dir/x.tmp with a synced file in it and renames it to
+// dir/x, the snapshot store's sequence, syncing the parent only if
+// syncParent; then cuts with mode.
+func snapshotLike(t *testing.T, mode Mode, syncTmp, syncParent bool) (string, CutReport) {
+	t.Helper()
+	fs := New()
+	dir := t.TempDir()
+	tmp, final := filepath.Join(dir, "x.tmp"), filepath.Join(dir, "x")
+	if err := fs.Mkdir(tmp, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	f, err := fs.OpenFile(filepath.Join(tmp, "state"), os.O_CREATE|os.O_RDWR|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("state"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Datasync(); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if syncTmp {
+		if err := fs.SyncDir(tmp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := fs.Rename(tmp, final); err != nil {
+		t.Fatal(err)
+	}
+	if syncParent {
+		if err := fs.SyncDir(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.Freeze()
+	rep, err := fs.Cut(mode, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	_ = filepath.WalkDir(dir, func(p string, _ os.DirEntry, _ error) error {
+		if p != dir {
+			rel, _ := filepath.Rel(dir, p)
+			names = append(names, rel)
+		}
+		return nil
+	})
+	return fmt.Sprint(names), rep
+}
+
+func TestDirectories(t *testing.T) {
+	// Fully synced: survives anything.
+	for _, m := range []Mode{DropAll, KeepAll, Random} {
+		if got, _ := snapshotLike(t, m, true, true); got != "[x x/state]" {
+			t.Errorf("%s, synced: %s, want [x x/state]", m, got)
+		}
+	}
+	// The new directory's own entries not synced: the directory survives
+	// empty.
+	if got, rep := snapshotLike(t, DropAll, false, true); got != "[x]" || rep.Vanished != 1 {
+		t.Errorf("drop-all, tmp dir not synced: %s %+v, want [x] with one entry vanished", got, rep)
+	}
+	// The parent not synced: the new directory (created since) is gone.
+	if got, _ := snapshotLike(t, DropAll, true, false); got != "[]" {
+		t.Errorf("drop-all, parent not synced: %s, want []", got)
+	}
+	if got, _ := snapshotLike(t, KeepAll, false, false); got != "[x x/state]" {
+		t.Errorf("keep-all: %s, want [x x/state]", got)
+	}
+}
+
+func TestRenameAndRemoveDirectoryUndone(t *testing.T) {
+	fs := New()
+	dir := t.TempDir()
+	old, moved, gone := filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(dir, "c")
+	for _, d := range []string{old, gone} {
+		if err := os.Mkdir(d, 0o750); err != nil { // durable: made before the disk saw it
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(gone, "f"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Rename(old, moved); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Rename(moved, moved); err == nil {
+		t.Fatal("rename over an existing entry: no error")
+	}
+	if err := fs.Remove(filepath.Join(gone, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	fs.Freeze()
+	if err := fs.Mkdir(filepath.Join(dir, "d"), 0o750); !errors.Is(err, ErrPowerCut) {
+		t.Fatalf("mkdir after the cut: %v", err)
+	}
+	rep, err := fs.Cut(DropAll, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(old); err != nil || rep.Unrenamed != 1 {
+		t.Fatalf("rename not undone: %v %+v", err, rep)
+	}
+	if b, err := os.ReadFile(filepath.Join(gone, "f")); err != nil || string(b) != "kept" {
+		t.Fatalf("removed directory and file not back: %q %v", b, err)
+	}
+
+	// Synced: the removal of the directory is durable, and so is that of
+	// the file in it, though its own directory was never synced after.
+	fs2 := New()
+	if err := fs2.Remove(filepath.Join(gone, "f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs2.Remove(gone); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs2.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	fs2.Freeze()
+	if rep, err := fs2.Cut(DropAll, nil); err != nil || rep.Resurrected != 0 {
+		t.Fatalf("%+v %v, want nothing back", rep, err)
+	}
+	if _, err := os.Stat(gone); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("durably removed directory is back: %v", err)
 	}
 }
