@@ -23,9 +23,9 @@ import (
 // through clientlib with FailOpen on, every partition in turn, recording each
 // request's start, latency and the error (if any) the caller got back.
 type clientLoad struct {
-	t    *testing.T
-	cl   *clientlib.Client
-	th   *trackHistory // nil: not recorded
+	t  *testing.T
+	cl *clientlib.Client
+	th *trackHistory // nil: not recorded
 	// checkOnClose: close checks th (startClientLoad's own history);
 	// a caller that passed its own checks it itself.
 	checkOnClose bool
