@@ -9,14 +9,25 @@
 // each package its own range keeps suites that run beside each other apart:
 // faulttest restarts nodes on their ports while other packages run.
 //
-// A Range never hands out the same port twice in one test binary.
+// A Range never hands out the same port twice in one test binary, and never
+// a port another live test binary on this machine was handed (by any
+// Range): each pick is reserved with an exclusive flock on a file named
+// after the port in a directory under the system's temporary directory
+// (tollgate-testports), held until the process exits, when the kernel
+// releases it. Without that, two test runs on one machine (how flakiness
+// is hunted here, and how CI's own checks can overlap) picked the same
+// port: a fault test's node, restarted on its port after a SIGKILL, found
+// it bound by the other run's node ("bind: address already in use").
 package testports
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // Range picks ports in [Lo, Hi).
@@ -40,7 +51,7 @@ func (r *Range) Pick() (int, error) {
 	}
 	for range 1000 {
 		p := r.Lo + rand.IntN(r.Hi-r.Lo)
-		if r.used[p] {
+		if r.used[p] || !reserve(p) {
 			continue
 		}
 		addr := fmt.Sprintf("127.0.0.1:%d", p)
@@ -58,4 +69,35 @@ func (r *Range) Pick() (int, error) {
 		return p, nil
 	}
 	return 0, fmt.Errorf("testports: no free loopback port in [%d, %d) after 1000 tries", r.Lo, r.Hi)
+}
+
+// reserveDir holds one lock file per reserved port.
+var reserveDir = filepath.Join(os.TempDir(), "tollgate-testports")
+
+// held keeps the reservations' files open (their locks with them) for the
+// life of the process.
+var held struct {
+	mu    sync.Mutex
+	files []*os.File
+}
+
+// reserve takes port p for this process, across processes: false when
+// another live process holds it. A machine where the lock directory cannot
+// be made (a read-only temporary directory) falls back to no reservation.
+func reserve(p int) bool {
+	if err := os.MkdirAll(reserveDir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(reserveDir, fmt.Sprintf("%d.lock", p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		return false // another process (or another Range here) holds it
+	}
+	held.mu.Lock()
+	held.files = append(held.files, f)
+	held.mu.Unlock()
+	return true
 }
