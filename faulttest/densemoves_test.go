@@ -23,7 +23,8 @@ import (
 // the four concurrently) for TOLLGATE_DENSE_MOVES moves (default 60).
 // Every call must succeed: each partition retries on its own, follows the
 // leader named in the answer and restarts its backoff when it learns a new
-// leader. Latency (p50, p99, max) and retries per call are logged with the
+// leader. Every call is recorded and the history checked (no acknowledged
+// series refused later, across the moves). Latency (p50, p99, max) and retries per call are logged with the
 // load average, not asserted.
 //
 //	go test -count=1 -run TestDenseMovesAcrossGroups -v ./faulttest/
@@ -45,6 +46,9 @@ func TestDenseMovesAcrossGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
+	// No limit here, so the model checks that no acknowledged series is
+	// refused later, across the moves.
+	th := c.recordTracks(map[string]int{"dense-0": 0, "dense-1": 0, "dense-2": 0, "dense-3": 0})
 
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -64,7 +68,7 @@ func TestDenseMovesAcrossGroups(t *testing.T) {
 				}
 				start := time.Now()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				_, err := cl.TrackSeries(ctx, fmt.Sprintf("dense-%d", w), hashes)
+				_, err := th.track(ctx, cl, w, fmt.Sprintf("dense-%d", w), hashes)
 				cancel()
 				calls.Add(1)
 				mu.Lock()
@@ -134,5 +138,6 @@ func TestDenseMovesAcrossGroups(t *testing.T) {
 	if len(errs) > 0 {
 		t.Errorf("%d of %d calls failed under dense leadership moves; first: %q", len(errs), calls.Load(), errs[:min(3, len(errs))])
 	}
+	th.check()
 	c.checkNoCrashes()
 }
