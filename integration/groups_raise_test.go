@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
+	"github.com/tollgate-io/tollgate/faulttest/history"
 	"github.com/tollgate-io/tollgate/fsm/layouttable"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/server/servertest"
@@ -23,8 +26,10 @@ import (
 // node per zone) raises its group count to 8 while a clientlib client keeps
 // tracking in every partition. Groups 4–7 are created empty on every node,
 // each gets the three voters placement names and a leader; the client
-// surfaces no error; raising to 8 again changes nothing and lowering is
-// refused; a restarted node comes back running 8 groups.
+// surfaces no error, and its recorded history checks (no series
+// acknowledged before or during the raise is refused after it); raising to
+// 8 again changes nothing and lowering is refused; a restarted node comes
+// back running 8 groups.
 func TestRaiseGroupsWhileTracking(t *testing.T) {
 	const p, from, to = 64, 4, 8
 	c := servertest.Start(t, servertest.Options{Nodes: 3})
@@ -43,6 +48,14 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 	)
 	halt := func() { once.Do(func() { close(stop); <-done }) }
 	defer halt()
+	// Every call is recorded, one operation per partition (the requests
+	// clientlib sends), and the history checked at the end: no series
+	// acknowledged before, during or after the raise is refused later.
+	// Each call re-sends, per partition, a series an earlier call sent.
+	rec, err := history.Create(filepath.Join(t.TempDir(), "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		defer close(done)
 		for i := uint64(0); ; i++ {
@@ -52,13 +65,28 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 			default:
 			}
 			var hs []uint64
+			ops := make([]*history.Call, p)
 			for q := range p {
 				lo, _ := api.PartitionHashRange(q, p)
-				hs = append(hs, lo+i*104729)
+				part := []uint64{lo + i*104729, lo + i/2*104729}
+				if i == 0 {
+					part = part[:1]
+				}
+				hs = append(hs, part...)
+				ops[q] = rec.Begin(0, history.Op{Kind: history.KindTrack, Key: history.TrackKey("load", q), Hashes: part})
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			_, err := cl.TrackSeries(ctx, "load", hs)
+			rej, err := cl.TrackSeries(ctx, "load", hs)
 			cancel()
+			for q, call := range ops {
+				var mine []uint64
+				for _, h := range rej {
+					if api.Partition(h, p) == q && !slices.Contains(mine, h) {
+						mine = append(mine, h)
+					}
+				}
+				call.EndTrack(mine, err)
+			}
 			calls.Add(1)
 			if err != nil {
 				errs.Add(1)
@@ -130,6 +158,13 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d errors surfaced to the caller", n)
 	}
+	if err := rec.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := history.Check(history.TrackingModel(func(string) int { return 0 }), rec.Ops(), "", time.Minute); err != nil {
+		t.Fatalf("tracking across the raise: %v", err)
+	}
+	t.Logf("history: %d operations checked", len(rec.Ops()))
 	if st := cl.Stats(); st.Errors != 0 || st.FailedOpen != 0 {
 		t.Fatalf("client stats: %d errors, %d failed open", st.Errors, st.FailedOpen)
 	}
