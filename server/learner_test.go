@@ -171,7 +171,11 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}()
-	_, err = addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 1, Id: "n4", Force: true, CatchUpTimeoutMillis: 2000})
+	// Each add gets a context of its own: under the race detector on a
+	// loaded machine the steps above used up most of one 30 s context, and
+	// the add (2 s of catch-up, then the removal) ran out of it (CI:
+	// DeadlineExceeded at 38.9 s).
+	_, err = addVoterRetry(adminCtx(t), t, adm, &api.AddVoterRequest{Group: 1, Id: "n4", Force: true, CatchUpTimeoutMillis: 2000})
 	close(stopWatch)
 	if bad := <-watched; len(bad) > 0 {
 		t.Fatalf("a server that never caught up was made a voter: %v", bad[0])
@@ -185,7 +189,7 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 	}
 
 	// Group 2's replica runs: n4 catches up and is promoted.
-	resp, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
+	resp, err := addVoterRetry(adminCtx(t), t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
 	if err != nil {
 		t.Fatalf("add n4 to group 2: %v", err)
 	}
@@ -202,7 +206,7 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 	if st := n4.Raft(2).State(); st != raft.Follower {
 		t.Fatalf("n4's replica of group 2 is %v", st)
 	}
-	again, err := addVoterRetry(ctx, t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
+	again, err := addVoterRetry(adminCtx(t), t, adm, &api.AddVoterRequest{Group: 2, Id: "n4", Force: true})
 	if err != nil || !again.AlreadyVoter {
 		t.Fatalf("adding a voter again: %+v %v", again, err)
 	}
