@@ -279,6 +279,12 @@ type cluster struct {
 // removed in t.Cleanup, with the nodes' logs printed first on failure.
 func newCluster(t *testing.T) *cluster {
 	t.Helper()
+	return newClusterIdle(t, "20m")
+}
+
+// newClusterIdle is newCluster with the nodes' idle timeout.
+func newClusterIdle(t *testing.T, idle string) *cluster {
+	t.Helper()
 	requireDocker(t)
 	image := pkgRun.buildImage(t)
 	ctx := context.Background()
@@ -298,7 +304,7 @@ func newCluster(t *testing.T) *cluster {
 	c.env = []string{"NETPART_IMAGE=" + image, "NETPART_TOKEN=" + adminToken, "NETPART_GOSSIP_KEY=" + gossipKey,
 		"NETPART_PEERS=" + peers, "NETPART_CLIENTS=" + clients,
 		"NETPART_PEERS_NET=" + c.peersNet, "NETPART_CLIENTS_NET=" + c.clntNet,
-		fmt.Sprintf("NETPART_DEFAULT_MAX_SERIES=%d", checker.DefaultMaxSeries)}
+		fmt.Sprintf("NETPART_DEFAULT_MAX_SERIES=%d", checker.DefaultMaxSeries), "NETPART_IDLE_TIMEOUT=" + idle}
 	if _, err := c.composeCmd(ctx, "up", "-d", "--no-build"); err != nil {
 		t.Fatal(err)
 	}
