@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,7 +263,7 @@ func TestAddGroupConcurrentReaders(t *testing.T) {
 	h := mustNew(t, cfg, fs)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	var reads [3]int
+	var reads [3]atomic.Int64
 	for r := range reads {
 		wg.Add(1)
 		go func() {
@@ -283,7 +284,7 @@ func TestAddGroupConcurrentReaders(t *testing.T) {
 						_ = h.Loaded()
 					}
 				}
-				reads[r]++
+				reads[r].Add(1)
 			}
 		}()
 	}
@@ -301,6 +302,12 @@ func TestAddGroupConcurrentReaders(t *testing.T) {
 		}()
 	}
 	adders.Wait()
+	// The adds can all finish before a reader goroutine is first scheduled
+	// (seen on a quiet machine: 0.04 s): let every reader read at least
+	// once, with the groups added, before stopping them.
+	eventually(t, 10*time.Second, "every reader to read", func() bool {
+		return reads[0].Load() > 0 && reads[1].Load() > 0 && reads[2].Load() > 0
+	})
 	close(stop)
 	wg.Wait()
 	for _, err := range errs {
@@ -311,8 +318,8 @@ func TestAddGroupConcurrentReaders(t *testing.T) {
 	if got := h.Groups(); got != 1+added {
 		t.Fatalf("Groups() = %d, want %d", got, 1+added)
 	}
-	for r, n := range reads {
-		if n == 0 {
+	for r := range reads {
+		if reads[r].Load() == 0 {
 			t.Fatalf("reader %d never read", r)
 		}
 	}
