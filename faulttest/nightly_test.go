@@ -1,15 +1,15 @@
 package faulttest
 
 import (
+	"github.com/tollgate-io/tollgate/faulttest/checker"
+
 	"context"
 	"fmt"
 	"maps"
-	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -53,29 +53,7 @@ import (
 // Without TOLLGATE_NIGHTLY the test is skipped: make test runs each kind in
 // its own test already.
 func TestNightly(t *testing.T) {
-	v := os.Getenv("TOLLGATE_NIGHTLY")
-	if v == "" {
-		t.Skip("the nightly-style random fault run; set TOLLGATE_NIGHTLY to its length, e.g. TOLLGATE_NIGHTLY=30m (docs/testing.md)")
-	}
-	length, err := time.ParseDuration(v)
-	if err != nil || length <= 0 {
-		t.Fatalf("TOLLGATE_NIGHTLY=%q: want a positive duration such as 30m", v)
-	}
-	// The history does not model idle expiry (docs/testing.md) and the run
-	// re-sends no acknowledged series, so none may go idle before the end:
-	// the nodes run the longest idle timeout, 60m, and the run is held
-	// under it with room for the final sweep.
-	if length > 50*time.Minute {
-		t.Fatalf("TOLLGATE_NIGHTLY=%v: at most 50m (acknowledged series must stay active for the whole run: the idle timeout is at most 60m)", length)
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TOLLGATE_NIGHTLY_SEED"); s != "" {
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("TOLLGATE_NIGHTLY_SEED=%q: want an unsigned integer", s)
-		}
-	}
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	t.Logf("nightly: %v of random faults, seed %d (TOLLGATE_NIGHTLY_SEED=%d replays the sequence)", length, seed, seed)
+	length, seed, rng := checker.Nightly(t, "the nightly-style random fault run")
 
 	// t-big's limit is far lower than the other fault tests' 4,000,000: the
 	// history check copies a partition's set of series at each request

@@ -1,11 +1,10 @@
 package netpart
 
 import (
+	"github.com/tollgate-io/tollgate/faulttest/checker"
+
 	"fmt"
-	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -36,22 +35,7 @@ import (
 // TOLLGATE_NIGHTLY_SEED replays a run's sequence (the seed is logged).
 // Skipped without TOLLGATE_NIGHTLY or without docker.
 func TestNightlyPartitions(t *testing.T) {
-	v := os.Getenv("TOLLGATE_NIGHTLY")
-	if v == "" {
-		t.Skip("the nightly-style random partition run; set TOLLGATE_NIGHTLY to its length, e.g. TOLLGATE_NIGHTLY=30m (docs/testing.md)")
-	}
-	length, err := time.ParseDuration(v)
-	if err != nil || length <= 0 || length > 50*time.Minute {
-		t.Fatalf("TOLLGATE_NIGHTLY=%q: want a duration up to 50m (acknowledged series must stay active for the whole run)", v)
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TOLLGATE_NIGHTLY_SEED"); s != "" {
-		if seed, err = strconv.ParseUint(s, 10, 64); err != nil {
-			t.Fatalf("TOLLGATE_NIGHTLY_SEED=%q: want an unsigned integer", s)
-		}
-	}
-	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	t.Logf("nightly partitions: %v, seed %d", length, seed)
+	length, seed, rng := checker.Nightly(t, "the nightly-style random partition run")
 
 	c := newClusterIdle(t, "60m")
 	ck := startChecker(t, c, checkerConfig())
