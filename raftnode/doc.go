@@ -136,6 +136,13 @@
 // HeartbeatTimeout. Config.MayCampaign still decides whether this node may
 // ask for votes at all (gate.go).
 //
+// A leader whose process died is usually found long before the heartbeat
+// timeout: when a connection it dialed to this node ends, this node dials
+// its raft port, and a refused connection (no process listens) makes the
+// successor campaign at once and the other survivor hold off for it
+// (leaderdown.go). A timeout or an answering port proves nothing and leaves
+// the election to the timers.
+//
 // # Lifecycle
 //
 //	h, err := raftnode.New(cfg, func(g int) raft.FSM { return fsms[g] })

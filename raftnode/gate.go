@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 )
@@ -32,6 +33,11 @@ type gatedTransport struct {
 	done      chan struct{}
 	closeOnce sync.Once
 }
+
+// appendFaultForTest, set by tests only, makes a node refuse the
+// AppendEntries that carry entries (heartbeats still pass) while it answers
+// true: its log falls behind while it keeps following the leader.
+var appendFaultForTest atomic.Pointer[func(group int, self raft.ServerID) bool]
 
 // ErrMayNotLead wraps Config.MayCampaign's refusal.
 var ErrMayNotLead = errors.New("raftnode: this node may not lead now")
@@ -69,6 +75,10 @@ func (t *gatedTransport) pump() {
 			switch req := rpc.Command.(type) {
 			case *raft.AppendEntriesRequest:
 				t.succ.heard(req.RPCHeader)
+				if f := appendFaultForTest.Load(); f != nil && len(req.Entries) > 0 && t.succ != nil && (*f)(t.succ.group, t.succ.self) {
+					rpc.Respond(nil, errors.New("raftnode: test: entries refused"))
+					continue
+				}
 			case *raft.RequestVoteRequest:
 				if t.succ.watching(req.ID) {
 					rpc = t.watchVote(rpc)
@@ -127,16 +137,19 @@ func (t *gatedTransport) watchVote(rpc raft.RPC) raft.RPC {
 
 // campaign makes this node's raft start an election now, as a leader's
 // TimeoutNow does (a follower becomes a candidate; a candidate carries on).
-// The gate still decides whether its vote requests leave the node.
-func (t *gatedTransport) campaign() {
+// The gate still decides whether its vote requests leave the node: false
+// when it is shut (no election started).
+func (t *gatedTransport) campaign() bool {
 	if t.check() != nil {
-		return
+		return false
 	}
 	header := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(t.succ.self), Addr: []byte(t.LocalAddr())}
 	rpc := raft.RPC{Command: &raft.TimeoutNowRequest{RPCHeader: header}, RespChan: make(chan raft.RPCResponse, 1)}
 	select {
 	case t.consumer <- rpc:
+		return true
 	case <-t.done:
+		return false
 	}
 }
 

@@ -38,6 +38,7 @@ type Host struct {
 	addMu sync.Mutex
 
 	closing      chan struct{} // closed when Shutdown starts
+	down         *downProbe    // dead leaders found by a refused connection (leaderdown.go)
 	disk         *diskState    // write health of DataDir (disk.go)
 	wal          *wal.WAL      // every group's raft log (package wal)
 	fs           wal.FS        // the log's and the snapshots' file layer
@@ -134,6 +135,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		mux:     mux,
 		addr:    raft.ServerAddress(adv),
 		closing: make(chan struct{}),
+		down:    newDownProbe(),
 		disk:    newDiskState(cfg.DataDir),
 	}
 	wo := walOptions(cfg.DataDir, cfg.NoSync)
@@ -260,6 +262,7 @@ func (h *Host) buildGroup(g *group) error {
 	})
 	succ := newSuccession(id, raft.ServerID(cfg.NodeID), cfg.HeartbeatTimeout, cfg.ElectionTimeout, h.log)
 	g.trans = newGatedTransport(inner, cfg.MayCampaign, succ)
+	layer.onPeerClosed(func() { h.connEnded(succ) })
 
 	boltOpts := *bbolt.DefaultOptions
 	boltOpts.Timeout = boltOpenTimeout

@@ -14,6 +14,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -567,6 +568,18 @@ type GroupLayer struct {
 	closed bool
 	done   chan struct{}
 	conns  map[*trackedConn]struct{} // accepted and dialed, still open
+	// peerClosed, if set, is called (on its own goroutine) when a peer
+	// ends a connection this layer accepted: a read met EOF or a reset
+	// while the layer is open (leaderdown.go).
+	peerClosed func()
+}
+
+// onPeerClosed sets the layer's peerClosed hook; connections accepted
+// before it is set do not call it.
+func (l *GroupLayer) onPeerClosed(fn func()) {
+	l.mu.Lock()
+	l.peerClosed = fn
+	l.mu.Unlock()
 }
 
 var _ raft.StreamLayer = (*GroupLayer)(nil)
@@ -690,7 +703,7 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	}
 	_ = raw.SetDeadline(time.Time{})
 
-	tc := l.track(conn)
+	tc := l.track(conn, false)
 	if tc == nil {
 		_ = conn.Close()
 		return nil, fmt.Errorf("raftnode: dial group %d: %w", l.group, net.ErrClosed)
@@ -700,7 +713,7 @@ func (l *GroupLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 
 // deliver hands an accepted connection (header already consumed) to Accept.
 func (l *GroupLayer) deliver(conn net.Conn) {
-	tc := l.track(conn)
+	tc := l.track(conn, true)
 	if tc == nil {
 		_ = conn.Close()
 		return
@@ -713,14 +726,17 @@ func (l *GroupLayer) deliver(conn net.Conn) {
 }
 
 // track registers conn with the layer so Close can close it; nil if the
-// layer is already closed.
-func (l *GroupLayer) track(conn net.Conn) *trackedConn {
+// layer is already closed. accepted: the peer dialed it (deliver).
+func (l *GroupLayer) track(conn net.Conn, accepted bool) *trackedConn {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
 		return nil
 	}
 	tc := &trackedConn{Conn: conn, layer: l}
+	if accepted {
+		tc.peerClosed = l.peerClosed
+	}
 	l.conns[tc] = struct{}{}
 	return tc
 }
@@ -730,6 +746,34 @@ type trackedConn struct {
 	net.Conn
 	layer *GroupLayer
 	once  sync.Once
+	// peerClosed: the layer's hook, for accepted connections; called once,
+	// when a read finds the peer's end closed.
+	peerClosed func()
+	ended      sync.Once
+}
+
+// Read passes reads through; a read that finds the connection ended by the
+// peer (EOF or reset, not a timeout, and not this node closing it) calls the
+// layer's peerClosed hook once.
+func (c *trackedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && c.peerClosed != nil && peerEnded(err) {
+		c.ended.Do(func() {
+			c.layer.mu.Lock()
+			closed := c.layer.closed
+			c.layer.mu.Unlock()
+			if !closed {
+				go c.peerClosed()
+			}
+		})
+	}
+	return n, err
+}
+
+// peerEnded reports whether a read error means the remote end closed or
+// reset the connection (as a peer process that exits does).
+func peerEnded(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 func (c *trackedConn) Close() error {

@@ -77,7 +77,7 @@ type succession struct {
 	leader atomic.Pointer[raft.ServerID] // last sender of an AppendEntries
 	nudge  func(id raft.ServerID, addr raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error
 	// campaign delivers a TimeoutNow to this node's own raft (gate.go).
-	campaign func()
+	campaign func() bool
 
 	askMu     sync.Mutex
 	mu        sync.Mutex
@@ -88,6 +88,10 @@ type succession struct {
 	holdUntil time.Time // zero: not decided in this episode
 	lifted    bool      // this episode is left to raft's own elections
 	lastNudge time.Time
+	// downLeader and downEpisode: the dead leader last acted on
+	// (leaderdown.go), and raft's LastContact then.
+	downLeader  raft.ServerID
+	downEpisode time.Time
 }
 
 // errYield is the yielding voter's decision on its own pre-vote requests;

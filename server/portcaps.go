@@ -20,7 +20,18 @@ func (s *Server) registerRaftCapMetrics(h *raftnode.Host) {
 			func() float64 { return float64(h.MuxStats().Pending) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_pending_refused_total",
 			Help: "Connections to the raft port closed on accept because --raft-max-pending-conns (or its quarter per IP address) was reached."},
-			func() float64 { return float64(h.MuxStats().Refused) }))
+			func() float64 { return float64(h.MuxStats().Refused) }),
+		// A leader whose raft port refuses connections is dead: its
+		// groups' successors campaign at once (raftnode/leaderdown.go).
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_leader_probes_total",
+			Help: "Probes of a leader's raft port made after one of its connections to this node ended."},
+			func() float64 { return float64(h.LeaderDownStats().Probes) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_leader_probes_refused_total",
+			Help: "Probes of a leader's raft port that were refused: the leader's process was gone."},
+			func() float64 { return float64(h.LeaderDownStats().Refused) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_dead_leader_elections_total",
+			Help: "Elections this node started at once, as its group's successor, on finding the leader's raft port refusing connections (instead of waiting out the heartbeat timeout)."},
+			func() float64 { return float64(h.LeaderDownStats().Campaigns) }))
 }
 
 func (s *Server) registerGossipCapMetrics(m *membership.Membership) {
