@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 )
@@ -45,7 +46,9 @@ var ErrMayNotLead = errors.New("raftnode: this node may not lead now")
 func newGatedTransport(inner *raft.NetworkTransport, gate func() error, succ *succession) *gatedTransport {
 	t := &gatedTransport{NetworkTransport: inner, gate: gate, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
 	if succ != nil {
-		succ.nudge = inner.TimeoutNow
+		succ.nudge = func(id raft.ServerID, addr raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
+			return retryStale(func() error { return inner.TimeoutNow(id, addr, req, resp) })
+		}
 		succ.campaign = t.campaign
 	}
 	go t.pump()
@@ -176,7 +179,42 @@ func (t *gatedTransport) RequestVote(id raft.ServerID, target raft.ServerAddress
 	if err := t.check(); err != nil {
 		return err
 	}
-	return t.NetworkTransport.RequestVote(id, target, args, resp)
+	return retryStale(func() error { return t.NetworkTransport.RequestVote(id, target, args, resp) })
+}
+
+// staleRetries bounds how often an election RPC is re-sent after finding
+// its pooled connection ended (one more than the pool can hold per peer
+// with the default TransportMaxPool).
+const staleRetries = 4
+
+// retryStale runs an election RPC (vote, pre-vote, TimeoutNow) again when
+// it failed on a connection the peer had already ended. raft's transport
+// keeps idle connections in a pool; those to a peer that has since
+// restarted are dead, and the first RPC on each finds out (EOF, reset,
+// broken pipe) and drops it. raft does not re-send a vote request within a
+// round, so one stale connection cost a whole ElectionTimeout: seen as a
+// failover of 500 ms instead of 50 when the candidate's pooled connection
+// was to the survivor's previous process. Re-sending is safe: a voter
+// answers a repeated request of the same candidate and term with the
+// same vote, and a failed send delivered nothing (the connection was
+// already closed).
+func retryStale(rpc func() error) error {
+	err := rpc()
+	for i := 0; i < staleRetries && err != nil && connEnded(err); i++ {
+		err = rpc()
+	}
+	return err
+}
+
+// connEnded reports whether an RPC failed because its connection had been
+// closed by the peer before or while it was sent.
+func connEnded(err error) bool {
+	if peerEnded(err) || errors.Is(err, syscall.EPIPE) {
+		return true
+	}
+	// The transport's msgpack decoder may return io.EOF's text unwrapped.
+	msg := err.Error()
+	return msg == "EOF" || msg == "unexpected EOF"
 }
 
 // RequestPreVote asks target for its pre-vote, unless the gate is shut or
@@ -192,7 +230,7 @@ func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddr
 		resp.Term, resp.Granted = args.Term, false
 		return nil
 	}
-	return t.NetworkTransport.RequestPreVote(id, target, args, resp)
+	return retryStale(func() error { return t.NetworkTransport.RequestPreVote(id, target, args, resp) })
 }
 
 // Close stops the pump and the inner transport (idempotent).

@@ -3,6 +3,7 @@ package raftnode
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"syscall"
 	"testing"
@@ -282,4 +283,82 @@ func TestDeadLeaderSuccessorBehind(t *testing.T) {
 	}
 	appendFaultForTest.Store(nil)
 	applyRetry(t, []*Host{b, c}, 0, cmd(30), 30*time.Second)
+}
+
+// TestElectionOverStaleConnection: node-c led once, so its transport pools
+// connections to node-b; node-b then restarts, which leaves those
+// connections dead in node-c's pool. When node-a (the leader) crashes with
+// node-b's log behind, node-c refuses node-b's vote and asks node-b for its
+// own vote over a pooled connection: the first send finds it ended (EOF), is
+// re-sent on a new one, and node-c wins in that round. Without the re-send
+// the round would wait out the election timeout (60 s here).
+func TestElectionOverStaleConnection(t *testing.T) {
+	hosts := clusterOf3(t, 1)
+	a, b, c := hosts[0], hosts[1], hosts[2]
+	lead := func(h *Host) {
+		eventually(t, 30*time.Second, string(h.NodeID())+" leads", func() bool {
+			l := leaderOf(hosts, 0)
+			if l == h {
+				return true
+			}
+			if l != nil {
+				_ = l.Raft(0).LeadershipTransferToServer(h.NodeID(), h.Addr()).Error()
+			}
+			return false
+		})
+	}
+	lead(c)
+	applyRetry(t, hosts, 0, cmd(40), 30*time.Second) // node-c's pool now holds connections to node-b
+	lead(a)
+	bCfg := b.cfg
+	bCfg.BindAddr = string(b.Addr())
+	if err := b.Shutdown(); err != nil {
+		t.Fatal(err)
+	}
+	b = mustNew(t, bCfg, newFSMs(1))
+	hosts[1] = b
+	applyRetry(t, hosts, 0, cmd(41), 30*time.Second)
+	want := a.Raft(0).LastIndex()
+	eventually(t, 30*time.Second, "node-b caught up", func() bool { return b.Raft(0).LastIndex() >= want })
+	eventually(t, 30*time.Second, "node-b follows node-a", func() bool { _, l := b.Raft(0).LeaderWithID(); return l == a.NodeID() })
+
+	behind := func(_ int, self raft.ServerID) bool { return self == b.NodeID() }
+	appendFaultForTest.Store(&behind)
+	t.Cleanup(func() { appendFaultForTest.Store(nil) })
+	applyRetry(t, []*Host{a}, 0, cmd(42), 30*time.Second)
+	want = a.Raft(0).LastIndex()
+	eventually(t, 30*time.Second, "node-c has the entry", func() bool { return c.Raft(0).LastIndex() >= want })
+	for _, h := range []*Host{b, c} {
+		slowTimers(t, h, time.Minute)
+	}
+	crash(t, a)
+	var l *Host
+	eventually(t, 20*time.Second, "a new leader", func() bool { l = leaderOf([]*Host{b, c}, 0); return l != nil })
+	if l != c {
+		t.Fatalf("%s leads, want node-c (node-b's log is behind)", l.NodeID())
+	}
+	appendFaultForTest.Store(nil)
+	applyRetry(t, []*Host{b, c}, 0, cmd(43), 30*time.Second)
+}
+
+// TestRetryStale: an RPC that found its connection ended is sent again, up
+// to staleRetries times; any other error is returned at once.
+func TestRetryStale(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		errs  []error
+		calls int
+		ok    bool
+	}{
+		{"EOF then success", []error{io.EOF, nil}, 2, true},
+		{"reset, EOF text, then success", []error{syscall.ECONNRESET, errors.New("EOF"), nil}, 3, true},
+		{"refused: not retried", []error{syscall.ECONNREFUSED, nil}, 1, false},
+		{"always ended", []error{io.EOF, io.EOF, io.EOF, io.EOF, io.EOF, io.EOF, nil}, staleRetries + 1, false},
+	} {
+		calls := 0
+		err := retryStale(func() error { e := tc.errs[calls]; calls++; return e })
+		if calls != tc.calls || (err == nil) != tc.ok {
+			t.Errorf("%s: %d calls, err %v; want %d calls, success %v", tc.name, calls, err, tc.calls, tc.ok)
+		}
+	}
 }
