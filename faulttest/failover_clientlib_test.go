@@ -88,11 +88,13 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		return err
 	}
 	var took, electedIn []time.Duration
+	var killed []time.Time
 	for round := 1; round <= kills; round++ {
 		loadFor(time.Second)
 		l := c.waitLeader(g, nil)
 		st0 := cl.Stats()
 		killAt := time.Now()
+		killed = append(killed, killAt)
 		l.kill(t)
 		err := probe()
 		d := time.Since(killAt)
@@ -147,6 +149,19 @@ func TestFailoverThroughClientlib(t *testing.T) {
 		slices.Sort(electedIn)
 		t.Logf("kill → raft leader of group %d (first survivor log line), %d kills: median %v, max %v",
 			g, len(electedIn), electedIn[len(electedIn)/2].Round(time.Millisecond), electedIn[len(electedIn)-1].Round(time.Millisecond))
+	}
+	// The bar: the 8 writers (FailOpen on) see errors and fail-open
+	// decisions only within 2 s of a kill.
+	load.mu.Lock()
+	nFail := len(load.failures)
+	load.mu.Unlock()
+	outside := load.failuresOutside(killed, 2*time.Second)
+	t.Logf("load: %d requests, %d errors or fail-open decisions, %d of them more than 2 s after a kill", load.requests.Load(), nFail, len(outside))
+	for i, f := range outside {
+		if i == 5 {
+			break
+		}
+		t.Errorf("a writer saw a failure at %s, not within 2 s of a kill: %s", f.at.Format("15:04:05.000"), f.what)
 	}
 	c.checkNoCrashes()
 }

@@ -36,6 +36,9 @@ type clientLoad struct {
 	mu       sync.Mutex
 	samples  []loadSample
 	errs     []string // the first errors the caller saw
+	// failures: when each error returned to a worker, and each fail-open
+	// decision seen by one, came back (its call's end).
+	failures []loadFailure
 	nErrs    atomic.Int64
 	requests atomic.Int64
 }
@@ -96,6 +99,7 @@ func (l *clientLoad) worker(w int) {
 			hashes = append(hashes, first+(uint64(w)<<40|k)%(last-first+1))
 		}
 		start := time.Now()
+		opened := l.cl.Stats().FailedOpen
 		// The caller's own deadline: a distributor waits this long at most.
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := l.th.trackPartition(ctx, l.cl, w, tenant, p, hashes)
@@ -103,6 +107,14 @@ func (l *clientLoad) worker(w int) {
 		lat := time.Since(start)
 		l.requests.Add(1)
 		l.mu.Lock()
+		switch {
+		case err != nil:
+			l.failures = append(l.failures, loadFailure{at: start.Add(lat), what: fmt.Sprintf("error: %v", err)})
+		case l.cl.Stats().FailedOpen != opened:
+			// Another worker's fail-open may be counted here too: both
+			// came back while this call was in flight.
+			l.failures = append(l.failures, loadFailure{at: start.Add(lat), what: "failed open"})
+		}
 		if err != nil {
 			l.nErrs.Add(1)
 			if len(l.errs) < 5 {
@@ -113,6 +125,32 @@ func (l *clientLoad) worker(w int) {
 		}
 		l.mu.Unlock()
 	}
+}
+
+// loadFailure is an error or a fail-open decision a load worker saw.
+type loadFailure struct {
+	at   time.Time // when the call came back
+	what string
+}
+
+// failuresOutside returns the failures that came back outside every
+// window [from, from+span) of froms.
+func (l *clientLoad) failuresOutside(froms []time.Time, span time.Duration) []loadFailure {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []loadFailure
+	for _, f := range l.failures {
+		in := false
+		for _, from := range froms {
+			if !f.at.Before(from) && f.at.Before(from.Add(span)) {
+				in = true
+			}
+		}
+		if !in {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // close stops the workers and, for startClientLoad's own history, checks

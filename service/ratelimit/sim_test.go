@@ -232,8 +232,6 @@ func runSim(t testing.TB, c simCase) simResult {
 		}
 	}
 	res.perMs = perMs
-	res.perMs = perMs
-	res.perMs = perMs
 	res.offered = total
 	if owner != nil {
 		res.final = owner.counts(now.UnixNano())
