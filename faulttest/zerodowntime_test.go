@@ -33,9 +33,9 @@ type clientLoad struct {
 	stop         chan struct{}
 	wg           sync.WaitGroup
 
-	mu       sync.Mutex
-	samples  []loadSample
-	errs     []string // the first errors the caller saw
+	mu      sync.Mutex
+	samples []loadSample
+	errs    []string // the first errors the caller saw
 	// failures: when each error returned to a worker, and each fail-open
 	// decision seen by one, came back (its call's end).
 	failures []loadFailure
