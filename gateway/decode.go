@@ -88,12 +88,16 @@ func decompress(body []byte, limit int64) ([]byte, error) {
 // number of samples it carries (float samples and histogram samples: what
 // the ingestion rate counts).
 type batch struct {
-	proto   string
-	v1      *prompb.WriteRequest
-	v2      *writev2.Request
-	hashes  []uint64 // per series, in request order
-	samples []int    // per series
-	total   int      // Σ samples
+	proto string
+	// raw is the decompressed request; v1 is decoded from it only when
+	// series are dropped (filter) or the request is invalid (scan.go).
+	raw      []byte
+	metadata bool // a 1.0 request carries metadata
+	v1       *prompb.WriteRequest
+	v2       *writev2.Request
+	hashes   []uint64 // per series, in request order
+	samples  []int    // per series
+	total    int      // Σ samples
 }
 
 func (b *batch) series() int { return len(b.hashes) }
@@ -107,11 +111,17 @@ func decode(proto string, raw []byte) (*batch, error) {
 	var ls labels.Labels
 	switch proto {
 	case protoV1:
+		b.raw = raw
+		if scanV1(raw, b) {
+			return b, nil
+		}
+		// Invalid somewhere: the full decoder names the problem.
+		b.hashes, b.samples, b.total, b.metadata = nil, nil, 0, false
 		var req prompb.WriteRequest
 		if err := req.Unmarshal(raw); err != nil {
 			return nil, fmt.Errorf("decode protobuf %s: %w", protoV1, err)
 		}
-		b.v1 = &req
+		b.v1, b.metadata = &req, len(req.Metadata) > 0
 		b.hashes = make([]uint64, len(req.Timeseries))
 		b.samples = make([]int, len(req.Timeseries))
 		for i := range req.Timeseries {
@@ -233,6 +243,16 @@ func (b *batch) filter(drop map[uint64]bool) (body []byte, keptSeries, keptSampl
 	var raw []byte
 	switch b.proto {
 	case protoV1:
+		if b.v1 == nil {
+			var req prompb.WriteRequest
+			if err := req.Unmarshal(b.raw); err != nil {
+				return nil, 0, 0, fmt.Errorf("decode protobuf %s: %w", protoV1, err)
+			}
+			if len(req.Timeseries) != len(b.hashes) {
+				return nil, 0, 0, fmt.Errorf("decode protobuf %s: %d series, %d when scanned", protoV1, len(req.Timeseries), len(b.hashes))
+			}
+			b.v1 = &req
+		}
 		out := prompb.WriteRequest{Metadata: b.v1.Metadata}
 		for i := range b.v1.Timeseries {
 			if !drop[b.hashes[i]] {
@@ -263,4 +283,4 @@ func (b *batch) filter(drop map[uint64]bool) (body []byte, keptSeries, keptSampl
 
 // hasMetadata reports whether a request carries something besides series
 // (1.0 metadata), which is forwarded even when every series is rejected.
-func (b *batch) hasMetadata() bool { return b.v1 != nil && len(b.v1.Metadata) > 0 }
+func (b *batch) hasMetadata() bool { return b.metadata }

@@ -57,6 +57,8 @@
 // tollgate_gateway_fail_open_total{tenant,decision},
 // tollgate_gateway_upstream_duration_seconds{code},
 // tollgate_gateway_request_duration_seconds,
+// tollgate_gateway_own_duration_seconds (the request's time minus the
+// upstream's: what the gateway adds),
 // tollgate_gateway_track_duration_seconds, tollgate_gateway_inflight_requests
 // and tollgate_gateway_ready.
 //

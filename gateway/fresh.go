@@ -75,6 +75,63 @@ func (f *fresh) stale(tenant string, hs []uint64) []uint64 {
 	return out
 }
 
+// split is stale, and also picks out the series ahead: remembered from
+// the previous interval only (tracked one to two intervals ago), which
+// will be stale within an interval. They are marked fresh at once (so
+// other requests do not pick them again) and the caller refreshes them in
+// the background (forget undoes the mark when that fails). A series sent
+// on every scrape is then refreshed before it falls out, and its requests
+// never wait on Tollgate; only new series, and those not sent for an
+// interval, are decided on their request.
+//
+// This is as exact as stale alone: those series are forwarded untracked
+// either way (they are fresh); the background refresh only keeps them
+// fresh, where stale alone would have made a later request wait for it.
+func (f *fresh) split(tenant string, hs []uint64) (stale, ahead []uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rotate()
+	cur, prev := f.cur[tenant], f.prev[tenant]
+	if cur == nil && prev == nil {
+		return hs, nil
+	}
+	for _, h := range hs {
+		if _, ok := cur[h]; ok {
+			continue
+		}
+		if _, ok := prev[h]; !ok {
+			stale = append(stale, h)
+			continue
+		}
+		if f.n >= f.max {
+			continue // full: left to go stale, as accepted leaves it
+		}
+		if cur == nil {
+			cur = map[uint64]struct{}{}
+			f.cur[tenant] = cur
+		}
+		cur[h] = struct{}{}
+		f.n++
+		ahead = append(ahead, h)
+	}
+	return stale, ahead
+}
+
+// forget unmarks hashes that split marked fresh, when their refresh
+// failed or Tollgate rejected them.
+func (f *fresh) forget(tenant string, hs []uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if m := f.cur[tenant]; m != nil {
+		for _, h := range hs {
+			if _, ok := m[h]; ok {
+				delete(m, h)
+				f.n--
+			}
+		}
+	}
+}
+
 // accepted records hashes Tollgate accepted just now (all of tracked but
 // the rejected ones).
 func (f *fresh) accepted(tenant string, tracked, rejected []uint64) {

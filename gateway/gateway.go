@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -138,7 +139,43 @@ type Gateway struct {
 	gatherer prometheus.Gatherer
 	stopping atomic.Bool
 	fresh    *fresh // nil: track every request
+	// refreshing bounds the background refreshes in flight (fresh.split);
+	// refreshWG waits for them (Wait).
+	refreshing chan struct{}
+	refreshWG  sync.WaitGroup
 }
+
+// maxRefreshes bounds the background refreshes in flight.
+const maxRefreshes = 4
+
+// refreshAhead tracks series that are still fresh but will not be within
+// an interval (fresh.split), off the request's path.
+func (g *Gateway) refreshAhead(tenant string, hs []uint64) {
+	defer func() { <-g.refreshing; g.refreshWG.Done() }()
+	ctx, cancel := context.WithTimeout(context.Background(), g.cfg.TrackTimeout)
+	defer cancel()
+	t0 := time.Now()
+	rejected, err := g.cfg.Tracker.TrackSeries(ctx, tenant, hs)
+	g.m.trackDuration.Observe(time.Since(t0).Seconds())
+	switch {
+	case err != nil:
+		// Left to go stale: a later request decides them.
+		g.fresh.forget(tenant, hs)
+		g.m.refreshes.WithLabelValues("failed").Inc()
+	case len(rejected) > 0:
+		// Not expected (an accepted, active series stays accepted), but
+		// if Tollgate says so, later requests ask again.
+		g.fresh.forget(tenant, rejected)
+		g.m.refreshes.WithLabelValues("rejected").Inc()
+		g.log.Warn("gateway: a background refresh was rejected", "tenant", tenant, "series", len(rejected))
+	default:
+		g.m.refreshes.WithLabelValues("ok").Inc()
+	}
+}
+
+// WaitRefreshes waits for the background refreshes in flight (for a
+// graceful stop, before the Tollgate client closes).
+func (g *Gateway) WaitRefreshes() { g.refreshWG.Wait() }
 
 // New checks cfg and returns a gateway.
 func New(cfg Config) (*Gateway, error) {
@@ -191,7 +228,8 @@ func New(cfg Config) (*Gateway, error) {
 		tr.MaxIdleConnsPerHost = cfg.MaxInflight
 		client = &http.Client{Transport: tr}
 	}
-	g := &Gateway{cfg: cfg, up: up, client: client, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInflight)}
+	g := &Gateway{cfg: cfg, up: up, client: client, log: cfg.Logger, sem: make(chan struct{}, cfg.MaxInflight),
+		refreshing: make(chan struct{}, maxRefreshes)}
 	if cfg.RefreshInterval < 0 || cfg.RefreshInterval > 30*time.Second {
 		return nil, fmt.Errorf("gateway: refresh interval %v: must be in [0, 30s] (a series must be refreshed within a minute to stay active)", cfg.RefreshInterval)
 	}
@@ -295,6 +333,9 @@ type answer struct {
 	msg        string
 	retryAfter string
 	header     http.Header // from the upstream (2.0 written counts)
+	// upstream: how long the forward to the upstream took (zero: not
+	// forwarded); the rest of the request's time is the gateway's own.
+	upstream time.Duration
 }
 
 func (g *Gateway) servePush(w http.ResponseWriter, r *http.Request) {
@@ -309,7 +350,9 @@ func (g *Gateway) servePush(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", a.retryAfter)
 	}
 	g.m.requests.WithLabelValues(strconv.Itoa(a.code)).Inc()
-	g.m.duration.Observe(time.Since(start).Seconds())
+	took := time.Since(start)
+	g.m.duration.Observe(took.Seconds())
+	g.m.own.Observe((took - a.upstream).Seconds())
 	if a.code/100 == 2 {
 		w.WriteHeader(a.code)
 		return
@@ -417,7 +460,19 @@ func (g *Gateway) decide(r *http.Request, tenant string, body []byte, b *batch) 
 		}
 	}
 	if g.fresh != nil {
-		hashes = g.fresh.stale(tenant, hashes)
+		var ahead []uint64
+		hashes, ahead = g.fresh.split(tenant, hashes)
+		if len(ahead) > 0 {
+			select {
+			case g.refreshing <- struct{}{}:
+				g.refreshWG.Add(1)
+				go g.refreshAhead(tenant, ahead)
+			default:
+				// Refreshes at their limit: decided with the request, as
+				// before refresh-ahead.
+				hashes = append(hashes, ahead...)
+			}
+		}
 	}
 	var rejected []uint64
 	var err error
@@ -548,14 +603,16 @@ func (g *Gateway) forward(r *http.Request, tenant string, body []byte, b *batch,
 		if ctx.Err() != nil && r.Context().Err() == nil {
 			class, code = "timeout", http.StatusGatewayTimeout
 		}
-		g.m.upstream.WithLabelValues(class).Observe(time.Since(t0).Seconds())
-		return answer{code: code, msg: fmt.Sprintf("upstream %s: %v; retry", class, err)}
+		up := time.Since(t0)
+		g.m.upstream.WithLabelValues(class).Observe(up.Seconds())
+		return answer{code: code, msg: fmt.Sprintf("upstream %s: %v; retry", class, err), upstream: up}
 	}
 	defer resp.Body.Close()
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
-	g.m.upstream.WithLabelValues(strconv.Itoa(resp.StatusCode/100) + "xx").Observe(time.Since(t0).Seconds())
-	a := answer{code: resp.StatusCode, header: resp.Header}
+	up := time.Since(t0)
+	g.m.upstream.WithLabelValues(strconv.Itoa(resp.StatusCode/100) + "xx").Observe(up.Seconds())
+	a := answer{code: resp.StatusCode, header: resp.Header, upstream: up}
 	if resp.StatusCode/100 != 2 {
 		a.msg = fmt.Sprintf("upstream answered %s: %s", resp.Status, strings.TrimSpace(string(msg)))
 		if ra := resp.Header.Get("Retry-After"); ra != "" {

@@ -746,3 +746,72 @@ func TestPartitionLimit(t *testing.T) {
 		t.Fatalf("%d series tracked, want 10: a refused request is not tracked", n)
 	}
 }
+
+// gatedTracker holds every TrackSeries call while its gate is shut.
+type gatedTracker struct {
+	gateway.Tracker
+	mu   sync.Mutex
+	gate chan struct{} // nil: open
+	sent atomic.Int64
+}
+
+func (g *gatedTracker) TrackSeries(ctx context.Context, tenant string, hs []uint64) ([]uint64, error) {
+	g.mu.Lock()
+	gate := g.gate
+	g.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	g.sent.Add(int64(len(hs)))
+	return g.Tracker.TrackSeries(ctx, tenant, hs)
+}
+
+// TestRefreshAheadOffThePath: a series accepted an interval ago is
+// refreshed in the background: a request carrying only such series is
+// answered while Tollgate's answer is still held back, and the refresh
+// reaches Tollgate once it is let through.
+func TestRefreshAheadOffThePath(t *testing.T) {
+	_, c := startTollgate(t, "tenants:\n  t:\n    max_series: 100\n")
+	rcv := newReceiver(t)
+	gt := &gatedTracker{Tracker: c}
+	g, gw := newGateway(t, gateway.Config{Upstream: rcv.url(), Tracker: gt, Limits: limitsOf(c),
+		RefreshInterval: time.Second, TrackTimeout: time.Minute})
+	body := encodeV1(t, seriesV1("up", 0, 20))
+	if code, msg, _ := post(t, gw.URL+"/api/v1/push", "t", "", body); code != http.StatusNoContent {
+		t.Fatalf("first request: %d %s", code, msg)
+	}
+	if got := gt.sent.Load(); got != 20 {
+		t.Fatalf("first request tracked %d series, want 20", got)
+	}
+	time.Sleep(1100 * time.Millisecond) // one rotation: the series are in the previous generation
+	release := make(chan struct{})
+	gt.mu.Lock()
+	gt.gate = release
+	gt.mu.Unlock()
+	answered := make(chan int, 1)
+	go func() {
+		code, _, _ := post(t, gw.URL+"/api/v1/push", "t", "", body)
+		answered <- code
+	}()
+	select {
+	case code := <-answered:
+		if code != http.StatusNoContent {
+			t.Fatalf("second request: %d", code)
+		}
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the request waited for the refresh of series that were still fresh")
+	}
+	close(release)
+	g.WaitRefreshes()
+	if got := gt.sent.Load(); got != 40 {
+		t.Fatalf("after the background refresh Tollgate saw %d series, want 40", got)
+	}
+	if _, reqs := rcv.snapshot(); reqs != 2 {
+		t.Fatalf("receiver got %d requests, want 2", reqs)
+	}
+}

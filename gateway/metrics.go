@@ -16,6 +16,8 @@ type metrics struct {
 	failOpen      *prometheus.CounterVec
 	upstream      *prometheus.HistogramVec
 	duration      prometheus.Histogram
+	own           prometheus.Histogram
+	refreshes     *prometheus.CounterVec
 	trackDuration prometheus.Histogram
 	inflight      prometheus.Gauge
 }
@@ -41,6 +43,11 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Time to forward one request to the upstream, by the class of its answer: 2xx, 4xx, 5xx, timeout, unreachable.", Buckets: buckets}, []string{"code"}),
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_request_duration_seconds",
 			Help: "Time from a remote-write request's arrival to its answer.", Buckets: buckets}),
+		own: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_own_duration_seconds",
+			Help:    "Time a request spent in the gateway itself (its arrival to its answer, minus the forward to the upstream): what the gateway adds to a sender's latency, Tollgate's decision included.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0015, .002, .003, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_background_refreshes_total",
+			Help: "Background refreshes of series still fresh (tracked again before they go stale, off the requests' path), by result: ok, rejected, failed."}, []string{"result"}),
 		trackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_track_duration_seconds",
 			Help: "Time Tollgate took to decide a request's series.", Buckets: buckets}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_gateway_inflight_requests",
@@ -59,10 +66,13 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 	for _, code := range []string{"200", "204", "400", "401", "413", "415", "429", "500", "502", "503", "504"} {
 		m.requests.WithLabelValues(code)
 	}
+	for _, r := range []string{"ok", "rejected", "failed"} {
+		m.refreshes.WithLabelValues(r)
+	}
 	for _, class := range []string{"2xx", "4xx", "5xx", "timeout", "unreachable"} {
 		m.upstream.WithLabelValues(class)
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.series, m.samples, m.invalid, m.forwarded, m.failOpen, m.upstream, m.duration, m.trackDuration, m.inflight, ready} {
+	for _, c := range []prometheus.Collector{m.requests, m.series, m.samples, m.invalid, m.forwarded, m.failOpen, m.upstream, m.duration, m.own, m.refreshes, m.trackDuration, m.inflight, ready} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -439,5 +439,8 @@ func runGateway(cmd *cobra.Command, s *gatewaySettings) error {
 	if err := srv.Shutdown(sctx); err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
+	// Background refreshes finish before the Tollgate client closes (each
+	// is bounded by --track-timeout).
+	g.WaitRefreshes()
 	return nil
 }
