@@ -84,11 +84,17 @@ func (t *gatedTransport) pump() {
 				}
 			case *raft.RequestVoteRequest:
 				if t.succ.watching(req.ID) {
-					rpc = t.watchVote(rpc)
+					rpc = t.watchVote(rpc, t.succ.refused)
+				} else if t.succ != nil {
+					// Not holding off (yet): remember a refusal for a
+					// shorter log, in case this node then finds the
+					// leader dead (leaderdown.go).
+					from, last := raft.ServerID(req.ID), req.LastLogIndex
+					rpc = t.watchVote(rpc, func() { t.succ.refusedBehind(from, last) })
 				}
 			case *raft.RequestPreVoteRequest:
 				if t.succ.watching(req.ID) {
-					rpc = t.watchVote(rpc)
+					rpc = t.watchVote(rpc, t.succ.refused)
 				}
 			case *raft.TimeoutNowRequest:
 				err := t.check()
@@ -110,9 +116,9 @@ func (t *gatedTransport) pump() {
 	}
 }
 
-// watchVote passes the successor's (pre-)vote request on to raft and tells
-// the succession if raft refused it.
-func (t *gatedTransport) watchVote(rpc raft.RPC) raft.RPC {
+// watchVote passes a (pre-)vote request on to raft and calls refused if
+// raft refused it.
+func (t *gatedTransport) watchVote(rpc raft.RPC, refused func()) raft.RPC {
 	orig := rpc.RespChan
 	ch := make(chan raft.RPCResponse, 1)
 	rpc.RespChan = ch
@@ -132,7 +138,7 @@ func (t *gatedTransport) watchVote(rpc raft.RPC) raft.RPC {
 			granted = r.Granted
 		}
 		if resp.Error == nil && !granted {
-			t.succ.refused()
+			refused()
 		}
 	}()
 	return rpc

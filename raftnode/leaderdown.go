@@ -39,13 +39,14 @@ import (
 //
 // The cost is one TCP connect (and close) per ended connection, shared by
 // every group that follows the same leader (one probe per address in
-// flight, its answer reused for probeReuse). The gate (Config.MayCampaign)
+// flight; a refusal is reused for probeReuse, an answer is not: the port
+// may close a moment later). The gate (Config.MayCampaign)
 // still decides whether the campaign's vote requests leave the node. A
 // wrongly refused probe (the leader's listener closed while its raft still
 // runs: only during its own shutdown) costs the group one election, never
 // safety: votes still check terms and logs.
 
-// probeReuse is how long one probe's answer serves other groups' questions
+// probeReuse is how long a refused probe serves other groups' questions
 // about the same address.
 const probeReuse = 200 * time.Millisecond
 
@@ -97,9 +98,11 @@ func (p *downProbe) isRefused(ctx context.Context, address raft.ServerAddress) b
 	if pr, ok := p.probes[endpoint]; ok {
 		select {
 		case <-pr.done:
-			if time.Since(pr.at) < probeReuse {
+			// Only a refusal is reused: a port that answered before this
+			// connection ended says nothing of the process now.
+			if pr.refused && time.Since(pr.at) < probeReuse {
 				p.mu.Unlock()
-				return pr.refused
+				return true
 			}
 		default:
 			p.mu.Unlock()
@@ -174,7 +177,16 @@ func (h *Host) connEnded(s *succession) {
 		return
 	}
 	addr, leader := r.LeaderWithID()
-	if leader == "" || leader == s.self {
+	if leader == "" {
+		// raft forgets its leader on a vote request of a higher term: the
+		// successor's, when its own probe was quicker. The leader is then
+		// the last sender of an AppendEntries (succession.heard).
+		if p := s.leader.Load(); p != nil {
+			leader = *p
+			addr = addressOf(r, leader)
+		}
+	}
+	if leader == "" || addr == "" || leader == s.self {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -189,17 +201,33 @@ func (h *Host) connEnded(s *succession) {
 	if !h.down.isRefused(ctx, addr) {
 		return
 	}
-	if _, now := r.LeaderWithID(); now != leader || r.State() != raft.Follower {
-		return // a new leader (or an election) meanwhile
+	if _, now := r.LeaderWithID(); (now != "" && now != leader) || r.State() != raft.Follower {
+		return // a new leader (or this node campaigns) meanwhile
 	}
 	if s.leaderDown(r, leader) {
 		h.down.fast.Add(1)
 	}
 }
 
+// addressOf is id's address in r's latest configuration ("" if absent).
+func addressOf(r *raft.Raft, id raft.ServerID) raft.ServerAddress {
+	cf := r.GetConfiguration()
+	if cf.Error() != nil {
+		return ""
+	}
+	for _, srv := range cf.Configuration().Servers {
+		if srv.ID == id {
+			return srv.Address
+		}
+	}
+	return ""
+}
+
 // leaderDown acts on the death of leader, found by a refused connection:
 // the successor campaigns at once (true); another survivor holds off for the
-// successor as yield would after its own timer (false).
+// successor as yield would after its own timer (false), unless it has just
+// refused the successor's vote for a shorter log (the successor's own probe
+// can be quicker): then it campaigns itself (true).
 func (s *succession) leaderDown(r *raft.Raft, leader raft.ServerID) bool {
 	cf := r.GetConfiguration()
 	if cf.Error() != nil {
@@ -226,6 +254,15 @@ func (s *succession) leaderDown(r *raft.Raft, leader raft.ServerID) bool {
 		return s.campaign != nil && s.campaign()
 	}
 	s.mu.Lock()
+	if s.behindFrom == succ.ID && time.Since(s.behindAt) < s.holdMax {
+		// The successor already asked, and this node refused it: its log
+		// is behind, so it cannot win. This node campaigns instead.
+		s.behindFrom = ""
+		s.mu.Unlock()
+		s.log.Info("raftnode: election: the leader's raft port refuses connections, and this node refused the successor's vote (its log is behind); campaigning",
+			"group", s.group, "successor", succ.ID, "dead_leader", leader)
+		return s.campaign != nil && s.campaign()
+	}
 	defer s.mu.Unlock()
 	if !ep.Equal(s.episode) || s.holdUntil.IsZero() {
 		now := time.Now()
@@ -235,4 +272,24 @@ func (s *succession) leaderDown(r *raft.Raft, leader raft.ServerID) bool {
 			"group", s.group, "successor", succ.ID, "dead_leader", leader)
 	}
 	return false
+}
+
+// refusedBehind records that this node refused from's vote request, not
+// holding off for it when the request arrived, if from's log (ending at
+// last) is shorter than this node's; if it holds off for from by now, it
+// campaigns as refused does.
+func (s *succession) refusedBehind(from raft.ServerID, last uint64) {
+	r := s.raft.Load()
+	if r == nil || last >= r.LastIndex() {
+		return
+	}
+	s.mu.Lock()
+	if !s.holdUntil.IsZero() && !s.lifted && s.succ.ID == from {
+		// The hold began while the request was on its way to raft.
+		s.mu.Unlock()
+		s.refused()
+		return
+	}
+	s.behindFrom, s.behindAt = from, time.Now()
+	s.mu.Unlock()
 }

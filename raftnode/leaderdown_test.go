@@ -48,16 +48,7 @@ func TestDeadLeaderFoundByRefusedConnection(t *testing.T) {
 	a := hosts[0]
 	terms := make([]uint64, G)
 	for g := range G {
-		eventually(t, 30*time.Second, "node-a leads the group", func() bool {
-			l := leaderOf(hosts, g)
-			if l == a {
-				return true
-			}
-			if l != nil {
-				_ = l.Raft(g).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
-			}
-			return false
-		})
+		makeLead(t, hosts, g, a)
 	}
 	for g := range G {
 		applyRetry(t, hosts, g, cmd(2), 30*time.Second)
@@ -173,8 +164,8 @@ func TestLiveLeaderConnectionsEndNoElection(t *testing.T) {
 }
 
 // TestDownProbe: a closed port is refused (and counted); an open one is
-// not; a second question within probeReuse gets the first answer without a
-// new probe.
+// not; a second question within probeReuse gets a refusal again without a
+// new probe, while an answering port is probed again.
 func TestDownProbe(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -212,6 +203,13 @@ func TestDownProbe(t *testing.T) {
 	if got := p.made.Load(); got != made {
 		t.Errorf("%d probes after a reused answer, want %d", got, made)
 	}
+	before := p.made.Load()
+	if p.isRefused(ctx, raft.ServerAddress(ln.Addr().String())) {
+		t.Error("an open port was found refusing")
+	}
+	if got := p.made.Load(); got != before+1 {
+		t.Errorf("an answering port's probe was reused (%d probes, want %d): a port can close a moment later", got, before+1)
+	}
 	if p.refused.Load() != 1 {
 		t.Errorf("refused = %d, want 1", p.refused.Load())
 	}
@@ -240,16 +238,7 @@ func TestDownProbe(t *testing.T) {
 func TestDeadLeaderSuccessorBehind(t *testing.T) {
 	hosts := clusterOf3(t, 1)
 	a, b, c := hosts[0], hosts[1], hosts[2]
-	eventually(t, 30*time.Second, "node-a leads", func() bool {
-		l := leaderOf(hosts, 0)
-		if l == a {
-			return true
-		}
-		if l != nil {
-			_ = l.Raft(0).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
-		}
-		return false
-	})
+	makeLead(t, hosts, 0, a)
 	if s, _ := successorOf(0, a.Raft(0).GetConfiguration().Configuration().Servers, map[raft.ServerID]bool{a.NodeID(): true}); s.ID != b.NodeID() {
 		t.Fatalf("successor %s, want node-b", s.ID)
 	}
@@ -295,21 +284,9 @@ func TestDeadLeaderSuccessorBehind(t *testing.T) {
 func TestElectionOverStaleConnection(t *testing.T) {
 	hosts := clusterOf3(t, 1)
 	a, b, c := hosts[0], hosts[1], hosts[2]
-	lead := func(h *Host) {
-		eventually(t, 30*time.Second, string(h.NodeID())+" leads", func() bool {
-			l := leaderOf(hosts, 0)
-			if l == h {
-				return true
-			}
-			if l != nil {
-				_ = l.Raft(0).LeadershipTransferToServer(h.NodeID(), h.Addr()).Error()
-			}
-			return false
-		})
-	}
-	lead(c)
+	makeLead(t, hosts, 0, c)
 	applyRetry(t, hosts, 0, cmd(40), 30*time.Second) // node-c's pool now holds connections to node-b
-	lead(a)
+	makeLead(t, hosts, 0, a)
 	bCfg := b.cfg
 	bCfg.BindAddr = string(b.Addr())
 	if err := b.Shutdown(); err != nil {

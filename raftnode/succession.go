@@ -92,6 +92,10 @@ type succession struct {
 	// (leaderdown.go), and raft's LastContact then.
 	downLeader  raft.ServerID
 	downEpisode time.Time
+	// behindFrom and behindAt: the last peer whose vote this node refused
+	// for a log shorter than its own, while not holding off for it.
+	behindFrom raft.ServerID
+	behindAt   time.Time
 }
 
 // errYield is the yielding voter's decision on its own pre-vote requests;

@@ -1,6 +1,7 @@
 package raftnode
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -72,6 +73,22 @@ func clusterOf3(t *testing.T, G int) []*Host {
 	return hosts
 }
 
+// makeLead transfers group g's leadership to h (from whichever host leads
+// it) until h leads.
+func makeLead(t *testing.T, hosts []*Host, g int, h *Host) {
+	t.Helper()
+	eventually(t, 30*time.Second, fmt.Sprintf("%s leads group %d", h.NodeID(), g), func() bool {
+		l := leaderOf(hosts, g)
+		if l == h {
+			return true
+		}
+		if l != nil {
+			_ = l.Raft(g).LeadershipTransferToServer(h.NodeID(), h.Addr()).Error()
+		}
+		return false
+	})
+}
+
 func leaderOf(hosts []*Host, g int) *Host {
 	for _, h := range hosts {
 		if h.Raft(g).State() == raft.Leader {
@@ -93,16 +110,7 @@ func TestSuccessorWinsAfterLeaderDies(t *testing.T) {
 	a := hosts[0]
 	terms := make([]uint64, G)
 	for g := range G {
-		eventually(t, 30*time.Second, "node-a leads the group", func() bool {
-			l := leaderOf(hosts, g)
-			if l == a {
-				return true
-			}
-			if l != nil {
-				_ = l.Raft(g).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
-			}
-			return false
-		})
+		makeLead(t, hosts, g, a)
 	}
 	// Every survivor holds the whole log, so the successor can win.
 	for g := range G {
@@ -187,16 +195,7 @@ func TestSuccessorBehindYields(t *testing.T) {
 	a, b, c := hosts[0], hosts[1], hosts[2]
 	// Group 0 ranks node-a, node-b, node-c: with node-a leading, node-b is
 	// the successor.
-	eventually(t, 30*time.Second, "node-a leads", func() bool {
-		l := leaderOf(hosts, 0)
-		if l == a {
-			return true
-		}
-		if l != nil {
-			_ = l.Raft(0).LeadershipTransferToServer(a.NodeID(), a.Addr()).Error()
-		}
-		return false
-	})
+	makeLead(t, hosts, 0, a)
 	bCfg := b.cfg
 	if err := b.Shutdown(); err != nil {
 		t.Fatal(err)
