@@ -424,7 +424,7 @@ func TestAccessOnFollowerAndReload(t *testing.T) {
 			keep = append(keep, l)
 		}
 	}
-	if err := os.WriteFile(creds, []byte(strings.Join(keep, "\n")), 0o600); err != nil {
+	if err := writeFileAtomic(creds, []byte(strings.Join(keep, "\n")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range tc.nodes {
@@ -434,7 +434,7 @@ func TestAccessOnFollowerAndReload(t *testing.T) {
 		})
 	}
 	// A broken file keeps the credentials in force.
-	if err := os.WriteFile(creds, []byte("broken line\n"), 0o600); err != nil {
+	if err := writeFileAtomic(creds, []byte("broken line\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second) // two reload periods
@@ -453,7 +453,7 @@ func TestAccessOnFollowerAndReload(t *testing.T) {
 func TestCertIdentityScopes(t *testing.T) {
 	pki := testPKI(t)
 	creds := filepath.Join(t.TempDir(), "credentials")
-	if err := os.WriteFile(creds, []byte("dist cert:cn=tollgate-client track,read a\n"), 0o600); err != nil {
+	if err := writeFileAtomic(creds, []byte("dist cert:cn=tollgate-client track,read a\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	s, _ := startServer(t, t.TempDir(), func(c *Config) {
@@ -584,4 +584,16 @@ func testAccessRulesCluster(t *testing.T, withTLS bool) {
 				[]string{"none", "wrong", "wrong scope", "other tenant", "right"}, tokenFor, expectRefused)
 		})
 	}
+}
+
+// writeFileAtomic replaces path as an operator should (a temporary file
+// renamed over it): a reload that reads the file while os.WriteFile has
+// truncated it but not yet written it would see an empty, valid file, no
+// credentials, and refuse every caller.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, perm); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
 }
