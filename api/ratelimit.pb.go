@@ -137,8 +137,17 @@ type RateReport struct {
 	WindowSliceLen  []uint32 `protobuf:"varint,13,rep,packed,name=window_slice_len,json=windowSliceLen,proto3" json:"window_slice_len,omitempty"`
 	WindowSlices    []uint64 `protobuf:"varint,14,rep,packed,name=window_slices,json=windowSlices,proto3" json:"window_slices,omitempty"`
 	SliceAgeNanos   []int64  `protobuf:"varint,15,rep,packed,name=slice_age_nanos,json=sliceAgeNanos,proto3" json:"slice_age_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The part of the tenant's limit this client was last granted as its
+	// lease rate (lease_rate ÷ limit of its last update, 0 to 1), parallel to
+	// the bucket counts; -1 when it holds no lease. A client whose updates
+	// stop keeps admitting at that rate, so a new owner knows, from the
+	// shares its reporters held, what the clients it has not heard from yet
+	// may still admit: its takeover guard holds each reporter to its share
+	// and ends as soon as the reporters' shares add up to the whole limit
+	// (docs/ratelimits.md, Takeover). Absent: a client that predates it.
+	LeaseShare    []float64 `protobuf:"fixed64,16,rep,packed,name=lease_share,json=leaseShare,proto3" json:"lease_share,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RateReport) Reset() {
@@ -272,6 +281,13 @@ func (x *RateReport) GetWindowSlices() []uint64 {
 func (x *RateReport) GetSliceAgeNanos() []int64 {
 	if x != nil {
 		return x.SliceAgeNanos
+	}
+	return nil
+}
+
+func (x *RateReport) GetLeaseShare() []float64 {
+	if x != nil {
+		return x.LeaseShare
 	}
 	return nil
 }
@@ -469,7 +485,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\xd3\x04\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xf4\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -487,7 +503,9 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x11slices_per_window\x18\f \x01(\rR\x0fslicesPerWindow\x12(\n" +
 	"\x10window_slice_len\x18\r \x03(\rR\x0ewindowSliceLen\x12#\n" +
 	"\rwindow_slices\x18\x0e \x03(\x04R\fwindowSlices\x12&\n" +
-	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\"\xc7\x02\n" +
+	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\x12\x1f\n" +
+	"\vlease_share\x18\x10 \x03(\x01R\n" +
+	"leaseShare\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -37,15 +38,25 @@ descriptors:
 // (≥ 0.9× from then) is a measurement here, the election's length depends
 // on the machine.
 //
-// Opt-in (TOLLGATE_ENVOY_KILL=1): it does not pass yet. On the shared 2-core
-// VM (load 6–8) the 20/s key passes (at most 1.00× in a second, at least
-// 0.90× from a second after the new leader), but the 200/s key's worst
-// second after the new leader was 0.80–0.93× (main 0.86–0.88×), for about
-// the takeover guard's 3 s (docs/envoy.md); it is here to measure issue
-// 37's bar on real processes, not to gate CI.
+// Opt-in (TOLLGATE_ENVOY_KILL=1): it measures issue 37's bar on real
+// processes rather than gating CI. On the shared 2-core VM (load 4–13) the
+// 200/s key now passes at 1.5× and 5× offered (every second from a second
+// after the kill 0.91–0.94×; before the takeover guard used lease shares
+// 0.81–0.90×); the 20/s key's windows measured here dip to 0.75–0.85× at
+// 5× before the kill as after it (docs/envoy.md).
 func TestEnvoyOwnerKill(t *testing.T) {
 	if os.Getenv("TOLLGATE_ENVOY_KILL") == "" {
-		t.Skip("measures issue 37's failover bar on real processes and does not pass yet; set TOLLGATE_ENVOY_KILL=1 (docs/envoy.md)")
+		t.Skip("measures issue 37's failover bar on real processes (docs/envoy.md); set TOLLGATE_ENVOY_KILL=1")
+	}
+	// TOLLGATE_ENVOY_KILL_OFFERED: the load as a multiple of the limit
+	// (default 1.5; the issue's bar is at 5).
+	offered := 1.5
+	if v := os.Getenv("TOLLGATE_ENVOY_KILL_OFFERED"); v != "" {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(f > 0 && f <= 20) {
+			t.Fatalf("TOLLGATE_ENVOY_KILL_OFFERED=%q: want a multiple of the limit in (0, 20]", v)
+		}
+		offered = f
 	}
 	idx := envoyrl.NewIndex(map[string]*envoyrl.Config{"kill": mustEnvoyConfig(t, envoyKillConfig)})
 	c := newCluster(t, defaultClusterOptions())
@@ -105,7 +116,7 @@ func TestEnvoyOwnerKill(t *testing.T) {
 						return
 					default:
 					}
-					for due := int(1.5 * tc.limit * time.Since(start).Seconds()); sent < due; sent++ {
+					for due := int(offered * tc.limit * time.Since(start).Seconds()); sent < due; sent++ {
 						s := survivors[sent%len(survivors)]
 						wg.Add(1)
 						go func() {
@@ -161,16 +172,18 @@ func TestEnvoyOwnerKill(t *testing.T) {
 			steady, _, _, _ := scan(2*time.Second, killAt)
 			_, high, _, highAt := scan(2*time.Second, end-time.Second)
 			lowKill, _, lowKillAt, _ := scan(killAt+time.Second, end-time.Second)
+			lowFrom, _, lowFromAt, _ := scan(killAt, end-time.Second)
 			reached := ledAt + time.Second
 			low, _, lowAt, _ := scan(reached, end-time.Second)
 			var perSec []int
 			for s := killAt - 2*time.Second; s+time.Second <= end-time.Second; s += time.Second {
 				perSec = append(perSec, count(s))
 			}
-			t.Logf("%s (%g/s, 150%% offered to 2 survivors): killed %s at %v, %s led the group %v later; per second from 2 s before the kill %v;"+
-				" before the kill ≥ %.2f×; most in a second %.2f× (at %v after the kill); from 1 s after the kill ≥ %.2f× (at %v after it); from 1 s after the new leader ≥ %.2f× (at %v after the kill)",
-				tc.key, tc.limit, owner.id, killAt.Round(time.Millisecond), newOwner.id, (ledAt - killAt).Round(time.Millisecond), perSec,
+			t.Logf("%s (%g/s, %g× offered to 2 survivors): killed %s at %v, %s led the group %v later; per second from 2 s before the kill %v;"+
+				" before the kill ≥ %.2f×; most in a second %.2f× (at %v after the kill); from the kill ≥ %.2f× (at %v after it); from 1 s after the kill ≥ %.2f× (at %v after it); from 1 s after the new leader ≥ %.2f× (at %v after the kill)",
+				tc.key, tc.limit, offered, owner.id, killAt.Round(time.Millisecond), newOwner.id, (ledAt - killAt).Round(time.Millisecond), perSec,
 				float64(steady)/tc.limit, float64(high)/tc.limit, (highAt - killAt).Round(time.Millisecond),
+				float64(lowFrom)/tc.limit, (lowFromAt - killAt).Round(time.Millisecond),
 				float64(lowKill)/tc.limit, (lowKillAt - killAt).Round(time.Millisecond), float64(low)/tc.limit, (lowAt - killAt).Round(time.Millisecond))
 			if float64(high) > 1.10*tc.limit {
 				t.Errorf("%d admitted in the second from %v (kill at %v), want ≤ 1.10× %g", high, highAt, killAt, tc.limit)

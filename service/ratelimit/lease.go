@@ -120,7 +120,7 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 		// (plus Headroom), as a budget since its first report, so the
 		// part of a lease too small for a whole request carries over.
 		since := float64(t.tickAt-e.guardFrom)/1e9 + dt
-		budget := e.guardBase + uint64(e.guardRate*since*(1+o.cfg.Headroom))
+		budget := e.guardBase + uint64(e.guardRate*since)
 		e.cap = max(e.lastConsumed, min(e.cap, budget))
 	}
 	e.leaseRate = t.rate * share

@@ -232,9 +232,12 @@ type tenantState struct {
 	// previous rate (TakeoverGuard); guarding is its value this tick.
 	guardUntil int64
 	guarding   bool
-	takeover   bool  // a client with earlier counts reported within the guard
-	tickAt     int64 // unix ns of this tick
-	blockedTil int64
+	takeover   bool // a client with earlier counts reported within the guard
+	// guardShares: Σ lease_share of the clients that reported within the
+	// guard; at 1 every lease is accounted for and the guard ends.
+	guardShares float64
+	tickAt      int64 // unix ns of this tick
+	blockedTil  int64
 	// per-tick aggregates over entries
 	sumDemand float64
 	nClients  int

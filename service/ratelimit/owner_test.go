@@ -56,6 +56,12 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		{"too many tenants", func(r *api.RateReport) { r.NewIds = []uint32{11}; r.Ids = []uint32{11} }, ErrTooMany, "at most 10"},
 		{"ragged bucket ages", func(r *api.RateReport) { r.BucketAgeNanos = []int64{1, 2} }, ErrInvalid, "1 ids"},
 		{"negative bucket age", func(r *api.RateReport) { r.BucketAgeNanos = []int64{-1} }, ErrInvalid, "bucket_age_nanos[0]"},
+		{"ragged lease shares", func(r *api.RateReport) { r.LeaseShare = []float64{0.5, 0.5} }, ErrInvalid, "lease_share (2)"},
+		{"lease share without buckets", func(r *api.RateReport) {
+			r.BucketStartUnixNanos, r.BucketConsumed, r.PrevBucketConsumed, r.LeaseShare = nil, nil, nil, []float64{0.5}
+		}, ErrInvalid, "with the bucket counts"},
+		{"lease share over 1", func(r *api.RateReport) { r.LeaseShare = []float64{1.5} }, ErrInvalid, "lease_share[0] = 1.5"},
+		{"lease share NaN", func(r *api.RateReport) { r.LeaseShare = []float64{math.NaN()} }, ErrInvalid, "lease_share[0] = NaN"},
 		{"window slices without lengths", func(r *api.RateReport) {
 			r.SlicesPerWindow, r.WindowSlices, r.SliceAgeNanos = 32, []uint64{1}, []int64{0}
 		}, ErrInvalid, "window_slice_len (0)"},

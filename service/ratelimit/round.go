@@ -211,16 +211,23 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		// over-admission is repaid within about a second, not forgiven.
 		t.level = max(t.level, -t.debtFloor())
 		t.avail = max(0, t.level+t.rate*dt)
+		if t.takeover && t.guardShares >= 1-1e-9 && ns < t.guardUntil {
+			// Every share of the limit has reported: no client this owner
+			// has not heard from holds a lease to keep admitting on, so
+			// the guard has nothing left to guard against.
+			t.guardUntil = ns
+		}
 		t.guarding, t.tickAt = ns < t.guardUntil && t.takeover, ns
-		if t.guarding {
+		// For a second after the guard the window cap below still holds:
+		// the bucket's carry and the caps' unreported remainders would
+		// otherwise come out together (1.13–1.19× the limit in a second
+		// after an early end, TestSmallKeyTakeover).
+		settling := t.takeover && !t.guarding && ns < t.guardUntil+int64(time.Second)
+		if t.guarding || settling {
 			// What the guard does not grant, the clients not seen yet may
 			// be admitting: nothing accumulates in the bucket meanwhile, or
 			// it would be granted as a burst when the guard ends.
-			top := t.rate * dt
-			if ns+int64(dt*1e9) >= t.guardUntil {
-				top = 0 // the last guarded tick: the carry would be a burst
-			}
-			t.level = min(t.level, top)
+			t.level = min(t.level, t.rate*dt)
 			t.avail = max(0, t.level+t.rate*dt)
 			// And the reporters' last second (seeded from their window
 			// slices, then folded in) plus the grants stay within 1.10×
@@ -366,13 +373,24 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			// that span a whole window; one that started within the
 			// current bucket (a tenant new to the cluster: its clients
 			// admitted without any lease) is not held to it.
+			//
+			// A client that says which part of the limit it held as its
+			// lease rate (lease_share) is held to exactly that: it is
+			// what an unseen client keeps admitting at, so the reporters'
+			// and the unseen clients' rates add up to the limit, where
+			// the counts (which span the owner's absence) can fall short
+			// of it (0.8–0.9× the limit for the guard's three seconds
+			// after an owner's SIGKILL, TestSmallKeyTakeover).
 			e.guardRate = -1
 			span := e.reportedAt - (e.bucketStart - t.window)
 			if e.hasAge {
 				span = e.bucketAge + t.window // by the client's own clock: no wall-clock comparison
 			}
-			if e.bucketP > 0 && span > 0 {
-				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9)
+			switch {
+			case e.leaseShare >= 0:
+				e.guardRate = e.leaseShare * t.rate
+			case e.bucketP > 0 && span > 0:
+				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9) * (1 + o.cfg.Headroom)
 			}
 			// Charge the bucket with what this client admitted in the
 			// sliding window: at the limit, that empties it (a new client;
@@ -389,6 +407,7 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
 				t.seedRecent(e, ns, asked)
+				t.guardShares += max(0, e.leaseShare)
 			default:
 				t.level -= max(0, e.windowCount(t.curStart, t.window, ns)-asked)
 			}

@@ -61,9 +61,13 @@ type entry struct {
 	// (api.RateReport.window_slices).
 	slices           []uint64
 	sliceK, sliceAge int64
-	reported         bool
-	reportedAt       int64 // unix ns of the last report
-	moved            bool  // reported while not owned here: list in moved_ids once
+	// leaseShare: the part of the limit the client last held as its lease
+	// rate under an earlier owner (api.RateReport.lease_share); < 0:
+	// none, or a client that predates it.
+	leaseShare float64
+	reported   bool
+	reportedAt int64 // unix ns of the last report
+	moved      bool  // reported while not owned here: list in moved_ids once
 	// superseded: the same client reported this tenant on a newer stream,
 	// which took over the tick state; this entry no longer counts.
 	superseded bool
@@ -87,8 +91,10 @@ type tickState struct {
 	lastRate     float64 // tokens/s offered over the last fold
 	cap          uint64
 	leaseRate    float64
-	// guardRate: tokens/s this client admitted in the window before its
-	// first report to this owner (TakeoverGuard); < 0: not held.
+	// guardRate: tokens/s this client may admit at during a takeover
+	// guard: its lease share of the limit, or (a client that predates
+	// lease_share) what it admitted in the window before its first report
+	// to this owner plus Headroom; < 0: not held.
 	guardRate float64
 	// guardFrom, guardBase: when this client first reported to this
 	// owner and its consumption then; during the guard its cap stays
@@ -194,6 +200,15 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 	for i, a := range r.BucketAgeNanos {
 		if a < 0 {
 			return fmt.Errorf("%w: bucket_age_nanos[%d] = %d is negative", ErrInvalid, i, a)
+		}
+	}
+	// lease_share is newer still, with the bucket counts.
+	if len(r.LeaseShare) > 0 && (!withBuckets || len(r.LeaseShare) != n) {
+		return fmt.Errorf("%w: lease_share (%d) must be one per id (%d ids), with the bucket counts", ErrInvalid, len(r.LeaseShare), n)
+	}
+	for i, f := range r.LeaseShare {
+		if !(f >= -1 && f <= 1) { // NaN fails both
+			return fmt.Errorf("%w: lease_share[%d] = %v, want -1 (no lease) or 0 to 1", ErrInvalid, i, f)
 		}
 	}
 	// The window slices are newer still, with the bucket counts.
@@ -306,6 +321,10 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 				e.bucketAge = r.BucketAgeNanos[i]
 			}
 			e.slices, e.sliceK, e.sliceAge = e.slices[:0], 0, 0
+			e.leaseShare = -1
+			if len(r.LeaseShare) > 0 {
+				e.leaseShare = r.LeaseShare[i]
+			}
 			if withSlices {
 				l := int(r.WindowSliceLen[i])
 				e.slices = append(e.slices, r.WindowSlices[off:off+l]...)
@@ -343,7 +362,7 @@ func (s *Session) add(id uint32, t *tenantState) *entry {
 	if i > 0 && l[i-1].id > id {
 		i, _ = slices.BinarySearchFunc(l, id, func(e entry, id uint32) int { return cmp.Compare(e.id, id) })
 	}
-	l = slices.Insert(l, i, entry{t: t, id: id})
+	l = slices.Insert(l, i, entry{t: t, id: id, leaseShare: -1})
 	s.o.size.Add(1)
 	s.entries[k] = l
 	for j := i; j < len(l); j++ { // the new entry, and those it moved

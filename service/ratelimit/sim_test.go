@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 	"time"
 
@@ -116,6 +117,7 @@ func runSim(t testing.TB, c simCase) simResult {
 	step := time.Millisecond
 	reqPerSec := c.offered * c.limit / float64(c.tokens)
 	var inflight []msg
+	var traceAdm [2]float64
 	var res simResult
 	var rejected, total float64
 	end := c.warmup + c.measure
@@ -192,6 +194,10 @@ func runSim(t testing.TB, c simCase) simResult {
 		// owner tick
 		if el%c.period == 0 && owner != nil {
 			owner.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+			if simTrace && c.takeoverAt > 0 && el >= c.takeoverAt-time.Second && el <= c.takeoverAt+5*time.Second {
+				traceTick(t, owner, sess, el-c.takeoverAt, ns, traceAdm)
+			}
+			traceAdm = [2]float64{}
 			for i, s := range sess {
 				if s == nil {
 					continue
@@ -211,7 +217,11 @@ func runSim(t testing.TB, c simCase) simResult {
 				if c.sticky > 0 {
 					n = c.sticky
 				}
-				ok := lims[rng.IntN(n)].Allow(tenant, c.tokens)
+				ci := rng.IntN(n)
+				ok := lims[ci].Allow(tenant, c.tokens)
+				if ok && ci < 2 {
+					traceAdm[ci] += float64(c.tokens)
+				}
 				if el >= c.warmup {
 					total += float64(c.tokens)
 					if ok {
@@ -249,6 +259,37 @@ func runSim(t testing.TB, c simCase) simResult {
 		res.maxWindow = max(res.maxWindow, sum)
 	}
 	return res
+}
+
+// simTrace (TOLLGATE_SIM_TRACE=1): a takeover case logs the owner's view of
+// its tenant every tick from a second before the death to 5 s after it (the
+// bucket, the grants, each client's cap beyond its reported consumption and
+// guard rate, and what the first two clients admitted since the last tick).
+// With TOLLGATE_SIM_CASE naming one case, it is how the takeover guard was
+// tuned.
+var simTrace = os.Getenv("TOLLGATE_SIM_TRACE") != ""
+
+// traceTick logs one tick of the owner's view of the simulated tenant.
+func traceTick(t testing.TB, owner *Owner, sess []*Session, sinceDeath time.Duration, ns int64, admitted [2]float64) {
+	ts := owner.lookup("t")
+	if ts == nil {
+		return
+	}
+	var caps []string
+	for i, s := range sess {
+		if s == nil {
+			continue
+		}
+		for _, es := range s.entries {
+			for _, e := range es {
+				if e.t == ts {
+					caps = append(caps, fmt.Sprintf("%d: cap-consumed %d guard %.0f/s", i, int64(e.cap)-int64(e.lastConsumed), e.guardRate))
+				}
+			}
+		}
+	}
+	t.Logf("trace %5dms: level %7.1f avail %6.1f guarding %v scarce %v demand %6.1f last second %6.1f admitted %v clients %v",
+		sinceDeath.Milliseconds(), ts.level, ts.avail, ts.guarding, ts.scarce, ts.sumDemand, ts.recentSince(ns-int64(time.Second)), admitted, caps)
 }
 
 func poisson(r *rand.Rand, mean float64) int {
@@ -427,6 +468,23 @@ func minWindowAfter(perMs []float64, from time.Duration) (float64, time.Duration
 		}
 	}
 	return low, lowAt - from
+}
+
+// maxWindowAt is the most admitted in a 1-second window of perMs and where
+// that window starts (from the measured span's start).
+func maxWindowAt(perMs []float64) (float64, time.Duration) {
+	var high, sum float64
+	var at time.Duration
+	for i := range perMs {
+		sum += perMs[i]
+		if i >= 1000 {
+			sum -= perMs[i-1000]
+		}
+		if i >= 999 && sum > high {
+			high, at = sum, time.Duration(i-999)*time.Millisecond
+		}
+	}
+	return high, at
 }
 
 type namedCase struct {

@@ -84,5 +84,5 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
 	// A takeover (some client reports counts that span a window, so it
 	// was admitting under an earlier owner) is guarded for TakeoverGuard.
-	t.guardUntil, t.takeover = ns+int64(o.cfg.TakeoverGuard), false
+	t.guardUntil, t.takeover, t.guardShares = ns+int64(o.cfg.TakeoverGuard), false, 0
 }
