@@ -37,11 +37,15 @@ type Host struct {
 	// published before Shutdown looks at the list, or released by AddGroup.
 	addMu sync.Mutex
 
-	closing      chan struct{} // closed when Shutdown starts
-	down         *downProbe    // dead leaders found by a refused connection (leaderdown.go)
-	disk         *diskState    // write health of DataDir (disk.go)
-	wal          *wal.WAL      // every group's raft log (package wal)
-	fs           wal.FS        // the log's and the snapshots' file layer
+	closing chan struct{} // closed when Shutdown starts
+	// life is cancelled when Shutdown starts, for calls that take a
+	// context (the dead-leader probe's dials).
+	life         context.Context
+	endLife      context.CancelFunc
+	down         *downProbe // dead leaders found by a refused connection (leaderdown.go)
+	disk         *diskState // write health of DataDir (disk.go)
+	wal          *wal.WAL   // every group's raft log (package wal)
+	fs           wal.FS     // the log's and the snapshots' file layer
 	bg           sync.WaitGroup
 	shutdownOnce sync.Once
 	shutdownErr  error
@@ -138,6 +142,7 @@ func New(cfg Config, fsmFor func(group int) raft.FSM) (*Host, error) {
 		down:    newDownProbe(),
 		disk:    newDiskState(cfg.DataDir),
 	}
+	h.life, h.endLife = context.WithCancel(context.Background())
 	wo := walOptions(cfg.DataDir, cfg.NoSync)
 	h.fs = wo.FS
 	if h.fs == nil {
@@ -595,6 +600,7 @@ func (h *Host) BootstrapCluster(servers []raft.Server) error {
 func (h *Host) Shutdown() error {
 	h.shutdownOnce.Do(func() {
 		close(h.closing)
+		h.endLife()
 		h.shutdownErr = h.shutdown()
 	})
 	return h.shutdownErr

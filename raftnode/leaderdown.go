@@ -189,15 +189,8 @@ func (h *Host) connEnded(s *succession) {
 	if leader == "" || addr == "" || leader == s.self {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	ctx, cancel := context.WithTimeout(h.life, 2*time.Second)
 	defer cancel()
-	go func() {
-		select {
-		case <-h.closing:
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	if !h.down.isRefused(ctx, addr) {
 		return
 	}

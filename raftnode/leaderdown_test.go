@@ -46,18 +46,7 @@ func TestDeadLeaderFoundByRefusedConnection(t *testing.T) {
 	const G = 3
 	hosts := clusterOf3(t, G)
 	a := hosts[0]
-	terms := make([]uint64, G)
-	for g := range G {
-		makeLead(t, hosts, g, a)
-	}
-	for g := range G {
-		applyRetry(t, hosts, g, cmd(2), 30*time.Second)
-		want := a.Raft(g).LastIndex()
-		eventually(t, 30*time.Second, "followers caught up", func() bool {
-			return hosts[1].Raft(g).AppliedIndex() >= want && hosts[2].Raft(g).AppliedIndex() >= want
-		})
-		terms[g] = a.Raft(g).CurrentTerm()
-	}
+	terms := leadAllCaughtUp(t, hosts, G)
 	const slow = time.Minute
 	survivors := hosts[1:]
 	for _, h := range survivors {
@@ -257,20 +246,7 @@ func TestDeadLeaderSuccessorBehind(t *testing.T) {
 		t.Fatalf("node-b follows %q, want node-a", l)
 	}
 	term := a.Raft(0).CurrentTerm()
-	for _, h := range []*Host{b, c} {
-		// 3 s, not a minute as above: this path still has a rare race
-		// (seen once in about 100 runs on a loaded CI machine: no leader
-		// from the probes), and then raft's own timers must elect node-c.
-		slowTimers(t, h, 3*time.Second)
-	}
-	crashed := time.Now()
-	crash(t, a)
-	var l *Host
-	eventually(t, 30*time.Second, "a new leader", func() bool { l = leaderOf([]*Host{b, c}, 0); return l != nil })
-	t.Logf("%s leads %v after the crash", l.NodeID(), time.Since(crashed).Round(time.Millisecond))
-	if l != c {
-		t.Fatalf("%s leads, want node-c (node-b's log is behind)", l.NodeID())
-	}
+	crashBehind(t, a, b, c)
 	t.Logf("node-c leads at term %d (was %d); node-b %+v, node-c %+v", c.Raft(0).CurrentTerm(), term, b.LeaderDownStats(), c.LeaderDownStats())
 	if got := c.Raft(0).LastIndex(); got < want {
 		t.Errorf("node-c leads with last index %d, want ≥ %d", got, want)
@@ -311,10 +287,19 @@ func TestElectionOverStaleConnection(t *testing.T) {
 	applyRetry(t, []*Host{a}, 0, cmd(42), 30*time.Second)
 	want = a.Raft(0).LastIndex()
 	eventually(t, 30*time.Second, "node-c has the entry", func() bool { return c.Raft(0).LastIndex() >= want })
+	crashBehind(t, a, b, c)
+	appendFaultForTest.Store(nil)
+	applyRetry(t, []*Host{b, c}, 0, cmd(43), 30*time.Second)
+}
+
+// crashBehind crashes a (group 0's leader) while b's log is behind c's,
+// and wants c to lead group 0 after it. The survivors' timers are 3 s, not a
+// minute as in TestDeadLeaderFoundByRefusedConnection: this path still has a
+// rare race (seen once in about 100 runs on a loaded CI machine: no leader
+// from the probes), and then raft's own timers must elect node-c.
+func crashBehind(t *testing.T, a, b, c *Host) {
+	t.Helper()
 	for _, h := range []*Host{b, c} {
-		// 3 s, not a minute as above: this path still has a rare race
-		// (seen once in about 100 runs on a loaded CI machine: no leader
-		// from the probes), and then raft's own timers must elect node-c.
 		slowTimers(t, h, 3*time.Second)
 	}
 	crashed := time.Now()
@@ -325,8 +310,6 @@ func TestElectionOverStaleConnection(t *testing.T) {
 	if l != c {
 		t.Fatalf("%s leads, want node-c (node-b's log is behind)", l.NodeID())
 	}
-	appendFaultForTest.Store(nil)
-	applyRetry(t, []*Host{b, c}, 0, cmd(43), 30*time.Second)
 }
 
 // TestRetryStale: an RPC that found its connection ended is sent again, up

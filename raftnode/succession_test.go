@@ -89,6 +89,32 @@ func makeLead(t *testing.T, hosts []*Host, g int, h *Host) {
 	})
 }
 
+// leadAllCaughtUp makes hosts[0] lead groups 0 … G−1, commits an entry in
+// each and waits until every other host has applied it (so any survivor can
+// win an election); it returns each group's term then.
+func leadAllCaughtUp(t *testing.T, hosts []*Host, G int) []uint64 {
+	t.Helper()
+	a := hosts[0]
+	terms := make([]uint64, G)
+	for g := range G {
+		makeLead(t, hosts, g, a)
+	}
+	for g := range G {
+		applyRetry(t, hosts, g, cmd(2), 30*time.Second)
+		want := a.Raft(g).LastIndex()
+		eventually(t, 30*time.Second, "followers caught up", func() bool {
+			for _, h := range hosts[1:] {
+				if h.Raft(g).AppliedIndex() < want {
+					return false
+				}
+			}
+			return true
+		})
+		terms[g] = a.Raft(g).CurrentTerm()
+	}
+	return terms
+}
+
 func leaderOf(hosts []*Host, g int) *Host {
 	for _, h := range hosts {
 		if h.Raft(g).State() == raft.Leader {
@@ -108,19 +134,8 @@ func TestSuccessorWinsAfterLeaderDies(t *testing.T) {
 	const G = 4
 	hosts := clusterOf3(t, G)
 	a := hosts[0]
-	terms := make([]uint64, G)
-	for g := range G {
-		makeLead(t, hosts, g, a)
-	}
 	// Every survivor holds the whole log, so the successor can win.
-	for g := range G {
-		applyRetry(t, hosts, g, cmd(2), 30*time.Second)
-		want := a.Raft(g).LastIndex()
-		eventually(t, 30*time.Second, "followers caught up", func() bool {
-			return hosts[1].Raft(g).AppliedIndex() >= want && hosts[2].Raft(g).AppliedIndex() >= want
-		})
-		terms[g] = a.Raft(g).CurrentTerm()
-	}
+	terms := leadAllCaughtUp(t, hosts, G)
 	conf := a.Raft(0).GetConfiguration()
 	if err := conf.Error(); err != nil {
 		t.Fatal(err)
