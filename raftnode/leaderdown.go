@@ -35,7 +35,10 @@ import (
 //     peer still names the dead leader and would refuse a pre-vote;
 //   - the other survivor holds off for the successor as if its own timer
 //     had fired, so that if it refuses the successor's vote (the
-//     successor's log is behind its own) it campaigns at once.
+//     successor's log is behind its own) it campaigns at once; and if no
+//     leader has come forward within deadLeaderHold (the successor's
+//     campaign failed, or never reached this node), it campaigns itself
+//     rather than wait out raft's timers.
 //
 // The cost is one TCP connect (and close) per ended connection, shared by
 // every group that follows the same leader (one probe per address in
@@ -54,6 +57,18 @@ const probeReuse = 200 * time.Millisecond
 // connection is answered within a round trip; anything slower is not
 // evidence of a dead process.
 const probeTimeout = 250 * time.Millisecond
+
+// deadLeaderHold is how long the other survivor holds off for the successor
+// after the dead-leader probe before campaigning itself: a successor's
+// election is one round trip (tens of milliseconds), so this only acts when
+// its campaign failed. Rarely (about 1 test run in 100 on a loaded machine,
+// with the successor's log behind) the probes elected no one, and the group
+// waited for raft's timers (TestDeadLeaderSuccessorSilent).
+const deadLeaderHold = 500 * time.Millisecond
+
+// campaignFaultForTest, set by tests only, makes a successor's campaign
+// after the dead-leader probe fail, as the rare race above does.
+var campaignFaultForTest atomic.Pointer[func(group int, self raft.ServerID) bool]
 
 // probeRetries are the delays before the probe's second and third attempts.
 var probeRetries = []time.Duration{30 * time.Millisecond, 70 * time.Millisecond}
@@ -160,11 +175,22 @@ type LeaderDownStats struct {
 	// Campaigns counts elections this node started at once as the
 	// successor of a leader found dead.
 	Campaigns uint64
+	// HeldOut counts elections this node started when it had held off for
+	// a dead leader's successor for deadLeaderHold and no leader came.
+	HeldOut uint64
 }
 
 // LeaderDownStats reports the host's dead-leader probes (leaderdown.go).
 func (h *Host) LeaderDownStats() LeaderDownStats {
-	return LeaderDownStats{Probes: h.down.made.Load(), Refused: h.down.refused.Load(), Campaigns: h.down.fast.Load()}
+	st := LeaderDownStats{Probes: h.down.made.Load(), Refused: h.down.refused.Load(), Campaigns: h.down.fast.Load()}
+	if gs := h.groups.Load(); gs != nil {
+		for _, g := range *gs {
+			if g != nil && g.trans != nil && g.trans.succ != nil {
+				st.HeldOut += g.trans.succ.heldOut.Load()
+			}
+		}
+	}
+	return st
 }
 
 // connEnded is group g's layer hook: a connection a peer dialed to this node
@@ -244,6 +270,9 @@ func (s *succession) leaderDown(r *raft.Raft, leader raft.ServerID) bool {
 	if succ.ID == s.self {
 		s.log.Info("raftnode: election: the leader's raft port refuses connections (its process is gone); the group's successor campaigns now",
 			"group", s.group, "dead_leader", leader)
+		if f := campaignFaultForTest.Load(); f != nil && (*f)(s.group, s.self) {
+			return false
+		}
 		return s.campaign != nil && s.campaign()
 	}
 	s.mu.Lock()
@@ -263,8 +292,35 @@ func (s *succession) leaderDown(r *raft.Raft, leader raft.ServerID) bool {
 		s.holdUntil, s.heldSince, s.lifted, s.lastNudge = now.Add(s.holdMax), now, false, time.Time{}
 		s.log.Info("raftnode: election: the leader's raft port refuses connections (its process is gone); holding off for the group's successor",
 			"group", s.group, "successor", succ.ID, "dead_leader", leader)
+		time.AfterFunc(deadLeaderHold, func() { s.heldTooLong(leader, ep) })
 	}
 	return false
+}
+
+// heldTooLong campaigns if this node still holds off, in the same silence,
+// for the successor of the dead leader deadLeaderHold after the probe found
+// it dead, and no other leader has come forward.
+func (s *succession) heldTooLong(dead raft.ServerID, ep time.Time) {
+	r := s.raft.Load()
+	if r == nil || r.State() != raft.Follower {
+		return
+	}
+	if _, l := r.LeaderWithID(); l != "" && l != dead {
+		return
+	}
+	s.mu.Lock()
+	if !s.episode.Equal(ep) || s.holdUntil.IsZero() || s.lifted {
+		s.mu.Unlock()
+		return
+	}
+	s.lifted = true
+	succ := s.succ.ID
+	s.mu.Unlock()
+	s.log.Info("raftnode: election: no leader from the successor after the dead-leader probe; campaigning",
+		"group", s.group, "successor", succ, "dead_leader", dead, "held", deadLeaderHold)
+	if s.campaign != nil && s.campaign() {
+		s.heldOut.Add(1)
+	}
 }
 
 // refusedBehind records that this node refused from's vote request, not

@@ -96,6 +96,57 @@ func TestDeadLeaderFoundByRefusedConnection(t *testing.T) {
 	}
 }
 
+// TestDeadLeaderSuccessorSilent: node-a leads two groups and crashes, and
+// each group's successor fails to campaign (campaignFaultForTest, as in the
+// rare race of the successor-behind path). The survivors' timers are 60 s,
+// so raft would elect no one for a minute; the other survivor, holding off
+// for the successor, campaigns itself once deadLeaderHold passes with no
+// leader, and wins (the successor's log is as long as its own).
+func TestDeadLeaderSuccessorSilent(t *testing.T) {
+	const G = 2
+	hosts := clusterOf3(t, G)
+	a := hosts[0]
+	leadAllCaughtUp(t, hosts, G)
+	const slow = time.Minute
+	survivors := hosts[1:]
+	for _, h := range survivors {
+		slowTimers(t, h, slow)
+	}
+	conf := a.Raft(0).GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	servers := conf.Configuration().Servers
+	silent := func(g int, self raft.ServerID) bool {
+		succ, _ := successorOf(g, servers, map[raft.ServerID]bool{a.NodeID(): true})
+		return self == succ.ID
+	}
+	campaignFaultForTest.Store(&silent)
+	t.Cleanup(func() { campaignFaultForTest.Store(nil) })
+	crashed := time.Now()
+	crash(t, a)
+	for g := range G {
+		succ, _ := successorOf(g, servers, map[raft.ServerID]bool{a.NodeID(): true})
+		var l *Host
+		eventually(t, slow/3, "a new leader", func() bool { l = leaderOf(survivors, g); return l != nil })
+		t.Logf("group %d: %s leads %v after the crash; the silent successor was %s", g, l.NodeID(), time.Since(crashed).Round(time.Millisecond), succ.ID)
+		if l.NodeID() == succ.ID {
+			t.Errorf("group %d: the successor %s leads, want the other survivor (the successor never campaigned)", g, succ.ID)
+		}
+	}
+	var heldOut uint64
+	for _, h := range survivors {
+		heldOut += h.LeaderDownStats().HeldOut
+	}
+	if heldOut != G {
+		t.Errorf("%d elections started after holding off, want %d (one per group)", heldOut, G)
+	}
+	campaignFaultForTest.Store(nil)
+	for g := range G {
+		applyRetry(t, survivors, g, cmd(3), 30*time.Second)
+	}
+}
+
 // TestLiveLeaderConnectionsEndNoElection: every raft connection of a live
 // leader ends (as when its pool drops them, or a middlebox resets them).
 // The followers probe its port, find it answering, and nothing changes: the

@@ -96,6 +96,9 @@ type succession struct {
 	// for a log shorter than its own, while not holding off for it.
 	behindFrom raft.ServerID
 	behindAt   time.Time
+	// heldOut counts campaigns after a hold for the dead leader's
+	// successor ran out (heldTooLong).
+	heldOut atomic.Uint64
 }
 
 // errYield is the yielding voter's decision on its own pre-vote requests;

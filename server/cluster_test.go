@@ -466,11 +466,17 @@ func TestLeadersBalance(t *testing.T) {
 			for _, gc := range in.Led {
 				own = append(own, gc.Group)
 			}
-			if !slices.Equal(own, led[s.cfg.Node.ID]) || len(alive(in.Members)) != len(nodes) {
+			if !slices.Equal(own, led[s.cfg.Node.ID]) {
+				state = fmt.Sprintf("raft %v; %s's controller sees itself leading %v", led, s.cfg.Node.ID, own)
+				return false
+			}
+			if a := alive(in.Members); len(a) != len(nodes) {
+				state = fmt.Sprintf("raft %v; %s sees %d of %d members alive: %+v", led, s.cfg.Node.ID, len(a), len(nodes), in.Members)
 				return false
 			}
 			for _, m := range alive(in.Members) {
 				if !slices.Equal(m.GroupsLed, led[m.ID]) {
+					state = fmt.Sprintf("raft %v; %s's gossip says %s leads %v", led, s.cfg.Node.ID, m.ID, m.GroupsLed)
 					return false // gossip still lags
 				}
 			}
@@ -482,7 +488,13 @@ func TestLeadersBalance(t *testing.T) {
 	var history []string
 	var last *cluster.LeaderMove
 	for {
-		waitFor(t, "a settled cluster (one leader per group, gossip agrees with raft)", settled)
+		// Up to a minute: a gossip update lost on a loaded machine is
+		// repaired by memberlist's push-pull, every 30 s.
+		for deadline := time.Now().Add(time.Minute); !settled(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for a settled cluster (one leader per group, gossip agrees with raft): %s; moves: %v", state, history)
+			}
+		}
 		if last != nil && byID[string(last.To.ID)].Raft(last.Group).State() != raft.Leader {
 			// Raft's transfer is best effort: an election may have won; the
 			// next plan starts from whatever holds now.

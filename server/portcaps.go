@@ -31,7 +31,10 @@ func (s *Server) registerRaftCapMetrics(h *raftnode.Host) {
 			func() float64 { return float64(h.LeaderDownStats().Refused) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_dead_leader_elections_total",
 			Help: "Elections this node started at once, as its group's successor, on finding the leader's raft port refusing connections (instead of waiting out the heartbeat timeout)."},
-			func() float64 { return float64(h.LeaderDownStats().Campaigns) }))
+			func() float64 { return float64(h.LeaderDownStats().Campaigns) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_raft_dead_leader_held_out_total",
+			Help: "Elections this node started after holding off 500 ms for a dead leader's successor that did not become leader (its campaign failed)."},
+			func() float64 { return float64(h.LeaderDownStats().HeldOut) }))
 }
 
 func (s *Server) registerGossipCapMetrics(m *membership.Membership) {
