@@ -61,13 +61,14 @@ const probeTimeout = 250 * time.Millisecond
 // deadLeaderHold is how long the other survivor holds off for the successor
 // after the dead-leader probe before campaigning itself: a successor's
 // election is one round trip (tens of milliseconds), so this only acts when
-// its campaign failed. Rarely (about 1 test run in 100 on a loaded machine,
-// with the successor's log behind) the probes elected no one, and the group
-// waited for raft's timers (TestDeadLeaderSuccessorSilent).
+// its campaign failed: it knows no configuration yet (a voter whose log is
+// still empty computes no successor and has no peers to ask), its gate is
+// shut, or its vote requests are lost. Without this the group would wait
+// for raft's timers (TestDeadLeaderSuccessorSilent).
 const deadLeaderHold = 500 * time.Millisecond
 
 // campaignFaultForTest, set by tests only, makes a successor's campaign
-// after the dead-leader probe fail, as the rare race above does.
+// after the dead-leader probe fail, as the cases above do.
 var campaignFaultForTest atomic.Pointer[func(group int, self raft.ServerID) bool]
 
 // probeRetries are the delays before the probe's second and third attempts.

@@ -97,8 +97,9 @@ func TestDeadLeaderFoundByRefusedConnection(t *testing.T) {
 }
 
 // TestDeadLeaderSuccessorSilent: node-a leads two groups and crashes, and
-// each group's successor fails to campaign (campaignFaultForTest, as in the
-// rare race of the successor-behind path). The survivors' timers are 60 s,
+// each group's successor fails to campaign (campaignFaultForTest, as a
+// voter that does not know the configuration yet does). The survivors'
+// timers are 60 s,
 // so raft would elect no one for a minute; the other survivor, holding off
 // for the successor, campaigns itself once deadLeaderHold passes with no
 // leader, and wins (the successor's log is as long as its own).
@@ -274,11 +275,15 @@ func TestDownProbe(t *testing.T) {
 // dead has a shorter log than the other survivor (node-c), so node-c
 // refuses its vote; node-c, holding off for the successor since its own
 // probe was refused, campaigns at once and wins (the log shows how soon;
-// timers are 3 s, so raft's own election would take 3–6 s).
+// timers are a minute, so raft's own election cannot be the one seen).
 func TestDeadLeaderSuccessorBehind(t *testing.T) {
 	hosts := clusterOf3(t, 1)
 	a, b, c := hosts[0], hosts[1], hosts[2]
-	makeLead(t, hosts, 0, a)
+	// node-b must hold the configuration before its appends are refused:
+	// a follower with an empty log knows no peers, computes no successor
+	// and cannot campaign (that was the rare "race" of this test: 3 runs in
+	// 40 under -race, where node-c then won only by deadLeaderHold).
+	leadAllCaughtUp(t, hosts, 1)
 	if s, _ := successorOf(0, a.Raft(0).GetConfiguration().Configuration().Servers, map[raft.ServerID]bool{a.NodeID(): true}); s.ID != b.NodeID() {
 		t.Fatalf("successor %s, want node-b", s.ID)
 	}
@@ -344,19 +349,19 @@ func TestElectionOverStaleConnection(t *testing.T) {
 }
 
 // crashBehind crashes a (group 0's leader) while b's log is behind c's,
-// and wants c to lead group 0 after it. The survivors' timers are 3 s, not a
-// minute as in TestDeadLeaderFoundByRefusedConnection: this path still has a
-// rare race (seen once in about 100 runs on a loaded CI machine: no leader
-// from the probes), and then raft's own timers must elect node-c.
+// and wants c to lead group 0 after it. The survivors' timers are a minute,
+// so only the dead-leader probe can elect node-c within the test's bound
+// (and, should node-b's campaign fail, deadLeaderHold: the log says how
+// soon).
 func crashBehind(t *testing.T, a, b, c *Host) {
 	t.Helper()
 	for _, h := range []*Host{b, c} {
-		slowTimers(t, h, 3*time.Second)
+		slowTimers(t, h, time.Minute)
 	}
 	crashed := time.Now()
 	crash(t, a)
 	var l *Host
-	eventually(t, 30*time.Second, "a new leader", func() bool { l = leaderOf([]*Host{b, c}, 0); return l != nil })
+	eventually(t, 20*time.Second, "a new leader", func() bool { l = leaderOf([]*Host{b, c}, 0); return l != nil })
 	t.Logf("%s leads %v after the crash", l.NodeID(), time.Since(crashed).Round(time.Millisecond))
 	if l != c {
 		t.Fatalf("%s leads, want node-c (node-b's log is behind)", l.NodeID())
