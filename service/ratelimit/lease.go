@@ -116,9 +116,10 @@ func (o *Owner) grant(t *tenantState, e *entry, dt float64) {
 		// Just after a takeover, clients that have not reported to this
 		// owner yet still admit at their old lease rates, unseen: granting
 		// the reporters the whole refill (let alone the bucket) would
-		// admit up to twice the limit. Each client keeps the rate it had
-		// (plus Headroom), as a budget since its first report, so the
-		// part of a lease too small for a whole request carries over.
+		// admit up to twice the limit. Each client keeps its guard rate
+		// (its lease share of the limit, fold), as a budget since its
+		// first report, so the part of a lease too small for a whole
+		// request carries over.
 		since := float64(t.tickAt-e.guardFrom)/1e9 + dt
 		budget := e.guardBase + uint64(e.guardRate*since)
 		e.cap = max(e.lastConsumed, min(e.cap, budget))

@@ -387,7 +387,10 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 				span = e.bucketAge + t.window // by the client's own clock: no wall-clock comparison
 			}
 			switch {
-			case e.leaseShare >= 0:
+			case e.leaseShare > 0:
+				// (A share of 0 extends nothing: a sliding window's
+				// client, should the tenant have changed kind, or one
+				// with no demand; it is held to what it admitted.)
 				e.guardRate = e.leaseShare * t.rate
 			case e.bucketP > 0 && span > 0:
 				e.guardRate = float64(e.bucketCur+e.bucketP) / (float64(span) / 1e9) * (1 + o.cfg.Headroom)
