@@ -1,9 +1,11 @@
 package access
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -274,6 +276,11 @@ type ConnCap struct {
 	minBusy time.Duration // minBusyAge; tests raise it under mu
 	refused atomic.Uint64
 	evicted atomic.Uint64
+	// health: a connection the cap would refuse gets its request head
+	// read, and a liveness check is answered (AnswerHealthBeyondCap).
+	health    bool
+	triaging  atomic.Int32
+	healthAns atomic.Uint64
 }
 
 // minBusyAge is how long a request must have been in progress before a
@@ -303,6 +310,12 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 			victim := c.victimLocked() // capvictim.go
 			if victim == nil {
 				c.mu.Unlock()
+				if c.health && c.triaging.Add(1) <= maxBeyondCap {
+					go c.answerHealth(conn)
+					continue
+				} else if c.health {
+					c.triaging.Add(-1)
+				}
 				c.refused.Add(1)
 				_ = conn.Close()
 				continue
@@ -316,6 +329,64 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 		return conn, nil
 	}
 }
+
+// AnswerHealthBeyondCap makes the cap answer liveness checks itself when
+// it would refuse their connection: a connection with no other to displace
+// (every request younger than minBusyAge, no idle one) gets its request
+// head read, within beyondCapWait and 1 KiB, on one of at most
+// maxBeyondCap goroutines; `GET /healthz` (or HEAD) is answered 200 "ok"
+// as the node's handler answers it, and anything else is closed (counted
+// refused). A wave of slow requests opened within a second otherwise
+// refused the health checks that came during it (2 of 4 probes in that
+// phase of TestPreAuthFloods at full size). Only for a plaintext
+// listener: under TLS the cap sees the handshake, not the request. Call
+// it before serving.
+func (c *ConnCap) AnswerHealthBeyondCap() { c.health = true }
+
+// maxBeyondCap bounds the goroutines reading refused connections' request
+// heads; beyondCapWait bounds how long each may take.
+const (
+	maxBeyondCap  = 64
+	beyondCapWait = 250 * time.Millisecond
+)
+
+// answerHealth reads conn's request head and answers a liveness check, or
+// closes it.
+func (c *ConnCap) answerHealth(conn net.Conn) {
+	defer c.triaging.Add(-1)
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(beyondCapWait))
+	var buf [1024]byte
+	n := 0
+	for n < len(buf) && !bytes.Contains(buf[:n], []byte("\r\n\r\n")) {
+		m, err := conn.Read(buf[n:])
+		n += m
+		if err != nil {
+			break
+		}
+	}
+	head := buf[:n]
+	end := bytes.Index(head, []byte("\r\n\r\n"))
+	line, _, _ := bytes.Cut(head, []byte("\r\n"))
+	method, rest, _ := bytes.Cut(line, []byte(" "))
+	target, proto, _ := bytes.Cut(rest, []byte(" "))
+	path, _, _ := bytes.Cut(target, []byte("?"))
+	if end < 0 || (string(method) != "GET" && string(method) != "HEAD") || string(path) != "/healthz" || !bytes.HasPrefix(proto, []byte("HTTP/1.")) {
+		c.refused.Add(1)
+		return
+	}
+	resp := "HTTP/1.1 200 OK\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: 3\r\nConnection: close\r\n\r\n"
+	if string(method) == "GET" {
+		resp += "ok\n"
+	}
+	if _, err := io.WriteString(conn, resp); err == nil {
+		c.healthAns.Add(1)
+	}
+}
+
+// HealthAnsweredBeyondCap counts the liveness checks the cap answered
+// itself (AnswerHealthBeyondCap).
+func (c *ConnCap) HealthAnsweredBeyondCap() uint64 { return c.healthAns.Load() }
 
 // ConnState is the http.Server hook keeping the idle marks (the
 // connection the server sees may be a *tls.Conn over ours).
@@ -355,6 +426,8 @@ func (c *ConnCap) Collectors() []prometheus.Collector {
 			Help: "HTTP connections closed on accept because the cap was reached and none was idle."}, func() float64 { return float64(c.Refused()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_connections_evicted_total",
 			Help: "Idle HTTP connections closed to admit a new one at the cap."}, func() float64 { return float64(c.Evicted()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "tollgate_http_health_answered_at_cap_total",
+			Help: "Liveness checks (GET /healthz) answered by the connection cap itself on connections it could not admit."}, func() float64 { return float64(c.HealthAnsweredBeyondCap()) }),
 	}
 }
 

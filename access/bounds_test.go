@@ -116,6 +116,77 @@ func TestHTTPConnectionCapBusy(t *testing.T) {
 	}
 }
 
+// TestHTTPCapAnswersHealthBeyondCap: with every connection inside a young
+// request (nothing to displace), a liveness check beyond the cap is
+// answered by the cap itself when AnswerHealthBeyondCap is on, where it was
+// closed; any other request, and a connection that sends nothing, is still
+// closed and counted refused.
+func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
+	s := startCappedHTTP(t, 4)
+	s.cap.AnswerHealthBeyondCap()
+	s.cap.mu.Lock()
+	s.cap.minBusy = time.Hour // every request is young: nothing to displace
+	s.cap.mu.Unlock()
+	for range 4 {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+	}
+	waitFor(t, "4 requests in progress", func() bool {
+		s.cap.mu.Lock()
+		defer s.cap.mu.Unlock()
+		busy := 0
+		for _, st := range s.cap.conns {
+			if st.idleSince.IsZero() {
+				busy++
+			}
+		}
+		return busy == 4
+	})
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, _ := http.NewRequest(method, "http://"+s.addr+"/healthz?verbose=1", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s /healthz beyond the cap: %v", method, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		want := "ok\n"
+		if method == http.MethodHead {
+			want = ""
+		}
+		if resp.StatusCode != http.StatusOK || string(body) != want {
+			t.Fatalf("%s /healthz beyond the cap: %d %q, want 200 %q", method, resp.StatusCode, body, want)
+		}
+	}
+	if got := s.cap.HealthAnsweredBeyondCap(); got != 2 {
+		t.Fatalf("%d liveness checks answered at the cap, want 2", got)
+	}
+	if got := s.cap.Evicted(); got != 0 {
+		t.Fatalf("%d connections evicted, want 0 (the checks were answered beside the cap)", got)
+	}
+	refused := s.cap.Refused()
+	for _, send := range []string{"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", "POST /healthz HTTP/1.1\r\nHost: x\r\n\r\n", ""} {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprint(c, send)
+		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+		n, err := c.Read(make([]byte, 64))
+		c.Close()
+		var ne net.Error
+		if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+			t.Fatalf("%q beyond the cap: read %d bytes, %v; want it closed unanswered", send, n, err)
+		}
+	}
+	waitFor(t, "the three refusals counted", func() bool { return s.cap.Refused() == refused+3 })
+}
+
 // TestStreamLimiter: one client is refused at its own bound while others
 // still get slots, the node's total bound refuses everyone, both with
 // ResourceExhausted naming the bound, and a release frees the slot.

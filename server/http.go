@@ -72,6 +72,11 @@ func (s *Server) startHTTP() error {
 	}
 	b := s.cfg.Bounds
 	s.httpCap = access.NewConnCap(lis, b.HTTPMaxConns)
+	if s.cfg.Access.TLS.HTTP == nil {
+		// Liveness checks still get an answer when a flood leaves the cap
+		// nothing to displace (its answer is the handler's below).
+		s.httpCap.AnswerHealthBeyondCap()
+	}
 	s.httpRoutes = slices.Clone(mux.patterns)
 	s.http = &http.Server{Handler: mux.ServeMux, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: b.HTTPReadTimeout,
 		WriteTimeout: b.HTTPWriteTimeout, IdleTimeout: b.HTTPIdleTimeout, MaxHeaderBytes: b.HTTPMaxHeaderBytes,
