@@ -81,6 +81,12 @@ func TestGateKeepsNodeFromLeading(t *testing.T) {
 			other = h
 		}
 	}
+	// The other node must hold the leader's whole log first: node-c, whose
+	// gate is shut, refuses a candidate whose log is shorter than its own,
+	// and cannot win itself, so a commit that reached only node-c left the
+	// group without a leader (once in a fresh-clone CI run).
+	want := leader.Raft(0).LastIndex()
+	eventually(t, 30*time.Second, "the other node has the leader's log", func() bool { return other.Raft(0).LastIndex() >= want })
 	if err := leader.Shutdown(); err != nil {
 		t.Fatal(err)
 	}
