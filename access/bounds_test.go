@@ -37,6 +37,34 @@ func startCappedHTTP(t *testing.T, max int) *cappedHTTP {
 	return &cappedHTTP{cap: c, addr: lis.Addr().String()}
 }
 
+// slowRequests opens n connections whose requests never finish (a body of
+// 1,000 bytes, one sent) and waits until the cap counts them in progress.
+func (s *cappedHTTP) slowRequests(t *testing.T, n int) []net.Conn {
+	t.Helper()
+	var conns []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		conns = append(conns, c)
+		fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+	}
+	waitFor(t, fmt.Sprintf("%d requests in progress", n), func() bool {
+		s.cap.mu.Lock()
+		defer s.cap.mu.Unlock()
+		busy := 0
+		for _, st := range s.cap.conns {
+			if st.idleSince.IsZero() {
+				busy++
+			}
+		}
+		return busy == n
+	})
+	return conns
+}
+
 // waitFor polls cond until it holds (a condition, not a timed assertion:
 // the deadline only catches a hang).
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -59,27 +87,7 @@ func TestHTTPConnectionCapBusy(t *testing.T) {
 	s.cap.mu.Lock()
 	s.cap.minBusy = time.Hour // every request is young: refuse
 	s.cap.mu.Unlock()
-	var slow []net.Conn
-	for range 8 {
-		c, err := net.Dial("tcp", s.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		slow = append(slow, c)
-		fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-	}
-	waitFor(t, "8 requests in progress", func() bool {
-		s.cap.mu.Lock()
-		defer s.cap.mu.Unlock()
-		busy := 0
-		for _, st := range s.cap.conns {
-			if st.idleSince.IsZero() {
-				busy++
-			}
-		}
-		return busy == 8
-	})
+	slow := s.slowRequests(t, 8)
 	c, err := net.Dial("tcp", s.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -127,25 +135,7 @@ func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
 	s.cap.mu.Lock()
 	s.cap.minBusy = time.Hour // every request is young: nothing to displace
 	s.cap.mu.Unlock()
-	for range 4 {
-		c, err := net.Dial("tcp", s.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		fmt.Fprint(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
-	}
-	waitFor(t, "4 requests in progress", func() bool {
-		s.cap.mu.Lock()
-		defer s.cap.mu.Unlock()
-		busy := 0
-		for _, st := range s.cap.conns {
-			if st.idleSince.IsZero() {
-				busy++
-			}
-		}
-		return busy == 4
-	})
+	s.slowRequests(t, 4)
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
 		req, _ := http.NewRequest(method, "http://"+s.addr+"/healthz?verbose=1", nil)

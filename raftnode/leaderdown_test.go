@@ -37,6 +37,21 @@ func crash(t *testing.T, h *Host) {
 	_ = h.Shutdown()
 }
 
+// slowSurvivors sets the survivors' raft timers to slow, so that only the
+// dead-leader probe can elect within a test, and returns group 0's servers
+// as a (the leader about to crash) sees them.
+func slowSurvivors(t *testing.T, a *Host, survivors []*Host, slow time.Duration) []raft.Server {
+	t.Helper()
+	for _, h := range survivors {
+		slowTimers(t, h, slow)
+	}
+	conf := a.Raft(0).GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return conf.Configuration().Servers
+}
+
 // TestDeadLeaderFoundByRefusedConnection: node-a leads three groups and
 // crashes. The survivors' raft timers are set to 60 s, so raft alone would
 // elect no one for a minute; each group's successor is leader at the next
@@ -49,14 +64,7 @@ func TestDeadLeaderFoundByRefusedConnection(t *testing.T) {
 	terms := leadAllCaughtUp(t, hosts, G)
 	const slow = time.Minute
 	survivors := hosts[1:]
-	for _, h := range survivors {
-		slowTimers(t, h, slow)
-	}
-	conf := a.Raft(0).GetConfiguration()
-	if err := conf.Error(); err != nil {
-		t.Fatal(err)
-	}
-	servers := conf.Configuration().Servers
+	servers := slowSurvivors(t, a, survivors, slow)
 	crashed := time.Now()
 	crash(t, a)
 	for g := range G {
@@ -110,14 +118,7 @@ func TestDeadLeaderSuccessorSilent(t *testing.T) {
 	leadAllCaughtUp(t, hosts, G)
 	const slow = time.Minute
 	survivors := hosts[1:]
-	for _, h := range survivors {
-		slowTimers(t, h, slow)
-	}
-	conf := a.Raft(0).GetConfiguration()
-	if err := conf.Error(); err != nil {
-		t.Fatal(err)
-	}
-	servers := conf.Configuration().Servers
+	servers := slowSurvivors(t, a, survivors, slow)
 	silent := func(g int, self raft.ServerID) bool {
 		succ, _ := successorOf(g, servers, map[raft.ServerID]bool{a.NodeID(): true})
 		return self == succ.ID
