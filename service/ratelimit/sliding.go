@@ -429,9 +429,10 @@ func (o *Owner) askerRelease(t *tenantState, from Asker) float64 {
 			}
 			used := max(from.Consumed, e.lastConsumed)
 			now := float64(held - min(held, used))
-			since := float64(used - e.lastConsumed) // admitted since its last report: in the window now
+			since := float64(used - e.lastConsumed)  // admitted since its last report: in the window now
+			release := max(0, e.swCounted-since-now) // read under s.mu: a tick's grant writes swCounted
 			s.mu.Unlock()
-			return max(0, e.swCounted-since-now)
+			return release
 		}
 		s.mu.Unlock()
 	}
