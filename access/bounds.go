@@ -281,6 +281,9 @@ type ConnCap struct {
 	health    bool
 	triaging  atomic.Int32
 	healthAns atomic.Uint64
+	// pending reports whether a connection's request waits unread in the
+	// kernel (unread; tests replace it).
+	pending func(net.Conn) bool
 }
 
 // minBusyAge is how long a request must have been in progress before a
@@ -296,7 +299,7 @@ type capState struct {
 // NewConnCap caps l at max connections (see ConnCap); its ConnState must
 // be the http.Server's ConnState hook.
 func NewConnCap(l net.Listener, max int) *ConnCap {
-	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge}
+	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge, pending: unread}
 }
 
 func (c *ConnCap) Accept() (net.Conn, error) {

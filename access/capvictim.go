@@ -16,6 +16,9 @@ import (
 //  3. a connection accepted less than minBusy ago that has not sent a
 //     request yet, of the address holding the most such, the oldest.
 //
+// A connection whose first bytes wait unread in the kernel is never taken
+// as idle: it has sent its request, the server has not read it yet.
+//
 // A health check's connection is idle from its accept until the server
 // reads its request. Taking the longest-idle connection overall closed it
 // under a burst of idle connections from elsewhere, or beside slow
@@ -40,14 +43,27 @@ func (c *ConnCap) victimLocked() net.Conn {
 				top, most = ip, n
 			}
 		}
-		var v net.Conn
-		var oldest time.Time
-		for k, st := range c.conns {
-			if ok(st) && st.ip == top && (v == nil || st.idleSince.Before(oldest)) {
-				v, oldest = k, st.idleSince
+		// The oldest of top's, skipping those whose request already waits
+		// unread in the kernel (a health check the server has not read
+		// yet): at most maxPeeks of them, each one recv(MSG_PEEK).
+		var skip map[net.Conn]bool
+		for range maxPeeks {
+			var v net.Conn
+			var oldest time.Time
+			for k, st := range c.conns {
+				if ok(st) && st.ip == top && !skip[k] && (v == nil || st.idleSince.Before(oldest)) {
+					v, oldest = k, st.idleSince
+				}
 			}
+			if v == nil || c.pending == nil || !c.pending(v) {
+				return v
+			}
+			if skip == nil {
+				skip = map[net.Conn]bool{}
+			}
+			skip[v] = true
 		}
-		return v
+		return nil
 	}
 	if v := pick(func(st *capState) bool { return !st.idleSince.IsZero() && !fresh(st) }); v != nil {
 		return v
@@ -64,6 +80,9 @@ func (c *ConnCap) victimLocked() net.Conn {
 	}
 	return pick(func(st *capState) bool { return !st.idleSince.IsZero() && fresh(st) })
 }
+
+// maxPeeks bounds the connections victimLocked looks into per accept.
+const maxPeeks = 8
 
 // remoteHost is conn's remote IP address (its whole address if not TCP).
 func remoteHost(conn net.Conn) string {

@@ -112,3 +112,69 @@ func TestHTTPCapSparesFreshConnections(t *testing.T) {
 		t.Fatalf("victim %v with only a young request, want none (refuse)", v)
 	}
 }
+
+// TestHTTPCapSparesUnreadRequests: at the cap, a fresh connection whose
+// request already waits in the kernel (a health check the server has not
+// read yet) is not displaced while a fresh connection that sent nothing
+// is there to take, though it is the older; with only such connections
+// left the new one is not admitted at their cost.
+func TestHTTPCapSparesUnreadRequests(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := NewConnCap(ln, 2)
+	defer c.Close()
+	dial := func(send string) net.Conn {
+		t.Helper()
+		cl, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cl.Close() })
+		if send != "" {
+			if _, err := cl.Write([]byte(send)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		srv, err := c.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = srv.Close() })
+		return srv
+	}
+	held := func(conn net.Conn) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		_, ok := c.conns[conn]
+		return ok
+	}
+	probe := dial("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+	// The probe's bytes reach the listening socket's side before the
+	// next dial's accept: wait until a peek sees them.
+	deadline := time.Now().Add(10 * time.Second)
+	for !unread(probe) {
+		if time.Now().After(deadline) {
+			t.Fatal("the probe's request never showed as unread")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	silent := dial("")
+	if unread(silent) {
+		t.Fatal("a connection that sent nothing shows unread bytes")
+	}
+	third := dial("")
+	if !held(probe) || held(silent) || !held(third) {
+		t.Fatalf("held: probe %v, silent %v, new %v; want the silent (newer) connection displaced", held(probe), held(silent), held(third))
+	}
+	// Read the probe's request: it is then an ordinary fresh connection.
+	buf := make([]byte, 64)
+	if _, err := probe.Read(buf); err != nil {
+		t.Fatal(err)
+	}
+	if unread(probe) {
+		// the whole request fit in one read
+		t.Fatal("the probe still shows unread bytes after its request was read")
+	}
+}
