@@ -150,6 +150,7 @@ type tenant struct {
 	leaseCap     atomic.Uint64 // Lease: admit while consumed ≤ cap
 	leaseRate    atomic.Uint64 // float64 tokens/s, extension of the cap when updates stop
 	grantAt      atomic.Int64  // unix ns of the update carrying leaseCap
+	grantEvery   atomic.Int64  // ns between the last two grants, at most leaseGrace; 0 = one grant yet
 	updatedAt    atomic.Int64  // unix ns of the last update; 0 = none
 	firstSeen    int64
 
@@ -368,24 +369,35 @@ func (t *tenant) offeredTotal() uint64 {
 // leaseGrace is how long past a lease's grant a client waits for the next
 // update before extending the cap at its lease rate: an update is due every
 // report period (100 ms), so only a missing owner (failover) or one running
-// late gets this far. A lease's cap covers about a period past its grant,
-// so the client admits nothing from then until the grace ends: with 300 ms
-// the second of an owner's SIGKILL admitted 0.73–0.90× of a busy key's
-// limit (TestSmallKeyTakeover), with 150 ms 0.87–0.95×. An owner merely
-// late costs at most its lateness × the lease rate, charged to the
-// tenant's bucket when its reports arrive.
+// late gets this far. An owner merely late costs at most its lateness × the
+// lease rate, charged to the tenant's bucket when its reports arrive.
 const leaseGrace = 150 * time.Millisecond
 
 // extendedCap lets a Lease client keep admitting at its share of the tenant's
 // refill while updates are late (owner failover), instead of stopping dead:
 // the shares of all clients sum to the limit, so this does not overshoot.
+//
+// The extension counts from when the cap ran out, not from the end of the
+// grace: a scarce lease covers one grant interval (a period's refill at
+// the client's share), so counting from the grace's end left a hole of
+// grace − interval at the lease rate in the second of an owner's death
+// (0.87–0.95× of a busy key's limit on the simulated clock,
+// TestSmallKeyTakeover; with a 300-ms grace 0.73–0.90×). At the grace's
+// end the client gets that stretch at once, so over the outage it admits
+// exactly its share, as the new owner's takeover guard assumes of a client
+// it has not heard from. The interval is the last one seen between grants
+// (capped at the grace; with one grant only, the grace).
 func (t *tenant) extendedCap(now int64, limit uint64) uint64 {
-	since := now - t.grantAt.Load() - int64(leaseGrace)
-	if since <= 0 {
+	at := t.grantAt.Load()
+	if now-at <= int64(leaseGrace) {
 		return limit
 	}
+	cover := t.grantEvery.Load()
+	if cover <= 0 {
+		cover = int64(leaseGrace)
+	}
 	rate := math.Float64frombits(t.leaseRate.Load())
-	ext := rate * float64(since) / 1e9
+	ext := rate * float64(now-at-cover) / 1e9
 	if ext >= float64(math.MaxUint64-limit) {
 		return math.MaxUint64
 	}
@@ -703,6 +715,9 @@ func (l *Limiter) Apply(u *api.RateUpdate, now time.Time) ([]string, error) {
 		}
 		if len(u.Cap) > 0 {
 			t.leaseRate.Store(math.Float64bits(u.LeaseRate[i]))
+			if prev := t.grantAt.Load(); prev != 0 && ns > prev {
+				t.grantEvery.Store(min(ns-prev, int64(leaseGrace)))
+			}
 			t.grantAt.Store(ns)
 			t.leaseCap.Store(u.Cap[i])
 		}

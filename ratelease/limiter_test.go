@@ -37,6 +37,45 @@ func TestLeaseCapAndExtension(t *testing.T) {
 	}
 }
 
+// TestLeaseExtensionFromCapEnd: with grants 100 ms apart, a client whose
+// updates stop extends from when its cap ran out (a grant interval after
+// the last grant), not from the grace's end: at the grace's end it may
+// admit the interval's shortfall at once, and over the outage exactly its
+// lease rate.
+func TestLeaseExtensionFromCapEnd(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	l, _ := NewLimiter(LimiterConfig{Strategy: Lease, Now: func() time.Time { return now }, StaleAfter: 5 * time.Second})
+	l.Allow("a", 1)
+	ta := (*l.tenants.Load())["a"]
+	for i := range 3 { // grants every 100 ms, 10 tokens each at 100/s
+		if _, err := l.Apply(update(ta, 100, uint64(11+10*i), 100), now); err != nil {
+			t.Fatal(err)
+		}
+		if i < 2 {
+			now = now.Add(100 * time.Millisecond)
+		}
+	}
+	if !l.Allow("a", 30) || l.Allow("a", 1) {
+		t.Fatal("cap 31 after 1 consumed: 30 more must pass, then nothing")
+	}
+	// Inside the grace: nothing more.
+	now = now.Add(leaseGrace - time.Millisecond)
+	if l.Allow("a", 1) {
+		t.Fatal("admitted inside the grace")
+	}
+	// Just past the grace: the 50 ms from the cap's end (100 ms) to the
+	// grace's end (150 ms) at 100/s, 5 tokens, and no more.
+	now = now.Add(2 * time.Millisecond)
+	if !l.Allow("a", 5) || l.Allow("a", 1) {
+		t.Fatal("just past the grace: the 5 tokens of the 50 ms since the cap ran out must pass, and no more")
+	}
+	// A second later: 100 more.
+	now = now.Add(time.Second)
+	if !l.Allow("a", 100) || l.Allow("a", 1) {
+		t.Fatal("a second later at 100/s: 100 more tokens must pass, and no more")
+	}
+}
+
 func TestStaleFailsOpenOrClosed(t *testing.T) {
 	for _, closed := range []bool{false, true} {
 		now := time.Unix(1_800_000_000, 0)
