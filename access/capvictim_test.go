@@ -18,21 +18,7 @@ func TestHTTPCapEvictsFromTheBusiestAddress(t *testing.T) {
 	}
 	c := NewConnCap(ln, 4)
 	defer c.Close()
-	dial := func(src string) net.Conn {
-		t.Helper()
-		d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
-		cl, err := d.Dial("tcp", ln.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cl.Close() })
-		srv, err := c.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Close() })
-		return srv
-	}
+	dial := func(src string) net.Conn { srv, _ := capDial(t, c, src, ""); return srv }
 	check := dial("127.0.0.1") // the oldest idle connection
 	for range 3 {
 		dial("127.0.0.2")
@@ -125,23 +111,10 @@ func TestHTTPCapSparesUnreadRequests(t *testing.T) {
 	}
 	c := NewConnCap(ln, 2)
 	defer c.Close()
+	var thirdClient net.Conn
 	dial := func(send string) net.Conn {
-		t.Helper()
-		cl, err := net.DialTimeout("tcp", ln.Addr().String(), 10*time.Second)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cl.Close() })
-		if send != "" {
-			if _, err := cl.Write([]byte(send)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		srv, err := c.Accept()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = srv.Close() })
+		srv, cl := capDial(t, c, "127.0.0.1", send)
+		thirdClient = cl
 		return srv
 	}
 	held := func(conn net.Conn) bool {
@@ -168,6 +141,24 @@ func TestHTTPCapSparesUnreadRequests(t *testing.T) {
 	if !held(probe) || held(silent) || !held(third) {
 		t.Fatalf("held: probe %v, silent %v, new %v; want the silent (newer) connection displaced", held(probe), held(silent), held(third))
 	}
+	// With both held connections' requests unread, none is displaced: the
+	// next connection would be refused (or its health check answered by
+	// the cap), not admitted at a request's cost.
+	if _, err := thirdClient.Write([]byte("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	for !unread(third) {
+		if time.Now().After(deadline) {
+			t.Fatal("the third connection's request never showed as unread")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	c.mu.Lock()
+	v := c.victimLocked()
+	c.mu.Unlock()
+	if v != nil {
+		t.Fatal("a connection with its request unread was chosen to be displaced")
+	}
 	// Read the probe's request: it is then an ordinary fresh connection.
 	buf := make([]byte, 64)
 	if _, err := probe.Read(buf); err != nil {
@@ -177,4 +168,27 @@ func TestHTTPCapSparesUnreadRequests(t *testing.T) {
 		// the whole request fit in one read
 		t.Fatal("the probe still shows unread bytes after its request was read")
 	}
+}
+
+// capDial connects to c's listener from src, sends send, and accepts the
+// connection through the cap: the server's side and the client's.
+func capDial(t *testing.T, c *ConnCap, src, send string) (srv, cl net.Conn) {
+	t.Helper()
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	cl, err := d.Dial("tcp", c.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cl.Close() })
+	if send != "" {
+		if _, err := cl.Write([]byte(send)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv, err = c.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	return srv, cl
 }
