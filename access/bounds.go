@@ -278,12 +278,15 @@ type ConnCap struct {
 	evicted atomic.Uint64
 	// health: a connection the cap would refuse gets its request head
 	// read, and a liveness check is answered (AnswerHealthBeyondCap).
-	health    bool
-	triaging  atomic.Int32
-	healthAns atomic.Uint64
-	// pending reports whether a connection's request waits unread in the
-	// kernel (unread; tests replace it).
-	pending func(net.Conn) bool
+	health   bool
+	tmu      sync.Mutex
+	triaging map[net.Conn]*triageState // conns whose request heads are being read
+	// beyondWait, giveWay: beyondCapWait, giveWayAge; tests raise them
+	// under tmu.
+	beyondWait, giveWay time.Duration
+	healthAns           atomic.Uint64
+	// refusals by cause (Refusals)
+	refusedAt, gaveWay, noHead atomic.Uint64
 }
 
 // minBusyAge is how long a request must have been in progress before a
@@ -299,7 +302,7 @@ type capState struct {
 // NewConnCap caps l at max connections (see ConnCap); its ConnState must
 // be the http.Server's ConnState hook.
 func NewConnCap(l net.Listener, max int) *ConnCap {
-	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge, pending: unread}
+	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge, beyondWait: beyondCapWait, giveWay: giveWayAge}
 }
 
 func (c *ConnCap) Accept() (net.Conn, error) {
@@ -313,11 +316,8 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 			victim := c.victimLocked() // capvictim.go
 			if victim == nil {
 				c.mu.Unlock()
-				if c.health && c.triaging.Add(1) <= maxBeyondCap {
-					go c.answerHealth(conn)
+				if c.health && c.triage(conn) {
 					continue
-				} else if c.health {
-					c.triaging.Add(-1)
 				}
 				c.refused.Add(1)
 				_ = conn.Close()
@@ -349,16 +349,66 @@ func (c *ConnCap) AnswerHealthBeyondCap() { c.health = true }
 // maxBeyondCap bounds the goroutines reading refused connections' request
 // heads; beyondCapWait bounds how long each may take.
 const (
-	maxBeyondCap  = 64
+	maxBeyondCap  = 256
 	beyondCapWait = 250 * time.Millisecond
 )
 
+// giveWayAge: how long a connection beyond the cap keeps its place for
+// reading its request head against newcomers (triage).
+const giveWayAge = 10 * time.Millisecond
+
+type triageState struct{ since time.Time }
+
+// triage starts reading conn's request head (answerHealth), or reports
+// false when maxBeyondCap heads are being read already, each begun less
+// than giveWayAge ago. Past that age a connection gives way to the
+// newcomer, the one waiting longest first: a liveness check sends its
+// whole head in one segment at once, so a head still incomplete then is
+// a flood's (silent, or trickling), and would otherwise hold its place for
+// the whole wait while the health checks behind it were refused (1–4 of
+// ~300 probes reset per full-size TestPreAuthFloods run with 64 places
+// held that way).
+func (c *ConnCap) triage(conn net.Conn) bool {
+	now := time.Now()
+	c.tmu.Lock()
+	defer c.tmu.Unlock()
+	if c.triaging == nil {
+		c.triaging = map[net.Conn]*triageState{}
+	}
+	if len(c.triaging) >= maxBeyondCap {
+		var old net.Conn
+		var since time.Time
+		for k, st := range c.triaging {
+			if now.Sub(st.since) >= c.giveWay && (old == nil || st.since.Before(since)) {
+				old, since = k, st.since
+			}
+		}
+		if old == nil {
+			c.refusedAt.Add(1)
+			return false
+		}
+		delete(c.triaging, old)
+		c.gaveWay.Add(1)
+		_ = old.Close() // its read fails: answerHealth counts it refused
+	}
+	st := &triageState{since: now}
+	c.triaging[conn] = st
+	go c.answerHealth(conn, st, c.beyondWait)
+	return true
+}
+
 // answerHealth reads conn's request head and answers a liveness check, or
 // closes it.
-func (c *ConnCap) answerHealth(conn net.Conn) {
-	defer c.triaging.Add(-1)
-	defer conn.Close()
-	_ = conn.SetDeadline(time.Now().Add(beyondCapWait))
+func (c *ConnCap) answerHealth(conn net.Conn, st *triageState, wait time.Duration) {
+	defer func() {
+		_ = conn.Close()
+		c.tmu.Lock()
+		if c.triaging[conn] == st {
+			delete(c.triaging, conn)
+		}
+		c.tmu.Unlock()
+	}()
+	_ = conn.SetDeadline(time.Now().Add(wait))
 	var buf [1024]byte
 	n := 0
 	for n < len(buf) && !bytes.Contains(buf[:n], []byte("\r\n\r\n")) {
@@ -374,7 +424,12 @@ func (c *ConnCap) answerHealth(conn net.Conn) {
 	method, rest, _ := bytes.Cut(line, []byte(" "))
 	target, proto, _ := bytes.Cut(rest, []byte(" "))
 	path, _, _ := bytes.Cut(target, []byte("?"))
-	if end < 0 || (string(method) != "GET" && string(method) != "HEAD") || string(path) != "/healthz" || !bytes.HasPrefix(proto, []byte("HTTP/1.")) {
+	if end < 0 {
+		c.refused.Add(1)
+		c.noHead.Add(1)
+		return
+	}
+	if (string(method) != "GET" && string(method) != "HEAD") || string(path) != "/healthz" || !bytes.HasPrefix(proto, []byte("HTTP/1.")) {
 		c.refused.Add(1)
 		return
 	}
@@ -385,6 +440,17 @@ func (c *ConnCap) answerHealth(conn net.Conn) {
 	if _, err := io.WriteString(conn, resp); err == nil {
 		c.healthAns.Add(1)
 	}
+}
+
+// CapRefusals breaks Refused down (AnswerHealthBeyondCap on): AtAccept,
+// closed on accept with no place to read its request head; NoHead, its
+// head not complete within the wait, of which GaveWay closed for a
+// newcomer; the rest sent a whole head that was not a liveness check.
+type CapRefusals struct{ AtAccept, NoHead, GaveWay uint64 }
+
+// Refusals is Refused by cause.
+func (c *ConnCap) Refusals() CapRefusals {
+	return CapRefusals{AtAccept: c.refusedAt.Load(), NoHead: c.noHead.Load(), GaveWay: c.gaveWay.Load()}
 }
 
 // HealthAnsweredBeyondCap counts the liveness checks the cap answered

@@ -177,6 +177,80 @@ func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
 	waitFor(t, "the three refusals counted", func() bool { return s.cap.Refused() == refused+3 })
 }
 
+// TestHTTPCapTriageMakesRoomForHealthChecks: with every place for reading
+// request heads beyond the cap held by connections whose heads are still
+// incomplete (silent, or trickling) past giveWayAge, a liveness check
+// still gets one (the connection waiting longest gives way) and is
+// answered; with every place taken less than giveWayAge ago, a newcomer
+// is refused instead.
+func TestHTTPCapTriageMakesRoomForHealthChecks(t *testing.T) {
+	s := startCappedHTTP(t, 2)
+	s.cap.AnswerHealthBeyondCap()
+	s.cap.mu.Lock()
+	s.cap.minBusy = time.Hour // every request is young: nothing to displace
+	s.cap.mu.Unlock()
+	s.cap.tmu.Lock()
+	s.cap.beyondWait = time.Hour // the places stay held
+	s.cap.tmu.Unlock()
+	s.slowRequests(t, 2)
+	held := func() int {
+		s.cap.tmu.Lock()
+		defer s.cap.tmu.Unlock()
+		return len(s.cap.triaging)
+	}
+	hold := func(send string) {
+		for range maxBeyondCap {
+			c, err := net.Dial("tcp", s.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			fmt.Fprint(c, send)
+		}
+		waitFor(t, "every place taken", func() bool { return held() == maxBeyondCap })
+	}
+	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i, send := range []string{"", "GET /healthz HTTP/1.1\r\nX-Slow: "} {
+		hold(send)
+		time.Sleep(2 * giveWayAge)
+		resp, err := client.Get("http://" + s.addr + "/healthz")
+		if err != nil {
+			t.Fatalf("/healthz with every place held by %q: %v", send, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || s.cap.HealthAnsweredBeyondCap() != uint64(i+1) {
+			t.Fatalf("/healthz with every place held by %q: %d, %d answered by the cap; want 200, %d", send, resp.StatusCode, s.cap.HealthAnsweredBeyondCap(), i+1)
+		}
+	}
+	if r := s.cap.Refusals(); r.GaveWay < maxBeyondCap {
+		t.Fatalf("%d places given way, want at least %d (the first holders, to the second)", r.GaveWay, maxBeyondCap)
+	}
+	// Places younger than giveWayAge (raised here) are kept: the newcomer
+	// is refused, closed unanswered.
+	s.cap.tmu.Lock()
+	s.cap.giveWay = time.Hour
+	s.cap.tmu.Unlock()
+	filler, err := net.Dial("tcp", s.addr) // the place the last check freed
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer filler.Close()
+	waitFor(t, "every place taken", func() bool { return held() == maxBeyondCap })
+	refused := s.cap.Refusals().AtAccept
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\n\r\n")
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	var ne net.Error
+	if n, err := c.Read(make([]byte, 64)); n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("a newcomer with every place young: read %d bytes, %v; want it closed", n, err)
+	}
+	waitFor(t, "the refusal counted", func() bool { return s.cap.Refusals().AtAccept > refused })
+}
+
 // TestStreamLimiter: one client is refused at its own bound while others
 // still get slots, the node's total bound refuses everyone, both with
 // ResourceExhausted naming the bound, and a release frees the slot.

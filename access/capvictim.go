@@ -14,10 +14,8 @@ import (
 //     most such, the one idle longest;
 //  2. the request in progress longest, once it is older than minBusy;
 //  3. a connection accepted less than minBusy ago that has not sent a
-//     request yet, of the address holding the most such, the oldest.
-//
-// A connection whose first bytes wait unread in the kernel is never taken
-// as idle: it has sent its request, the server has not read it yet.
+//     request yet, of the address holding the most such, the oldest; not
+//     where the cap answers liveness checks itself (AnswerHealthBeyondCap).
 //
 // A health check's connection is idle from its accept until the server
 // reads its request. Taking the longest-idle connection overall closed it
@@ -43,27 +41,14 @@ func (c *ConnCap) victimLocked() net.Conn {
 				top, most = ip, n
 			}
 		}
-		// The oldest of top's, skipping those whose request already waits
-		// unread in the kernel (a health check the server has not read
-		// yet): at most maxPeeks of them, each one recv(MSG_PEEK).
-		var skip map[net.Conn]bool
-		for range maxPeeks {
-			var v net.Conn
-			var oldest time.Time
-			for k, st := range c.conns {
-				if ok(st) && st.ip == top && !skip[k] && (v == nil || st.idleSince.Before(oldest)) {
-					v, oldest = k, st.idleSince
-				}
+		var v net.Conn
+		var oldest time.Time
+		for k, st := range c.conns {
+			if ok(st) && st.ip == top && (v == nil || st.idleSince.Before(oldest)) {
+				v, oldest = k, st.idleSince
 			}
-			if v == nil || c.pending == nil || !c.pending(v) {
-				return v
-			}
-			if skip == nil {
-				skip = map[net.Conn]bool{}
-			}
-			skip[v] = true
 		}
-		return nil
+		return v
 	}
 	if v := pick(func(st *capState) bool { return !st.idleSince.IsZero() && !fresh(st) }); v != nil {
 		return v
@@ -78,11 +63,16 @@ func (c *ConnCap) victimLocked() net.Conn {
 	if busy != nil && now.Sub(oldestBusy) >= c.minBusy {
 		return busy
 	}
+	if c.health {
+		// Rule 3 is off where the cap answers liveness checks itself: a
+		// fresh connection may be a health check the server has not read
+		// yet (on a loaded node, tens of milliseconds), and displacing it
+		// reset the check; the newcomer is triaged instead, where a
+		// health check is answered at once (triage).
+		return nil
+	}
 	return pick(func(st *capState) bool { return !st.idleSince.IsZero() && fresh(st) })
 }
-
-// maxPeeks bounds the connections victimLocked looks into per accept.
-const maxPeeks = 8
 
 // remoteHost is conn's remote IP address (its whole address if not TCP).
 func remoteHost(conn net.Conn) string {

@@ -317,7 +317,12 @@ func TestPreAuthFloods(t *testing.T) {
 
 	var probe *healthProbe
 	if full {
-		probe = startHealthProbe(target.HTTPAddr())
+		probe = startHealthProbe(target.HTTPAddr(), func() string {
+			hc := target.httpCap
+			r := hc.Refusals()
+			return fmt.Sprintf("open %d, evicted %d, refused %d (at accept %d, head incomplete %d, of which gave way %d), answered by the cap %d",
+				hc.Open(), hc.Evicted(), hc.Refused(), r.AtAccept, r.NoHead, r.GaveWay, hc.HealthAnsweredBeyondCap())
+		})
 		t.Logf("/healthz probe started at %s", time.Now().UTC().Format("15:04:05.000"))
 	}
 	probe.setPhase("grpc-incomplete")
@@ -396,9 +401,9 @@ func TestPreAuthFloods(t *testing.T) {
 	}
 
 	after := footprint(t)
-	t.Logf("under the floods: %.0f MB RSS (+%.0f), %d goroutines, %d fds; gRPC connections %d (evicted %d, refused %d); HTTP connections %d (evicted %d)",
+	t.Logf("under the floods: %.0f MB RSS (+%.0f), %d goroutines, %d fds; gRPC connections %d (evicted %d, refused %d); HTTP connections %d (evicted %d, refused %d, health checks answered by the cap %d)",
 		after.rssMB, after.rssMB-before.rssMB, after.goroutines, after.fds, target.grpcCap.Open(), target.grpcCap.Evicted(), target.grpcCap.Refused(),
-		target.httpCap.Open(), target.httpCap.Evicted())
+		target.httpCap.Open(), target.httpCap.Evicted(), target.httpCap.Refused(), target.httpCap.HealthAnsweredBeyondCap())
 	rs, gs := target.host.MuxStats(), target.members.StreamStats()
 	t.Logf("raft port: %d pending, %d refused at the pending cap; gossip port: %d streams open, %d refused", rs.Pending, rs.Refused, gs.Open, gs.Refused)
 	if full && (rs.Refused == 0 || gs.Refused == 0) {
@@ -495,7 +500,7 @@ func (p *healthProbe) count(slow, failed bool) {
 	p.byPhase[p.phase] = c
 }
 
-func startHealthProbe(addr string) *healthProbe {
+func startHealthProbe(addr string, state func() string) *healthProbe {
 	p := &healthProbe{done: make(chan struct{}), phase: "start", order: []string{"start"}, byPhase: map[string][3]int{}}
 	start := time.Now()
 	p.wg.Add(1)
@@ -508,6 +513,7 @@ func startHealthProbe(addr string) *healthProbe {
 			case <-time.After(250 * time.Millisecond):
 			}
 			at := time.Since(start).Round(time.Millisecond)
+			was := state()
 			d, err := healthLatency(addr)
 			p.count(err == nil && d > time.Second, err != nil)
 			p.n++
@@ -515,7 +521,7 @@ func startHealthProbe(addr string) *healthProbe {
 			case err != nil:
 				p.failed++
 				if len(p.errs) < 40 {
-					p.errs = append(p.errs, fmt.Sprintf("at +%v: %v", at, err))
+					p.errs = append(p.errs, fmt.Sprintf("at +%v: %v (HTTP cap before the probe: %s; after: %s)", at, err, was, state()))
 				}
 			case d > time.Second:
 				p.slow++
