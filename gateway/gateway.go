@@ -468,9 +468,16 @@ func (g *Gateway) decide(r *http.Request, tenant string, body []byte, b *batch) 
 				g.refreshWG.Add(1)
 				go g.refreshAhead(tenant, ahead)
 			default:
-				// Refreshes at their limit: decided with the request, as
-				// before refresh-ahead.
-				hashes = append(hashes, ahead...)
+				// Refreshes at their limit: left to a later request, not
+				// waited for here. They are still fresh (the previous
+				// interval holds them until its rotation), so the next
+				// request that carries one tries again, and one not
+				// refreshed by then is decided on its request. Waiting
+				// here was the gateway's slowest path at steady load
+				// (~0.8% of requests past 2 ms of their own time when
+				// the series accepted together went stale together).
+				g.fresh.forget(tenant, ahead)
+				g.m.refreshes.WithLabelValues("deferred").Inc()
 			}
 		}
 	}

@@ -47,7 +47,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help:    "Time a request spent in the gateway itself (its arrival to its answer, minus the forward to the upstream): what the gateway adds to a sender's latency, Tollgate's decision included.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0015, .002, .003, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}}),
 		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_gateway_background_refreshes_total",
-			Help: "Background refreshes of series still fresh (tracked again before they go stale, off the requests' path), by result: ok, rejected, failed."}, []string{"result"}),
+			Help: "Background refreshes of series still fresh (tracked again before they go stale, off the requests' path), by result: ok, rejected, failed, or deferred (the refreshes in flight at their limit: left to a later request)."}, []string{"result"}),
 		trackDuration: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "tollgate_gateway_track_duration_seconds",
 			Help: "Time Tollgate took to decide a request's series.", Buckets: buckets}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "tollgate_gateway_inflight_requests",

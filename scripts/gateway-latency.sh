@@ -64,7 +64,7 @@ through=$(echo "$closed" | python3 -c 'import json,sys; print(int(json.load(sys.
 echo "straight to the receiver $straight samples/s, through the gateway $through (ratio $(python3 -c "print(round($through/$straight,2))"))"
 half=$((straight / 2))
 
-hist() { curl -sf http://127.0.0.1:17391/metrics | grep '^tollgate_gateway_own_duration_seconds_bucket'; }
+hist() { curl -sf http://127.0.0.1:17391/metrics | grep -E '^tollgate_gateway_(own_duration_seconds_bucket|track_duration_seconds_count|background_refreshes_total)'; }
 hist > "$dir/before"
 echo "== open loop at $half samples/s (half the straight rate): $rounds rounds of $dur each =="
 rw --rounds "$rounds" --duration "$dur" --rate "$half" | tail -2
@@ -72,13 +72,18 @@ hist > "$dir/after"
 python3 - "$dir/before" "$dir/after" <<'EOF'
 import re, sys
 def read(p):
-    out = {}
+    out, other = {}, {}
     for line in open(p):
         m = re.match(r'.*le="([^"]+)"\} (\S+)', line)
         if m:
             out[float(m.group(1))] = float(m.group(2))
-    return out
-a, b = read(sys.argv[1]), read(sys.argv[2])
+        else:
+            k, v = line.rsplit(' ', 1)
+            other[k] = float(v)
+    return out, other
+(a, ao), (b, bo) = read(sys.argv[1]), read(sys.argv[2])
+for k in sorted(bo):
+    print(f"  {k}: +{int(bo[k] - ao.get(k, 0))}")
 d = {le: b[le] - a.get(le, 0) for le in b}
 total = d[float("inf")]
 print(f"gateway's own time over {int(total)} requests of the open-loop rounds (gateway rounds only):")
