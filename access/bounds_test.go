@@ -39,6 +39,37 @@ func startCappedHTTP(t *testing.T, max int) *cappedHTTP {
 
 // slowRequests opens n connections whose requests never finish (a body of
 // 1,000 bytes, one sent) and waits until the cap counts them in progress.
+// startFullAnsweringHealth starts a server capped at n connections that
+// answers liveness checks beyond its cap, and fills it with n requests in
+// progress that are never old enough to displace.
+func startFullAnsweringHealth(t *testing.T, n int) *cappedHTTP {
+	s := startCappedHTTP(t, n)
+	s.cap.AnswerHealthBeyondCap()
+	s.cap.mu.Lock()
+	s.cap.minBusy = time.Hour // every request is young: nothing to displace
+	s.cap.mu.Unlock()
+	s.slowRequests(t, n)
+	return s
+}
+
+// closedUnanswered connects, sends send, and fails the test unless the node
+// closes the connection without answering (what names the connection).
+func (s *cappedHTTP) closedUnanswered(t *testing.T, send, what string) {
+	t.Helper()
+	c, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprint(c, send)
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	n, err := c.Read(make([]byte, 64))
+	var ne net.Error
+	if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Fatalf("%s: read %d bytes, %v; want it closed by the node unanswered", what, n, err)
+	}
+}
+
 func (s *cappedHTTP) slowRequests(t *testing.T, n int) []net.Conn {
 	t.Helper()
 	var conns []net.Conn
@@ -88,18 +119,7 @@ func TestHTTPConnectionCapBusy(t *testing.T) {
 	s.cap.minBusy = time.Hour // every request is young: refuse
 	s.cap.mu.Unlock()
 	slow := s.slowRequests(t, 8)
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	_, err = c.Read(make([]byte, 1))
-	var ne net.Error
-	if err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("connection beyond the cap: %v, want it closed by the node", err)
-	}
+	s.closedUnanswered(t, "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n", "a connection beyond the cap")
 	if s.cap.refused.Load() == 0 {
 		t.Fatal("refusal not counted")
 	}
@@ -130,12 +150,7 @@ func TestHTTPConnectionCapBusy(t *testing.T) {
 // closed; any other request, and a connection that sends nothing, is still
 // closed and counted refused.
 func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
-	s := startCappedHTTP(t, 4)
-	s.cap.AnswerHealthBeyondCap()
-	s.cap.mu.Lock()
-	s.cap.minBusy = time.Hour // every request is young: nothing to displace
-	s.cap.mu.Unlock()
-	s.slowRequests(t, 4)
+	s := startFullAnsweringHealth(t, 4)
 	client := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
 	for _, method := range []string{http.MethodGet, http.MethodHead} {
 		req, _ := http.NewRequest(method, "http://"+s.addr+"/healthz?verbose=1", nil)
@@ -161,18 +176,7 @@ func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
 	}
 	refused := s.cap.Refused()
 	for _, send := range []string{"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n", "POST /healthz HTTP/1.1\r\nHost: x\r\n\r\n", ""} {
-		c, err := net.Dial("tcp", s.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprint(c, send)
-		_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-		n, err := c.Read(make([]byte, 64))
-		c.Close()
-		var ne net.Error
-		if n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-			t.Fatalf("%q beyond the cap: read %d bytes, %v; want it closed unanswered", send, n, err)
-		}
+		s.closedUnanswered(t, send, fmt.Sprintf("%q beyond the cap", send))
 	}
 	waitFor(t, "the three refusals counted", func() bool { return s.cap.Refused() == refused+3 })
 }
@@ -184,15 +188,10 @@ func TestHTTPCapAnswersHealthBeyondCap(t *testing.T) {
 // answered; with every place taken less than giveWayAge ago, a newcomer
 // is refused instead.
 func TestHTTPCapTriageMakesRoomForHealthChecks(t *testing.T) {
-	s := startCappedHTTP(t, 2)
-	s.cap.AnswerHealthBeyondCap()
-	s.cap.mu.Lock()
-	s.cap.minBusy = time.Hour // every request is young: nothing to displace
-	s.cap.mu.Unlock()
+	s := startFullAnsweringHealth(t, 2)
 	s.cap.tmu.Lock()
 	s.cap.beyondWait = time.Hour // the places stay held
 	s.cap.tmu.Unlock()
-	s.slowRequests(t, 2)
 	held := func() int {
 		s.cap.tmu.Lock()
 		defer s.cap.tmu.Unlock()
@@ -237,17 +236,7 @@ func TestHTTPCapTriageMakesRoomForHealthChecks(t *testing.T) {
 	defer filler.Close()
 	waitFor(t, "every place taken", func() bool { return held() == maxBeyondCap })
 	refused := s.cap.Refusals().AtAccept
-	c, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	fmt.Fprint(c, "GET /healthz HTTP/1.1\r\n\r\n")
-	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
-	var ne net.Error
-	if n, err := c.Read(make([]byte, 64)); n > 0 || err == nil || (errors.As(err, &ne) && ne.Timeout()) {
-		t.Fatalf("a newcomer with every place young: read %d bytes, %v; want it closed", n, err)
-	}
+	s.closedUnanswered(t, "GET /healthz HTTP/1.1\r\n\r\n", "a newcomer with every place young")
 	waitFor(t, "the refusal counted", func() bool { return s.cap.Refusals().AtAccept > refused })
 }
 
