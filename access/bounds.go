@@ -281,10 +281,12 @@ type ConnCap struct {
 	health   bool
 	tmu      sync.Mutex
 	triaging map[net.Conn]*triageState // conns whose request heads are being read
-	// beyondWait, giveWay: beyondCapWait, giveWayAge; tests raise them
+	triageQ  []triagePlace             // the same, oldest first, and some ended
+	// beyondWait, places: beyondCapWait, maxBeyondCap; tests set them
 	// under tmu.
-	beyondWait, giveWay time.Duration
-	healthAns           atomic.Uint64
+	beyondWait time.Duration
+	places     int
+	healthAns  atomic.Uint64
 	// refusals by cause (Refusals)
 	refusedAt, gaveWay, noHead atomic.Uint64
 }
@@ -302,7 +304,7 @@ type capState struct {
 // NewConnCap caps l at max connections (see ConnCap); its ConnState must
 // be the http.Server's ConnState hook.
 func NewConnCap(l net.Listener, max int) *ConnCap {
-	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge, beyondWait: beyondCapWait, giveWay: giveWayAge}
+	return &ConnCap{Listener: l, max: max, conns: map[net.Conn]*capState{}, minBusy: minBusyAge, beyondWait: beyondCapWait, places: maxBeyondCap}
 }
 
 func (c *ConnCap) Accept() (net.Conn, error) {
@@ -316,10 +318,12 @@ func (c *ConnCap) Accept() (net.Conn, error) {
 			victim := c.victimLocked() // capvictim.go
 			if victim == nil {
 				c.mu.Unlock()
-				if c.health && c.triage(conn) {
+				if c.health {
+					c.triage(conn)
 					continue
 				}
 				c.refused.Add(1)
+				c.refusedAt.Add(1)
 				_ = conn.Close()
 				continue
 			}
@@ -349,52 +353,58 @@ func (c *ConnCap) AnswerHealthBeyondCap() { c.health = true }
 // maxBeyondCap bounds the goroutines reading refused connections' request
 // heads; beyondCapWait bounds how long each may take.
 const (
-	maxBeyondCap  = 256
+	maxBeyondCap  = 1024
 	beyondCapWait = 250 * time.Millisecond
 )
 
-// giveWayAge: how long a connection beyond the cap keeps its place for
-// reading its request head against newcomers (triage).
-const giveWayAge = 10 * time.Millisecond
-
 type triageState struct{ since time.Time }
 
-// triage starts reading conn's request head (answerHealth), or reports
-// false when maxBeyondCap heads are being read already, each begun less
-// than giveWayAge ago. Past that age a connection gives way to the
-// newcomer, the one waiting longest first: a liveness check sends its
-// whole head in one segment at once, so a head still incomplete then is
-// a flood's (silent, or trickling), and would otherwise hold its place for
-// the whole wait while the health checks behind it were refused (1–4 of
-// ~300 probes reset per full-size TestPreAuthFloods run with 64 places
-// held that way).
-func (c *ConnCap) triage(conn net.Conn) bool {
+type triagePlace struct {
+	conn net.Conn
+	st   *triageState
+}
+
+// triage starts reading conn's request head (answerHealth). With
+// maxBeyondCap heads being read already, the one begun longest ago gives
+// way: a liveness check sends its whole head at once and is read within
+// milliseconds, so the oldest place is a flood's (silent, or trickling),
+// and a flood faster than the places can be read turns over the oldest
+// rather than refusing every newcomer, a health check among them. Holding
+// each place for the whole wait (64 places) reset 1–4 of ~300 probes per
+// full-size TestPreAuthFloods run; refusing newcomers while every place
+// was younger than 10 ms still reset one of ~1,500 in a burst of slow
+// requests.
+func (c *ConnCap) triage(conn net.Conn) {
 	now := time.Now()
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	if c.triaging == nil {
 		c.triaging = map[net.Conn]*triageState{}
 	}
-	if len(c.triaging) >= maxBeyondCap {
-		var old net.Conn
-		var since time.Time
-		for k, st := range c.triaging {
-			if now.Sub(st.since) >= c.giveWay && (old == nil || st.since.Before(since)) {
-				old, since = k, st.since
+	for len(c.triaging) >= c.places && len(c.triageQ) > 0 {
+		// The queue holds places in the order they were taken; those
+		// already ended are skipped.
+		old := c.triageQ[0]
+		c.triageQ = c.triageQ[1:]
+		if c.triaging[old.conn] == old.st {
+			delete(c.triaging, old.conn)
+			c.gaveWay.Add(1)
+			_ = old.conn.Close() // its read fails: answerHealth counts it refused
+		}
+	}
+	if len(c.triageQ) > 4*c.places { // drop the ended places' entries
+		q := c.triageQ[:0:0]
+		for _, e := range c.triageQ {
+			if c.triaging[e.conn] == e.st {
+				q = append(q, e)
 			}
 		}
-		if old == nil {
-			c.refusedAt.Add(1)
-			return false
-		}
-		delete(c.triaging, old)
-		c.gaveWay.Add(1)
-		_ = old.Close() // its read fails: answerHealth counts it refused
+		c.triageQ = q
 	}
 	st := &triageState{since: now}
 	c.triaging[conn] = st
+	c.triageQ = append(c.triageQ, triagePlace{conn, st})
 	go c.answerHealth(conn, st, c.beyondWait)
-	return true
 }
 
 // answerHealth reads conn's request head and answers a liveness check, or
@@ -442,10 +452,10 @@ func (c *ConnCap) answerHealth(conn net.Conn, st *triageState, wait time.Duratio
 	}
 }
 
-// CapRefusals breaks Refused down (AnswerHealthBeyondCap on): AtAccept,
-// closed on accept with no place to read its request head; NoHead, its
-// head not complete within the wait, of which GaveWay closed for a
-// newcomer; the rest sent a whole head that was not a liveness check.
+// CapRefusals breaks Refused down: AtAccept, closed on accept (without
+// AnswerHealthBeyondCap); NoHead, its head not complete within the wait
+// or its place given way (GaveWay) to a newcomer; the rest sent a whole
+// head that was not a liveness check.
 type CapRefusals struct{ AtAccept, NoHead, GaveWay uint64 }
 
 // Refusals is Refused by cause.
