@@ -176,6 +176,14 @@ func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateU
 	cancel()
 	switch {
 	case err == nil, errors.Is(err, io.EOF):
+		// The sender stops on the stream's end: a deadline or a
+		// cancellation is the caller's to see as such, not as a clean
+		// close (an OK end reached a client with a 2-s deadline as EOF,
+		// Unknown, before its own timer: server TestRateSyncScopedToTenants
+		// under -race in a fresh-clone run).
+		if cerr := stream.Context().Err(); cerr != nil {
+			return status.FromContextError(cerr).Err()
+		}
 		return nil
 	case errors.Is(err, ErrTooMany):
 		s.rejected.Add(1)
