@@ -280,8 +280,9 @@ type ConnCap struct {
 	// read, and a liveness check is answered (AnswerHealthBeyondCap).
 	health   bool
 	tmu      sync.Mutex
-	triaging map[net.Conn]*triageState // conns whose request heads are being read
-	triageQ  []triagePlace             // the same, oldest first, and some ended
+	triaging map[net.Conn]uint64 // conns whose request heads are being read → their place's number
+	triageQ  []triagePlace       // the same, oldest first, and some ended
+	triageN  uint64              // places taken so far (a conn's number tells its place from a later one)
 	// beyondWait, places: beyondCapWait, maxBeyondCap; tests set them
 	// under tmu.
 	beyondWait time.Duration
@@ -357,11 +358,9 @@ const (
 	beyondCapWait = 250 * time.Millisecond
 )
 
-type triageState struct{ since time.Time }
-
 type triagePlace struct {
 	conn net.Conn
-	st   *triageState
+	n    uint64
 }
 
 // triage starts reading conn's request head (answerHealth). With
@@ -375,18 +374,17 @@ type triagePlace struct {
 // was younger than 10 ms still reset one of ~1,500 in a burst of slow
 // requests.
 func (c *ConnCap) triage(conn net.Conn) {
-	now := time.Now()
 	c.tmu.Lock()
 	defer c.tmu.Unlock()
 	if c.triaging == nil {
-		c.triaging = map[net.Conn]*triageState{}
+		c.triaging = map[net.Conn]uint64{}
 	}
 	for len(c.triaging) >= c.places && len(c.triageQ) > 0 {
 		// The queue holds places in the order they were taken; those
 		// already ended are skipped.
 		old := c.triageQ[0]
 		c.triageQ = c.triageQ[1:]
-		if c.triaging[old.conn] == old.st {
+		if c.triaging[old.conn] == old.n {
 			delete(c.triaging, old.conn)
 			c.gaveWay.Add(1)
 			_ = old.conn.Close() // its read fails: answerHealth counts it refused
@@ -395,25 +393,26 @@ func (c *ConnCap) triage(conn net.Conn) {
 	if len(c.triageQ) > 4*c.places { // drop the ended places' entries
 		q := c.triageQ[:0:0]
 		for _, e := range c.triageQ {
-			if c.triaging[e.conn] == e.st {
+			if c.triaging[e.conn] == e.n {
 				q = append(q, e)
 			}
 		}
 		c.triageQ = q
 	}
-	st := &triageState{since: now}
-	c.triaging[conn] = st
-	c.triageQ = append(c.triageQ, triagePlace{conn, st})
-	go c.answerHealth(conn, st, c.beyondWait)
+	c.triageN++
+	n := c.triageN
+	c.triaging[conn] = n
+	c.triageQ = append(c.triageQ, triagePlace{conn, n})
+	go c.answerHealth(conn, n, c.beyondWait)
 }
 
 // answerHealth reads conn's request head and answers a liveness check, or
 // closes it.
-func (c *ConnCap) answerHealth(conn net.Conn, st *triageState, wait time.Duration) {
+func (c *ConnCap) answerHealth(conn net.Conn, place uint64, wait time.Duration) {
 	defer func() {
 		_ = conn.Close()
 		c.tmu.Lock()
-		if c.triaging[conn] == st {
+		if c.triaging[conn] == place {
 			delete(c.triaging, conn)
 		}
 		c.tmu.Unlock()
