@@ -405,8 +405,11 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			switch {
 			case t.sw.on:
 				// Its admissions before this owner heard of it (a
-				// takeover; what a client admitted failing open).
-				t.sw.seed(e, ns, asked)
+				// takeover; what a client admitted failing open),
+				// unless an ask of its counted them already.
+				if !t.seededBy[client] {
+					t.sw.seed(e, ns, asked)
+				}
 			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
 				t.seedRecent(e, ns, asked)

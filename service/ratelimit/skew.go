@@ -78,7 +78,7 @@ func (e *entry) windowCount(curStart, window, ns int64) float64 {
 // client reported, within one report period of the clients reaching this node.
 func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
-	t.askedBy = nil
+	t.askedBy, t.seededBy = nil, nil
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read

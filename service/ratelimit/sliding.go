@@ -284,6 +284,11 @@ type Asker struct {
 	// History: what the client admitted for the key over about the last
 	// window, by its own count (0: nothing, or not sent).
 	History uint64
+	// Slices: that history by age, as a report's window slices for the key
+	// (SliceK slices per window, the newest begun SliceAge ago; SliceK 0:
+	// not sent, a client that predates them).
+	Slices           []uint64
+	SliceK, SliceAge int64
 }
 
 // Admit decides n tokens of a sliding-window tenant on the owner, now: a
@@ -332,14 +337,29 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
-	if float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
+	if float64(from.History) > t.askedBy[from.ID] && !t.seededBy[from.ID] && !o.askerSeen(t, from.ID) {
 		// It admitted tokens in the window that this owner did not
 		// admit for it and has not counted: its stream's first report
 		// (which seeds them) has not come, as after a takeover, when
 		// asks reach the new owner before the reports do. Deciding
-		// without them could admit the limit twice; it asks again in
-		// askMargin.
-		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
+		// without them could admit the limit twice.
+		if from.ID == 0 || from.SliceK == 0 || t.sw.win >= int64(slidingLeaseMin) {
+			// It asks again in askMargin.
+			return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
+		}
+		// The ask carries the history by age: counted from it now, as
+		// the report would (seed), and the report's own seed is then
+		// skipped. Exact only where the client holds no lease (a window
+		// under slidingLeaseMin): all it admitted since is what this
+		// owner admitted for it (askedBy). Waiting for the report instead
+		// held asks for a few hundred milliseconds after a takeover, then
+		// admitted them at once: a hole, and a small key's tokens bunched
+		// (windows of 0.60× after its owner's SIGKILL).
+		t.sw.seed(&entry{slices: from.Slices, sliceK: from.SliceK, sliceAge: from.SliceAge, absorbedAt: ns}, ns, t.askedBy[from.ID])
+		if t.seededBy == nil {
+			t.seededBy = map[uint64]bool{}
+		}
+		t.seededBy[from.ID] = true
 	}
 	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult

@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/ratelease"
@@ -117,6 +121,9 @@ func (c windowSim) run(t *testing.T) windowRun {
 			from := Asker{ID: uint64(req%c.nodes + 1)}
 			from.Consumed, from.Cap, from.Known = l.Held(key)
 			from.History = l.WindowTokens(key) // as ratelease.Client.Ask sends it
+			if sl, k, age := l.AskSlices(key); k > 0 {
+				from.Slices, from.SliceK, from.SliceAge = sl, ratelease.WindowSlices, age
+			}
 			r, err := owner.Admit(key, 1, now, true, from)
 			if err != nil {
 				t.Fatal(err)
@@ -392,6 +399,61 @@ func TestAdmitWaitsForAskersHistory(t *testing.T) {
 	}
 }
 
+// A new owner asked by a client whose report has not reached it yet counts
+// the history the ask carries by age (its window slices) and decides at
+// once, for a window short enough that clients hold no lease; the client's
+// report, when it comes, does not count that history again. A window with
+// leases still waits for the report.
+func TestAdmitCountsAskersSlices(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	o := mustNew(t, Config{Sliding: func(string) bool { return true }}, 64, 4, func(string) (float64, int64) { return 20, 20 })
+	// 8 admitted about half a second ago (slice 16 of 32 before the
+	// current one), under the owner that died.
+	hist := make([]uint64, 17)
+	hist[16] = 8
+	from := Asker{ID: 7, History: 8, Slices: hist, SliceK: 32}
+	for i := range 2 {
+		r, err := o.Admit("k", 1, now, true, from)
+		if err != nil || !r.Admitted {
+			t.Fatalf("ask %d with its history by age: %+v, %v; want admitted at once", i, r, err)
+		}
+		from.History++
+	}
+	// 8 + 2 counted of 20: 10 left (the next ask takes one).
+	r, err := o.Admit("k", 1, now, true, from)
+	if err != nil || !r.Admitted || r.Remaining != 9 {
+		t.Fatalf("third ask: %+v, %v; want admitted, 9 remaining (the history counted once)", r, err)
+	}
+	from.History++
+	// Its report: the 8 (now a slice older) and the 3 this owner admitted.
+	s := o.NewSession()
+	hist = make([]uint64, 18)
+	hist[0], hist[17] = 3, 8
+	if err := s.Absorb(&api.RateReport{ClientId: 7, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE, NewIds: []uint32{1}, NewNames: []string{"k"},
+		Ids: []uint32{1}, ConsumedTotal: []uint64{0}, OfferedTotal: []uint64{11}, BucketStartUnixNanos: []int64{0}, BucketConsumed: []uint64{0},
+		PrevBucketConsumed: []uint64{0}, BucketAgeNanos: []int64{0}, SlicesPerWindow: 32, WindowSliceLen: []uint32{18}, WindowSlices: hist,
+		SliceAgeNanos: []int64{0}}, now); err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(100 * time.Millisecond)
+	o.Tick(now, func(int) bool { return true }, func(int) (string, string) { return "", "" })
+	if r, err := o.Admit("k", 1, now, true, from); err != nil || !r.Admitted || r.Remaining != 8 {
+		t.Fatalf("after its report: %+v, %v; want admitted, 8 remaining (not 0: the report's seed skipped)", r, err)
+	}
+	// Once the history has left the window (about 0.5 s on), only this
+	// owner's 4 remain.
+	now = now.Add(500 * time.Millisecond)
+	if r, err := o.Admit("k", 1, now, true, from); err != nil || !r.Admitted || r.Remaining != 15 {
+		t.Fatalf("after the history left the window: %+v, %v; want admitted, 15 remaining", r, err)
+	}
+
+	// A ten-second window (clients may hold leases) waits for the report.
+	o = mustNew(t, Config{Sliding: func(string) bool { return true }}, 64, 4, func(string) (float64, int64) { return 2, 20 })
+	if r, err := o.Admit("k", 1, now, true, Asker{ID: 7, History: 8, Slices: hist[17:], SliceK: 32}); err != nil || r.Admitted || r.NextFree != askMargin(o.cfg.Period) {
+		t.Fatalf("ten-second window: %+v, %v; want refused, ask again in %v", r, err, askMargin(o.cfg.Period))
+	}
+}
+
 // A client of a sliding-window key shorter than slidingLeaseMin gets no
 // lease extension (lease_rate 0): when updates stop (the owner died), it
 // must not admit at its share of the rate while the window is full. A
@@ -469,5 +531,45 @@ func TestServiceAdmitWaitsForTheReport(t *testing.T) {
 	}()
 	if u := ask(8, 3); u.Cap[0] != 1 {
 		t.Fatalf("unseen asker whose report came while it waited: %v; want admitted (3 of 10 in the window)", u)
+	}
+}
+
+// TestServiceAdmitSlicesValidated: an ask's window slices that do not add
+// up are refused with InvalidArgument naming the field; well-formed ones
+// let a new owner of a one-second window decide at once.
+func TestServiceAdmitSlicesValidated(t *testing.T) {
+	svc, err := NewService(ServiceConfig{
+		Owner:    Config{Sliding: func(string) bool { return true }},
+		Owns:     func(int) bool { return true },
+		LeaderOf: func(int) (string, string) { return "", "" },
+	}, 64, 4, func(string) (float64, int64) { return 20, 20 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(edit func(r *api.RateReport)) (*api.RateUpdate, error) {
+		r := &api.RateReport{ClientId: 7, NewNames: []string{"k"}, ConsumedTotal: []uint64{1}, PrevBucketConsumed: []uint64{5},
+			SlicesPerWindow: 32, WindowSliceLen: []uint32{2}, SliceAgeNanos: []int64{0}, WindowSlices: []uint64{0, 5}}
+		edit(r)
+		return svc.Admit(context.Background(), r)
+	}
+	for _, c := range []struct {
+		name, field string
+		edit        func(r *api.RateReport)
+	}{
+		{"too many slices per window", "slices_per_window", func(r *api.RateReport) { r.SlicesPerWindow = maxWindowSlices + 1 }},
+		{"no length", "window_slice_len", func(r *api.RateReport) { r.WindowSliceLen = nil }},
+		{"length beyond the slices", "window_slice_len[0]", func(r *api.RateReport) { r.WindowSliceLen = []uint32{3} }},
+		{"negative age", "slice_age_nanos[0]", func(r *api.RateReport) { r.SliceAgeNanos = []int64{-1} }},
+	} {
+		_, err := ask(c.edit)
+		if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: %v; want InvalidArgument naming %s", c.name, err, c.field)
+		}
+	}
+	// No report ever comes: without the slices it would wait for one,
+	// then refuse.
+	u, err := ask(func(*api.RateReport) {})
+	if err != nil || u.Cap[0] != 1 || u.Cap[1] != 14 {
+		t.Fatalf("well-formed: %v, %v; want admitted, 14 remaining (5 + 1 of 20 counted)", u, err)
 	}
 }
