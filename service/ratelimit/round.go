@@ -194,10 +194,16 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		}
 		if t.sw.on {
 			t.blockedTil = 0
-			if t.sw.sum >= t.sw.limit {
+			switch {
+			case t.sw.sum >= t.sw.limit:
 				t.blockedTil = ns + int64(t.sw.nextFree(ns))
+			case t.sw.sum+t.sw.unseen(ns) >= t.sw.limit:
+				t.blockedTil = t.sw.guardEnd() // at the latest
+				if len(t.sw.log) > 0 {
+					t.blockedTil = min(t.blockedTil, ns+int64(t.sw.nextFree(ns)))
+				}
 			}
-			t.slidingDecide()
+			t.slidingDecide(ns)
 			continue
 		}
 		t.blockedTil = 0
