@@ -120,12 +120,6 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 	// owner that has not had this client's report yet (it just took
 	// over) must not decide without it.
 	req.PrevBucketConsumed = []uint64{c.WindowTokens(key)}
-	// And when: its window slices, so such an owner decides now, counting
-	// them, rather than holding the request until the report arrives (a
-	// hole, then a burst that bunches a small key's tokens).
-	if sl, k, age := c.AskSlices(key); k > 0 {
-		req.SlicesPerWindow, req.WindowSliceLen, req.SliceAgeNanos, req.WindowSlices = WindowSlices, []uint32{k}, []int64{age}, sl
-	}
 	for try := 0; try < 2 && addr != ""; try++ {
 		cc, err := c.conn(addr)
 		if err != nil {

@@ -581,40 +581,6 @@ func (l *Limiter) WindowTokens(key string) uint64 {
 	return sum
 }
 
-// appendSlices appends the newest slices up to the oldest non-zero one (an
-// idle tenant, most of a big client's, costs two bytes in a report): k of
-// them, and how long before ns the newest one began. (reportMu held.)
-func (t *tenant) appendSlices(dst []uint64, ns int64) (_ []uint64, k uint32, age int64) {
-	n := int64(WindowSlices)
-	for n > 0 && t.slice(n-1) == 0 {
-		n--
-	}
-	if n > 0 {
-		age = max(0, ns-t.sliceIdx*t.sliceW)
-	}
-	for j := range n {
-		dst = append(dst, t.slice(j))
-	}
-	return dst, uint32(n), age
-}
-
-// AskSlices is key's window slices as a report would send them, as of now
-// (k 0: nothing in the window). An Ask carries them, so an owner that has
-// not had this client's report yet (it just took over) can count the
-// client's admissions at once instead of waiting for the report stream.
-func (l *Limiter) AskSlices(key string) (slices []uint64, k uint32, age int64) {
-	t := (*l.tenants.Load())[key]
-	if t == nil || t.windowNanos.Load() == 0 {
-		// No owner has sent the window yet: the slices' width would be a
-		// guess, which the owner must not stamp by.
-		return nil, 0, 0
-	}
-	now := l.now().UnixNano()
-	l.reportMu.Lock()
-	defer l.reportMu.Unlock()
-	return t.appendSlices(nil, now)
-}
-
 // slice is the count of the slice j before the current one (j < WindowSlices).
 func (t *tenant) slice(j int64) uint64 {
 	if t.sliceW == 0 || j > t.sliceIdx {
@@ -694,11 +660,21 @@ func (l *Limiter) Report(st *ReportState, include func(name string) bool) *api.R
 			rep.BucketStartUnixNanos = append(rep.BucketStartUnixNanos, t.bucketStart)
 			rep.BucketConsumed = append(rep.BucketConsumed, t.bucketCur)
 			rep.PrevBucketConsumed = append(rep.PrevBucketConsumed, t.bucketPrev)
-			var k uint32
+			// The newest slices up to the oldest non-zero one: an idle
+			// tenant (most of a big client's) costs two bytes.
+			k := int64(WindowSlices)
+			for k > 0 && t.slice(k-1) == 0 {
+				k--
+			}
 			var sAge int64
-			rep.WindowSlices, k, sAge = t.appendSlices(rep.WindowSlices, l.lastTick)
+			if k > 0 {
+				sAge = max(0, l.lastTick-t.sliceIdx*t.sliceW)
+			}
 			rep.SliceAgeNanos = append(rep.SliceAgeNanos, sAge)
-			rep.WindowSliceLen = append(rep.WindowSliceLen, k)
+			rep.WindowSliceLen = append(rep.WindowSliceLen, uint32(k))
+			for j := range k {
+				rep.WindowSlices = append(rep.WindowSlices, t.slice(j))
+			}
 		}
 	}
 	return rep

@@ -262,10 +262,6 @@ type tenantState struct {
 	// them too, so its first report here seeds (or charges) only the rest:
 	// what earlier owners admitted for it. A takeover clears it.
 	askedBy map[uint64]float64
-	// seededBy: the clients whose window history an ask carried and this
-	// node counted (Admit): their reports' seed would count it twice. A
-	// takeover clears it.
-	seededBy map[uint64]bool
 }
 
 // tenant returns (creating) a tenant's state; its shard's lock held.

@@ -194,16 +194,10 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		}
 		if t.sw.on {
 			t.blockedTil = 0
-			switch {
-			case t.sw.sum >= t.sw.limit:
+			if t.sw.sum >= t.sw.limit {
 				t.blockedTil = ns + int64(t.sw.nextFree(ns))
-			case t.sw.sum+t.sw.unseen(ns) >= t.sw.limit:
-				t.blockedTil = t.sw.guardEnd() // at the latest
-				if len(t.sw.log) > 0 {
-					t.blockedTil = min(t.blockedTil, ns+int64(t.sw.nextFree(ns)))
-				}
 			}
-			t.slidingDecide(ns)
+			t.slidingDecide()
 			continue
 		}
 		t.blockedTil = 0
@@ -411,11 +405,8 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			switch {
 			case t.sw.on:
 				// Its admissions before this owner heard of it (a
-				// takeover; what a client admitted failing open),
-				// unless an ask of its counted them already.
-				if !t.seededBy[client] {
-					t.sw.seed(e, ns, asked)
-				}
+				// takeover; what a client admitted failing open).
+				t.sw.seed(e, ns, asked)
 			case ns < t.guardUntil && e.guardRate >= 0:
 				t.takeover = true
 				t.seedRecent(e, ns, asked)

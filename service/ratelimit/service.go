@@ -244,19 +244,6 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	if len(r.PrevBucketConsumed) == 1 {
 		from.History = r.PrevBucketConsumed[0]
 	}
-	if r.SlicesPerWindow > 0 || len(r.WindowSliceLen) > 0 || len(r.SliceAgeNanos) > 0 || len(r.WindowSlices) > 0 {
-		switch {
-		case r.SlicesPerWindow < 1 || r.SlicesPerWindow > maxWindowSlices:
-			return nil, status.Errorf(codes.InvalidArgument, "admit: slices_per_window = %d, want 1 to %d", r.SlicesPerWindow, maxWindowSlices)
-		case len(r.WindowSliceLen) != 1 || len(r.SliceAgeNanos) != 1:
-			return nil, status.Errorf(codes.InvalidArgument, "admit: want one window_slice_len and one slice_age_nanos with window_slices, got %d and %d", len(r.WindowSliceLen), len(r.SliceAgeNanos))
-		case r.WindowSliceLen[0] > r.SlicesPerWindow || int(r.WindowSliceLen[0]) != len(r.WindowSlices):
-			return nil, status.Errorf(codes.InvalidArgument, "admit: window_slice_len[0] = %d, want window_slices' length (%d), at most slices_per_window (%d)", r.WindowSliceLen[0], len(r.WindowSlices), r.SlicesPerWindow)
-		case r.SliceAgeNanos[0] < 0:
-			return nil, status.Errorf(codes.InvalidArgument, "admit: slice_age_nanos[0] = %d is negative", r.SliceAgeNanos[0])
-		}
-		from.Slices, from.SliceK, from.SliceAge = r.WindowSlices, int64(r.SlicesPerWindow), r.SliceAgeNanos[0]
-	}
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	// An asker whose report has not been folded in yet (it reaches the
 	// owner within a report period, after a takeover or when the owner

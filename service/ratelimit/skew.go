@@ -78,12 +78,11 @@ func (e *entry) windowCount(curStart, window, ns int64) float64 {
 // client reported, within one report period of the clients reaching this node.
 func (o *Owner) reset(t *tenantState, ns int64) {
 	t.epoch++
-	t.askedBy, t.seededBy = nil, nil
+	t.askedBy = nil
 	t.cur, t.prev, t.window, t.curStart = 0, 0, 0, 0
 	t.blockedTil = 0
 	t.level, t.levelAt = math.Inf(1), ns // set to the burst once the limit is read
 	// A takeover (some client reports counts that span a window, so it
 	// was admitting under an earlier owner) is guarded for TakeoverGuard.
 	t.guardUntil, t.takeover, t.guardShares = ns+int64(o.cfg.TakeoverGuard), false, 0
-	t.sw.from, t.sw.guard, t.sw.seeded, t.sw.guarded = ns, int64(o.cfg.TakeoverGuard), 0, false
 }

@@ -62,35 +62,6 @@ type slidingState struct {
 	// (want), the scale of the asks granted, and the owner's bound on what
 	// clients may admit without asking before the next tick (out).
 	reserve, want, scale, out float64
-	// The takeover guard. Clients' histories reach a new owner one by
-	// one (each node's stream or ask when that node learns of it), and
-	// one client's history says nothing of the others': deciding with the
-	// history seen so far admitted up to 1.5× the limit in the window
-	// across a takeover (TestSlidingWindowTakeoverReportsLate). Once some
-	// client shows it admitted under an earlier owner (guarded), what no
-	// seen history accounts for, limit − seeded, is taken to be held by
-	// clients not seen yet (the old owner's window held at most the
-	// limit) and counted until the guard ends (until): one window after
-	// this owner started (none of it was admitted later), or
-	// Config.TakeoverGuard if sooner, by when every live client has
-	// reached this owner (as the token bucket's guard assumes): a client
-	// still unseen then is gone, and a window of a minute is not held
-	// back for a minute.
-	from, guard int64 // this owner's start, Config.TakeoverGuard
-	seeded      float64
-	guarded     bool
-}
-
-// guardEnd is when the takeover guard ends.
-func (s *slidingState) guardEnd() int64 { return s.from + min(s.win, s.guard) }
-
-// unseen is the takeover guard's count at ns: tokens an earlier owner may
-// have admitted for clients whose history has not reached this one.
-func (s *slidingState) unseen(ns int64) float64 {
-	if !s.guarded || ns >= s.guardEnd() {
-		return 0
-	}
-	return max(0, s.limit-s.seeded)
 }
 
 // add counts tokens admitted no later than at.
@@ -129,17 +100,6 @@ func (s *slidingState) insert(at int64, tokens float64) {
 	}
 }
 
-// insertSeed is insert for a client's history under an earlier owner: it
-// counts toward the takeover guard's seen tokens.
-func (s *slidingState) insertSeed(at int64, tokens float64) {
-	if tokens <= 0 {
-		return
-	}
-	s.insert(at, tokens)
-	s.seeded += tokens
-	s.guarded = true
-}
-
 // trim drops what left the window ending at ns.
 func (s *slidingState) trim(ns int64) {
 	i := 0
@@ -155,8 +115,8 @@ func (s *slidingState) trim(ns int64) {
 	}
 }
 
-// free is what may still be admitted at ns beyond what clients hold.
-func (s *slidingState) free(ns int64) float64 { return s.limit - s.sum - s.out - s.unseen(ns) }
+// free is what may still be admitted now beyond what clients hold.
+func (s *slidingState) free() float64 { return s.limit - s.sum - s.out }
 
 // nextFree is how long until the oldest token in the window leaves it.
 func (s *slidingState) nextFree(ns int64) time.Duration {
@@ -194,7 +154,7 @@ func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 				at = end - e.sliceAge - int64(j-1)*sw
 			}
 			if at > ns-s.win {
-				s.insertSeed(at, counts[j])
+				s.insert(at, counts[j])
 			}
 		}
 		return
@@ -213,7 +173,7 @@ func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 		for i := 1; i <= k; i++ {
 			at := from + (to-from)*int64(i)/k
 			if at > ns-s.win {
-				s.insertSeed(at, n/k)
+				s.insert(at, n/k)
 			}
 		}
 	}
@@ -250,8 +210,8 @@ func (o *Owner) slidingFold(t *tenantState, e *entry, dt float64) {
 }
 
 // slidingDecide sizes the tick's grants of a sliding tenant.
-func (t *tenantState) slidingDecide(ns int64) {
-	pool := max(0, t.sw.limit-t.sw.sum-t.sw.reserve-t.sw.unseen(ns))
+func (t *tenantState) slidingDecide() {
+	pool := max(0, t.sw.limit-t.sw.sum-t.sw.reserve)
 	t.sw.scale = 1
 	if t.sw.want > pool {
 		t.sw.scale = pool / t.sw.want
@@ -324,11 +284,6 @@ type Asker struct {
 	// History: what the client admitted for the key over about the last
 	// window, by its own count (0: nothing, or not sent).
 	History uint64
-	// Slices: that history by age, as a report's window slices for the key
-	// (SliceK slices per window, the newest begun SliceAge ago; SliceK 0:
-	// not sent, a client that predates them).
-	Slices           []uint64
-	SliceK, SliceAge int64
 }
 
 // Admit decides n tokens of a sliding-window tenant on the owner, now: a
@@ -377,32 +332,16 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
-	if float64(from.History) > t.askedBy[from.ID] && !t.seededBy[from.ID] && !o.askerSeen(t, from.ID) {
+	if float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
 		// It admitted tokens in the window that this owner did not
 		// admit for it and has not counted: its stream's first report
 		// (which seeds them) has not come, as after a takeover, when
 		// asks reach the new owner before the reports do. Deciding
-		// without them could admit the limit twice.
-		t.sw.guarded = true // an earlier owner admitted for it
-		if from.ID == 0 || from.SliceK == 0 || t.sw.win >= int64(slidingLeaseMin) {
-			// It asks again in askMargin.
-			return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
-		}
-		// The ask carries the history by age: counted from it now, as
-		// the report would (seed), and the report's own seed is then
-		// skipped. Exact only where the client holds no lease (a window
-		// under slidingLeaseMin): all it admitted since is what this
-		// owner admitted for it (askedBy). Waiting for the report instead
-		// held asks for a few hundred milliseconds after a takeover, then
-		// admitted them at once: a hole, and a small key's tokens bunched
-		// (windows of 0.60× after its owner's SIGKILL).
-		t.sw.seed(&entry{slices: from.Slices, sliceK: from.SliceK, sliceAge: from.SliceAge, absorbedAt: ns}, ns, t.askedBy[from.ID])
-		if t.seededBy == nil {
-			t.seededBy = map[uint64]bool{}
-		}
-		t.seededBy[from.ID] = true
+		// without them could admit the limit twice; it asks again in
+		// askMargin.
+		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
 	}
-	free := t.sw.free(ns) + o.askerRelease(t, from)
+	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
 	if float64(n) <= free+1e-9 {
 		// Stamped a period ahead: the client admits after the answer
