@@ -37,7 +37,8 @@ import (
 // document their payloads: runtime config 4–7 and 20 (fsm/runtimecfg/format.md),
 // shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go), the
 // layout table 21 (fsm/layouttable/codec.go, cluster version 5, group 0 only),
-// 22 (layout-raise, cluster version 6).
+// 22 (layout-raise, cluster version 6), partition moves 23–25 (fsm/partmove,
+// cluster version 7).
 //
 // drop-tenant payload (type 3, cluster version 2):
 //
@@ -73,7 +74,7 @@ const EntryVersion = 1
 // the largest Since of the registered entry types (core and modules; a test in
 // the server package, which links every module, checks it). Bump it together
 // with the row that needs it.
-const CurrentClusterVersion = 6
+const CurrentClusterVersion = 7
 
 // Entry types.
 const (

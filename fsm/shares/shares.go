@@ -502,3 +502,15 @@ func readAmount(d *wire.Decoder) int64 {
 	}
 	return int64(v)
 }
+
+// AdjustForPartition changes the tenant's committed delta by d. A partition
+// hand-off (fsm/partmove) calls it on the apply goroutine in the entry that
+// moves the partition's series: the share those series use leaves the giver
+// with them (d < 0) and arrives with them at the receiver (d > 0), so usage
+// and share move together and the shares of all groups plus what is in
+// flight stay the tenant's limit.
+func (m *Module) AdjustForPartition(tenant string, d int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tenantLocked(tenant).delta += d
+}

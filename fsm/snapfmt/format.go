@@ -86,7 +86,7 @@ type Header struct {
 	Version          uint16
 	Partitions       uint32 // P of the cluster, ≥ 1
 	Shards           uint32 // S, a power of two in [1, MaxShards]
-	GroupLo, GroupHi uint32 // partition range [lo, hi) of the group, lo < hi ≤ P
+	GroupLo, GroupHi uint32 // arithmetic partition range [lo, hi) of the group, lo < hi ≤ P, or [0, 0) for a group a raise added
 	Index, Term      uint64 // raft index/term of the snapshot
 	Meta             []byte // opaque FSM state, ≤ MaxMetaSize bytes
 	Tenants          []string
@@ -135,8 +135,10 @@ func checkHeader(h *Header) string {
 		return "partitions = 0"
 	case h.Shards < 1 || h.Shards > MaxShards || h.Shards&(h.Shards-1) != 0:
 		return fmt.Sprintf("shards = %d: must be a power of two in [1, %d]", h.Shards, MaxShards)
-	case h.GroupLo >= h.GroupHi || h.GroupHi > h.Partitions:
-		return fmt.Sprintf("group partitions [%d, %d) not a non-empty range within [0, %d)", h.GroupLo, h.GroupHi, h.Partitions)
+	case h.GroupLo > h.GroupHi || h.GroupHi > h.Partitions || h.GroupLo == h.GroupHi && h.GroupLo != 0:
+		// Empty only as [0, 0): a group a raise added owns no arithmetic
+		// range (layout.GroupSpan); what it owns is fsm/partmove's state.
+		return fmt.Sprintf("group partitions [%d, %d) not a range within [0, %d) (empty only as [0, 0))", h.GroupLo, h.GroupHi, h.Partitions)
 	case len(h.Meta) > MaxMetaSize:
 		return fmt.Sprintf("meta is %d bytes, at most %d allowed", len(h.Meta), MaxMetaSize)
 	case len(h.Tenants) > MaxTenants:
