@@ -57,6 +57,13 @@ type Config struct {
 	// Checks are consulted in order for every request that would create series
 	// (see Check).
 	Checks []Check
+	// Fence, when set, is asked before each request is decided; a non-nil
+	// error answers the request with it and nothing is decided or logged for
+	// it. It runs under the session's append lock, the one AppendFenced
+	// holds, so state AppendFenced changes is seen by every request decided
+	// after the entry AppendFenced appends (a partition leaving the group:
+	// docs/online-groups.md).
+	Fence func(tenant string, hashes []uint64) error
 	// SessionWait bounds how long a request waits for this node's next
 	// session when the one it was given stops undecided (an append failed)
 	// while raft still names this node leader. Without it such a leader
@@ -194,6 +201,31 @@ func (t *Tracker) Exclusive(fn func() error) error {
 	return fn()
 }
 
+// AppendFenced appends data to the group's log while this node leads it with
+// a ready session, ordered with the session's decisions: no batch is between
+// its decision and its append while fn runs and data is appended, so every
+// batch decided before fn is in the log before data, and every batch decided
+// after it sees what fn changed through Config.Fence. fn must be quick. It
+// returns ErrNotLeader without calling fn when no ready session exists, and
+// fn's error without appending.
+func (t *Tracker) AppendFenced(fn func() error, data []byte) (ApplyFuture, error) {
+	s := t.current()
+	if s == nil || !s.barrierDone.Load() || s.failed.Load() {
+		return nil, ErrNotLeader
+	}
+	s.amu.Lock()
+	defer s.amu.Unlock()
+	select {
+	case <-s.stopped:
+		return nil, ErrNotLeader
+	default:
+	}
+	if err := fn(); err != nil {
+		return nil, err
+	}
+	return t.log.Apply(data, t.cfg.ApplyTimeout), nil
+}
+
 // Track submits one request of tenant and waits for its decision and commit. It
 // returns the rejected hashes; every other hash is active once it returns nil.
 func (t *Tracker) Track(ctx context.Context, tenant string, hashes []uint64) ([]uint64, error) {
@@ -313,6 +345,11 @@ type session struct {
 	lastExpire int64
 	states     []uint8
 	in         []Request
+
+	// amu orders appends: the decider holds it from deciding a batch until
+	// its entry is appended, AppendFenced while it changes what Fence sees
+	// and appends its own entry.
+	amu sync.Mutex
 
 	// pending is read and written under pmu by the decider and the completer.
 	// Decide holds pmu across the committed-state lookup and the pending check,
@@ -567,12 +604,20 @@ func (s *session) decideAndLog(reqs []*request) bool {
 	in := s.in[:0]
 	off := 0
 
+	s.amu.Lock()
 	s.pmu.Lock()
 	for i, r := range reqs {
 		if err := r.ctx.Err(); err != nil {
 			b.res[i].err = err
 			in = append(in, Request{Tenant: r.tenant}) // no hashes: nothing decided
 			continue
+		}
+		if t.cfg.Fence != nil {
+			if err := t.cfg.Fence(r.tenant, r.hashes); err != nil {
+				b.res[i].err = err
+				in = append(in, Request{Tenant: r.tenant})
+				continue
+			}
 		}
 		st := s.states[off : off+len(r.hashes)]
 		off += len(r.hashes)
@@ -612,6 +657,7 @@ func (s *session) decideAndLog(reqs []*request) bool {
 		b.fut = t.log.Apply(data, t.cfg.ApplyTimeout)
 		t.metrics.EntryAppended(len(data), logged)
 	}
+	s.amu.Unlock()
 	return s.enqueue(b)
 }
 

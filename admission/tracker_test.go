@@ -5,6 +5,7 @@ import (
 	"errors"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -491,5 +492,86 @@ func TestBatchWindowOnlyWhileBusy(t *testing.T) {
 	slices.Sort(got)
 	if !slices.Equal(got, []uint64{3, 4, 5, 6}) {
 		t.Fatalf("second entry logged %v, want 3, 4, 5, 6", got)
+	}
+}
+
+// AppendFenced orders its entry with the session's decisions: under
+// concurrent load, every track entry logged after the fenced entry holds no
+// hash the fence refuses, and every request the fence refused got its error
+// and logged nothing.
+func TestAppendFencedOrdersWithDecisions(t *testing.T) {
+	var fenced atomic.Bool
+	errMoved := errors.New("moved")
+	h := newHarness(t, nil, nil, func(c *Config) {
+		c.Fence = func(tenant string, hashes []uint64) error {
+			if fenced.Load() && tenant == "gone" {
+				return errMoved
+			}
+			return nil
+		}
+	})
+	if _, err := h.tr.AppendFenced(func() error { t.Fatal("fn ran without a session"); return nil }, nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("without a session: %v", err)
+	}
+	h.tr.SetLeader(true)
+	h.waitReady()
+	var wg sync.WaitGroup
+	var refused atomic.Int64
+	stop := make(chan struct{})
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := uint64(0); ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tenant := []string{"gone", "kept"}[w%2]
+				_, err := h.tr.Track(context.Background(), tenant, []uint64{uint64(w)<<32 | i + 1})
+				switch {
+				case errors.Is(err, errMoved):
+					refused.Add(1)
+				case err != nil:
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	h.log.waitApplies(50)
+	marker := fsm.AppendDropTenant(nil, testMinute, "marker")
+	fut, err := h.tr.AppendFenced(func() error { fenced.Store(true); return nil }, marker)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fut.Error(); err != nil {
+		t.Fatal(err)
+	}
+	h.log.mu.Lock()
+	n := h.log.applies
+	h.log.mu.Unlock()
+	h.log.waitApplies(n + 50)
+	close(stop)
+	wg.Wait()
+	entries, _ := h.log.snapshot()
+	at := -1
+	for i, e := range entries {
+		if e.Type == fsm.EntryDropTenant && e.Tenant == "marker" {
+			at = i
+			continue
+		}
+		for _, th := range e.Tenants {
+			if at >= 0 && th.Tenant == "gone" {
+				t.Fatalf("entry %d, after the fenced entry %d, logs %d series of the fenced tenant", i, at, len(th.Hashes))
+			}
+		}
+	}
+	if at < 0 || refused.Load() == 0 {
+		t.Fatalf("fenced entry at %d; %d requests refused by the fence", at, refused.Load())
+	}
+	if _, err := h.tr.AppendFenced(func() error { return errMoved }, marker); !errors.Is(err, errMoved) {
+		t.Fatalf("fn's error: %v", err)
 	}
 }
