@@ -118,6 +118,10 @@ var grpcRules = map[string]Rule{
 	api.Shares_Complete_FullMethodName:          {Scope: ScopeAdmin},
 	api.Shares_TenantShares_FullMethodName:      {Scope: ScopeAdmin},
 	api.Shares_Cover_FullMethodName:             {Scope: ScopeAdmin},
+	api.PartitionMoves_Give_FullMethodName:      {Scope: ScopeAdmin},
+	api.PartitionMoves_Receive_FullMethodName:   {Scope: ScopeAdmin},
+	api.PartitionMoves_Complete_FullMethodName:  {Scope: ScopeAdmin},
+	api.PartitionMoves_State_FullMethodName:     {Scope: ScopeAdmin},
 }
 
 // httpRules: every HTTP route of the node (the mux pattern), one line each;

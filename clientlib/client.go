@@ -327,6 +327,23 @@ func (c *Client) setLayoutLocked(p, g int) {
 	close(c.layoutKnown)
 }
 
+// maxGroups bounds the groups a table or a Moved answer may name (the
+// server's layout.MaxPartitions bounds them far lower).
+const maxGroups = 1 << 16
+
+// growGroupsLocked sizes the per-group leader tables for n groups: a raise
+// adds groups to a running cluster, named first by its layout table or by a
+// Moved answer.
+func (c *Client) growGroupsLocked(n int) {
+	for len(c.leaders) < n {
+		c.leaders = append(c.leaders, "")
+		c.leaderWake = append(c.leaderWake, make(chan struct{}))
+	}
+	for len(c.voters) < n {
+		c.voters = append(c.voters, nil)
+	}
+}
+
 // failLayoutLocked records a permanent layout error.
 func (c *Client) failLayoutLocked(err error) {
 	if c.layoutErr != nil {

@@ -149,9 +149,10 @@ func (c *Client) applyView(v *api.ClusterView) {
 	}
 	for _, gi := range v.GroupInfo {
 		grp := int(gi.Group)
-		if grp >= c.g {
+		if grp >= c.table.Load().Groups {
 			continue
 		}
+		c.growGroupsLocked(grp + 1)
 		c.setLeaderLocked(grp, gi.LeaderGrpcAddress)
 		c.voters[grp] = slices.Clone(gi.Voters)
 		if a := gi.LeaderGrpcAddress; a != "" && !slices.Contains(nodes, a) {
@@ -174,7 +175,10 @@ func (c *Client) applyTableLocked(v *api.ClusterView) {
 		c.log.Warn("clientlib: node serves an invalid layout table; keeping the one held", "node", v.ServedBy, "epoch", cur.Epoch, "err", err)
 		return
 	}
-	if t.Epoch >= cur.Epoch && t.Groups <= c.g {
+	if t.Epoch >= cur.Epoch {
+		// A raised table (docs/online-groups.md) names groups beyond the
+		// count the cluster was created with: the per-group state grows.
+		c.growGroupsLocked(t.Groups)
 		c.table.Store(t)
 	}
 }
@@ -188,7 +192,10 @@ func (c *Client) applyTableLocked(v *api.ClusterView) {
 // brings newer tables.
 func (c *Client) movedTo(partition int, mv *api.Moved, floor uint64) (group int, leader string) {
 	t := c.table.Load()
-	if _, g := c.Layout(); mv.LayoutEpoch >= max(t.Epoch, floor) && int(mv.Group) < g {
+	if mv.LayoutEpoch >= max(t.Epoch, floor) && int(mv.Group) < maxGroups {
+		c.mu.Lock()
+		c.growGroupsLocked(int(mv.Group) + 1)
+		c.mu.Unlock()
 		return int(mv.Group), mv.LeaderGrpcAddress
 	}
 	if t.Epoch >= floor {

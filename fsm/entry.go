@@ -38,6 +38,7 @@ import (
 // shares 8–10 (fsm/shares), metering 12–16 (fsm/metering's doc.go), the
 // layout table 21 (fsm/layouttable/codec.go, cluster version 5, group 0 only),
 // 22 (layout-raise, cluster version 6), partition moves 23–25 (fsm/partmove,
+// cluster version 7), shares 26–27 (the wide give and receive, fsm/shares,
 // cluster version 7).
 //
 // drop-tenant payload (type 3, cluster version 2):

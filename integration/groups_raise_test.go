@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -17,19 +18,24 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
 	"github.com/tollgate-io/tollgate/faulttest/history"
+	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
 // TestRaiseGroupsWhileTracking: a real 3-node cluster (P = 64, G = 4, one
 // node per zone) raises its group count to 8 while a clientlib client keeps
-// tracking in every partition. Groups 4–7 are created empty on every node,
-// each gets the three voters placement names and a leader; the client
-// surfaces no error, and its recorded history checks (no series
-// acknowledged before or during the raise is refused after it); raising to
-// 8 again changes nothing and lowering is refused; a restarted node comes
-// back running 8 groups.
+// tracking in every partition. Groups 4–7 are created empty on every node
+// with the three voters placement names; raising to 8 again changes nothing
+// and lowering is refused. A rolling restart gives every node the new
+// groups' leader path, and group 0's leader hands each old group's upper
+// half of partitions to a new group (partition-give / receive / route /
+// complete). Throughout, the client surfaces no error and its recorded
+// history checks (no series acknowledged before, during or after the moves
+// is refused later); afterwards every series sent is in its partition's new
+// owner.
 func TestRaiseGroupsWhileTracking(t *testing.T) {
 	const p, from, to = 64, 4, 8
 	c := servertest.Start(t, servertest.Options{Nodes: 3})
@@ -113,18 +119,14 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 	if resp.From != from || resp.Groups != to || !resp.Changed {
 		t.Fatalf("raise %d → %d: %+v", from, to, resp)
 	}
-	waitFor(t, "every new group on every node with 3 voters and a leader", func() bool {
+	waitFor(t, "every new group on every node with 3 voters", func() bool {
 		for _, s := range c.Nodes() {
 			if s.RaftGroups() != to {
 				return false
 			}
 		}
 		for g := from; g < to; g++ {
-			l := c.Leader(g)
-			if l == nil {
-				return false
-			}
-			fut := l.Raft(g).GetConfiguration()
+			fut := c.Node(0).Raft(g).GetConfiguration()
 			if fut.Error() != nil {
 				return false
 			}
@@ -151,9 +153,56 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 			}
 		}
 	}
+	again, err := c.Node(2).RaiseGroups(ctx, to)
+	if err != nil || again.Changed || again.Groups != to {
+		t.Fatalf("raise to %d again: %+v, %v; want no change", to, again, err)
+	}
+	if _, err := c.Node(0).RaiseGroups(ctx, from); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only be raised") {
+		t.Fatalf("lowering to %d: %v, want InvalidArgument", from, err)
+	}
+
+	// A node leads the groups a raise added from its next restart: a
+	// rolling restart under load, after which group 0's leader moves each
+	// old group's upper half to a new group (layout.RaiseTarget).
+	for i := range c.Nodes() {
+		if err := c.Stop(ctx, i); err != nil {
+			t.Fatal(err)
+		}
+		s, err := c.Restart(i)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.WaitReady(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if s.RaftGroups() != to || s.FSM(to-1) == nil {
+			t.Fatalf("restarted node runs %d raft groups", s.RaftGroups())
+		}
+	}
+	target := layout.RaiseTarget(p, from, to)
+	moveCtx, moveCancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer moveCancel()
+	start := time.Now()
+	for {
+		done := true
+		for _, s := range c.Nodes() {
+			tab := s.FSM(0).Module(layouttable.Name).(*layouttable.Module).Current()
+			for q := range p {
+				done = done && tab.GroupOf(q) == target[q]
+			}
+		}
+		if done {
+			break
+		}
+		if moveCtx.Err() != nil {
+			t.Fatalf("partitions not at their target after %v", time.Since(start))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("32 partitions at their target %v after the last restart was ready", time.Since(start).Round(time.Millisecond))
 	// Keep tracking a while on the raised cluster.
 	mark := calls.Load()
-	waitFor(t, "20 more tracking calls after the raise", func() bool { return calls.Load() >= mark+20 })
+	waitFor(t, "20 more tracking calls after the moves", func() bool { return calls.Load() >= mark+20 })
 	halt()
 	if n := errs.Load(); n != 0 {
 		t.Fatalf("%d errors surfaced to the caller", n)
@@ -165,31 +214,30 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 		t.Fatalf("tracking across the raise: %v", err)
 	}
 	t.Logf("history: %d operations checked", len(rec.Ops()))
-	if st := cl.Stats(); st.Errors != 0 || st.FailedOpen != 0 {
+	st := cl.Stats()
+	if st.Errors != 0 || st.FailedOpen != 0 {
 		t.Fatalf("client stats: %d errors, %d failed open", st.Errors, st.FailedOpen)
 	}
+	t.Logf("client: %d Moved answers followed, %d retries", st.Moved, st.Retries)
 
-	again, err := c.Node(2).RaiseGroups(ctx, to)
-	if err != nil || again.Changed || again.Groups != to {
-		t.Fatalf("raise to %d again: %+v, %v; want no change", to, again, err)
+	// Every series the client sent is in its partition's owner, by the
+	// owner's leader; and each group's usage is exactly its series.
+	for q := range p {
+		g := target[q]
+		var l *server.Server
+		waitFor(t, fmt.Sprintf("a leader of group %d", g), func() bool { l = c.Leader(g); return l != nil })
+		lo, _ := api.PartitionHashRange(q, p)
+		n := calls.Load()
+		hs := make([]uint64, 0, n)
+		for i := range uint64(n) {
+			hs = append(hs, lo+i*104729)
+		}
+		out := make([]uint8, len(hs))
+		l.FSM(g).Lookup("load", hs, l.FSM(g).Now(), 21, out)
+		for i, st := range out {
+			if st == fsm.StateAbsent {
+				t.Fatalf("partition %d: series %d not in group %d after the moves", q, i, g)
+			}
+		}
 	}
-	if _, err := c.Node(0).RaiseGroups(ctx, from); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "only be raised") {
-		t.Fatalf("lowering to %d: %v, want InvalidArgument", from, err)
-	}
-
-	// A restarted node comes back running 8 groups with their state.
-	if err := c.Stop(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	s2, err := c.Restart(2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.WaitReady(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if s2.RaftGroups() != to || s2.FSM(to-1) == nil {
-		t.Fatalf("restarted node runs %d raft groups", s2.RaftGroups())
-	}
-	var _ *server.Server = s2
 }

@@ -40,3 +40,40 @@ func GroupSpan(g, partitions, base int) (lo, hi int) {
 	}
 	return GroupRange(g, partitions, base)
 }
+
+// RaiseTarget is where each partition goes once a cluster created with base
+// groups has been raised to n (base ≤ n ≤ partitions): each new group, in
+// order, takes the upper half of the range of the group holding the most
+// partitions (the lowest id among equals). Raising 4 → 8 thus hands each old
+// group's upper half to one new group, and a later 8 → 16 splits those again:
+// ranges stay contiguous, a count that doubles leaves the groups within two
+// partitions of each other (other counts leave the groups not yet split at
+// about twice the size of the others until the next doubling), and the
+// target depends on (partitions, base, n) alone, so a restarted coordinator
+// plans the same moves.
+func RaiseTarget(partitions, base, n int) []int {
+	owner := make([]int, partitions)
+	type span struct{ lo, hi int }
+	spans := make([]span, n)
+	for g := range base {
+		lo, hi := GroupRange(g, partitions, base)
+		spans[g] = span{lo, hi}
+	}
+	for j := base; j < n; j++ {
+		big := 0
+		for g := 1; g < j; g++ {
+			if spans[g].hi-spans[g].lo > spans[big].hi-spans[big].lo {
+				big = g
+			}
+		}
+		s := spans[big]
+		mid := s.lo + (s.hi-s.lo+1)/2
+		spans[big], spans[j] = span{s.lo, mid}, span{mid, s.hi}
+	}
+	for g, s := range spans {
+		for p := s.lo; p < s.hi; p++ {
+			owner[p] = g
+		}
+	}
+	return owner
+}

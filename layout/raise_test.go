@@ -62,3 +62,43 @@ func TestGroupSpanMatchesRaisedTable(t *testing.T) {
 		}
 	}
 }
+
+// Every partition has one target owner; each group's target is one
+// contiguous range, within two partitions of each other when the count
+// doubles (at most about twice another's otherwise); raising to base
+// changes nothing; 4 → 8 moves only the upper half of each old group.
+func TestRaiseTarget(t *testing.T) {
+	for _, c := range []struct{ p, base, n int }{{64, 4, 8}, {64, 4, 16}, {64, 3, 7}, {10, 2, 10}, {1024, 4, 1024}, {16, 4, 4}} {
+		owner := RaiseTarget(c.p, c.base, c.n)
+		count := make([]int, c.n)
+		last := map[int]int{}
+		for p, g := range owner {
+			if g < 0 || g >= c.n {
+				t.Fatalf("%+v: partition %d → group %d", c, p, g)
+			}
+			if q, ok := last[g]; ok && q != p-1 {
+				t.Fatalf("%+v: group %d's range is not contiguous at partition %d", c, g, p)
+			}
+			last[g] = p
+			count[g]++
+		}
+		lo, hi := c.p, 0
+		for _, n := range count {
+			lo, hi = min(lo, n), max(hi, n)
+		}
+		doubling := c.n%c.base == 0 && (c.n/c.base)&(c.n/c.base-1) == 0
+		if lo == 0 || doubling && hi-lo > 2 || hi > 2*lo+2 {
+			t.Fatalf("%+v: group sizes from %d to %d", c, lo, hi)
+		}
+	}
+	base := RaiseTarget(64, 4, 4)
+	eight := RaiseTarget(64, 4, 8)
+	for p := range 64 {
+		if base[p] != GroupOf(p, 64, 4) {
+			t.Fatalf("raise to base moves partition %d", p)
+		}
+		if eight[p] != base[p] && (eight[p] != base[p]+4 || p%16 < 8) {
+			t.Fatalf("4 → 8: partition %d from group %d to %d", p, base[p], eight[p])
+		}
+	}
+}

@@ -223,6 +223,11 @@ type Config struct {
 	// fast and must not call into the Host. The server shuts it while this
 	// node's clock is not confirmed against a majority of clocks.
 	MayCampaign func() error
+	// GroupMayCampaign, if set, is asked with MayCampaign for one group: an
+	// error keeps this node from leading that group only. The server shuts
+	// it for groups created while it runs (AddGroup), whose leader path
+	// exists from its next restart. Same rules as MayCampaign.
+	GroupMayCampaign func(group int) error
 }
 
 // Validate fills in defaults and checks the configuration.

@@ -266,7 +266,7 @@ func (h *Host) buildGroup(g *group) error {
 		MaxRPCsInFlight: 1,
 	})
 	succ := newSuccession(id, raft.ServerID(cfg.NodeID), cfg.HeartbeatTimeout, cfg.ElectionTimeout, h.log)
-	g.trans = newGatedTransport(inner, cfg.MayCampaign, succ)
+	g.trans = newGatedTransport(inner, groupGate(cfg.MayCampaign, cfg.GroupMayCampaign, id), succ)
 	layer.onPeerClosed(func() { h.connEnded(succ) })
 
 	boltOpts := *bbolt.DefaultOptions
@@ -724,4 +724,20 @@ func (q *leaderQueue) pop() (v, ok bool) {
 	v = q.q[0]
 	q.q = q.q[1:]
 	return v, true
+}
+
+// groupGate is group id's campaign gate: the node's and the group's.
+func groupGate(node func() error, group func(int) error, id int) func() error {
+	if group == nil {
+		return node
+	}
+	return func() error {
+		if err := group(id); err != nil {
+			return err
+		}
+		if node != nil {
+			return node()
+		}
+		return nil
+	}
 }

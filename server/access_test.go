@@ -99,6 +99,10 @@ var grpcAccessRows = map[string]proto.Message{
 	api.Shares_Complete_FullMethodName:             &api.CompleteRequest{},
 	api.Shares_TenantShares_FullMethodName:         &api.TenantSharesRequest{},
 	api.Shares_Cover_FullMethodName:                &api.CoverRequest{},
+	api.PartitionMoves_Give_FullMethodName:         &api.MoveGiveRequest{Group: 999, To: 1},
+	api.PartitionMoves_Receive_FullMethodName:      &api.MoveReceiveRequest{}, // an empty transfer: refused
+	api.PartitionMoves_Complete_FullMethodName:     &api.MoveCompleteRequest{Group: 999},
+	api.PartitionMoves_State_FullMethodName:        &api.MoveStateRequest{Group: 999},
 }
 
 // httpAccessRows: one request per HTTP route (method, path, body); those

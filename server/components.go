@@ -80,6 +80,7 @@ func (s *Server) components() []component {
 				return []fsm.Module{s.layout.Module()}
 			}},
 		{name: "clock", grpc: register(func(g *grpc.Server) { api.RegisterClockServer(g, s.clock.Service()) })},
+		s.partMovesComponent(), // partmoves.go: after the layout table and shares it reads
 	}
 }
 

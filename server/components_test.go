@@ -6,6 +6,7 @@ import (
 
 	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 )
@@ -30,6 +31,7 @@ func TestComponentListBuildsTheNode(t *testing.T) {
 		if g == 0 { // the layout table lives in group 0 only
 			want = append(want, fsmlayout.Name)
 		}
+		want = append(want, partmove.Name)
 		var got []string
 		for _, m := range s.fsmModules(g) {
 			got = append(got, m.Name())

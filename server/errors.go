@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/fsm"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
 	"github.com/tollgate-io/tollgate/service/sampling"
 	"github.com/tollgate-io/tollgate/service/shares"
@@ -97,6 +98,9 @@ func raftStatus(g int, what string, err error) error {
 // the detail naming the leader so clients redirect without another lookup.
 // Called only on failures, so its checks cost the hot path nothing.
 func (s *Server) trackError(g int, err error) error {
+	if layouttable.IsMoved(err) {
+		return err // the fence of a partition hand-off (partmoves.go): retry at the new owner
+	}
 	if errors.Is(err, admission.ErrNotLeader) {
 		// A node that raft made leader of a group its FSM halted runs no
 		// session (mayLead): say why instead of naming itself as leader.

@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 	"github.com/tollgate-io/tollgate/layout"
@@ -66,17 +67,23 @@ func startGroups(cfg *Config) (base int, err error) {
 // newGroupFSM is the state machine of group g, added at runtime to a node
 // that will run groups groups: empty (a group added by a raise owns no
 // partition) and carrying the modules a restart gives it (fsmModules: shares,
-// runtime config, metering, in that order; the layout table is group 0's
-// only), so that its log and snapshots replay into the state the restarted
+// runtime config, metering, partition moves, in that order; the layout table
+// is group 0's only), so that its log and snapshots replay into the state the restarted
 // node builds. Its modules are its own until then: no component reads them.
 func (s *Server) newGroupFSM(g, groups int) (*fsm.FSM, error) {
 	sh, err := shares.New(g, sharessvc.ModuleGroups(g, s.base))
 	if err != nil {
 		return nil, err
 	}
-	return fsm.New(fsm.Config{Partitions: s.cfg.Layout.Partitions, Groups: groups, Shards: s.cfg.Layout.Shards, Group: g, Base: s.base,
+	pm := partmove.New(g, s.cfg.Layout.Partitions, s.base)
+	f, err := fsm.New(fsm.Config{Partitions: s.cfg.Layout.Partitions, Groups: groups, Shards: s.cfg.Layout.Shards, Group: g, Base: s.base,
 		Logger: s.log, MaxClusterVersion: s.cfg.Cluster.MaxClusterVersion,
-		Modules: []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}})
+		Modules: []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g), pm}})
+	if err != nil {
+		return nil, err
+	}
+	pm.Bind(f, sh)
+	return f, nil
 }
 
 // newGrowth builds the node's part in a raise (cluster.Growth): create the

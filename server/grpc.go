@@ -123,7 +123,13 @@ func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
 			return 0, status.Errorf(codes.InvalidArgument, "hash %d (%#016x) belongs to partition %d, not %d: compute partitions with api.Partition(hash, %d)", i, h, hp, p, s.cfg.Layout.Partitions)
 		}
 	}
-	return s.layout.Route(p, req.Group) // layout.go
+	g, err := s.layout.Route(p, req.Group) // layout.go
+	if err == nil && !s.servesGroup(g) {
+		// A group a raise added, on a node started before it: raft runs
+		// it here, the leader path from the next restart (groups.go).
+		return 0, status.Errorf(codes.Unavailable, "group %d: node %s does not serve it yet (created while it ran; it serves it from its next restart); retry at the group's leader", g, s.cfg.Node.ID)
+	}
+	return g, err
 }
 
 func (t *trackerService) TrackSeries(ctx context.Context, req *api.TrackSeriesRequest) (*api.TrackSeriesResponse, error) {
@@ -148,7 +154,7 @@ func (t *trackerService) GetUsersCloseToLimit(ctx context.Context, req *api.GetU
 		return nil, status.Errorf(codes.InvalidArgument, "partition %d out of range: this cluster has %d partitions", req.Partition, s.cfg.Layout.Partitions)
 	}
 	g := s.ownerOf(int(req.Partition))
-	if !s.hostsGroup(g) {
+	if !s.servesGroup(g) || !s.hostsGroup(g) {
 		// This node holds no replica of the group (clusters with more nodes
 		// than voters per group): ask the leader, once.
 		cc, fctx, err := nodePort{s}.LeaderConn(ctx, g)

@@ -5,6 +5,7 @@ import (
 
 	"github.com/tollgate-io/tollgate/api"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/service/metering"
 )
 
@@ -20,9 +21,14 @@ type meteringHost struct {
 	s *Server
 }
 
-// GroupOf routes a target hash by the layout table, as tracking does.
+// GroupOf routes a target hash to the group holding its metering state:
+// the arithmetic of the group count the cluster was created with. A
+// partition hand-off (docs/online-groups.md) moves series and shares, not
+// metering spans and ledgers, so metering stays in the groups every node
+// serves, whatever the layout table says.
 func (h meteringHost) GroupOf(hash uint64) int {
-	return h.s.ownerOf(api.Partition(hash, h.s.cfg.Layout.Partitions))
+	p := h.s.cfg.Layout.Partitions
+	return layout.GroupOf(api.Partition(hash, p), p, h.s.base)
 }
 
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }

@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 	"github.com/tollgate-io/tollgate/nodeid"
@@ -196,6 +197,11 @@ func recoveryFSM(partitions, groups, shardCount, g int, log *slog.Logger) (*fsm.
 	if g == layouttable.OrderGroup {
 		mods = append(mods, fsmlayout.New(partitions, groups, nil))
 	}
-	return fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
-		MaxClusterVersion: fsm.CurrentClusterVersion, Modules: mods})
+	pm := partmove.New(g, partitions, groups)
+	f, err := fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
+		MaxClusterVersion: fsm.CurrentClusterVersion, Modules: append(mods, pm)})
+	if err == nil {
+		pm.Bind(f, sh)
+	}
+	return f, err
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeid"
@@ -33,6 +34,7 @@ import (
 	"github.com/tollgate-io/tollgate/service/layouttable"
 	"github.com/tollgate-io/tollgate/service/metering"
 	"github.com/tollgate-io/tollgate/service/partitionlimit"
+	pmsvc "github.com/tollgate-io/tollgate/service/partmove"
 	"github.com/tollgate-io/tollgate/service/ratelimit"
 	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 	"github.com/tollgate-io/tollgate/service/summaries"
@@ -87,6 +89,11 @@ type Server struct {
 	meter     *metering.Service
 	layout    *layouttable.Service // the partition → group table (layout.go)
 	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)
+	pmods     []*partmove.Module   // per group: the hand-off state (partmoves.go)
+	moves     *pmsvc.Service       // partition hand-offs (partmoves.go)
+	// bootGroups is the number of groups this node started with: it leads
+	// only those (groupMayCampaign) until its next restart.
+	bootGroups int
 
 	grpcLis    net.Listener
 	grpcCap    *access.GRPCCap // the gRPC connection bound
@@ -239,6 +246,8 @@ func New(cfg Config) (*Server, error) {
 		}
 		s.fsms[g] = f
 	}
+	s.bindPartMoves() // partmoves.go
+	s.bootGroups = cfg.Layout.Groups
 	host, err := raftnode.New(raftnode.Config{
 		NodeID:        cfg.Node.ID,
 		DataDir:       filepath.Join(cfg.Node.DataDir, "raft"),
@@ -260,7 +269,8 @@ func New(cfg Config) (*Server, error) {
 		Logger: s.log,
 		// No votes asked and no transfer accepted while this node's clock
 		// is not confirmed (clockbound): it cannot become a leader at all.
-		MayCampaign: s.clock.CampaignGate,
+		MayCampaign:      s.clock.CampaignGate,
+		GroupMayCampaign: s.groupMayCampaign, // partmoves.go
 		LeaderNotify: func(group int, leader bool) {
 			select {
 			case s.leaderEvents <- leaderEvent{group: group, leader: leader}:
@@ -291,6 +301,7 @@ func New(cfg Config) (*Server, error) {
 			Share:             s.shares.AdmitShare(g),
 			OnReset:           s.shares.Module(g).ResetReservations,
 			Track:             s.shares.Track,
+			Fence:             s.moves.Fence(g),
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
 	s.wg.Add(1)

@@ -29,6 +29,8 @@ type trackerConfig struct {
 	OnReset func()
 	// Track, when set, wraps each request's decision (borrow and re-decide).
 	Track func(ctx context.Context, g int, t *admission.Tracker, tenant string, hashes []uint64) ([]uint64, error)
+	// Fence is admission.Config.Fence (partition hand-offs).
+	Fence func(tenant string, hashes []uint64) error
 }
 
 // groupTracker wires one group's admission.Tracker to this node: the group's
@@ -73,6 +75,7 @@ func newGroupTracker(cfg trackerConfig, f *fsm.FSM, r *raft.Raft, limits func() 
 		ApplyTimeout:   cfg.ApplyTimeout,
 		Clock:          cfg.Clock,
 		Share:          share,
+		Fence:          cfg.Fence,
 		Metrics:        groupMetrics{m: m, group: cfg.Group},
 		Logger:         log,
 	}, st, admission.RaftLog(r))}

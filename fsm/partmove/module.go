@@ -72,8 +72,9 @@ type Module struct {
 
 	owned atomic.Pointer[[]bool] // immutable once published
 
+	moved atomic.Bool // anything given or received: the section is written
+
 	mu     sync.Mutex
-	moved  bool              // anything given or received: the section is written
 	outbox map[uint64][]byte // nonce → the transfer, encoded
 	seen   map[uint64]bool
 }
@@ -94,7 +95,7 @@ func (m *Module) reset() {
 		own[p] = true
 	}
 	m.owned.Store(&own)
-	m.moved = false
+	m.moved.Store(false)
 	m.outbox = map[uint64][]byte{}
 	m.seen = map[uint64]bool{}
 }
@@ -114,12 +115,9 @@ func (m *Module) Owns(p int) bool {
 }
 
 // Moved reports whether the group ever gave or received a partition (until
-// then it owns its arithmetic range and Owns need not be asked).
-func (m *Module) Moved() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.moved
-}
+// then it owns its arithmetic range and Owns need not be asked). Safe from
+// any goroutine.
+func (m *Module) Moved() bool { return m.moved.Load() }
 
 // Outbox returns the encoded transfer given under nonce (nil if none).
 func (m *Module) Outbox(nonce uint64) []byte {
@@ -207,7 +205,7 @@ func (m *Module) applyGive(g Give) GiveResult {
 	}
 	m.setOwned(g.Partition, false)
 	m.outbox[g.Nonce] = AppendTransfer(nil, t)
-	m.moved = true
+	m.moved.Store(true)
 	return GiveResult{Series: n}
 }
 
@@ -230,7 +228,7 @@ func (m *Module) applyReceive(t Transfer, payload []byte) ReceiveResult {
 	}
 	m.setOwned(t.Partition, true)
 	m.seen[t.Nonce] = true
-	m.moved = true
+	m.moved.Store(true)
 	return ReceiveResult{Applied: true, Series: n}
 }
 
@@ -238,7 +236,7 @@ func (m *Module) applyReceive(t Transfer, payload []byte) ReceiveResult {
 func (m *Module) Snapshot() (func() ([]byte, error), error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if !m.moved {
+	if !m.moved.Load() {
 		return nil, nil
 	}
 	own := *m.owned.Load()
@@ -352,6 +350,7 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.owned.Store(&own)
-		m.outbox, m.seen, m.moved = outbox, seen, true
+		m.outbox, m.seen = outbox, seen
+		m.moved.Store(true)
 	}, nil
 }

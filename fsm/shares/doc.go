@@ -1,6 +1,7 @@
 // Package shares is the fsm.Module that replicates, in each raft group, the
 // group's share of every tenant's tenant-wide max_series, and the transfers of
-// headroom between groups (entry types 8–10, cluster version 3).
+// headroom between groups (entry types 8–10, cluster version 3; 26–27, the
+// wide give and receive that reach groups a raise added, cluster version 7).
 //
 // A share is never stored whole. Every group computes its base share from the
 // tenant's current limit with an exact split (Split: the bases of all groups

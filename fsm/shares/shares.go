@@ -20,13 +20,27 @@ const (
 	EntryGive     byte = 8
 	EntryReceive  byte = 9
 	EntryComplete byte = 10
+	// EntryGiveWide and EntryReceiveWide (cluster version 7) are give and
+	// receive with the same payloads whose other group may be any group:
+	// groups a raise added (docs/online-groups.md) exchange headroom with
+	// every group. The version-3 types stay bounded by the groups this
+	// module's group knew when it was created, as replicas of older builds
+	// check them. Use the wide type when the other group is not Known.
+	EntryGiveWide    byte = 26
+	EntryReceiveWide byte = 27
 )
 
 func init() {
 	fsm.RegisterModuleEntry(Name, EntryGive, "shares-give", 3)
 	fsm.RegisterModuleEntry(Name, EntryReceive, "shares-receive", 3)
 	fsm.RegisterModuleEntry(Name, EntryComplete, "shares-complete", 3)
+	fsm.RegisterModuleEntry(Name, EntryGiveWide, "shares-give-wide", 7)
+	fsm.RegisterModuleEntry(Name, EntryReceiveWide, "shares-receive-wide", 7)
 }
+
+// Known reports whether the version-3 give and receive entries of this
+// module's group may name group g (else the wide types are needed).
+func (m *Module) Known(g int) bool { return g >= 0 && g < m.groups }
 
 // Bounds checked on decode.
 const (
@@ -155,18 +169,18 @@ func (m *Module) tenantLocked(name string) *tenant {
 // Apply implements fsm.Module.
 func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	switch e.Type {
-	case EntryGive:
+	case EntryGive, EntryGiveWide:
 		g, err := DecodeGive(e.Payload)
 		if err != nil {
 			return nil, err
 		}
-		return m.applyGive(g, e.Index), nil
-	case EntryReceive:
+		return m.applyGive(g, e.Index, e.Type == EntryGiveWide), nil
+	case EntryReceive, EntryReceiveWide:
 		r, err := DecodeReceive(e.Payload)
 		if err != nil {
 			return nil, err
 		}
-		return m.applyReceive(r), nil
+		return m.applyReceive(r, e.Type == EntryReceiveWide), nil
 	case EntryComplete:
 		c, err := DecodeComplete(e.Payload)
 		if err != nil {
@@ -177,14 +191,21 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	return nil, fmt.Errorf("%w: type %d is not a shares entry", ErrBadPayload, e.Type)
 }
 
-func (m *Module) applyGive(g Give, index uint64) GiveResult {
+func (m *Module) bound(wide bool) int {
+	if wide {
+		return maxGroups
+	}
+	return m.groups
+}
+
+func (m *Module) applyGive(g Give, index uint64, wide bool) GiveResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	// The reservation goes in the same step that lowers the delta, so the
 	// leader's effective share never counts the amount twice or not at all.
 	m.releaseLocked(g.Tenant, g.Nonce)
-	if g.To == m.group || g.To >= m.groups {
-		return GiveResult{Refused: fmt.Sprintf("receiver group %d invalid for group %d of %d", g.To, m.group, m.groups)}
+	if g.To == m.group || g.To >= m.bound(wide) {
+		return GiveResult{Refused: fmt.Sprintf("receiver group %d invalid for group %d of %d", g.To, m.group, m.bound(wide))}
 	}
 	t := m.tenantLocked(g.Tenant)
 	for _, o := range t.out {
@@ -204,11 +225,11 @@ func (m *Module) applyGive(g Give, index uint64) GiveResult {
 	return GiveResult{Seq: seq}
 }
 
-func (m *Module) applyReceive(r Receive) ReceiveResult {
+func (m *Module) applyReceive(r Receive, wide bool) ReceiveResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if r.From == m.group || r.From >= m.groups {
-		return ReceiveResult{Refused: fmt.Sprintf("giver group %d invalid for group %d of %d", r.From, m.group, m.groups)}
+	if r.From == m.group || r.From >= m.bound(wide) {
+		return ReceiveResult{Refused: fmt.Sprintf("giver group %d invalid for group %d of %d", r.From, m.group, m.bound(wide))}
 	}
 	t := m.tenantLocked(r.Tenant)
 	if r.Seq <= t.lastIn[r.From] {

@@ -326,3 +326,29 @@ func TestEntryTypesNeedClusterVersion3(t *testing.T) {
 		}
 	}
 }
+
+// A group created with the cluster knows only the groups of that count: the
+// version-3 give and receive refuse a group a raise added, the wide types
+// (cluster version 7) accept it.
+func TestWideGiveAndReceive(t *testing.T) {
+	a := newGroup(t, 0) // knows testG groups
+	const raised = testG + 1
+	if a.m.Known(raised) || !a.m.Known(testG-1) {
+		t.Fatal("Known")
+	}
+	if r := a.apply(t, EntryGive, AppendGive(nil, Give{Tenant: "t", To: raised, Amount: 1})).(GiveResult); r.Refused == "" {
+		t.Fatal("version-3 give to a raised group accepted")
+	}
+	if r := a.apply(t, EntryGiveWide, AppendGive(nil, Give{Tenant: "t", To: raised, Amount: 1})).(GiveResult); r.Refused != "" {
+		t.Fatalf("wide give refused: %s", r.Refused)
+	}
+	if r := a.apply(t, EntryReceive, AppendReceive(nil, Receive{Tenant: "u", From: raised, Seq: 5, Amount: 2})).(ReceiveResult); r.Refused == "" {
+		t.Fatal("version-3 receive from a raised group accepted")
+	}
+	if r := a.apply(t, EntryReceiveWide, AppendReceive(nil, Receive{Tenant: "u", From: raised, Seq: 5, Amount: 2})).(ReceiveResult); !r.Applied {
+		t.Fatalf("wide receive: %+v", r)
+	}
+	if d, _ := a.m.Delta("u"); d != 2 {
+		t.Fatalf("delta after wide receive: %d", d)
+	}
+}

@@ -144,3 +144,38 @@ func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][
 	}
 	return from, r, nil
 }
+
+// MovedErr answers a request for partition p asked of group g while p is
+// leaving g (its give appended) or gone from it (given, not routed yet):
+// Unavailable with a Moved detail carrying this node's table. When that table
+// still names g, no leader is named, so the client backs off and asks again:
+// the route follows the give within a few commits.
+func (s *Service) MovedErr(p, g int) error {
+	t := s.mod.Current()
+	owner := t.GroupOf(p)
+	mv := &api.Moved{Partition: uint32(p), Group: uint32(owner), LayoutEpoch: t.Epoch}
+	if owner != g {
+		mv.LeaderId, mv.LeaderGrpcAddress = s.leaderOf(owner)
+	}
+	msg := fmt.Sprintf("partition %d is moving out of group %d (layout epoch %d names group %d); retry shortly", p, g, t.Epoch, owner)
+	st, err := status.New(codes.Unavailable, msg).WithDetails(mv)
+	if err != nil {
+		return status.Error(codes.Unavailable, msg)
+	}
+	return st.Err()
+}
+
+// IsMoved reports whether err is a gRPC status with an api.Moved detail (a
+// Route or MovedErr answer, possibly from another node).
+func IsMoved(err error) bool {
+	st, ok := status.FromError(err)
+	if !ok {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*api.Moved); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -483,7 +483,11 @@ func (m *Mover) Give(ctx context.Context, tenant string, giver, receiver int, wa
 		// Appended while the decider is paused, so a later batch of this
 		// session sees the reservation, and a later session's barrier covers
 		// the entry.
-		wait, aerr = m.h.Append(giver, shares.EntryGive, shares.AppendGive(nil, shares.Give{Tenant: tenant, To: receiver, Amount: amount, Nonce: nonce}))
+		typ := shares.EntryGive
+		if !mod.Known(receiver) {
+			typ = shares.EntryGiveWide // a group a raise added (cluster version 7)
+		}
+		wait, aerr = m.h.Append(giver, typ, shares.AppendGive(nil, shares.Give{Tenant: tenant, To: receiver, Amount: amount, Nonce: nonce}))
 		if aerr != nil {
 			mod.Release(tenant, nonce) // never appended
 			amount = 0
@@ -583,7 +587,11 @@ func (m *Mover) receive(ctx context.Context, giver, receiver int, tenant string,
 	if m.h.Module(receiver).Received(tenant, giver, seq) {
 		return false, nil
 	}
-	res, err := m.h.Propose(ctx, receiver, shares.EntryReceive, shares.AppendReceive(nil, shares.Receive{Tenant: tenant, From: giver, Seq: seq, Amount: amount}))
+	typ := shares.EntryReceive
+	if !m.h.Module(receiver).Known(giver) {
+		typ = shares.EntryReceiveWide
+	}
+	res, err := m.h.Propose(ctx, receiver, typ, shares.AppendReceive(nil, shares.Receive{Tenant: tenant, From: giver, Seq: seq, Amount: amount}))
 	if err != nil {
 		return false, err
 	}
