@@ -376,9 +376,12 @@ type StatusResponse struct {
 	ConfigVersion uint64 `protobuf:"varint,6,opt,name=config_version,json=configVersion,proto3" json:"config_version,omitempty"`
 	// Per group, its voters (from its leader) and placement's target; groups
 	// whose leader did not answer are left out.
-	Placement     []*GroupPlacement `protobuf:"bytes,7,rep,name=placement,proto3" json:"placement,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Placement []*GroupPlacement `protobuf:"bytes,7,rep,name=placement,proto3" json:"placement,omitempty"`
+	// The partition moves of a raise, as group 0's leader (their coordinator)
+	// reports them; absent when it did not answer.
+	PartitionMoves *PartitionMovesStatus `protobuf:"bytes,8,opt,name=partition_moves,json=partitionMoves,proto3" json:"partition_moves,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StatusResponse) Reset() {
@@ -460,6 +463,82 @@ func (x *StatusResponse) GetPlacement() []*GroupPlacement {
 	return nil
 }
 
+func (x *StatusResponse) GetPartitionMoves() *PartitionMovesStatus {
+	if x != nil {
+		return x.PartitionMoves
+	}
+	return nil
+}
+
+// PartitionMovesStatus is the coordinator's progress (docs/online-groups.md).
+type PartitionMovesStatus struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Groups        uint32                 `protobuf:"varint,1,opt,name=groups,proto3" json:"groups,omitempty"`   // the layout table's group count (the moves' target)
+	Pending       uint32                 `protobuf:"varint,2,opt,name=pending,proto3" json:"pending,omitempty"` // partitions not yet at their target owner
+	Current       string                 `protobuf:"bytes,3,opt,name=current,proto3" json:"current,omitempty"`  // the move under way ("" when none)
+	Error         string                 `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`      // the last step's failure while it lasts (e.g. a destination not served yet)
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PartitionMovesStatus) Reset() {
+	*x = PartitionMovesStatus{}
+	mi := &file_admin_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PartitionMovesStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PartitionMovesStatus) ProtoMessage() {}
+
+func (x *PartitionMovesStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_admin_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PartitionMovesStatus.ProtoReflect.Descriptor instead.
+func (*PartitionMovesStatus) Descriptor() ([]byte, []int) {
+	return file_admin_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *PartitionMovesStatus) GetGroups() uint32 {
+	if x != nil {
+		return x.Groups
+	}
+	return 0
+}
+
+func (x *PartitionMovesStatus) GetPending() uint32 {
+	if x != nil {
+		return x.Pending
+	}
+	return 0
+}
+
+func (x *PartitionMovesStatus) GetCurrent() string {
+	if x != nil {
+		return x.Current
+	}
+	return ""
+}
+
+func (x *PartitionMovesStatus) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 type NodeGroupsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -468,7 +547,7 @@ type NodeGroupsRequest struct {
 
 func (x *NodeGroupsRequest) Reset() {
 	*x = NodeGroupsRequest{}
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +559,7 @@ func (x *NodeGroupsRequest) String() string {
 func (*NodeGroupsRequest) ProtoMessage() {}
 
 func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[7]
+	mi := &file_admin_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +572,7 @@ func (x *NodeGroupsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsRequest.ProtoReflect.Descriptor instead.
 func (*NodeGroupsRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{7}
+	return file_admin_proto_rawDescGZIP(), []int{8}
 }
 
 type NodeGroupsResponse struct {
@@ -506,14 +585,16 @@ type NodeGroupsResponse struct {
 	// The node's own raft address, naming its incarnation ("host:port#<16
 	// hex>"). A leader adding the node checks it against gossip, which can
 	// still show an earlier incarnation after a data dir was replaced.
-	RaftAddr      string `protobuf:"bytes,5,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RaftAddr string `protobuf:"bytes,5,opt,name=raft_addr,json=raftAddr,proto3" json:"raft_addr,omitempty"`
+	// Set only by group 0's leader, which coordinates partition moves.
+	PartitionMoves *PartitionMovesStatus `protobuf:"bytes,6,opt,name=partition_moves,json=partitionMoves,proto3" json:"partition_moves,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *NodeGroupsResponse) Reset() {
 	*x = NodeGroupsResponse{}
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -525,7 +606,7 @@ func (x *NodeGroupsResponse) String() string {
 func (*NodeGroupsResponse) ProtoMessage() {}
 
 func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[8]
+	mi := &file_admin_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -538,7 +619,7 @@ func (x *NodeGroupsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeGroupsResponse.ProtoReflect.Descriptor instead.
 func (*NodeGroupsResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{8}
+	return file_admin_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *NodeGroupsResponse) GetNodeId() string {
@@ -576,6 +657,13 @@ func (x *NodeGroupsResponse) GetRaftAddr() string {
 	return ""
 }
 
+func (x *NodeGroupsResponse) GetPartitionMoves() *PartitionMovesStatus {
+	if x != nil {
+		return x.PartitionMoves
+	}
+	return nil
+}
+
 type GroupState struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Group uint32                 `protobuf:"varint,1,opt,name=group,proto3" json:"group,omitempty"`
@@ -606,7 +694,7 @@ type GroupState struct {
 
 func (x *GroupState) Reset() {
 	*x = GroupState{}
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -618,7 +706,7 @@ func (x *GroupState) String() string {
 func (*GroupState) ProtoMessage() {}
 
 func (x *GroupState) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[9]
+	mi := &file_admin_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -631,7 +719,7 @@ func (x *GroupState) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupState.ProtoReflect.Descriptor instead.
 func (*GroupState) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{9}
+	return file_admin_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GroupState) GetGroup() uint32 {
@@ -738,7 +826,7 @@ type Peer struct {
 
 func (x *Peer) Reset() {
 	*x = Peer{}
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -750,7 +838,7 @@ func (x *Peer) String() string {
 func (*Peer) ProtoMessage() {}
 
 func (x *Peer) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[10]
+	mi := &file_admin_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -763,7 +851,7 @@ func (x *Peer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Peer.ProtoReflect.Descriptor instead.
 func (*Peer) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{10}
+	return file_admin_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Peer) GetId() string {
@@ -803,7 +891,7 @@ type ListPeersRequest struct {
 
 func (x *ListPeersRequest) Reset() {
 	*x = ListPeersRequest{}
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +903,7 @@ func (x *ListPeersRequest) String() string {
 func (*ListPeersRequest) ProtoMessage() {}
 
 func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[11]
+	mi := &file_admin_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +916,7 @@ func (x *ListPeersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersRequest.ProtoReflect.Descriptor instead.
 func (*ListPeersRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{11}
+	return file_admin_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListPeersRequest) GetGroup() uint32 {
@@ -849,7 +937,7 @@ type ListPeersResponse struct {
 
 func (x *ListPeersResponse) Reset() {
 	*x = ListPeersResponse{}
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -861,7 +949,7 @@ func (x *ListPeersResponse) String() string {
 func (*ListPeersResponse) ProtoMessage() {}
 
 func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[12]
+	mi := &file_admin_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -874,7 +962,7 @@ func (x *ListPeersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPeersResponse.ProtoReflect.Descriptor instead.
 func (*ListPeersResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{12}
+	return file_admin_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPeersResponse) GetGroup() uint32 {
@@ -915,7 +1003,7 @@ type AddVoterRequest struct {
 
 func (x *AddVoterRequest) Reset() {
 	*x = AddVoterRequest{}
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1015,7 @@ func (x *AddVoterRequest) String() string {
 func (*AddVoterRequest) ProtoMessage() {}
 
 func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[13]
+	mi := &file_admin_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1028,7 @@ func (x *AddVoterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AddVoterRequest.ProtoReflect.Descriptor instead.
 func (*AddVoterRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{13}
+	return file_admin_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *AddVoterRequest) GetGroup() uint32 {
@@ -991,7 +1079,7 @@ type RemoveServerRequest struct {
 
 func (x *RemoveServerRequest) Reset() {
 	*x = RemoveServerRequest{}
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1003,7 +1091,7 @@ func (x *RemoveServerRequest) String() string {
 func (*RemoveServerRequest) ProtoMessage() {}
 
 func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[14]
+	mi := &file_admin_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1016,7 +1104,7 @@ func (x *RemoveServerRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveServerRequest.ProtoReflect.Descriptor instead.
 func (*RemoveServerRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{14}
+	return file_admin_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RemoveServerRequest) GetGroup() uint32 {
@@ -1060,7 +1148,7 @@ type MembershipResponse struct {
 
 func (x *MembershipResponse) Reset() {
 	*x = MembershipResponse{}
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1072,7 +1160,7 @@ func (x *MembershipResponse) String() string {
 func (*MembershipResponse) ProtoMessage() {}
 
 func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[15]
+	mi := &file_admin_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1085,7 +1173,7 @@ func (x *MembershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MembershipResponse.ProtoReflect.Descriptor instead.
 func (*MembershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{15}
+	return file_admin_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *MembershipResponse) GetGroup() uint32 {
@@ -1148,7 +1236,7 @@ type TransferLeadershipRequest struct {
 
 func (x *TransferLeadershipRequest) Reset() {
 	*x = TransferLeadershipRequest{}
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1160,7 +1248,7 @@ func (x *TransferLeadershipRequest) String() string {
 func (*TransferLeadershipRequest) ProtoMessage() {}
 
 func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[16]
+	mi := &file_admin_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1173,7 +1261,7 @@ func (x *TransferLeadershipRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipRequest.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{16}
+	return file_admin_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TransferLeadershipRequest) GetGroup() uint32 {
@@ -1200,7 +1288,7 @@ type TransferLeadershipResponse struct {
 
 func (x *TransferLeadershipResponse) Reset() {
 	*x = TransferLeadershipResponse{}
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1300,7 @@ func (x *TransferLeadershipResponse) String() string {
 func (*TransferLeadershipResponse) ProtoMessage() {}
 
 func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[17]
+	mi := &file_admin_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1313,7 @@ func (x *TransferLeadershipResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TransferLeadershipResponse.ProtoReflect.Descriptor instead.
 func (*TransferLeadershipResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{17}
+	return file_admin_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *TransferLeadershipResponse) GetGroup() uint32 {
@@ -1251,7 +1339,7 @@ type SnapshotGroupRequest struct {
 
 func (x *SnapshotGroupRequest) Reset() {
 	*x = SnapshotGroupRequest{}
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1351,7 @@ func (x *SnapshotGroupRequest) String() string {
 func (*SnapshotGroupRequest) ProtoMessage() {}
 
 func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[18]
+	mi := &file_admin_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1364,7 @@ func (x *SnapshotGroupRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotGroupRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotGroupRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{18}
+	return file_admin_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SnapshotGroupRequest) GetGroup() uint32 {
@@ -1300,7 +1388,7 @@ type SnapshotChunk struct {
 
 func (x *SnapshotChunk) Reset() {
 	*x = SnapshotChunk{}
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1312,7 +1400,7 @@ func (x *SnapshotChunk) String() string {
 func (*SnapshotChunk) ProtoMessage() {}
 
 func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[19]
+	mi := &file_admin_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1325,7 +1413,7 @@ func (x *SnapshotChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotChunk.ProtoReflect.Descriptor instead.
 func (*SnapshotChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{19}
+	return file_admin_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SnapshotChunk) GetGroup() uint32 {
@@ -1367,7 +1455,7 @@ type RestoreChunk struct {
 
 func (x *RestoreChunk) Reset() {
 	*x = RestoreChunk{}
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1379,7 +1467,7 @@ func (x *RestoreChunk) String() string {
 func (*RestoreChunk) ProtoMessage() {}
 
 func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[20]
+	mi := &file_admin_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1392,7 +1480,7 @@ func (x *RestoreChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreChunk.ProtoReflect.Descriptor instead.
 func (*RestoreChunk) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{20}
+	return file_admin_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RestoreChunk) GetHeader() *RestoreHeader {
@@ -1421,7 +1509,7 @@ type RestoreHeader struct {
 
 func (x *RestoreHeader) Reset() {
 	*x = RestoreHeader{}
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1521,7 @@ func (x *RestoreHeader) String() string {
 func (*RestoreHeader) ProtoMessage() {}
 
 func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[21]
+	mi := &file_admin_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1534,7 @@ func (x *RestoreHeader) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreHeader.ProtoReflect.Descriptor instead.
 func (*RestoreHeader) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{21}
+	return file_admin_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RestoreHeader) GetGroup() uint32 {
@@ -1482,7 +1570,7 @@ type RestoreGroupResponse struct {
 
 func (x *RestoreGroupResponse) Reset() {
 	*x = RestoreGroupResponse{}
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1494,7 +1582,7 @@ func (x *RestoreGroupResponse) String() string {
 func (*RestoreGroupResponse) ProtoMessage() {}
 
 func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[22]
+	mi := &file_admin_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1507,7 +1595,7 @@ func (x *RestoreGroupResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreGroupResponse.ProtoReflect.Descriptor instead.
 func (*RestoreGroupResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{22}
+	return file_admin_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RestoreGroupResponse) GetGroup() uint32 {
@@ -1543,7 +1631,7 @@ type DropTenantRequest struct {
 
 func (x *DropTenantRequest) Reset() {
 	*x = DropTenantRequest{}
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1555,7 +1643,7 @@ func (x *DropTenantRequest) String() string {
 func (*DropTenantRequest) ProtoMessage() {}
 
 func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[23]
+	mi := &file_admin_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1568,7 +1656,7 @@ func (x *DropTenantRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantRequest.ProtoReflect.Descriptor instead.
 func (*DropTenantRequest) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{23}
+	return file_admin_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DropTenantRequest) GetTenant() string {
@@ -1597,7 +1685,7 @@ type DropTenantResponse struct {
 
 func (x *DropTenantResponse) Reset() {
 	*x = DropTenantResponse{}
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1609,7 +1697,7 @@ func (x *DropTenantResponse) String() string {
 func (*DropTenantResponse) ProtoMessage() {}
 
 func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[24]
+	mi := &file_admin_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1622,7 +1710,7 @@ func (x *DropTenantResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DropTenantResponse.ProtoReflect.Descriptor instead.
 func (*DropTenantResponse) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{24}
+	return file_admin_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *DropTenantResponse) GetTenant() string {
@@ -1660,7 +1748,7 @@ type GroupDrop struct {
 
 func (x *GroupDrop) Reset() {
 	*x = GroupDrop{}
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1672,7 +1760,7 @@ func (x *GroupDrop) String() string {
 func (*GroupDrop) ProtoMessage() {}
 
 func (x *GroupDrop) ProtoReflect() protoreflect.Message {
-	mi := &file_admin_proto_msgTypes[25]
+	mi := &file_admin_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1685,7 +1773,7 @@ func (x *GroupDrop) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GroupDrop.ProtoReflect.Descriptor instead.
 func (*GroupDrop) Descriptor() ([]byte, []int) {
-	return file_admin_proto_rawDescGZIP(), []int{25}
+	return file_admin_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GroupDrop) GetGroup() uint32 {
@@ -1739,7 +1827,7 @@ const file_admin_proto_rawDesc = "" +
 	"\x06voters\x18\x02 \x03(\tR\x06voters\x12\x1a\n" +
 	"\blearners\x18\x03 \x03(\tR\blearners\x12\x16\n" +
 	"\x06target\x18\x04 \x03(\tR\x06target\"\x0f\n" +
-	"\rStatusRequest\"\xfa\x02\n" +
+	"\rStatusRequest\"\xc6\x03\n" +
 	"\x0eStatusResponse\x12,\n" +
 	"\x04view\x18\x01 \x01(\v2\x18.tollgate.v1.ClusterViewR\x04view\x125\n" +
 	"\x05nodes\x18\x02 \x03(\v2\x1f.tollgate.v1.NodeGroupsResponseR\x05nodes\x12 \n" +
@@ -1747,14 +1835,21 @@ const file_admin_proto_rawDesc = "" +
 	"\x0fcluster_version\x18\x04 \x01(\rR\x0eclusterVersion\x12V\n" +
 	"\x13sampling_controller\x18\x05 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\x12%\n" +
 	"\x0econfig_version\x18\x06 \x01(\x04R\rconfigVersion\x129\n" +
-	"\tplacement\x18\a \x03(\v2\x1b.tollgate.v1.GroupPlacementR\tplacement\"\x13\n" +
-	"\x11NodeGroupsRequest\"\xe7\x01\n" +
+	"\tplacement\x18\a \x03(\v2\x1b.tollgate.v1.GroupPlacementR\tplacement\x12J\n" +
+	"\x0fpartition_moves\x18\b \x01(\v2!.tollgate.v1.PartitionMovesStatusR\x0epartitionMoves\"x\n" +
+	"\x14PartitionMovesStatus\x12\x16\n" +
+	"\x06groups\x18\x01 \x01(\rR\x06groups\x12\x18\n" +
+	"\apending\x18\x02 \x01(\rR\apending\x12\x18\n" +
+	"\acurrent\x18\x03 \x01(\tR\acurrent\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x13\n" +
+	"\x11NodeGroupsRequest\"\xb3\x02\n" +
 	"\x12NodeGroupsResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12/\n" +
 	"\x06groups\x18\x03 \x03(\v2\x17.tollgate.v1.GroupStateR\x06groups\x12V\n" +
 	"\x13sampling_controller\x18\x04 \x01(\v2%.tollgate.v1.SamplingControllerStatusR\x12samplingController\x12\x1b\n" +
-	"\traft_addr\x18\x05 \x01(\tR\braftAddr\"\x8b\x03\n" +
+	"\traft_addr\x18\x05 \x01(\tR\braftAddr\x12J\n" +
+	"\x0fpartition_moves\x18\x06 \x01(\v2!.tollgate.v1.PartitionMovesStatusR\x0epartitionMoves\"\x8b\x03\n" +
 	"\n" +
 	"GroupState\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1d\n" +
@@ -1867,7 +1962,7 @@ func file_admin_proto_rawDescGZIP() []byte {
 	return file_admin_proto_rawDescData
 }
 
-var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_admin_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_admin_proto_goTypes = []any{
 	(*RaiseGroupsRequest)(nil),         // 0: tollgate.v1.RaiseGroupsRequest
 	(*RaiseGroupsResponse)(nil),        // 1: tollgate.v1.RaiseGroupsResponse
@@ -1876,66 +1971,69 @@ var file_admin_proto_goTypes = []any{
 	(*GroupPlacement)(nil),             // 4: tollgate.v1.GroupPlacement
 	(*StatusRequest)(nil),              // 5: tollgate.v1.StatusRequest
 	(*StatusResponse)(nil),             // 6: tollgate.v1.StatusResponse
-	(*NodeGroupsRequest)(nil),          // 7: tollgate.v1.NodeGroupsRequest
-	(*NodeGroupsResponse)(nil),         // 8: tollgate.v1.NodeGroupsResponse
-	(*GroupState)(nil),                 // 9: tollgate.v1.GroupState
-	(*Peer)(nil),                       // 10: tollgate.v1.Peer
-	(*ListPeersRequest)(nil),           // 11: tollgate.v1.ListPeersRequest
-	(*ListPeersResponse)(nil),          // 12: tollgate.v1.ListPeersResponse
-	(*AddVoterRequest)(nil),            // 13: tollgate.v1.AddVoterRequest
-	(*RemoveServerRequest)(nil),        // 14: tollgate.v1.RemoveServerRequest
-	(*MembershipResponse)(nil),         // 15: tollgate.v1.MembershipResponse
-	(*TransferLeadershipRequest)(nil),  // 16: tollgate.v1.TransferLeadershipRequest
-	(*TransferLeadershipResponse)(nil), // 17: tollgate.v1.TransferLeadershipResponse
-	(*SnapshotGroupRequest)(nil),       // 18: tollgate.v1.SnapshotGroupRequest
-	(*SnapshotChunk)(nil),              // 19: tollgate.v1.SnapshotChunk
-	(*RestoreChunk)(nil),               // 20: tollgate.v1.RestoreChunk
-	(*RestoreHeader)(nil),              // 21: tollgate.v1.RestoreHeader
-	(*RestoreGroupResponse)(nil),       // 22: tollgate.v1.RestoreGroupResponse
-	(*DropTenantRequest)(nil),          // 23: tollgate.v1.DropTenantRequest
-	(*DropTenantResponse)(nil),         // 24: tollgate.v1.DropTenantResponse
-	(*GroupDrop)(nil),                  // 25: tollgate.v1.GroupDrop
-	(*ClusterView)(nil),                // 26: tollgate.v1.ClusterView
-	(*SamplingControllerStatus)(nil),   // 27: tollgate.v1.SamplingControllerStatus
+	(*PartitionMovesStatus)(nil),       // 7: tollgate.v1.PartitionMovesStatus
+	(*NodeGroupsRequest)(nil),          // 8: tollgate.v1.NodeGroupsRequest
+	(*NodeGroupsResponse)(nil),         // 9: tollgate.v1.NodeGroupsResponse
+	(*GroupState)(nil),                 // 10: tollgate.v1.GroupState
+	(*Peer)(nil),                       // 11: tollgate.v1.Peer
+	(*ListPeersRequest)(nil),           // 12: tollgate.v1.ListPeersRequest
+	(*ListPeersResponse)(nil),          // 13: tollgate.v1.ListPeersResponse
+	(*AddVoterRequest)(nil),            // 14: tollgate.v1.AddVoterRequest
+	(*RemoveServerRequest)(nil),        // 15: tollgate.v1.RemoveServerRequest
+	(*MembershipResponse)(nil),         // 16: tollgate.v1.MembershipResponse
+	(*TransferLeadershipRequest)(nil),  // 17: tollgate.v1.TransferLeadershipRequest
+	(*TransferLeadershipResponse)(nil), // 18: tollgate.v1.TransferLeadershipResponse
+	(*SnapshotGroupRequest)(nil),       // 19: tollgate.v1.SnapshotGroupRequest
+	(*SnapshotChunk)(nil),              // 20: tollgate.v1.SnapshotChunk
+	(*RestoreChunk)(nil),               // 21: tollgate.v1.RestoreChunk
+	(*RestoreHeader)(nil),              // 22: tollgate.v1.RestoreHeader
+	(*RestoreGroupResponse)(nil),       // 23: tollgate.v1.RestoreGroupResponse
+	(*DropTenantRequest)(nil),          // 24: tollgate.v1.DropTenantRequest
+	(*DropTenantResponse)(nil),         // 25: tollgate.v1.DropTenantResponse
+	(*GroupDrop)(nil),                  // 26: tollgate.v1.GroupDrop
+	(*ClusterView)(nil),                // 27: tollgate.v1.ClusterView
+	(*SamplingControllerStatus)(nil),   // 28: tollgate.v1.SamplingControllerStatus
 }
 var file_admin_proto_depIdxs = []int32{
-	26, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
-	8,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
-	27, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	27, // 0: tollgate.v1.StatusResponse.view:type_name -> tollgate.v1.ClusterView
+	9,  // 1: tollgate.v1.StatusResponse.nodes:type_name -> tollgate.v1.NodeGroupsResponse
+	28, // 2: tollgate.v1.StatusResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
 	4,  // 3: tollgate.v1.StatusResponse.placement:type_name -> tollgate.v1.GroupPlacement
-	9,  // 4: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
-	27, // 5: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
-	10, // 6: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
-	10, // 7: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
-	21, // 8: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
-	25, // 9: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
-	5,  // 10: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
-	11, // 11: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
-	13, // 12: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
-	14, // 13: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
-	16, // 14: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
-	7,  // 15: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
-	18, // 16: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
-	20, // 17: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
-	23, // 18: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
-	2,  // 19: tollgate.v1.Admin.DrainNode:input_type -> tollgate.v1.DrainNodeRequest
-	0,  // 20: tollgate.v1.Admin.RaiseGroups:input_type -> tollgate.v1.RaiseGroupsRequest
-	6,  // 21: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
-	12, // 22: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
-	15, // 23: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
-	15, // 24: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
-	17, // 25: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
-	8,  // 26: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
-	19, // 27: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
-	22, // 28: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
-	24, // 29: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
-	3,  // 30: tollgate.v1.Admin.DrainNode:output_type -> tollgate.v1.DrainNodeResponse
-	1,  // 31: tollgate.v1.Admin.RaiseGroups:output_type -> tollgate.v1.RaiseGroupsResponse
-	21, // [21:32] is the sub-list for method output_type
-	10, // [10:21] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	7,  // 4: tollgate.v1.StatusResponse.partition_moves:type_name -> tollgate.v1.PartitionMovesStatus
+	10, // 5: tollgate.v1.NodeGroupsResponse.groups:type_name -> tollgate.v1.GroupState
+	28, // 6: tollgate.v1.NodeGroupsResponse.sampling_controller:type_name -> tollgate.v1.SamplingControllerStatus
+	7,  // 7: tollgate.v1.NodeGroupsResponse.partition_moves:type_name -> tollgate.v1.PartitionMovesStatus
+	11, // 8: tollgate.v1.ListPeersResponse.peers:type_name -> tollgate.v1.Peer
+	11, // 9: tollgate.v1.MembershipResponse.peers:type_name -> tollgate.v1.Peer
+	22, // 10: tollgate.v1.RestoreChunk.header:type_name -> tollgate.v1.RestoreHeader
+	26, // 11: tollgate.v1.DropTenantResponse.groups:type_name -> tollgate.v1.GroupDrop
+	5,  // 12: tollgate.v1.Admin.Status:input_type -> tollgate.v1.StatusRequest
+	12, // 13: tollgate.v1.Admin.ListPeers:input_type -> tollgate.v1.ListPeersRequest
+	14, // 14: tollgate.v1.Admin.AddVoter:input_type -> tollgate.v1.AddVoterRequest
+	15, // 15: tollgate.v1.Admin.RemoveServer:input_type -> tollgate.v1.RemoveServerRequest
+	17, // 16: tollgate.v1.Admin.TransferLeadership:input_type -> tollgate.v1.TransferLeadershipRequest
+	8,  // 17: tollgate.v1.Admin.NodeGroups:input_type -> tollgate.v1.NodeGroupsRequest
+	19, // 18: tollgate.v1.Admin.SnapshotGroup:input_type -> tollgate.v1.SnapshotGroupRequest
+	21, // 19: tollgate.v1.Admin.RestoreGroup:input_type -> tollgate.v1.RestoreChunk
+	24, // 20: tollgate.v1.Admin.DropTenant:input_type -> tollgate.v1.DropTenantRequest
+	2,  // 21: tollgate.v1.Admin.DrainNode:input_type -> tollgate.v1.DrainNodeRequest
+	0,  // 22: tollgate.v1.Admin.RaiseGroups:input_type -> tollgate.v1.RaiseGroupsRequest
+	6,  // 23: tollgate.v1.Admin.Status:output_type -> tollgate.v1.StatusResponse
+	13, // 24: tollgate.v1.Admin.ListPeers:output_type -> tollgate.v1.ListPeersResponse
+	16, // 25: tollgate.v1.Admin.AddVoter:output_type -> tollgate.v1.MembershipResponse
+	16, // 26: tollgate.v1.Admin.RemoveServer:output_type -> tollgate.v1.MembershipResponse
+	18, // 27: tollgate.v1.Admin.TransferLeadership:output_type -> tollgate.v1.TransferLeadershipResponse
+	9,  // 28: tollgate.v1.Admin.NodeGroups:output_type -> tollgate.v1.NodeGroupsResponse
+	20, // 29: tollgate.v1.Admin.SnapshotGroup:output_type -> tollgate.v1.SnapshotChunk
+	23, // 30: tollgate.v1.Admin.RestoreGroup:output_type -> tollgate.v1.RestoreGroupResponse
+	25, // 31: tollgate.v1.Admin.DropTenant:output_type -> tollgate.v1.DropTenantResponse
+	3,  // 32: tollgate.v1.Admin.DrainNode:output_type -> tollgate.v1.DrainNodeResponse
+	1,  // 33: tollgate.v1.Admin.RaiseGroups:output_type -> tollgate.v1.RaiseGroupsResponse
+	23, // [23:34] is the sub-list for method output_type
+	12, // [12:23] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_admin_proto_init() }
@@ -1945,14 +2043,14 @@ func file_admin_proto_init() {
 	}
 	file_config_proto_init()
 	file_tracker_proto_init()
-	file_admin_proto_msgTypes[23].OneofWrappers = []any{}
+	file_admin_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_admin_proto_rawDesc), len(file_admin_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

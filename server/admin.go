@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"hash/crc32"
@@ -378,6 +379,7 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 			out.SamplingController = sc.proto()
 		}
 	}
+	out.PartitionMoves = s.moves.StatusProto(s.leads(0)) // nil unless this node coordinates
 	return out
 }
 
@@ -449,6 +451,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController
 		}
+		resp.PartitionMoves = cmp.Or(n.PartitionMoves, resp.PartitionMoves)
 	}
 	if resp.SamplingController == nil && s.sampling != nil {
 		resp.SamplingController = s.sampling.State().proto()

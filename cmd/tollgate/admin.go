@@ -535,6 +535,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	}
 	w.Flush()
 	printNewGroups(out, st) // groups.go: groups a raise added
+	printMoves(out, st)
 	fmt.Fprintln(out)
 	byNode := map[string]map[uint32]*api.GroupState{}
 	for _, n := range st.Nodes {

@@ -32,9 +32,14 @@ creates the new groups, empty, and their voters bootstrap them. The count
 cannot be lowered. Re-running the command at the same count changes nothing
 and shows the new groups' state.
 
-The new groups own no partition until partitions are handed to them (later
-work); a node serves them (per-group state, metrics) after its next restart.
-tollgate status shows the count and whether each new group has a leader.`,
+A node leads and serves the new groups from its next restart: restart the
+nodes one at a time (each ready before the next). Once a new group's leader
+serves it, group 0's leader moves partitions to it, one at a time and under
+load: each old group hands the upper half of its range to a new group
+(series and their share move together; clients follow without an error).
+tollgate status shows the count, each new group's leader, and the moves'
+progress; re-running the command resumes nothing it needs to: the moves
+continue on their own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if to < 1 {
@@ -56,6 +61,7 @@ tollgate status shows the count and whether each new group has a leader.`,
 				st, err := adm.Status(ctx, &api.StatusRequest{})
 				if err == nil {
 					printNewGroups(out, st)
+					printMoves(out, st)
 				}
 				return nil
 			})
@@ -116,13 +122,34 @@ func printNewGroups(out io.Writer, st *api.StatusResponse) {
 			ready++
 		}
 	}
-	fmt.Fprintf(out, "\ngroups added by a raise: %d (%d with a leader; empty until partitions are handed to them)\n", len(ngs), ready)
+	fmt.Fprintf(out, "\ngroups added by a raise: %d (%d with a leader)\n", len(ngs), ready)
 	for _, ng := range ngs {
 		if ng.leader == "" {
-			fmt.Fprintf(out, "  group %d: NO LEADER yet (%d nodes run it)\n", ng.group, ng.nodes)
+			fmt.Fprintf(out, "  group %d: NO LEADER yet (%d nodes run it; a node leads it from its next restart)\n", ng.group, ng.nodes)
 			continue
 		}
 		fmt.Fprintf(out, "  group %d: leader %s, voters %s\n", ng.group, ng.leader, strings.Join(ng.voters, ","))
+	}
+}
+
+// printMoves prints the partition moves' progress, as group 0's leader
+// reports it.
+func printMoves(out io.Writer, st *api.StatusResponse) {
+	pm := st.GetPartitionMoves()
+	if pm == nil || pm.GetGroups() == 0 {
+		return
+	}
+	if pm.GetPending() == 0 {
+		fmt.Fprintf(out, "partition moves: none pending (every partition at its owner for %d groups)\n", pm.GetGroups())
+		return
+	}
+	fmt.Fprintf(out, "partition moves: %d partitions to move for %d groups", pm.GetPending(), pm.GetGroups())
+	if c := pm.GetCurrent(); c != "" {
+		fmt.Fprintf(out, "; now %s", c)
+	}
+	fmt.Fprintln(out)
+	if e := pm.GetError(); e != "" {
+		fmt.Fprintf(out, "  waiting: %s\n", e)
 	}
 }
 
@@ -134,5 +161,5 @@ func raisedNote(v *api.ClusterView) string {
 	if n <= v.GetGroups() {
 		return ""
 	}
-	return fmt.Sprintf(", raised to %d (groups %d..%d own no partition yet)", n, v.GetGroups(), n-1)
+	return fmt.Sprintf(", raised to %d", n)
 }

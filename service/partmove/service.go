@@ -304,6 +304,16 @@ type Progress struct {
 	Err     string // the last step's failure, while it lasts
 }
 
+// StatusProto is the coordinator's progress for Admin.Status when coordinates
+// (this node leads group 0), else nil.
+func (s *Service) StatusProto(coordinates bool) *api.PartitionMovesStatus {
+	if !coordinates {
+		return nil
+	}
+	p := s.Progress()
+	return &api.PartitionMovesStatus{Groups: uint32(p.Target), Pending: uint32(p.Pending), Current: p.Current, Error: p.Err}
+}
+
 // Progress returns the coordinator's last state on this node (group 0's
 // leader's is the cluster's).
 func (s *Service) Progress() Progress { return *s.progress.Load() }
