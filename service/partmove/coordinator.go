@@ -48,6 +48,12 @@ func (s *Service) Run(stop <-chan struct{}, every time.Duration) {
 func (s *Service) Pass(ctx context.Context) (pending int, err error) {
 	for ctx.Err() == nil {
 		tab := s.cfg.Layout()
+		if tab.Groups <= s.cfg.Base {
+			// Never raised: nothing to move (a table set by hand, in tests,
+			// moves routing only and is left alone).
+			s.progress.Store(&Progress{})
+			return 0, nil
+		}
 		target := RaiseTarget(s.cfg.Partitions, s.cfg.Base, tab.Groups)
 		var next *handoff.Move
 		pending = 0
@@ -89,6 +95,13 @@ func RaiseTarget(partitions, base, n int) []int { return layout.RaiseTarget(part
 // (layout/handoff) checks it.
 func (s *Service) move(ctx context.Context, m handoff.Move) (series int64, err error) {
 	for step := 0; step < 16; step++ {
+		if step > 0 && s.stepPause > 0 {
+			select { // fault tests: land kills between steps
+			case <-ctx.Done():
+				return series, ctx.Err()
+			case <-time.After(s.stepPause):
+			}
+		}
 		src, err := s.state(ctx, m.From, m.Nonce)
 		if err != nil {
 			return series, fmt.Errorf("state of group %d: %w", m.From, err)

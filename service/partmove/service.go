@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,11 +72,15 @@ type Service struct {
 	fences []*fence
 
 	progress atomic.Pointer[Progress]
+
+	// stepPause is slept between a move's steps: 0 except in fault tests,
+	// which set TOLLGATE_TEST_MOVE_STEP_PAUSE (a duration) so that the kills
+	// they aim at a move land between its steps.
+	stepPause time.Duration
 }
 
 // fence is one group's view for its leader path.
 type fence struct {
-	active  atomic.Bool            // the group gave, received, or is giving
 	leaving atomic.Pointer[[]bool] // by partition; nil: none
 }
 
@@ -88,6 +93,12 @@ func New(cfg Config) *Service {
 		cfg.Metrics = noMetrics{}
 	}
 	s := &Service{cfg: cfg, leaving: map[int]map[int]bool{}}
+	if v := os.Getenv("TOLLGATE_TEST_MOVE_STEP_PAUSE"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 {
+			s.stepPause = d
+			cfg.Log.Warn("partition moves slowed for a test", "TOLLGATE_TEST_MOVE_STEP_PAUSE", d)
+		}
+	}
 	s.progress.Store(&Progress{})
 	return s
 }
@@ -102,27 +113,22 @@ func (s *Service) fenceOf(g int) *fence {
 }
 
 // Fence is group g's admission.Config.Fence: a request with a series in a
-// partition the group does not own (given away, or never received), or whose
-// give this node appended, gets the Moved answer and is not decided. Until
-// the group takes part in a hand-off it costs one atomic load per request.
+// partition whose give this node appended, or that the group does not own
+// once it gave or received one (replicated state), gets the Moved answer and
+// is not decided. A group that never took part in a hand-off costs two
+// atomic loads per request.
 func (s *Service) Fence(g int) func(tenant string, hashes []uint64) error {
 	f := s.fenceOf(g)
 	return func(_ string, hashes []uint64) error {
-		if !f.active.Load() {
-			mod := s.cfg.Module(g)
-			if mod == nil || !mod.Moved() {
-				return nil
-			}
-			f.active.Store(true)
-		}
+		l := f.leaving.Load()
 		mod := s.cfg.Module(g)
-		var leaving []bool
-		if l := f.leaving.Load(); l != nil {
-			leaving = *l
+		owned := mod != nil && mod.Moved()
+		if l == nil && !owned {
+			return nil
 		}
 		for _, h := range hashes {
 			p := layout.Partition(h, s.cfg.Partitions)
-			if (leaving != nil && leaving[p]) || !mod.Owns(p) {
+			if (l != nil && (*l)[p]) || (owned && !mod.Owns(p)) {
 				return s.cfg.MovedErr(p, g)
 			}
 		}
@@ -141,9 +147,12 @@ func (s *Service) setLeaving(g, p int, on bool) {
 	}
 	if on {
 		set[p] = true
-		f.active.Store(true)
 	} else {
 		delete(set, p)
+	}
+	if len(set) == 0 {
+		f.leaving.Store(nil)
+		return
 	}
 	l := make([]bool, s.cfg.Partitions)
 	for q := range set {
