@@ -202,28 +202,40 @@ func (t *Tracker) Exclusive(fn func() error) error {
 }
 
 // AppendFenced appends data to the group's log while this node leads it with
-// a ready session, ordered with the session's decisions: no batch is between
-// its decision and its append while fn runs and data is appended, so every
-// batch decided before fn is in the log before data, and every batch decided
-// after it sees what fn changed through Config.Fence. fn must be quick. It
+// a ready session, ordered with the session's decisions, and waits until the
+// entry applied (or failed), returning the FSM's response. No batch is
+// between its decision and its append while fn runs and data is appended,
+// so every batch decided before fn is in the log before data, and every
+// batch decided after it sees what fn changed through Config.Fence. And no
+// batch is decided, nor an Exclusive caller run, until the entry applied: an
+// entry that changes a tenant's usage and share together (a partition
+// hand-off) is never seen half applied by a decision. fn must be quick. It
 // returns ErrNotLeader without calling fn when no ready session exists, and
 // fn's error without appending.
-func (t *Tracker) AppendFenced(fn func() error, data []byte) (ApplyFuture, error) {
+func (t *Tracker) AppendFenced(fn func() error, data []byte) (any, error) {
 	s := t.current()
 	if s == nil || !s.barrierDone.Load() || s.failed.Load() {
 		return nil, ErrNotLeader
 	}
 	s.amu.Lock()
 	defer s.amu.Unlock()
+	s.pmu.Lock()
+	defer s.pmu.Unlock()
 	select {
 	case <-s.stopped:
 		return nil, ErrNotLeader
 	default:
 	}
-	if err := fn(); err != nil {
-		return nil, err
+	if fn != nil {
+		if err := fn(); err != nil {
+			return nil, err
+		}
 	}
-	return t.log.Apply(data, t.cfg.ApplyTimeout), nil
+	fut := t.log.Apply(data, t.cfg.ApplyTimeout)
+	if err := fut.Error(); err != nil {
+		return nil, stepDown(err)
+	}
+	return fut.Response(), nil
 }
 
 // Track submits one request of tenant and waits for its decision and commit. It

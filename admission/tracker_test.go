@@ -542,11 +542,7 @@ func TestAppendFencedOrdersWithDecisions(t *testing.T) {
 	}
 	h.log.waitApplies(50)
 	marker := fsm.AppendDropTenant(nil, testMinute, "marker")
-	fut, err := h.tr.AppendFenced(func() error { fenced.Store(true); return nil }, marker)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := fut.Error(); err != nil {
+	if _, err := h.tr.AppendFenced(func() error { fenced.Store(true); return nil }, marker); err != nil {
 		t.Fatal(err)
 	}
 	h.log.mu.Lock()

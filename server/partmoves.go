@@ -43,7 +43,7 @@ func (s *Server) setupPartMoves() error {
 			}
 			return s.pmods[g]
 		},
-		AppendFenced: func(g int, fn func() error, data []byte) (admission.ApplyFuture, error) {
+		AppendFenced: func(g int, fn func() error, data []byte) (any, error) {
 			if !s.servesGroup(g) {
 				return nil, admission.ErrNotLeader
 			}

@@ -31,8 +31,10 @@ type Config struct {
 	// no state for g yet).
 	Module func(g int) *fsmpm.Module
 	// AppendFenced appends an entry to group g's log in order with its
-	// leader's decisions (admission.Tracker.AppendFenced).
-	AppendFenced func(g int, fn func() error, data []byte) (admission.ApplyFuture, error)
+	// leader's decisions and returns its response once applied, no decision
+	// reading the group's usage or shares meanwhile
+	// (admission.Tracker.AppendFenced).
+	AppendFenced func(g int, fn func() error, data []byte) (any, error)
 	// CheckEntry refuses an entry type some server of group g cannot apply
 	// (the cluster-version gate), as a gRPC status.
 	CheckEntry func(g int, typ byte) error
@@ -205,28 +207,18 @@ func (s *Service) Give(ctx context.Context, in *api.MoveGiveRequest) (*api.MoveG
 	}
 	// The leaving mark goes up with the append, under the leader path's
 	// append lock: every request decided before is in the log before the
-	// give (its series are in the transfer), every one after is Moved.
-	fut, err := s.cfg.AppendFenced(g, func() error { s.setLeaving(g, p, true); return nil }, data)
-	if err != nil {
-		if errors.Is(err, admission.ErrNotLeader) {
-			return nil, status.Errorf(codes.Unavailable, "group %d: node %s does not lead it; retry at its leader", g, s.cfg.Port.NodeID())
-		}
-		return nil, status.Errorf(codes.Unavailable, "group %d: append partition-give: %v", g, err)
-	}
-	// Once applied (or lost with the leadership), the replicated ownership
-	// answers for the partition; the mark stays while the outcome is unknown.
-	done := make(chan error, 1)
-	go func() { done <- fut.Error() }()
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		return nil, status.Errorf(codes.DeadlineExceeded, "group %d: %v before partition-give applied; it may still apply (retrying is safe)", g, ctx.Err())
-	}
+	// give (its series are in the transfer), every one after is Moved. Once
+	// the give applied (or failed with the leadership), the replicated
+	// ownership answers for the partition.
+	res, err := s.cfg.AppendFenced(g, func() error { s.setLeaving(g, p, true); return nil }, data)
 	s.setLeaving(g, p, false)
 	if err != nil {
-		return nil, status.Errorf(codes.Unavailable, "group %d: partition-give: %v; retry at its leader", g, err)
+		if errors.Is(err, admission.ErrNotLeader) || errors.Is(err, admission.ErrStepDown) {
+			return nil, status.Errorf(codes.Unavailable, "group %d: node %s does not lead it (%v); retry at its leader", g, s.cfg.Port.NodeID(), err)
+		}
+		return nil, status.Errorf(codes.Unavailable, "group %d: partition-give: %v", g, err)
 	}
-	switch r := fut.Response().(type) {
+	switch r := res.(type) {
 	case fsmpm.GiveResult:
 		return &api.MoveGiveResponse{Series: r.Series, Already: r.Already, Refused: r.Refused}, nil
 	case error:
@@ -248,9 +240,18 @@ func (s *Service) Receive(ctx context.Context, in *api.MoveReceiveRequest) (*api
 	if _, err := s.module(in.GetGroup()); err != nil {
 		return nil, err
 	}
-	res, err := s.cfg.Port.Propose(ctx, t.To, fsmpm.EntryReceive, in.GetTransfer())
-	if err != nil {
+	if err := s.cfg.CheckEntry(t.To, fsmpm.EntryReceive); err != nil {
 		return nil, err
+	}
+	data, err := fsm.AppendModuleEntry(nil, fsmpm.EntryReceive, s.cfg.Minute(t.To), in.GetTransfer())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "encode partition-receive: %v", err)
+	}
+	// Applied with the receiver's decisions paused, as the give: usage and
+	// share rise together for every decision.
+	res, err := s.cfg.AppendFenced(t.To, nil, data)
+	if err != nil {
+		return nil, status.Errorf(codes.Unavailable, "group %d: partition-receive: %v; retry at its leader", t.To, err)
 	}
 	r, ok := res.(fsmpm.ReceiveResult)
 	if !ok {

@@ -282,7 +282,13 @@ func (m *Mover) Cover(ctx context.Context, tenant string, g int, limit int64) (c
 		return false, 0, fmt.Sprintf("group %d applied max_series %d, not %d yet", g, cur, limit), nil
 	}
 	for range admitRounds {
-		over := m.overdraft(g, tenant)
+		var over int64
+		// Read with the decider paused: a partition hand-off changes
+		// usage and share in one entry applied while decisions wait
+		// (admission.Tracker.AppendFenced), never seen half done here.
+		if err := m.h.Exclusive(g, func() error { over = m.overdraft(g, tenant); return nil }); err != nil {
+			return false, 0, "", err
+		}
 		if over <= 0 {
 			return true, 0, "", nil
 		}
