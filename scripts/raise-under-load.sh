@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Raising the group count online under load, as an operator does it:
+# scripts/raise-under-load.sh
+#
+# Starts a fresh 3-node cluster (scripts/cluster.sh, its own directory and
+# ports), prefills $SERIES series (16 tenants, no limit), keeps `tollgate bench
+# --fail-open` refreshing them (and $NEW_FRACTION new ones), then for each
+# count in $RAISES (default "8 16"): `tollgate groups raise --to N`, a rolling
+# restart (a node leads the groups a raise added from its next start), and
+# waits until `tollgate status` reports no partition move pending. It prints,
+# per raise, the seconds from the raise to the last move (and from the last
+# node's restart to it), the series the groups' leaders hold before and after
+# (every acknowledged series must still be held: the moves lose none), and
+# the load's errors and fail-open decisions over the whole run.
+#
+# Environment: TOLLGATE_BIN (default ./bin/tollgate, built), SERIES (2000000),
+# RAISES ("8 16"), NEW_FRACTION (0), TOLLGATE_CLUSTER_DIR (a new temp dir,
+# removed unless KEEP=1), TOLLGATE_CLUSTER_PORT_BASE (63).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=${TOLLGATE_BIN:-./bin/tollgate}
+series=${SERIES:-2000000}
+raises=${RAISES:-8 16}
+export TOLLGATE_BIN=$bin
+export TOLLGATE_MAX_SERIES=0
+export TOLLGATE_CLUSTER_PORT_BASE=${TOLLGATE_CLUSTER_PORT_BASE:-63}
+export TOLLGATE_CLUSTER_DIR=${TOLLGATE_CLUSTER_DIR:-$(mktemp -d /tmp/tollgate-raise.XXXXXX)}
+pb=$TOLLGATE_CLUSTER_PORT_BASE
+dir=$TOLLGATE_CLUSTER_DIR
+go build -o "$bin" ./cmd/tollgate
+addrs="127.0.0.1:${pb}10,127.0.0.1:${pb}20,127.0.0.1:${pb}30"
+
+bench_pid=
+cleanup() {
+  [ -n "$bench_pid" ] && kill "$bench_pid" 2>/dev/null || true
+  ./scripts/cluster.sh stop >/dev/null || true
+  if [ "${KEEP:-0}" = 1 ]; then echo "data and logs kept in $dir" >&2; else rm -rf "$dir"; fi
+}
+trap cleanup EXIT
+
+./scripts/cluster.sh start >/dev/null
+export TOLLGATE_ADMIN_TOKEN
+TOLLGATE_ADMIN_TOKEN=$(cat "$dir/admin-token")
+per=$((series / 16))
+echo "cluster up in $dir; prefilling $series series (16 tenants × $per)"
+"$bin" bench --addr "$addrs" --tenants 16 --series-per-tenant "$per" --prefill --new-fraction 0 --request-size 1000 \
+  --concurrency 4 --duration 1s --seed 7 >/dev/null 2>&1
+
+status_json() { "$bin" status --addr "$addrs" --json 2>/dev/null; }
+# Series held by each group's leader, summed.
+held() {
+  status_json | jq '[.nodes[]?.groups[]? | select((.raftState // .raft_state) == "Leader") | (.series // 0 | tonumber)] | add // 0'
+}
+pending() {
+  status_json | jq -r '(.partitionMoves // .partition_moves) as $m | if $m == null then "?" else ($m.pending // 0 | tostring) + " " + ($m.groups // 0 | tostring) end'
+}
+now() { date +%s.%N; }
+
+"$bin" bench --addr "$addrs" --fail-open --tenants 16 --series-per-tenant "$per" --new-fraction "${NEW_FRACTION:-0}" \
+  --request-size 1000 --concurrency 4 --duration 3600s --seed 7 --json > "$dir/bench.json" 2> "$dir/bench.err" &
+bench_pid=$!
+sleep 5
+before=$(held)
+echo "series held before: $before"
+for to in $raises; do
+  t0=$(now)
+  "$bin" groups raise --addr "$addrs" --to "$to" | head -1
+  for i in 1 2 3; do ./scripts/cluster.sh restart-node "$i" >/dev/null; done
+  t1=$(now)
+  while :; do
+    read -r p g < <(pending)
+    [ "$p" = 0 ] && [ "$g" = "$to" ] && break
+    if [ "$(echo "$(now) - $t0 > 600" | bc)" = 1 ]; then echo "raise to $to: moves not done after 600 s (pending $p)" >&2; exit 1; fi
+    sleep 0.5
+  done
+  t2=$(now)
+  printf 'raise to %d: moves done %.1f s after the raise (%.1f s after the rolling restart ended); series held: %s\n' \
+    "$to" "$(echo "$t2 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$(held)"
+done
+sleep 3
+kill -INT "$bench_pid" 2>/dev/null || true
+wait "$bench_pid" || true
+bench_pid=
+after=$(held)
+jq -r '"load: \(.requests // .total_requests // "?") requests, errors \(.errors // "?"), fail-open decisions \(.failed_open // .fail_open // "?")"' "$dir/bench.json" 2>/dev/null || tail -5 "$dir/bench.err"
+echo "series held: before $before, after $after"
+[ "$after" -ge "$before" ] || { echo "series lost: $before before, $after after" >&2; exit 1; }
