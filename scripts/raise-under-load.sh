@@ -64,7 +64,7 @@ before=$(held)
 echo "series held before: $before"
 for to in $raises; do
   t0=$(now)
-  "$bin" groups raise --addr "$addrs" --to "$to" | head -1
+  out=$("$bin" groups raise --addr "$addrs" --to "$to"); echo "${out%%$'\n'*}"
   for i in 1 2 3; do ./scripts/cluster.sh restart-node "$i" >/dev/null; done
   t1=$(now)
   while :; do
@@ -82,6 +82,8 @@ kill -INT "$bench_pid" 2>/dev/null || true
 wait "$bench_pid" || true
 bench_pid=
 after=$(held)
-jq -r '"load: \(.requests // .total_requests // "?") requests, errors \(.errors // "?"), fail-open decisions \(.failed_open // .fail_open // "?")"' "$dir/bench.json" 2>/dev/null || tail -5 "$dir/bench.err"
+jq -r '"load: \(.requests) requests, \(.requests_failed) failed, \(.failed_open) fail-open decisions, \(.retries) retries; p99 \(.p99_ms) ms; worst second: p99 \([.seconds[]?.p99_ms] | max) ms, max \([.seconds[]?.max_ms] | max) ms"' "$dir/bench.json"
+bad=$(jq '.requests_failed + .failed_open' "$dir/bench.json")
 echo "series held: before $before, after $after"
 [ "$after" -ge "$before" ] || { echo "series lost: $before before, $after after" >&2; exit 1; }
+[ "$bad" = 0 ] || { echo "the load saw $bad failed requests or fail-open decisions" >&2; exit 1; }
