@@ -1,6 +1,7 @@
 package fsm
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/tollgate-io/tollgate/fsm/seriesmap"
@@ -81,15 +82,7 @@ func (f *FSM) TakePartition(p int) (now int64, out []PartitionSeries) {
 		sortSeries(ps)
 		out = append(out, *ps)
 	}
-	slices.SortFunc(out, func(a, b PartitionSeries) int {
-		switch {
-		case a.Tenant < b.Tenant:
-			return -1
-		case a.Tenant > b.Tenant:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b PartitionSeries) int { return cmp.Compare(a.Tenant, b.Tenant) })
 	return f.now.Load(), out
 }
 
@@ -99,15 +92,7 @@ func sortSeries(ps *PartitionSeries) {
 	for i := range idx {
 		idx[i] = i
 	}
-	slices.SortFunc(idx, func(a, b int) int {
-		switch {
-		case ps.Hashes[a] < ps.Hashes[b]:
-			return -1
-		case ps.Hashes[a] > ps.Hashes[b]:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(ps.Hashes[a], ps.Hashes[b]) })
 	h := make([]uint64, len(idx))
 	m := make([]uint8, len(idx))
 	for i, j := range idx {
