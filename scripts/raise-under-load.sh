@@ -51,6 +51,10 @@ status_json() { "$bin" status --addr "$addrs" --json 2>/dev/null; }
 held() {
   status_json | jq '[.nodes[]?.groups[]? | select((.raftState // .raft_state) == "Leader") | (.series // 0 | tonumber)] | add // 0'
 }
+# Groups led per node ("node-1=5 node-2=6 …").
+leaders() {
+  status_json | jq -r '[.nodes[]? | {id: (.nodeId // .node_id), n: ([.groups[]? | select((.raftState // .raft_state) == "Leader")] | length)}] | map("\(.id)=\(.n)") | join(" ")'
+}
 pending() {
   status_json | jq -r '(.partitionMoves // .partition_moves) as $m | if $m == null then "?" else ($m.pending // 0 | tostring) + " " + ($m.groups // 0 | tostring) end'
 }
@@ -76,6 +80,8 @@ for to in $raises; do
   t2=$(now)
   printf 'raise to %d: moves done %.1f s after the raise (%.1f s after the rolling restart ended); series held: %s\n' \
     "$to" "$(echo "$t2 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$(held)"
+  sleep 10 # the leader balancer spreads the new groups' leaders
+  echo "  groups led per node: $(leaders)"
 done
 sleep 3
 kill -INT "$bench_pid" 2>/dev/null || true
