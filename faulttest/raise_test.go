@@ -23,7 +23,10 @@ import (
 // than 2 s after a kill; the recorded history checks (no acknowledged series
 // refused later, no tenant above its limit).
 func TestRaiseMovesThroughKills(t *testing.T) {
-	t.Setenv("TOLLGATE_TEST_MOVE_STEP_PAUSE", "150ms")
+	// 32 moves of 4 steps: about 50 s of moves, so that the three kills
+	// (each a restart and a wait for health) land mid-move on a loaded
+	// machine too.
+	t.Setenv("TOLLGATE_TEST_MOVE_STEP_PAUSE", "400ms")
 	const limit = 3000
 	limits := map[string]int{"zd-0": limit, "zd-1": limit, "zd-2": limit, "zd-3": limit}
 	c := newCluster(t, clusterOptions{tenantMaxSeries: map[string]int64{"zd-0": limit, "zd-1": limit, "zd-2": limit, "zd-3": limit}})
@@ -72,14 +75,18 @@ func TestRaiseMovesThroughKills(t *testing.T) {
 	}
 	// The current move's groups, from status ("partition P: group A → B").
 	current := regexp.MustCompile(`group (\d+) → (\d+)`)
-	waitMove := func() (from, to int) {
+	waitMove := func() (src, dst int) {
 		for ctx.Err() == nil {
-			if pm := status(); pm != nil && pm.GetPending() > 0 {
+			pm := status()
+			if pm != nil && pm.GetPending() > 0 {
 				if m := current.FindStringSubmatch(pm.GetCurrent()); m != nil {
-					from, _ = strconv.Atoi(m[1])
-					to, _ = strconv.Atoi(m[2])
-					return from, to
+					src, _ = strconv.Atoi(m[1])
+					dst, _ = strconv.Atoi(m[2])
+					return src, dst
 				}
+			}
+			if pm != nil && pm.GetPending() == 0 && pm.GetGroups() == to {
+				t.Fatal("every move finished before the next kill: the kills did not land mid-move (slow restarts? raise TOLLGATE_TEST_MOVE_STEP_PAUSE)")
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
