@@ -80,8 +80,10 @@ for to in $raises; do
   t2=$(now)
   printf 'raise to %d: moves done %.1f s after the raise (%.1f s after the rolling restart ended); series held: %s\n' \
     "$to" "$(echo "$t2 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$(held)"
-  sleep 10 # the leader balancer spreads the new groups' leaders
-  echo "  groups led per node: $(leaders)"
+  # The leader balancer moves one leadership per node every ~10 s
+  # (--leader-balance-interval): counts after 10, 30 and 60 s.
+  sleep 10; l10=$(leaders); sleep 20; l30=$(leaders); sleep 30
+  echo "  groups led per node after 10 s: $l10; 30 s: $l30; 60 s: $(leaders)"
 done
 sleep 3
 kill -INT "$bench_pid" 2>/dev/null || true
