@@ -54,7 +54,7 @@ func (s *Service) Pass(ctx context.Context) (pending int, err error) {
 			s.progress.Store(&Progress{})
 			return 0, nil
 		}
-		target := RaiseTarget(s.cfg.Partitions, s.cfg.Base, tab.Groups)
+		target := layout.RaiseTarget(s.cfg.Partitions, s.cfg.Base, tab.Groups)
 		var next *handoff.Move
 		pending = 0
 		for p := range s.cfg.Partitions {
@@ -87,8 +87,6 @@ func (s *Service) Pass(ctx context.Context) (pending int, err error) {
 	return pending, ctx.Err()
 }
 
-// RaiseTarget is layout.RaiseTarget (the coordinator's plan).
-func RaiseTarget(partitions, base, n int) []int { return layout.RaiseTarget(partitions, base, n) }
 
 // move drives one move to its end: each step is handoff.Next of the two
 // groups' applied state and the layout's owner, exactly as the simulation

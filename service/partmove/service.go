@@ -25,7 +25,7 @@ type Config struct {
 	Port       nodeport.Port
 	Partitions int
 	// Base is the group count the cluster was created with (the layout's
-	// arithmetic; RaiseTarget starts from it).
+	// arithmetic; layout.RaiseTarget starts from it).
 	Base int
 	// Module is group g's hand-off module on this node (nil: the node has
 	// no state for g yet).
