@@ -87,7 +87,6 @@ func (s *Service) Pass(ctx context.Context) (pending int, err error) {
 	return pending, ctx.Err()
 }
 
-
 // move drives one move to its end: each step is handoff.Next of the two
 // groups' applied state and the layout's owner, exactly as the simulation
 // (layout/handoff) checks it.
