@@ -410,10 +410,15 @@ func (x *MoveStateRequest) GetNonce() uint64 {
 }
 
 type MoveStateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Outbox        []byte                 `protobuf:"bytes,1,opt,name=outbox,proto3" json:"outbox,omitempty"`       // the transfer given under the nonce, not completed (empty: none)
-	Received      bool                   `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`  // the transfer of the nonce was installed here
-	Owned         []uint32               `protobuf:"varint,3,rep,packed,name=owned,proto3" json:"owned,omitempty"` // the partitions the group owns
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Outbox   []byte                 `protobuf:"bytes,1,opt,name=outbox,proto3" json:"outbox,omitempty"`       // the transfer given under the nonce, not completed (empty: none)
+	Received bool                   `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`  // the transfer of the nonce was installed here
+	Owned    []uint32               `protobuf:"varint,3,rep,packed,name=owned,proto3" json:"owned,omitempty"` // the partitions the group owns
+	// For group 0 only: the partition → group table as the answering leader
+	// holds it (absent while the arithmetic is in force). Nodes that hold no
+	// replica of group 0 learn the table, and a raised group count, from it
+	// (service/layouttable Follow).
+	Layout        *PartitionLayout `protobuf:"bytes,4,opt,name=layout,proto3" json:"layout,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -469,11 +474,18 @@ func (x *MoveStateResponse) GetOwned() []uint32 {
 	return nil
 }
 
+func (x *MoveStateResponse) GetLayout() *PartitionLayout {
+	if x != nil {
+		return x.Layout
+	}
+	return nil
+}
+
 var File_moves_proto protoreflect.FileDescriptor
 
 const file_moves_proto_rawDesc = "" +
 	"\n" +
-	"\vmoves.proto\x12\vtollgate.v1\"k\n" +
+	"\vmoves.proto\x12\vtollgate.v1\x1a\rtracker.proto\"k\n" +
 	"\x0fMoveGiveRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
 	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\x12\x1c\n" +
@@ -497,11 +509,12 @@ const file_moves_proto_rawDesc = "" +
 	"\x05found\x18\x01 \x01(\bR\x05found\">\n" +
 	"\x10MoveStateRequest\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x14\n" +
-	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\"]\n" +
+	"\x05nonce\x18\x02 \x01(\x04R\x05nonce\"\x93\x01\n" +
 	"\x11MoveStateResponse\x12\x16\n" +
 	"\x06outbox\x18\x01 \x01(\fR\x06outbox\x12\x1a\n" +
 	"\breceived\x18\x02 \x01(\bR\breceived\x12\x14\n" +
-	"\x05owned\x18\x03 \x03(\rR\x05owned2\xbc\x02\n" +
+	"\x05owned\x18\x03 \x03(\rR\x05owned\x124\n" +
+	"\x06layout\x18\x04 \x01(\v2\x1c.tollgate.v1.PartitionLayoutR\x06layout2\xbc\x02\n" +
 	"\x0ePartitionMoves\x12C\n" +
 	"\x04Give\x12\x1c.tollgate.v1.MoveGiveRequest\x1a\x1d.tollgate.v1.MoveGiveResponse\x12L\n" +
 	"\aReceive\x12\x1f.tollgate.v1.MoveReceiveRequest\x1a .tollgate.v1.MoveReceiveResponse\x12O\n" +
@@ -530,21 +543,23 @@ var file_moves_proto_goTypes = []any{
 	(*MoveCompleteResponse)(nil), // 5: tollgate.v1.MoveCompleteResponse
 	(*MoveStateRequest)(nil),     // 6: tollgate.v1.MoveStateRequest
 	(*MoveStateResponse)(nil),    // 7: tollgate.v1.MoveStateResponse
+	(*PartitionLayout)(nil),      // 8: tollgate.v1.PartitionLayout
 }
 var file_moves_proto_depIdxs = []int32{
-	0, // 0: tollgate.v1.PartitionMoves.Give:input_type -> tollgate.v1.MoveGiveRequest
-	2, // 1: tollgate.v1.PartitionMoves.Receive:input_type -> tollgate.v1.MoveReceiveRequest
-	4, // 2: tollgate.v1.PartitionMoves.Complete:input_type -> tollgate.v1.MoveCompleteRequest
-	6, // 3: tollgate.v1.PartitionMoves.State:input_type -> tollgate.v1.MoveStateRequest
-	1, // 4: tollgate.v1.PartitionMoves.Give:output_type -> tollgate.v1.MoveGiveResponse
-	3, // 5: tollgate.v1.PartitionMoves.Receive:output_type -> tollgate.v1.MoveReceiveResponse
-	5, // 6: tollgate.v1.PartitionMoves.Complete:output_type -> tollgate.v1.MoveCompleteResponse
-	7, // 7: tollgate.v1.PartitionMoves.State:output_type -> tollgate.v1.MoveStateResponse
-	4, // [4:8] is the sub-list for method output_type
-	0, // [0:4] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	8, // 0: tollgate.v1.MoveStateResponse.layout:type_name -> tollgate.v1.PartitionLayout
+	0, // 1: tollgate.v1.PartitionMoves.Give:input_type -> tollgate.v1.MoveGiveRequest
+	2, // 2: tollgate.v1.PartitionMoves.Receive:input_type -> tollgate.v1.MoveReceiveRequest
+	4, // 3: tollgate.v1.PartitionMoves.Complete:input_type -> tollgate.v1.MoveCompleteRequest
+	6, // 4: tollgate.v1.PartitionMoves.State:input_type -> tollgate.v1.MoveStateRequest
+	1, // 5: tollgate.v1.PartitionMoves.Give:output_type -> tollgate.v1.MoveGiveResponse
+	3, // 6: tollgate.v1.PartitionMoves.Receive:output_type -> tollgate.v1.MoveReceiveResponse
+	5, // 7: tollgate.v1.PartitionMoves.Complete:output_type -> tollgate.v1.MoveCompleteResponse
+	7, // 8: tollgate.v1.PartitionMoves.State:output_type -> tollgate.v1.MoveStateResponse
+	5, // [5:9] is the sub-list for method output_type
+	1, // [1:5] is the sub-list for method input_type
+	1, // [1:1] is the sub-list for extension type_name
+	1, // [1:1] is the sub-list for extension extendee
+	0, // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_moves_proto_init() }
@@ -552,6 +567,7 @@ func file_moves_proto_init() {
 	if File_moves_proto != nil {
 		return
 	}
+	file_tracker_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -67,16 +67,23 @@ func ViewTable(v *ClusterView) (*Table, error) {
 		}
 		return layout.ArithmeticTable(p, g), nil
 	}
-	if len(pl.RunFirst) != len(pl.RunGroup) {
-		return nil, fmt.Errorf("cluster view layout: %d run starts but %d run groups", len(pl.RunFirst), len(pl.RunGroup))
+	return LayoutFromProto(pl, p)
+}
+
+// LayoutFromProto is the table of p partitions pl carries (LayoutToProto's
+// inverse for a non-nil pl). An invalid layout is an error naming what is
+// wrong.
+func LayoutFromProto(pl *PartitionLayout, p int) (*Table, error) {
+	if len(pl.GetRunFirst()) != len(pl.GetRunGroup()) {
+		return nil, fmt.Errorf("cluster view layout: %d run starts but %d run groups", len(pl.GetRunFirst()), len(pl.GetRunGroup()))
 	}
-	runs := make([]layout.Run, len(pl.RunFirst))
+	runs := make([]layout.Run, len(pl.GetRunFirst()))
 	for i := range runs {
 		runs[i] = layout.Run{First: int(pl.RunFirst[i]), Group: int(pl.RunGroup[i])}
 	}
-	t, err := layout.FromRuns(pl.Epoch, int(pl.Groups), p, runs)
+	t, err := layout.FromRuns(pl.GetEpoch(), int(pl.GetGroups()), p, runs)
 	if err != nil {
-		return nil, fmt.Errorf("cluster view layout (epoch %d): %w", pl.Epoch, err)
+		return nil, fmt.Errorf("cluster view layout (epoch %d): %w", pl.GetEpoch(), err)
 	}
 	return t, nil
 }

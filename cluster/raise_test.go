@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/tollgate-io/tollgate/membership"
 )
 
@@ -20,7 +22,7 @@ func TestRaiseVoters(t *testing.T) {
 	ms[1].Status = membership.StatusFailed
 	ms[2].Decommissioning = true
 
-	got := RaiseVoters(4, 8, ms, 3)
+	got := RaiseVoters(4, 8, ms, 3, raft.Configuration{})
 	if len(got) != 4 {
 		t.Fatalf("%d group configs for groups 4..7", len(got))
 	}
@@ -45,20 +47,37 @@ func TestRaiseVoters(t *testing.T) {
 	// the members in.
 	rev := slices.Clone(ms)
 	slices.Reverse(rev)
-	again := RaiseVoters(4, 8, rev, 3)
+	again := RaiseVoters(4, 8, rev, 3, raft.Configuration{})
 	for i := range got {
 		if !slices.Equal(got[i], again[i]) {
 			t.Fatalf("group %d: %v vs %v for a reordered member list", 4+i, got[i], again[i])
 		}
 	}
-	if RaiseVoters(8, 8, ms, 3) != nil || RaiseVoters(4, 8, nil, 3) != nil {
+	if RaiseVoters(8, 8, ms, 3, raft.Configuration{}) != nil || RaiseVoters(4, 8, nil, 3, raft.Configuration{}) != nil {
 		t.Fatal("nothing to place must give nil")
 	}
 	// A single dev node places every new group on itself.
 	dev := []membership.Member{{ID: "n1", RaftAddr: "127.0.0.1:1", Status: membership.StatusAlive}}
-	for i, servers := range RaiseVoters(1, 3, dev, 3) {
+	for i, servers := range RaiseVoters(1, 3, dev, 3, raft.Configuration{}) {
 		if len(servers) != 1 || servers[0].ID != "n1" {
 			t.Fatalf("dev group %d: %v", 1+i, servers)
+		}
+	}
+	// Only group 0's voters apply the raise and bootstrap: with group 0 on
+	// n0-0, n1-1 and n2-1 (and n2-0 its non-voter), every new group gets
+	// exactly those three.
+	order := raft.Configuration{Servers: []raft.Server{
+		{Suffrage: raft.Voter, ID: "n0-0"}, {Suffrage: raft.Voter, ID: "n1-1"},
+		{Suffrage: raft.Voter, ID: "n2-1"}, {Suffrage: raft.Nonvoter, ID: "n2-0"},
+	}}
+	for i, servers := range RaiseVoters(4, 8, ms, 3, order) {
+		var ids []string
+		for _, s := range servers {
+			ids = append(ids, string(s.ID))
+		}
+		slices.Sort(ids)
+		if !slices.Equal(ids, []string{"n0-0", "n1-1", "n2-1"}) {
+			t.Fatalf("group %d: voters %v, want group 0's", 4+i, ids)
 		}
 	}
 }

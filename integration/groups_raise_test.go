@@ -12,33 +12,58 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clientlib"
 	"github.com/tollgate-io/tollgate/faulttest/history"
 	"github.com/tollgate-io/tollgate/fsm"
-	"github.com/tollgate-io/tollgate/fsm/layouttable"
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/server/servertest"
 )
 
-// TestRaiseGroupsWhileTracking: a real 3-node cluster (P = 64, G = 4, one
-// node per zone) raises its group count to 8 while a clientlib client keeps
-// tracking in every partition. Groups 4–7 are created empty on every node
-// with the three voters placement names; raising to 8 again changes nothing
-// and lowering is refused. A rolling restart gives every node the new
-// groups' leader path, and group 0's leader hands each old group's upper
-// half of partitions to a new group (partition-give / receive / route /
-// complete). Throughout, the client surfaces no error and its recorded
-// history checks (no series acknowledged before, during or after the moves
-// is refused later); afterwards every series sent is in its partition's new
-// owner.
+// TestRaiseGroupsWhileTracking: a real cluster (P = 64, G = 4) raises its
+// group count to 8 while a clientlib client keeps tracking in every
+// partition. Groups 4–7 are created empty on every node with the three
+// voters placement names; raising to 8 again changes nothing and lowering is
+// refused. A rolling restart gives every node the new groups' leader path,
+// and group 0's leader hands each old group's upper half of partitions to a
+// new group (partition-give / receive / route / complete). Throughout, the
+// client surfaces no error and its recorded history checks (no series
+// acknowledged before, during or after the moves is refused later);
+// afterwards every series sent is in its partition's new owner, and every
+// node's cluster view carries the final table.
+//
+// Run with three nodes (one per zone, every node in every group) and with
+// four (two in zone-a), where one node holds no replica of group 0, whose
+// log carries the table and the raise: that node learns both from group 0's
+// leader (service/layouttable Follow), creates the new groups (it may be one
+// of their voters) and answers cluster views with the moves' table.
 func TestRaiseGroupsWhileTracking(t *testing.T) {
+	t.Run("3 nodes", func(t *testing.T) { raiseWhileTracking(t, 3) })
+	t.Run("4 nodes, one outside group 0", func(t *testing.T) { raiseWhileTracking(t, 4) })
+}
+
+func raiseWhileTracking(t *testing.T, nodes int) {
 	const p, from, to = 64, 4, 8
-	c := servertest.Start(t, servertest.Options{Nodes: 3})
+	c := servertest.Start(t, servertest.Options{Nodes: nodes, Configure: func(i int, cfg *server.Config) {
+		if i == 3 {
+			cfg.Node.Zone = "zone-a"
+		}
+	}})
+	outsiders := 0
+	for _, s := range c.Nodes() {
+		if !hostsGroup0(t, c, s.NodeID()) {
+			outsiders++
+		}
+	}
+	if want := nodes - 3; outsiders != want {
+		t.Fatalf("%d nodes hold no replica of group 0, want %d", outsiders, want)
+	}
 	cl, err := clientlib.New(clientlib.Config{Addrs: c.GRPCAddrs(), Mode: clientlib.ModeSync})
 	if err != nil {
 		t.Fatal(err)
@@ -119,34 +144,48 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 	if resp.From != from || resp.Groups != to || !resp.Changed {
 		t.Fatalf("raise %d → %d: %+v", from, to, resp)
 	}
-	waitFor(t, "every new group on every node with 3 voters", func() bool {
+	var why string
+	// (No leader yet: a node leads the groups a raise added from its next
+	// restart.)
+	waitFor(t, "every new group on every node, with 3 voters, and in every node's view", func() bool {
 		for _, s := range c.Nodes() {
 			if s.RaftGroups() != to {
+				why = fmt.Sprintf("%s runs %d raft groups", s.NodeID(), s.RaftGroups())
 				return false
 			}
 		}
 		for g := from; g < to; g++ {
-			fut := c.Node(0).Raft(g).GetConfiguration()
-			if fut.Error() != nil {
-				return false
-			}
+			// The configuration as its voters know it (a node outside
+			// the group knows none).
 			voters := 0
-			for _, srv := range fut.Configuration().Servers {
-				if srv.Suffrage == raft.Voter {
-					voters++
+			for _, s := range c.Nodes() {
+				fut := s.Raft(g).GetConfiguration()
+				if fut.Error() != nil {
+					continue
 				}
+				n := 0
+				for _, srv := range fut.Configuration().Servers {
+					if srv.Suffrage == raft.Voter {
+						n++
+					}
+				}
+				voters = max(voters, n)
 			}
 			if voters != 3 {
+				why = fmt.Sprintf("group %d: %d voters", g, voters)
+				return false
+			}
+		}
+		for _, s := range c.Nodes() {
+			if tab := viewTable(t, s); tab.Groups != to {
+				why = fmt.Sprintf("%s: view's table has %d groups", s.NodeID(), tab.Groups)
 				return false
 			}
 		}
 		return true
-	})
+	}, &why)
 	for _, s := range c.Nodes() {
-		tab := s.FSM(0).Module(layouttable.Name).(*layouttable.Module).Current()
-		if tab.Groups != to {
-			t.Fatalf("%s: table has %d groups, want %d", s.NodeID(), tab.Groups, to)
-		}
+		tab := viewTable(t, s)
 		for g := from; g < to; g++ {
 			if len(tab.Owned(g)) != 0 {
 				t.Fatalf("%s: new group %d owns %v", s.NodeID(), g, tab.Owned(g))
@@ -186,7 +225,7 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 	for {
 		done := true
 		for _, s := range c.Nodes() {
-			tab := s.FSM(0).Module(layouttable.Name).(*layouttable.Module).Current()
+			tab := viewTable(t, s)
 			for q := range p {
 				done = done && tab.GroupOf(q) == target[q]
 			}
@@ -197,9 +236,9 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 		if moveCtx.Err() != nil {
 			t.Fatalf("partitions not at their target after %v", time.Since(start))
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("32 partitions at their target %v after the last restart was ready", time.Since(start).Round(time.Millisecond))
+	t.Logf("32 partitions at their target (in every node's cluster view) %v after the last restart was ready", time.Since(start).Round(time.Millisecond))
 	// Keep tracking a while on the raised cluster.
 	mark := calls.Load()
 	waitFor(t, "20 more tracking calls after the moves", func() bool { return calls.Load() >= mark+20 })
@@ -240,4 +279,40 @@ func TestRaiseGroupsWhileTracking(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hostsGroup0 reports whether node id is in group 0's raft configuration.
+func hostsGroup0(t *testing.T, c *servertest.Cluster, id string) bool {
+	t.Helper()
+	fut := c.Node(0).Raft(0).GetConfiguration()
+	if err := fut.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return slices.ContainsFunc(fut.Configuration().Servers, func(srv raft.Server) bool { return string(srv.ID) == id })
+}
+
+// viewTable is the table node s routes clients by: the layout of the first
+// cluster view its WatchCluster stream sends.
+func viewTable(t *testing.T, s *server.Server) *layout.Table {
+	t.Helper()
+	conn, err := grpc.NewClient(s.GRPCAddr(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := api.NewTrackerClient(conn).WatchCluster(ctx, &api.WatchClusterRequest{})
+	if err != nil {
+		t.Fatalf("%s: watch cluster: %v", s.NodeID(), err)
+	}
+	v, err := st.Recv()
+	if err != nil {
+		t.Fatalf("%s: watch cluster: %v", s.NodeID(), err)
+	}
+	tab, err := api.ViewTable(v)
+	if err != nil {
+		t.Fatalf("%s: cluster view: %v", s.NodeID(), err)
+	}
+	return tab
 }

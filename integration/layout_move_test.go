@@ -185,11 +185,15 @@ func TestLayoutMoveWhileTracking(t *testing.T) {
 }
 
 // waitFor polls cond every 20 ms for up to 60 s (a hang becomes a failure;
-// nothing is timed).
-func waitFor(t *testing.T, what string, cond func() bool) {
+// nothing is timed). A why, if given, is what cond last found wrong: the
+// failure says it.
+func waitFor(t *testing.T, what string, cond func() bool, why ...*string) {
 	t.Helper()
 	for deadline := time.Now().Add(60 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
+			if len(why) > 0 && *why[0] != "" {
+				t.Fatalf("timed out waiting for %s: %s", what, *why[0])
+			}
 			t.Fatalf("timed out waiting for %s", what)
 		}
 	}

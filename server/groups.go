@@ -92,7 +92,7 @@ func (s *Server) newGroupFSM(g, groups int) (*fsm.FSM, error) {
 func (s *Server) newGrowth() *cluster.Growth {
 	return cluster.NewGrowth(cluster.GrowthConfig{NodeID: s.cfg.Node.ID, Log: s.log,
 		Groups:    func() int { return s.host.Groups() },
-		Want:      func() int { return s.layout.Module().Current().Groups },
+		Want:      func() int { return s.layout.Current().Groups }, // a learned table too (layout.go)
 		Add:       s.addRaftGroup,
 		Bootstrap: func(g int, servers []raft.Server) error { return s.host.BootstrapGroup(g, servers) },
 		NewFSM:    func(g, groups int) (raft.FSM, error) { return s.newGroupFSM(g, groups) },
@@ -117,7 +117,7 @@ func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) { s.grow.Raised(r.From, 
 func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
 	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]raft.Server {
 		if ms := s.memberList(); !s.cfg.Cluster.Bootstrap || len(ms) == 1 { // a --dev node bootstraps each group it creates alone (raftnode)
-			return cluster.RaiseVoters(from, to, ms, s.cfg.Cluster.Replicas)
+			return cluster.RaiseVoters(from, to, ms, s.cfg.Cluster.Replicas, s.host.Raft(0).GetConfiguration().Configuration())
 		}
 		return nil
 	})

@@ -306,7 +306,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.wg.Add(1)
 	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.Limits.Reload) }()
-	s.goUntilStop(s.grow.Run)                  // groups.go
+	s.goUntilStop(s.grow.Run) // groups.go
+	s.goUntilStop(func(stop <-chan struct{}) { s.layout.Follow(stop, time.Second, s.layoutChanged) })
 	if err := s.openComponents(); err != nil { // components.go
 		return fail(err)
 	}
@@ -474,8 +475,8 @@ func (s *Server) NotReadyReason() string {
 		}
 	}
 	for g, tr := range s.trackers {
-		if v.GroupInfo[g].LeaderId == "" {
-			return fmt.Sprintf("group %d: no known leader", g)
+		if v.GroupInfo[g].LeaderId == "" && (g < s.base || len(s.layout.Current().Owned(g)) > 0) {
+			return fmt.Sprintf("group %d: no known leader", g) // (a raised group owning nothing yet may wait: its voters lead it from their restart)
 		}
 		if !s.hostsGroup(g) {
 			continue

@@ -5,8 +5,9 @@
 // through group 0's log (Propose).
 //
 // A node decides by its own replica of group 0: the arithmetic of (P, G)
-// until a layout-set entry applies there. A node that holds no replica of
-// group 0 keeps the arithmetic; giving it the table, and making a move safe
-// for a partition that holds series, is the hand-off work of
-// docs/online-groups.md.
+// until a layout-set or layout-raise entry applies there. A node that holds
+// no replica of group 0 (more nodes than a group has voters) learns the
+// table from group 0's leader every second (Follow) and routes by the
+// newer of the two (Current); a request routed by an older table is safe
+// either way, as the giving group's fence answers Moved (service/partmove).
 package layouttable

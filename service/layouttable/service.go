@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"google.golang.org/grpc/codes"
@@ -26,6 +28,11 @@ type Service struct {
 	// leaderOf names group g's leader (id, gRPC address; "" if unknown).
 	leaderOf func(g int) (string, string)
 
+	// learned is the table group 0's leader last named (Follow), on a node
+	// that holds no replica of group 0; nil until one newer than the
+	// replica's arrives.
+	learned atomic.Pointer[layout.Table]
+
 	mu       sync.Mutex
 	viewOf   *layout.Table // the table view was built from
 	viewForm *api.PartitionLayout
@@ -39,8 +46,78 @@ func New(mod *fsmlayout.Module, port nodeport.Port, p int, leaderOf func(g int) 
 // Module is the FSM module group 0 carries.
 func (s *Service) Module() *fsmlayout.Module { return s.mod }
 
+// Current is the table this node routes by: its replica of group 0's, or
+// the one it learned from group 0's leader (Follow) when that one is newer.
+// Safe from any goroutine; the table must not be modified.
+func (s *Service) Current() *layout.Table {
+	t := s.mod.Current()
+	if l := s.learned.Load(); l != nil && l.Epoch > t.Epoch {
+		return l
+	}
+	return t
+}
+
+// Learn records t, a table group 0's leader named, and reports whether it is
+// newer than what this node routes by (so it is now Current). An invalid
+// table is not recorded.
+func (s *Service) Learn(t *layout.Table) bool {
+	if t == nil || t.Validate(s.partitions) != nil {
+		return false
+	}
+	for {
+		old := s.learned.Load()
+		if (old != nil && old.Epoch >= t.Epoch) || s.mod.Current().Epoch >= t.Epoch {
+			return false
+		}
+		if s.learned.CompareAndSwap(old, t) {
+			return true
+		}
+	}
+}
+
+// Follow keeps a node that holds no replica of group 0 (a cluster with more
+// nodes than a group has voters) up to date: every interval it asks group
+// 0's leader for the table (PartitionMoves.State of group 0) and learns a
+// newer one, then calls onNew with it — how such a node creates the groups
+// a raise added (it may be their voter) and routes and answers cluster
+// views by the moves' table. A node that hosts group 0 asks nobody. Returns
+// when stop closes; a failed ask is retried at the next tick.
+func (s *Service) Follow(stop <-chan struct{}, every time.Duration, onNew func(*layout.Table)) {
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if s.port.Hosts(OrderGroup) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), every)
+		t, err := s.fetch(ctx)
+		cancel()
+		if err == nil && s.Learn(t) && onNew != nil {
+			onNew(t)
+		}
+	}
+}
+
+// fetch asks group 0's leader for its table (nil: the arithmetic).
+func (s *Service) fetch(ctx context.Context) (*layout.Table, error) {
+	conn, cctx, err := s.port.LeaderConn(ctx, OrderGroup)
+	if err != nil {
+		return nil, err
+	}
+	res, err := api.NewPartitionMovesClient(conn).State(cctx, &api.MoveStateRequest{Group: OrderGroup})
+	if err != nil || res.GetLayout() == nil {
+		return nil, err
+	}
+	return api.LayoutFromProto(res.GetLayout(), s.partitions)
+}
+
 // Owner is the group owning partition p by this node's table.
-func (s *Service) Owner(p int) int { return s.mod.Current().GroupOf(p) }
+func (s *Service) Owner(p int) int { return s.Current().GroupOf(p) }
 
 // Route returns the group that decides partition p for a request routed to
 // group routed (nil: the client did not say; clients before the table). A
@@ -49,7 +126,7 @@ func (s *Service) Owner(p int) int { return s.mod.Current().GroupOf(p) }
 // retries. (The table names only groups this node runs: fsm/layouttable
 // refuses others.)
 func (s *Service) Route(p int, routed *uint32) (int, error) {
-	t := s.mod.Current()
+	t := s.Current()
 	g := t.GroupOf(p)
 	if routed == nil || int(*routed) == g {
 		return g, nil
@@ -68,7 +145,7 @@ func (s *Service) Route(p int, routed *uint32) (int, error) {
 // arithmetic is in force. Built once per table; the result is shared and
 // must not be modified.
 func (s *Service) View() *api.PartitionLayout {
-	t := s.mod.Current()
+	t := s.Current()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if t != s.viewOf {
@@ -151,7 +228,7 @@ func (s *Service) Raise(ctx context.Context, n int, place func(from, to int) [][
 // still names g, no leader is named, so the client backs off and asks again:
 // the route follows the give within a few commits.
 func (s *Service) MovedErr(p, g int) error {
-	t := s.mod.Current()
+	t := s.Current()
 	owner := t.GroupOf(p)
 	mv := &api.Moved{Partition: uint32(p), Group: uint32(owner), LayoutEpoch: t.Epoch}
 	if owner != g {

@@ -135,3 +135,44 @@ func TestRaise(t *testing.T) {
 		t.Fatalf("raise without voters: %v (%d entries proposed)", err, port.idx-idx)
 	}
 }
+
+// TestLearn: a table learned from group 0's leader is routed by while it is
+// newer than the node's replica, and only then; an older or invalid one is
+// not recorded; once the replica catches up, the replica's table wins.
+func TestLearn(t *testing.T) {
+	s := newService(t)
+	ctx := context.Background()
+	raised, _, err := s.Current().Raise(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := raised.Move(31, 6) // epoch 2: partition 31 in group 6
+	if !s.Learn(moved) || s.Current() != moved || s.Owner(31) != 6 || s.View().GetEpoch() != 2 {
+		t.Fatalf("learned epoch 2: current epoch %d, owner of 31 %d", s.Current().Epoch, s.Owner(31))
+	}
+	if s.Learn(raised) || s.Current() != moved {
+		t.Fatal("an older table was learned over a newer one")
+	}
+	bad := moved.Move(31, 6)
+	bad.Owner = bad.Owner[:10] // 10 partitions, not 64
+	if s.Learn(bad) || s.Learn(nil) || s.Current() != moved {
+		t.Fatal("an invalid table was learned")
+	}
+	if g, err := s.Route(31, nil); err != nil || g != 6 {
+		t.Fatalf("route by the learned table: %d %v", g, err)
+	}
+	// The replica catches up (this node joined group 0): from the learned
+	// table's epoch on, its own table is in force again.
+	if _, err := s.Propose(ctx, s.Module().Current().Move(31, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Current() != moved {
+		t.Fatal("replica at epoch 1, learned 2: want the learned table")
+	}
+	if _, err := s.Propose(ctx, s.Module().Current().Move(31, 3)); err != nil {
+		t.Fatal(err)
+	}
+	if s.Current() != s.Module().Current() || s.Owner(31) != 3 {
+		t.Fatalf("replica at epoch 2 as learned: current epoch %d, owner of 31 %d; want the replica's", s.Current().Epoch, s.Owner(31))
+	}
+}

@@ -285,6 +285,9 @@ func (s *Service) State(_ context.Context, in *api.MoveStateRequest) (*api.MoveS
 		return nil, err
 	}
 	out := &api.MoveStateResponse{Outbox: mod.Outbox(in.GetNonce()), Received: mod.Received(in.GetNonce())}
+	if in.GetGroup() == 0 && s.cfg.Layout != nil {
+		out.Layout = api.LayoutToProto(s.cfg.Layout()) // for nodes outside group 0 (layouttable.Follow)
+	}
 	for p := range s.cfg.Partitions {
 		if mod.Owns(p) {
 			out.Owned = append(out.Owned, uint32(p))
