@@ -142,6 +142,9 @@ func (c *simCluster) step() bool {
 			if mv.Transfer.Suffrage != raft.Voter || !slices.ContainsFunc(c.conf[g], func(s raft.Server) bool { return s.ID == mv.Transfer.ID }) {
 				c.t.Fatalf("group %d: transfer to %s, not a voter of %v", g, mv.Transfer.ID, ids(c.conf[g]))
 			}
+			if !c.members[string(mv.Transfer.ID)].MayLead(g) {
+				c.t.Fatalf("group %d: transfer to %s, which leads only groups below %d until it restarts", g, mv.Transfer.ID, c.members[string(mv.Transfer.ID)].LeadGroups)
+			}
 			c.leader[g] = string(mv.Transfer.ID)
 			continue
 		}
@@ -269,6 +272,81 @@ func TestPlanMovesScaleOutAndIn(t *testing.T) {
 			}
 			t.Logf("G=%d: %d moves for 3→6, %d in all", groups, moves36, c.moves)
 		})
+	}
+}
+
+// TestPlanMovesNewNodesLeadTheirStartGroups: three nodes join a cluster
+// raised to 16 groups while they run with 4 (LeadGroups 4: they lead the
+// raised groups from their next restart). No leadership of a raised group
+// is handed to them, whatever moves are planned meanwhile; once they
+// restarted, placement settles even.
+func TestPlanMovesNewNodesLeadTheirStartGroups(t *testing.T) {
+	c := newSimCluster(t, 16, zonedMembers(1, 1))
+	for _, m := range zonedMembers(4, 1) {
+		m.LeadGroups = 4
+		c.members[m.ID] = m
+	}
+	for range 160 {
+		if !c.step() {
+			break
+		}
+	}
+	before := c.moves
+	for id, m := range c.members {
+		m.LeadGroups = 0
+		c.members[id] = m
+	}
+	c.settle(160)
+	c.checkEven("3 → 6, the new nodes restarted")
+	t.Logf("%d moves before the restarts, %d after", before, c.moves-before)
+}
+
+// TestPlanMovesHandOffOnlyToALeaderItCanBe: the leader of a raised group
+// whose placement is all new nodes (which lead only the groups they started
+// with, LeadGroups 4) must leave the group, and every other voter is such a
+// node: it hands leadership to none of them (the transfer would fail, again
+// and again) and waits for their restart.
+func TestPlanMovesHandOffOnlyToALeaderItCanBe(t *testing.T) {
+	const groups = 64
+	ms := append(zonedMembers(1, 1), zonedMembers(4, 1)...) // n01..n03 old, n04..n06 new
+	old := map[string]bool{"n01": true, "n02": true, "n03": true}
+	targets := PlaceAll(groups, ms, 3)
+	g := -1
+	for i := 4; i < groups && g < 0; i++ {
+		if !slices.ContainsFunc(targets[i], func(m membership.Member) bool { return old[m.ID] }) {
+			g = i
+		}
+	}
+	if g < 0 {
+		t.Fatal("no raised group is placed on the new nodes only: pick other ids or more groups") // placement is a pure function of the ids
+	}
+	for i := range ms {
+		if !old[ms[i].ID] {
+			ms[i].LeadGroups = 4
+		}
+	}
+	// Voters: two targets (new) and the leader, old, of the remaining zone.
+	var conf []raft.Server
+	var self string
+	for _, m := range targets[g][:2] {
+		conf = append(conf, voterS(m.ID))
+	}
+	for _, m := range ms {
+		if old[m.ID] && m.Zone == targets[g][2].Zone {
+			self = m.ID
+			conf = append(conf, voterS(m.ID))
+		}
+	}
+	in := moveInput{Self: self, Groups: groups, Replicas: 3, Members: ms, Led: []GroupConfig{{Group: g, Servers: conf}}}
+	if mv, ok := planMoves(in); ok {
+		t.Fatalf("group %d (voters %v, leader %s): planned %+v; want nothing until the new nodes restart", g, ids(conf), self, mv)
+	}
+	for i := range ms {
+		ms[i].LeadGroups = 0
+	}
+	mv, ok := planMoves(in)
+	if !ok || mv.Transfer == nil || old[string(mv.Transfer.ID)] {
+		t.Fatalf("after the restarts: planned %+v (%v); want a hand-off to a new voter", mv, ok)
 	}
 }
 

@@ -196,7 +196,9 @@ func PlanBalance(in BalanceInput) (LeaderMove, bool) {
 		return LeaderMove{}, false
 	}
 	counts := map[string]int{}
+	byID := map[string]membership.Member{}
 	for _, m := range ms {
+		byID[m.ID] = m
 		if m.DiskFull {
 			continue // it would step down at its first log write
 		}
@@ -217,8 +219,8 @@ func PlanBalance(in BalanceInput) (LeaderMove, bool) {
 		bestN := mine - 1 // the target must lead ≤ mine-2
 		for _, srv := range gc.Servers {
 			n, ok := counts[string(srv.ID)]
-			if srv.Suffrage != raft.Voter || string(srv.ID) == in.Self || !ok {
-				continue
+			if srv.Suffrage != raft.Voter || string(srv.ID) == in.Self || !ok || !byID[string(srv.ID)].MayLead(gc.Group) {
+				continue // (a group a raise added while the node ran: it leads it from its restart)
 			}
 			if n < bestN {
 				best, bestN = &srv, n
@@ -369,7 +371,7 @@ func planMoves(in moveInput) (placementMove, bool) {
 			for _, wantTarget := range []bool{true, false} {
 				for _, v := range voters {
 					id := string(v.ID)
-					if id != in.Self && target[id] == wantTarget && healthy(byID[id]) {
+					if id != in.Self && target[id] == wantTarget && healthy(byID[id]) && byID[id].MayLead(gc.Group) {
 						return placementMove{Group: gc.Group, Remove: remove, Transfer: &v, Reason: reason}, true
 					}
 				}

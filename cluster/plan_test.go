@@ -317,6 +317,10 @@ func TestPlanBalance(t *testing.T) {
 			led: led(abc, 0, 1)},
 		{name: "the next least loaded when the least loaded is stopping", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2"), draining(aliveM("c", "z3"))},
 			led: led(abc, 0, 1, 2), want: "2→b"},
+		{name: "a node that leads only the groups it started with is no target for a raised one", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2, 3), leadsBelow(aliveM("c", "z3"), 4)},
+			led: led(abc, 5, 6, 7)},
+		{name: "… and is one for a group it started with", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2, 3), leadsBelow(aliveM("c", "z3"), 4)},
+			led: led(abc, 1, 6, 7), want: "1→c"},
 		{name: "a nonvoter is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), aliveM("c", "z3")},
 			led: led(nonvoterC, 0, 1)},
 		{name: "a member outside the configuration is no target", members: []membership.Member{aliveM("a", "z1"), aliveM("b", "z2", 2), aliveM("d", "z1")},
@@ -425,3 +429,5 @@ func TestPlanBalanceDelayJitter(t *testing.T) {
 		t.Fatalf("delay range [%v, %v], want [7.5s, 12.5s]", lo, hi)
 	}
 }
+
+func leadsBelow(m membership.Member, n int) membership.Member { m.LeadGroups = n; return m }

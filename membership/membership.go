@@ -53,6 +53,9 @@ const drainTag = "drain"
 // to move to other members (SetDecommissioning).
 const decomTag = "dc"
 
+// leadTag carries Config.LeadGroups (absent when 0).
+const leadTag = "lg"
+
 // maxLedTag bounds the "l" tag so the whole tag set stays under serf's 512-byte limit.
 const maxLedTag = 300
 
@@ -70,6 +73,12 @@ type Config struct {
 	// gossiped in the "ver" tag so leaders know when every voter can apply a
 	// new entry type. Default 1 (the version before the tag existed).
 	ClusterVersion int
+
+	// LeadGroups, when > 0, is the number of groups this node may lead
+	// (groups 0..LeadGroups-1): a node leads the groups a raise added while
+	// it ran only from its next restart, so leaders must not hand it those.
+	// Gossiped in the "lg" tag; 0 gossips none (no bound, as earlier builds).
+	LeadGroups int
 
 	// Incarnation identifies the node's data dir (server/identity.go); it is
 	// gossiped, and Member.RaftAddr names it so that leaders add this
@@ -133,6 +142,8 @@ type Member struct {
 	// gossiped: serf keeps a failed member's tags until the reconnect timeout
 	// and a departed one's until the tombstone timeout.
 	ClusterVersion int
+	// LeadGroups is the member's Config.LeadGroups ("lg" tag; 0: no bound).
+	LeadGroups int
 	// DiskFull: the member reports that its disk refuses raft writes
 	// ("disk" tag); it should not be handed leaderships.
 	DiskFull bool
@@ -270,6 +281,9 @@ func New(cfg Config) (*Membership, error) {
 			"l":    "",
 			verTag: strconv.Itoa(cfg.ClusterVersion),
 		},
+	}
+	if cfg.LeadGroups > 0 {
+		m.tags[leadTag] = strconv.Itoa(cfg.LeadGroups)
 	}
 	if cfg.Incarnation != "" {
 		m.tags[incTag] = cfg.Incarnation
@@ -451,6 +465,7 @@ func (m *Membership) Members() []Member {
 			Status:             statusString(sm.Status),
 			GroupsLed:          led,
 			ClusterVersion:     ParseClusterVersion(sm.Tags[verTag]),
+			LeadGroups:         parseLeadGroups(sm.Tags[leadTag]),
 			DiskFull:           sm.Tags[diskTag] == "full",
 			Draining:           sm.Tags[drainTag] != "",
 			Decommissioning:    sm.Tags[decomTag] != "",
@@ -459,6 +474,21 @@ func (m *Membership) Members() []Member {
 	slices.SortFunc(out, func(a, b Member) int { return strings.Compare(a.ID, b.ID) })
 	return out
 }
+
+// parseLeadGroups reads an "lg" tag: missing or unreadable means no bound.
+func parseLeadGroups(tag string) int {
+	n, err := strconv.Atoi(tag)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// MayLead reports whether the member may be handed group g's leadership as
+// far as its build and start go: a group below its LeadGroups, or any group
+// when it gossips no bound. (Whether it is alive, draining or full is
+// separate.)
+func (m Member) MayLead(g int) bool { return m.LeadGroups == 0 || g < m.LeadGroups }
 
 // ParseClusterVersion reads a "ver" tag: a missing or unreadable tag means 1,
 // the cluster version of builds that did not gossip one.

@@ -151,10 +151,12 @@ func TestConfigErrors(t *testing.T) {
 	}
 }
 
+// TestClusterVersionTag also covers the "lg" tag (LeadGroups), gossiped the
+// same way: a member without it may lead any group.
 func TestClusterVersionTag(t *testing.T) {
 	a := start(t, "a", "zone-a") // no version configured: advertises 1
 	b, err := New(Config{NodeID: "b", Zone: "zone-b", GRPCAddr: "b:1", RaftAddr: "b:2", BindAddr: "127.0.0.1:0",
-		ProbeInterval: 200 * time.Millisecond, ClusterVersion: 7})
+		ProbeInterval: 200 * time.Millisecond, ClusterVersion: 7, LeadGroups: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,6 +171,14 @@ func TestClusterVersionTag(t *testing.T) {
 		ms := m.Members()
 		if ms[0].ClusterVersion != 1 || ms[1].ClusterVersion != 7 {
 			t.Fatalf("versions seen: a=%d b=%d, want 1 and 7", ms[0].ClusterVersion, ms[1].ClusterVersion)
+		}
+		if !ms[0].MayLead(40) || !ms[1].MayLead(3) || ms[1].MayLead(4) {
+			t.Fatalf("lead bounds seen: a=%d b=%d, want none and 4", ms[0].LeadGroups, ms[1].LeadGroups)
+		}
+	}
+	for tag, want := range map[string]int{"": 0, "x": 0, "-3": 0, "16": 16} {
+		if got := parseLeadGroups(tag); got != want {
+			t.Errorf("parseLeadGroups(%q) = %d, want %d", tag, got, want)
 		}
 	}
 	for tag, want := range map[string]int{"": 1, "x": 1, "0": 1, "-3": 1, "2": 2} {

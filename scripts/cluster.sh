@@ -7,6 +7,11 @@
 #   gRPC 74i0, raft 74i1, gossip 74i2, HTTP 74i3
 # (the leading 74 is $TOLLGATE_CLUSTER_PORT_BASE, two digits 10..99, default
 # 74: every port stays a four-digit one, below the kernel's ephemeral range)
+# `add-node N` (N = 4..30) starts one more node that joins the running
+# cluster: zone-{a,b,c} in turn (node 4 in zone-a), ports base×100 + 10N + k
+# (node 12 of base 74: gRPC 7520 … HTTP 7523; so clusters on this machine
+# keep bases at least 3 apart). stop, start and restart-node cover added
+# nodes too.
 # Data, logs, pid files and the admin token go under $TOLLGATE_CLUSTER_DIR
 # (default: ./data/cluster in this checkout, so two checkouts or two users do
 # not share state). The admin token is generated into <dir>/admin-token and
@@ -22,9 +27,23 @@ zones=(zone-a zone-b zone-c)
 pb=${TOLLGATE_CLUSTER_PORT_BASE:-74}
 [[ "$pb" =~ ^[1-9][0-9]$ ]] || { echo "TOLLGATE_CLUSTER_PORT_BASE=$pb: want two digits, 10..99 (ports \${base}i0..\${base}i3)" >&2; exit 2; }
 
+# port I K: node I's port K (0 gRPC, 1 raft, 2 gossip, 3 HTTP).
+port() { echo $((10#$pb * 100 + $1 * 10 + $2)); }
+
+# nodes: the numbers of this cluster's nodes: 1, 2, 3 and every added one.
+nodes() {
+  local d
+  {
+    echo 1; echo 2; echo 3
+    for d in "$dir"/node-*; do
+      [ -d "$d" ] && [[ "${d##*/node-}" =~ ^[0-9]+$ ]] && echo "${d##*/node-}"
+    done
+  } | sort -nu
+}
+
 running() { # prints the pids of this cluster's live nodes
   local i f
-  for i in 1 2 3; do
+  for i in $(nodes); do
     f="$dir/node-$i.pid"
     [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null && cat "$f"
   done
@@ -33,11 +52,11 @@ running() { # prints the pids of this cluster's live nodes
 
 stop_nodes() {
   local i f
-  for i in 1 2 3; do
+  for i in $(nodes); do
     f="$dir/node-$i.pid"
     [ -f "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null || true
   done
-  for i in 1 2 3; do
+  for i in $(nodes); do
     f="$dir/node-$i.pid"
     [ -f "$f" ] || continue
     for _ in $(seq 100); do kill -0 "$(cat "$f")" 2>/dev/null || break; sleep 0.1; done
@@ -59,18 +78,21 @@ fail() {
 }
 
 # launch_node I: start node I in the background (its log is appended to).
-# A first start joins node-1's gossip (node-1 joins nobody); a restart joins
-# the other two, so a restarted node-1 finds the cluster again too.
+# A first start of node 2 or 3 joins node-1's gossip (node-1 joins nobody);
+# an added node, and any restart, joins nodes 1-3 (but itself), so a
+# restarted node-1 finds the cluster again too. Only nodes 1-3 form the
+# cluster (--bootstrap-expect 3); an added node is added by the leaders.
 launch_node() {
-  local i=$1 j join=()
-  if [ -d "$dir/node-$i" ]; then
-    for j in 1 2 3; do [ "$j" -ne "$i" ] && join+=(--join "127.0.0.1:${pb}${j}2"); done
+  local i=$1 j join=() expect=()
+  if [ -d "$dir/node-$i" ] || [ "$i" -gt 3 ]; then
+    for j in 1 2 3; do [ "$j" -ne "$i" ] && join+=(--join "127.0.0.1:$(port "$j" 2)"); done
   elif [ "$i" -gt 1 ]; then
-    join=(--join "127.0.0.1:${pb}12")
+    join=(--join "127.0.0.1:$(port 1 2)")
   fi
-  "$bin" server --node-id "node-$i" --zone "${zones[$((i-1))]}" --data-dir "$dir/node-$i" \
-    --grpc-addr "127.0.0.1:${pb}${i}0" --raft-addr "127.0.0.1:${pb}${i}1" --gossip-addr "127.0.0.1:${pb}${i}2" \
-    --http-addr "127.0.0.1:${pb}${i}3" --bootstrap-expect 3 "${join[@]}" --admin-token-file "$dir/admin-token" \
+  [ "$i" -le 3 ] && expect=(--bootstrap-expect 3)
+  "$bin" server --node-id "node-$i" --zone "${zones[$(((i-1) % 3))]}" --data-dir "$dir/node-$i" \
+    --grpc-addr "127.0.0.1:$(port "$i" 0)" --raft-addr "127.0.0.1:$(port "$i" 1)" --gossip-addr "127.0.0.1:$(port "$i" 2)" \
+    --http-addr "127.0.0.1:$(port "$i" 3)" "${expect[@]}" "${join[@]}" --admin-token-file "$dir/admin-token" \
     --gossip-keyring-file "$dir/gossip.key" \
     --default-max-series "${TOLLGATE_MAX_SERIES:-150000}" >> "$dir/node-$i.log" 2>&1 &
   echo $! > "$dir/node-$i.pid"
@@ -82,7 +104,7 @@ launch_node() {
 # just started again.
 restart_node() {
   local i=$1 f="$dir/node-$1.pid" pid
-  [[ "$i" =~ ^[123]$ ]] || { echo "restart-node: want 1, 2 or 3, got '$i'" >&2; exit 2; }
+  [[ "$i" =~ ^[1-9][0-9]?$ ]] || { echo "restart-node: want a node number (1, 2, 3 or an added one), got '$i'" >&2; exit 2; }
   [ -d "$dir/node-$i" ] || { echo "node-$i has no data in $dir/node-$i: start the cluster first (make cluster)" >&2; exit 1; }
   if [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; then
     pid=$(cat "$f")
@@ -95,15 +117,35 @@ restart_node() {
     echo "node-$i is not running; starting it again from $dir/node-$i"
   fi
   launch_node "$i"
+  wait_ready "$i"
+}
+
+# wait_ready I: until node I's /readyz is 200 (fails after 60 s, or at once
+# when the node exits).
+wait_ready() {
+  local i=$1 f="$dir/node-$1.pid"
   for _ in $(seq 600); do
-    kill -0 "$(cat "$f")" 2>/dev/null || fail "node-$i" "node-$i exited during restart"
-    if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:${pb}${i}3/readyz")" = 200 ]; then
-      echo "node-$i ready (grpc 127.0.0.1:${pb}${i}0)"
+    kill -0 "$(cat "$f")" 2>/dev/null || fail "node-$i" "node-$i exited while starting"
+    if [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$(port "$i" 3)/readyz")" = 200 ]; then
+      echo "node-$i ready (grpc 127.0.0.1:$(port "$i" 0))"
       return 0
     fi
     sleep 0.1
   done
   fail "node-$i" "node-$i not ready (/readyz) after 60s"
+}
+
+# add_node N: start node N (4..30), new, joining the running cluster; wait
+# until it is ready (it is ready once it knows every group's leader; the
+# leaders add it to groups as placement wants, learner first).
+add_node() {
+  local i=${1:-}
+  [[ "$i" =~ ^[0-9]+$ ]] && [ "$i" -ge 4 ] && [ "$i" -le 30 ] || { echo "add-node: want a node number 4..30, got '$i'" >&2; exit 2; }
+  [ -d "$dir/node-$i" ] && { echo "node-$i exists in $dir/node-$i: use restart-node $i" >&2; exit 1; }
+  [ -n "$(running)" ] || { echo "no cluster from this checkout runs: start it first" >&2; exit 1; }
+  : > "$dir/node-$i.log"
+  launch_node "$i"
+  wait_ready "$i"
 }
 
 # node_running I: whether node I has a live pid.
@@ -115,7 +157,7 @@ node_running() {
 start() {
   if [ -n "$(running)" ]; then
     local i missing=0
-    for i in 1 2 3; do
+    for i in $(nodes); do
       node_running "$i" && continue
       missing=1
       restart_node "$i"
@@ -154,6 +196,10 @@ start() {
       grep -q '^tollgate node .* ready$' "$dir/node-$i.log" || fail "node-$i" "node-$i not ready after 60s"
     done
   fi
+  # Nodes added to this cluster before it was stopped come back too.
+  for i in $(nodes); do
+    if [ "$i" -gt 3 ]; then restart_node "$i"; fi
+  done
   cat <<MSG
 Tollgate cluster running (3 nodes, zones a/b/c); data and logs in $dir
   node-1  grpc 127.0.0.1:${pb}10  http http://127.0.0.1:${pb}13
@@ -183,5 +229,6 @@ case "${1:-}" in
   start) start ;;
   stop) stop ;;
   restart-node|restart) restart_node "${2:-}" ;;
-  *) echo "usage: $0 start|stop|restart N   (state in \${TOLLGATE_CLUSTER_DIR:-./data/cluster})" >&2; exit 2 ;;
+  add-node) add_node "${2:-}" ;;
+  *) echo "usage: $0 start|stop|restart N|add-node N   (state in \${TOLLGATE_CLUSTER_DIR:-./data/cluster})" >&2; exit 2 ;;
 esac

@@ -136,6 +136,7 @@ func (s *Server) startMembership() error {
 		ClusterID:          s.ident.ClusterID(),
 
 		ClusterVersion: s.cfg.Cluster.MaxClusterVersion, // gossiped as "ver" (versions.go)
+		LeadGroups:     s.bootGroups,                    // groups.go: the raised ones from the next start
 	})
 	if err != nil {
 		return err
