@@ -446,7 +446,7 @@ func (a *adminService) Status(ctx context.Context, _ *api.StatusRequest) (*api.S
 			resp.ConfigVersion = max(resp.ConfigVersion, gs.ConfigVersion)
 		}
 	}
-	cluster.PlacementStatus(resp, s.layout.Module().Current().Groups, s.cfg.Cluster.Replicas)
+	cluster.PlacementStatus(resp, s.layout.Current().Groups, s.cfg.Cluster.Replicas)
 	for _, n := range resp.Nodes {
 		if n.SamplingController != nil {
 			resp.SamplingController = n.SamplingController

@@ -232,7 +232,7 @@ func (s *Server) buildView() *api.ClusterView {
 		var leaderID string
 		if r.State() == raft.Leader {
 			leaderID = s.cfg.Node.ID
-		} else if _, id := r.LeaderWithID(); id != "" {
+		} else if _, id := r.LeaderWithID(); id != "" && s.hostsGroup(g) { // a replica removed from the group knows a stale leader
 			leaderID = string(id)
 		} else {
 			for _, m := range ms {
@@ -246,7 +246,7 @@ func (s *Server) buildView() *api.ClusterView {
 			gi.LeaderId = leaderID
 			gi.LeaderGrpcAddress = byID[leaderID].GRPCAddr
 		}
-		if fut := r.GetConfiguration(); fut.Error() == nil {
+		if fut := r.GetConfiguration(); fut.Error() == nil && s.hostsGroup(g) { // and stale voters
 			for _, srv := range fut.Configuration().Servers {
 				if srv.Suffrage == raft.Voter {
 					gi.Voters = append(gi.Voters, string(srv.ID))

@@ -309,8 +309,8 @@ func unreachable(st *api.StatusResponse) []string {
 		left[m.Id] = m.Status == "left" || m.Status == "leaving"
 	}
 	voter := map[string]bool{}
-	for _, gi := range st.GetView().GetGroupInfo() {
-		for _, v := range gi.Voters {
+	for _, vs := range groupVoters(st) {
+		for _, v := range vs {
 			voter[v] = true
 		}
 	}
@@ -367,6 +367,22 @@ func haltedError(hs []haltedReplica) error {
 	return fmt.Errorf("halted replicas: %s: they apply nothing more until their node is restarted with a build that supports the entry they stopped at (see HALTED above)", strings.Join(where, ", "))
 }
 
+// groupVoters is each group's voters: as its leader reports them
+// (placement), else as the answering node's view has them (a node that
+// holds no replica of a group knows none).
+func groupVoters(st *api.StatusResponse) map[uint32][]string {
+	voters := map[uint32][]string{}
+	for _, gi := range st.GetView().GetGroupInfo() {
+		voters[gi.Group] = gi.Voters
+	}
+	for _, gp := range st.GetPlacement() {
+		if len(gp.Voters) > 0 {
+			voters[gp.Group] = gp.Voters
+		}
+	}
+	return voters
+}
+
 // downReplica is a replica that takes no part in its group although its node
 // answers: its raft is shut down, or it is a voter of the configuration the
 // answering node knows but its own node does not know it is a member.
@@ -378,10 +394,7 @@ type downReplica struct {
 
 // down lists the replicas of st that are not running, by node then group.
 func down(st *api.StatusResponse) []downReplica {
-	voters := map[uint32][]string{}
-	for _, gi := range st.GetView().GetGroupInfo() {
-		voters[gi.Group] = gi.Voters
-	}
+	voters := groupVoters(st)
 	var out []downReplica
 	for _, n := range st.GetNodes() {
 		for _, g := range n.Groups {
@@ -547,6 +560,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 	// APPLIED is the state machine's applied index (fsm), the index `snapshot
 	// restore` and `snapshot inspect` show too; raft's own log index is higher
 	// (it also counts elections and configuration entries).
+	voters := groupVoters(st)
 	fmt.Fprintln(w, "GROUP\tLEADER\tVOTERS\tAPPLIED INDEX (per voter)\tSERIES\tTENANTS")
 	for _, gi := range v.GetGroupInfo() {
 		leader := gi.LeaderId
@@ -558,7 +572,8 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 		var applied []string
 		var series uint64
 		var tenants uint32
-		for _, id := range gi.Voters {
+		gvoters := voters[gi.Group]
+		for _, id := range gvoters {
 			gs := byNode[id][gi.Group]
 			if gs == nil {
 				applied = append(applied, id+"=?")
@@ -569,7 +584,7 @@ func printStatus(out io.Writer, st *api.StatusResponse) {
 				series, tenants = gs.Series, gs.Tenants
 			}
 		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", gi.Group, leader, strings.Join(gi.Voters, ","), strings.Join(applied, " "), series, tenants)
+		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%d\t%d\n", gi.Group, leader, strings.Join(gvoters, ","), strings.Join(applied, " "), series, tenants)
 	}
 	w.Flush()
 	printPlacement(out, st) // node.go
