@@ -54,6 +54,7 @@ type Controller struct {
 
 	learners learnerAdds // learner additions in progress while leading (learner.go)
 	moves    moveState   // replica moves towards placement (move.go)
+	stale    staleState  // replicas removed without knowing it (stale.go)
 
 	// cluster loop only (Place)
 	bootstrapped bool
@@ -107,6 +108,7 @@ func (c *Controller) Place(now time.Time) {
 		}
 	}
 	c.seenAlive = aliveNow
+	c.checkStale(now, ms) // stale.go
 	if fresh && !c.cfg.DisableAutoPlace {
 		c.reconcileAll(ms)
 	} else if !c.cfg.DisableAutoPlace && now.After(c.nextLearners) {

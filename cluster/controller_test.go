@@ -33,6 +33,9 @@ type fakeRaft struct {
 	conf  raft.Configuration
 	index uint64
 	calls []string
+	// leader is the leader this replica knows (LeaderWithID); a leader
+	// knows itself.
+	leader raft.ServerID
 	// changed is signalled (without blocking) after every configuration
 	// change, so a test waits for an outcome instead of for a time.
 	changed chan struct{}
@@ -134,6 +137,15 @@ func (r *fakeRaft) LeadershipTransferToServer(id raft.ServerID, _ raft.ServerAdd
 	return fakeFuture{}
 }
 
+func (r *fakeRaft) LeaderWithID() (raft.ServerAddress, raft.ServerID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == raft.Leader {
+		return "self", "self"
+	}
+	return raft.ServerAddress(r.leader), r.leader
+}
+
 func (r *fakeRaft) LastIndex() uint64   { r.mu.Lock(); defer r.mu.Unlock(); return r.index }
 func (r *fakeRaft) CommitIndex() uint64 { r.mu.Lock(); defer r.mu.Unlock(); return r.index }
 
@@ -165,6 +177,8 @@ type fakeNode struct {
 	members []membership.Member
 	lagging map[string]bool // peers whose log stays behind
 	cid     string
+	// answer, when set, is every peer's NodeGroups answer instead.
+	answer func(grpcAddr string) *api.NodeGroupsResponse
 }
 
 func (n *fakeNode) Raft(g int) Raft { return n.rafts[g] }
@@ -182,6 +196,12 @@ func (n *fakeNode) SetClusterID(cid, _ string)                             { n.c
 func (n *fakeNode) MayLead(string) string                                  { return "" }
 
 func (n *fakeNode) PeerGroups(_ context.Context, grpcAddr string) (*api.NodeGroupsResponse, error) {
+	if n.answer != nil {
+		if out := n.answer(grpcAddr); out != nil {
+			return out, nil
+		}
+		return nil, status.Error(codes.Unavailable, "connection refused")
+	}
 	var m *membership.Member
 	for _, x := range n.Members() {
 		if x.GRPCAddr == grpcAddr && x.Status == membership.StatusAlive {
@@ -412,5 +432,63 @@ func TestControllerFollowerChangesNothing(t *testing.T) {
 	_, err := c.AddLearner(context.Background(), LearnerRequest{Group: 0, ID: "n3"})
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("add-voter on a follower: %v, want Unavailable", err)
+	}
+}
+
+// TestControllerStaleReplica: n1's replica of group 0 still names n1, n2 and
+// n3 but knows no leader: n2, which gossips that it leads group 0, was asked
+// and its configuration (n2, n3, n4) does not name n1, so the replica is
+// marked removed — after it knew no leader for staleAfter, not before — and
+// unmarked once it hears from a leader again. A leader whose configuration
+// names n1, or a peer that does not lead the group, marks nothing.
+func TestControllerStaleReplica(t *testing.T) {
+	n1, n2, n3, n4 := member("n1", "a"), member("n2", "b"), member("n3", "c"), member("n4", "a")
+	n2.GroupsLed = []int{0}
+	r := newFakeRaft(raft.Follower, voter(n1), voter(n2), voter(n3))
+	voters := []string{"n2", "n3", "n4"}
+	state := raft.Leader.String()
+	node := &fakeNode{self: "n1", rafts: []*fakeRaft{r}, members: []membership.Member{n1, n2, n3, n4}, lagging: map[string]bool{}, cid: "c1",
+		answer: func(addr string) *api.NodeGroupsResponse {
+			if addr != n2.GRPCAddr {
+				return nil
+			}
+			return &api.NodeGroupsResponse{NodeId: "n2", Groups: []*api.GroupState{{Group: 0, RaftState: state, Voters: voters}}}
+		}}
+	closing := make(chan struct{})
+	defer close(closing)
+	var wg sync.WaitGroup
+	c := New(Config{NodeID: "n1", Zone: "a", Groups: 1, Replicas: 3, Closing: closing, WG: &wg, DisableAutoPlace: true}, node)
+	t0 := time.Now()
+	place := func(at time.Duration) bool {
+		c.Place(t0.Add(at))
+		wg.Wait()
+		return c.Removed(0)
+	}
+	if place(0) || place(staleAfter-time.Second) {
+		t.Fatal("marked removed before it knew no leader for staleAfter")
+	}
+	if !place(staleAfter) {
+		t.Fatal("not marked removed: the leader's configuration does not name this node")
+	}
+	r.mu.Lock()
+	r.leader = "n2"
+	r.mu.Unlock()
+	if place(staleAfter + time.Second) {
+		t.Fatal("still marked removed after hearing from a leader")
+	}
+	// Again leaderless, but now the leader names n1 (it was re-added), or the
+	// peer asked does not lead the group: nothing is marked.
+	r.mu.Lock()
+	r.leader = ""
+	r.mu.Unlock()
+	voters = []string{"n1", "n2", "n3"}
+	at := 2*staleAfter + time.Second
+	place(at)
+	if place(at+staleAfter) || place(at+2*staleAfter) {
+		t.Fatal("marked removed while the leader's configuration names this node")
+	}
+	voters, state = []string{"n2", "n3", "n4"}, raft.Follower.String()
+	if place(at+3*staleAfter) || place(at+4*staleAfter) {
+		t.Fatal("marked removed on the word of a peer that does not lead the group")
 	}
 }

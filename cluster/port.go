@@ -32,6 +32,9 @@ type Raft interface {
 	// incarnation trails this leader.
 	LastIndex() uint64
 	CommitIndex() uint64
+	// LeaderWithID is the leader this replica knows ("" when none): a
+	// replica that knows none for long may have been removed (stale.go).
+	LeaderWithID() (raft.ServerAddress, raft.ServerID)
 }
 
 // Node is the node the controller runs on.

@@ -3,10 +3,17 @@ package faulttest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 )
@@ -154,6 +161,124 @@ func TestRaiseMovesThroughKills(t *testing.T) {
 		if series > limit {
 			t.Errorf("%s holds %d series, over its limit %d", tn, series, limit)
 		}
+	}
+	load.th.check()
+	c.checkNoCrashes()
+}
+
+// TestRollingUpgradeThenRaise: a cluster created by the build before online
+// groups (every node started with cluster version 5, the version before
+// layout-raise, as TestRollingUpgrade makes a current binary the previous
+// build) upgrades in place under recorded clientlib load: the raise is
+// refused with FailedPrecondition naming a node that still runs the old
+// build, after every upgrade but the last; once every node runs the new
+// build the raise goes through, a second rolling restart gives the nodes the
+// new groups' leader path, and the moves finish. The callers see no error
+// and no fail-open decision more than 2 s after a node stopped, and the
+// recorded history checks.
+func TestRollingUpgradeThenRaise(t *testing.T) {
+	t.Setenv(maxClusterVersionEnv, "5")
+	const limit = 3000
+	limits := map[string]int{"zd-0": limit, "zd-1": limit}
+	c := newCluster(t, clusterOptions{tenantMaxSeries: map[string]int64{"zd-0": limit, "zd-1": limit}})
+	load := startRecordedLoad(t, c, 2, c.recordTracks(limits))
+	defer load.close()
+	loadFor(2 * time.Second)
+
+	const to = 2 * groups
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	raise := func() error {
+		actx, acancel := adminCtx(ctx, 10*time.Second)
+		defer acancel()
+		_, err := c.admin(c.nodes[rand.IntN(len(c.nodes))]).RaiseGroups(actx, &api.RaiseGroupsRequest{To: to})
+		return err
+	}
+	// refused wants the raise refused, naming one of old as the build
+	// before online groups (Unavailable while a leader moves is retried).
+	refused := func(old []string) {
+		t.Helper()
+		for {
+			err := raise()
+			if err == nil {
+				t.Fatalf("raise to %d accepted while %v run cluster version 5", to, old)
+			}
+			if status.Code(err) == codes.FailedPrecondition {
+				for _, id := range old {
+					if strings.Contains(err.Error(), id+" supports cluster version 5") {
+						t.Logf("raise refused as expected: %v", status.Convert(err).Message())
+						return
+					}
+				}
+				t.Fatalf("raise: %v; want it to name one of %v as supporting cluster version 5", err, old)
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("raise: %v, want FailedPrecondition", err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	var stops []time.Time
+	roll := func(why string, each func(left []string)) {
+		left := []string{"node-1", "node-2", "node-3"}
+		for _, n := range c.nodes {
+			t.Logf("SIGTERM %s (%s)", n.id, why)
+			stops = append(stops, time.Now())
+			n.term(t)
+			n.restart(t)
+			c.waitHealthy()
+			left = slices.DeleteFunc(left, func(id string) bool { return id == n.id })
+			each(left)
+		}
+	}
+	refused([]string{"node-1", "node-2", "node-3"})
+	if err := os.Unsetenv(maxClusterVersionEnv); err != nil { // nodes started from here on run the new build
+		t.Fatal(err)
+	}
+	roll("upgrade", func(old []string) {
+		if len(old) > 0 {
+			refused(old)
+		}
+	})
+	for {
+		err := raise()
+		if err == nil {
+			break
+		}
+		if code := status.Code(err); (code != codes.FailedPrecondition && code != codes.Unavailable) || ctx.Err() != nil {
+			t.Fatalf("raise after the upgrade: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond) // the gossiped versions catch up
+	}
+	roll("restart after the raise", func([]string) {})
+	for {
+		var pm *api.PartitionMovesStatus
+		for _, n := range c.nodes {
+			actx, acancel := adminCtx(ctx, 5*time.Second)
+			st, err := c.admin(n).Status(actx, &api.StatusRequest{})
+			acancel()
+			if err == nil && st.GetPartitionMoves() != nil {
+				pm = st.GetPartitionMoves()
+				break
+			}
+		}
+		if pm != nil && pm.GetPending() == 0 && pm.GetGroups() == to {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("moves not finished 5 minutes into the test: %+v", pm)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	loadFor(2 * time.Second)
+	load.close()
+	outside := load.failuresOutside(stops, 2*time.Second)
+	t.Logf("load: %d requests; %d failures more than 2 s after a stop; %d Moved answers followed", load.requests.Load(), len(outside), load.cl.Stats().Moved)
+	for i, f := range outside {
+		if i == 5 {
+			break
+		}
+		t.Errorf("a caller saw a failure at %s, not within 2 s of a stop: %s", f.at.Format("15:04:05.000"), f.what)
 	}
 	load.th.check()
 	c.checkNoCrashes()

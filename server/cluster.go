@@ -281,10 +281,11 @@ func (s *Server) leaderOf(g int) (string, string) {
 	return v.GroupInfo[g].LeaderId, v.GroupInfo[g].LeaderGrpcAddress
 }
 
-// hostsGroup reports whether this node is in group g's raft configuration.
+// hostsGroup reports whether this node is in group g's raft configuration
+// (one its leader removed it from unbeknown to the replica is not: stale.go).
 func (s *Server) hostsGroup(g int) bool {
 	fut := s.host.Raft(g).GetConfiguration()
-	if fut.Error() != nil {
+	if fut.Error() != nil || (s.ctl != nil && s.ctl.Removed(g)) {
 		return false
 	}
 	for _, srv := range fut.Configuration().Servers {
