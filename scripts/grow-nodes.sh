@@ -38,18 +38,8 @@ go build -o "$bin" ./cmd/tollgate
 port() { echo $((10#$pb * 100 + $1 * 10 + $2)); }
 addrs="127.0.0.1:$(port 1 0),127.0.0.1:$(port 2 0),127.0.0.1:$(port 3 0)"
 
-bench_pid=
-cleanup() {
-  [ -n "$bench_pid" ] && kill "$bench_pid" 2>/dev/null || true
-  ./scripts/cluster.sh stop >/dev/null || true
-  if [ "${KEEP:-0}" = 1 ]; then echo "data and logs kept in $dir" >&2; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-
 echo "== $(date -u +%FT%TZ) $(nproc) cores, $(git rev-parse --short HEAD), SERIES=$series RAISE_TO=$groups SIZES=\"$sizes\" =="
-./scripts/cluster.sh start >/dev/null
-export TOLLGATE_ADMIN_TOKEN
-TOLLGATE_ADMIN_TOKEN=$(cat "$dir/admin-token")
+. scripts/lib-loaded-cluster.sh # cleanup on exit, cluster start, admin token, now
 per=$((series / 16))
 "$bin" bench --addr "$addrs" --tenants 16 --series-per-tenant "$per" --prefill --new-fraction 0 --request-size 1000 \
   --concurrency 4 --duration 1s --seed 7 >/dev/null 2>&1
@@ -60,7 +50,6 @@ status_json() { "$bin" status --addr "$addrs" --json 2>/dev/null || true; }
 held() { # series held by the groups' leaders, summed
   status_json | jq '[.nodes[]?.groups[]? | select((.raftState // .raft_state) == "Leader") | (.series // 0 | tonumber)] | add // 0'
 }
-now() { date +%s.%N; }
 # wait_until WHAT SECONDS CMD...: poll CMD every second until it succeeds.
 wait_until() {
   local what=$1 limit=$2 t0
@@ -103,24 +92,30 @@ wait_until "moves to $groups groups" 600 moves_done
 printf 'raise to %d groups: moves done after %.0f s; series held %s\n' "$groups" "$(echo "$(now) - $t0" | bc)" "$(held)"
 
 report() { # report SIZE: the per-node table and the leaders' spread
-  local n=$1 i pid hz c0 c1 js
+  local n=$1 i pid hz c0 c1 js t0 t1 secs
   hz=$(getconf CLK_TCK)
-  declare -A start
+  declare -A start end
+  t0=$(now)
   for i in $(seq "$n"); do start[$i]=$(cpu_ticks "$(pid_of "$i")"); done
   sleep "$window"
+  for i in $(seq "$n"); do end[$i]=$(cpu_ticks "$(pid_of "$i")"); done
+  t1=$(now)
+  secs=$(echo "$t1 - $t0" | bc)
   js=$(status_json)
   printf '%-8s %-7s %6s %6s %16s %12s %6s %8s\n' NODE ZONE VOTERS LEADS "SERIES(replicas)" "SERIES(led)" "CPU%" "RSS MB"
   for i in $(seq "$n"); do
     pid=$(pid_of "$i")
-    c1=$(cpu_ticks "$pid")
+    c1=${end[$i]}
     c0=${start[$i]}
-    echo "$js" | jq -r --arg id "node-$i" --arg cpu "$(echo "scale=1; ($c1 - $c0) * 100 / $hz / $window" | bc)" \
+    echo "$js" | jq -r --arg id "node-$i" --arg cpu "$(echo "scale=1; ($c1 - $c0) * 100 / $hz / $secs" | bc)" \
       --arg rss "$(($(awk '/^VmRSS/ {print $2}' "/proc/$pid/status") / 1024))" '
       .nodes[] | select((.nodeId // .node_id) == $id) |
       [.groups[]? | select((.raftState // .raft_state) == "Leader" or (.raftState // .raft_state) == "Follower")] as $v |
       [$v[] | select((.raftState // .raft_state) == "Leader")] as $l |
       "\($id | .[0:8] | . + (" " * (8 - length))) \(.zone) \($v | length | tostring | (" " * (6 - length)) + .) \($l | length | tostring | (" " * (6 - length)) + .) \([$v[] | (.series // 0 | tonumber)] | add // 0 | tostring | (" " * (16 - length)) + .) \([$l[] | (.series // 0 | tonumber)] | add // 0 | tostring | (" " * (12 - length)) + .) \($cpu | (" " * (6 - length)) + .) \($rss | (" " * (8 - length)) + .)"'
   done
+  printf 'all nodes: %.0f %% CPU (of %d cores × 100 %%) over %.1f s\n' \
+    "$(echo "scale=1; ($(for i in $(seq "$n"); do printf '%s + ' "$((end[$i] - start[$i]))"; done) 0) * 100 / $hz / $secs" | bc)" "$(nproc)" "$secs"
   echo "$js" | jq -r --argjson n "$n" '
     [.nodes[] | [.groups[]? | select((.raftState // .raft_state) == "Leader")] | length] as $l |
     [.nodes[] | [.groups[]? | select((.raftState // .raft_state) == "Leader" or (.raftState // .raft_state) == "Follower")] | length] as $v |

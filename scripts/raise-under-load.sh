@@ -30,17 +30,7 @@ dir=$TOLLGATE_CLUSTER_DIR
 go build -o "$bin" ./cmd/tollgate
 addrs="127.0.0.1:${pb}10,127.0.0.1:${pb}20,127.0.0.1:${pb}30"
 
-bench_pid=
-cleanup() {
-  [ -n "$bench_pid" ] && kill "$bench_pid" 2>/dev/null || true
-  ./scripts/cluster.sh stop >/dev/null || true
-  if [ "${KEEP:-0}" = 1 ]; then echo "data and logs kept in $dir" >&2; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-
-./scripts/cluster.sh start >/dev/null
-export TOLLGATE_ADMIN_TOKEN
-TOLLGATE_ADMIN_TOKEN=$(cat "$dir/admin-token")
+. scripts/lib-loaded-cluster.sh # cleanup on exit, cluster start, admin token, now
 per=$((series / 16))
 echo "cluster up in $dir; prefilling $series series (16 tenants × $per)"
 "$bin" bench --addr "$addrs" --tenants 16 --series-per-tenant "$per" --prefill --new-fraction 0 --request-size 1000 \
@@ -58,7 +48,6 @@ leaders() {
 pending() {
   status_json | jq -r '(.partitionMoves // .partition_moves) as $m | if $m == null then "?" else ($m.pending // 0 | tostring) + " " + ($m.groups // 0 | tostring) end'
 }
-now() { date +%s.%N; }
 
 "$bin" bench --addr "$addrs" --fail-open --tenants 16 --series-per-tenant "$per" --new-fraction "${NEW_FRACTION:-0}" \
   --request-size 1000 --concurrency 4 --duration 3600s --seed 7 --json > "$dir/bench.json" 2> "$dir/bench.err" &

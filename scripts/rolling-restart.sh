@@ -35,18 +35,9 @@ pb=$TOLLGATE_CLUSTER_PORT_BASE
 dir=$TOLLGATE_CLUSTER_DIR
 [ -x "$bin" ] || go build -o "$bin" ./cmd/tollgate
 
-bench_pid=
-cleanup() {
-  [ -n "$bench_pid" ] && kill "$bench_pid" 2>/dev/null || true
-  ./scripts/cluster.sh stop >/dev/null || true
-  if [ "${KEEP:-0}" = 1 ]; then echo "data and logs kept in $dir" >&2; else rm -rf "$dir"; fi
-}
-trap cleanup EXIT
-
-./scripts/cluster.sh start >/dev/null
+. scripts/lib-loaded-cluster.sh # cleanup on exit, cluster start, admin token, now
 echo "cluster up in $dir (ports ${pb}x0..${pb}x3); load average: $(cut -d' ' -f1-3 /proc/loadavg)"
 
-now() { date +%s.%N; }
 roll_len_guess=$((3 * (gap + 15)))
 duration=$((warmup + 2 * steady + roll_len_guess + 60)) # bench is stopped once the roll is over
 # shellcheck disable=SC2086
