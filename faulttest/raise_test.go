@@ -69,17 +69,7 @@ func TestRaiseMovesThroughKills(t *testing.T) {
 	for _, n := range c.nodes {
 		kill(n, "rolling restart after the raise")
 	}
-	status := func() *api.PartitionMovesStatus {
-		for _, n := range c.nodes {
-			actx, acancel := adminCtx(ctx, 5*time.Second)
-			st, err := c.admin(n).Status(actx, &api.StatusRequest{})
-			acancel()
-			if err == nil && st.GetPartitionMoves() != nil {
-				return st.GetPartitionMoves()
-			}
-		}
-		return nil
-	}
+	status := func() *api.PartitionMovesStatus { return c.partitionMoves(ctx) }
 	// The current move's groups, from status ("partition P: group A → B").
 	current := regexp.MustCompile(`group (\d+) → (\d+)`)
 	waitMove := func() (src, dst int) {
@@ -252,16 +242,7 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	}
 	roll("restart after the raise", func([]string) {})
 	for {
-		var pm *api.PartitionMovesStatus
-		for _, n := range c.nodes {
-			actx, acancel := adminCtx(ctx, 5*time.Second)
-			st, err := c.admin(n).Status(actx, &api.StatusRequest{})
-			acancel()
-			if err == nil && st.GetPartitionMoves() != nil {
-				pm = st.GetPartitionMoves()
-				break
-			}
-		}
+		pm := c.partitionMoves(ctx)
 		if pm != nil && pm.GetPending() == 0 && pm.GetGroups() == to {
 			break
 		}
@@ -282,4 +263,18 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	}
 	load.th.check()
 	c.checkNoCrashes()
+}
+
+// partitionMoves is the coordinator's progress as the first node that
+// answers Status reports it (nil when none does).
+func (c *cluster) partitionMoves(ctx context.Context) *api.PartitionMovesStatus {
+	for _, n := range c.nodes {
+		actx, cancel := adminCtx(ctx, 5*time.Second)
+		st, err := c.admin(n).Status(actx, &api.StatusRequest{})
+		cancel()
+		if err == nil && st.GetPartitionMoves() != nil {
+			return st.GetPartitionMoves()
+		}
+	}
+	return nil
 }

@@ -229,10 +229,11 @@ func (s *Server) buildView() *api.ClusterView {
 	for g := range s.cfg.Layout.Groups {
 		gi := &api.GroupInfo{Group: uint32(g)}
 		r := s.host.Raft(g)
+		member := s.hostsGroup(g) // a replica removed from the group knows a stale leader and voters
 		var leaderID string
 		if r.State() == raft.Leader {
 			leaderID = s.cfg.Node.ID
-		} else if _, id := r.LeaderWithID(); id != "" && s.hostsGroup(g) { // a replica removed from the group knows a stale leader
+		} else if _, id := r.LeaderWithID(); id != "" && member {
 			leaderID = string(id)
 		} else {
 			for _, m := range ms {
@@ -246,7 +247,7 @@ func (s *Server) buildView() *api.ClusterView {
 			gi.LeaderId = leaderID
 			gi.LeaderGrpcAddress = byID[leaderID].GRPCAddr
 		}
-		if fut := r.GetConfiguration(); fut.Error() == nil && s.hostsGroup(g) { // and stale voters
+		if fut := r.GetConfiguration(); fut.Error() == nil && member {
 			for _, srv := range fut.Configuration().Servers {
 				if srv.Suffrage == raft.Voter {
 					gi.Voters = append(gi.Voters, string(srv.ID))

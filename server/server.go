@@ -304,8 +304,7 @@ func New(cfg Config) (*Server, error) {
 			Fence:             s.moves.Fence(g),
 		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
 	}
-	s.wg.Add(1)
-	go func() { defer s.wg.Done(); s.limits.watch(s.stop, cfg.Limits.Reload) }()
+	s.goUntilStop(func(stop <-chan struct{}) { s.limits.watch(stop, cfg.Limits.Reload) })
 	s.goUntilStop(s.grow.Run) // groups.go
 	s.goUntilStop(func(stop <-chan struct{}) { s.layout.Follow(stop, time.Second, s.layoutChanged) })
 	if err := s.openComponents(); err != nil { // components.go
