@@ -27,8 +27,12 @@ import (
 // which is its point: a node whose clock is not confirmed does not lead.
 type gatedTransport struct {
 	*raft.NetworkTransport
-	gate func() error
-	succ *succession // nil: no successor tie-break (succession.go)
+	gate func() error // the node's gate and the group's (groupGate)
+	// group is the group's gate alone (Config.GroupMayCampaign), nil when
+	// unset: a pre-vote it refuses is answered as refused without an error
+	// (RequestPreVote).
+	group func() error
+	succ  *succession // nil: no successor tie-break (succession.go)
 
 	consumer  chan raft.RPC
 	done      chan struct{}
@@ -43,8 +47,8 @@ var appendFaultForTest atomic.Pointer[func(group int, self raft.ServerID) bool]
 // ErrMayNotLead wraps Config.MayCampaign's refusal.
 var ErrMayNotLead = errors.New("raftnode: this node may not lead now")
 
-func newGatedTransport(inner *raft.NetworkTransport, gate func() error, succ *succession) *gatedTransport {
-	t := &gatedTransport{NetworkTransport: inner, gate: gate, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
+func newGatedTransport(inner *raft.NetworkTransport, gate, group func() error, succ *succession) *gatedTransport {
+	t := &gatedTransport{NetworkTransport: inner, gate: gate, group: group, succ: succ, consumer: make(chan raft.RPC), done: make(chan struct{})}
 	if succ != nil {
 		succ.nudge = func(id raft.ServerID, addr raft.ServerAddress, req *raft.TimeoutNowRequest, resp *raft.TimeoutNowResponse) error {
 			return retryStale(func() error { return inner.TimeoutNow(id, addr, req, resp) })
@@ -225,7 +229,19 @@ func connEnded(err error) bool {
 
 // RequestPreVote asks target for its pre-vote, unless the gate is shut or
 // this node yields the round to the group's successor (succession.go).
+//
+// A pre-vote the group's own gate refuses is answered here as refused, at
+// the requested term (so raft neither raises its term nor logs an error),
+// and never reaches target. That gate stays shut for as long as the
+// replica exists, not for a passing condition: a replica its leader
+// removed without it knowing hears from no leader and would otherwise
+// pre-vote every election timeout for good, each peer logging a refusal
+// at WARN, and raft on this node an error per peer and round.
 func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if t.group != nil && t.group() != nil {
+		resp.Term, resp.Granted = args.Term, false
+		return nil
+	}
 	if err := t.check(); err != nil {
 		return err
 	}

@@ -2,7 +2,9 @@ package raftnode
 
 import (
 	"errors"
+	"io"
 	"log/slog"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -93,5 +95,52 @@ func TestGateKeepsNodeFromLeading(t *testing.T) {
 	eventually(t, 30*time.Second, "a new leader", func() bool { return other.Raft(0).State() == raft.Leader })
 	if n := cLed.Load(); n != 0 {
 		t.Errorf("node-c became leader %d times with its gate shut", n)
+	}
+}
+
+// TestGroupGateRefusesPreVoteQuietly: a pre-vote the group's gate refuses
+// (a replica its leader removed without it knowing, or a group this node
+// may not lead yet) is answered as refused at the requested term, without
+// an error and without reaching the peer: the peer here is a closed port,
+// so a request that left the node would fail. With the gate open the same
+// request does leave, and fails.
+func TestGroupGateRefusesPreVoteQuietly(t *testing.T) {
+	inner, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var shut atomic.Bool
+	shut.Store(true)
+	group := func() error {
+		if shut.Load() {
+			return errors.New("test: removed from the group")
+		}
+		return nil
+	}
+	tr := newGatedTransport(inner, group, group, nil)
+	defer tr.Close()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := raft.ServerAddress(l.Addr().String())
+	_ = l.Close()
+	args := &raft.RequestPreVoteRequest{RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("node-a")}, Term: 7}
+	var resp raft.RequestPreVoteResponse
+	if err := tr.RequestPreVote("node-b", closed, args, &resp); err != nil {
+		t.Fatalf("group gate shut: RequestPreVote = %v, want a quiet refusal", err)
+	}
+	if resp.Granted || resp.Term != 7 {
+		t.Fatalf("group gate shut: answered granted=%v term=%d, want refused at the requested term 7", resp.Granted, resp.Term)
+	}
+	// A vote (after a pre-vote this node cannot win, raft sends none; a
+	// leadership transfer skips the pre-vote) still fails with the gate's error.
+	if err := tr.RequestVote("node-b", closed, &raft.RequestVoteRequest{Term: 7}, &raft.RequestVoteResponse{}); !errors.Is(err, ErrMayNotLead) {
+		t.Fatalf("group gate shut: RequestVote = %v, want ErrMayNotLead", err)
+	}
+	shut.Store(false)
+	resp = raft.RequestPreVoteResponse{}
+	if err := tr.RequestPreVote("node-b", closed, args, &resp); err == nil {
+		t.Fatalf("group gate open: a pre-vote to a closed port succeeded (%+v): was it sent at all?", resp)
 	}
 }

@@ -266,7 +266,11 @@ func (h *Host) buildGroup(g *group) error {
 		MaxRPCsInFlight: 1,
 	})
 	succ := newSuccession(id, raft.ServerID(cfg.NodeID), cfg.HeartbeatTimeout, cfg.ElectionTimeout, h.log)
-	g.trans = newGatedTransport(inner, groupGate(cfg.MayCampaign, cfg.GroupMayCampaign, id), succ)
+	var groupOnly func() error
+	if cfg.GroupMayCampaign != nil {
+		groupOnly = func() error { return cfg.GroupMayCampaign(id) }
+	}
+	g.trans = newGatedTransport(inner, groupGate(cfg.MayCampaign, cfg.GroupMayCampaign, id), groupOnly, succ)
 	layer.onPeerClosed(func() { h.connEnded(succ) })
 
 	boltOpts := *bbolt.DefaultOptions

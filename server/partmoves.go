@@ -71,12 +71,20 @@ func (s *Server) bindPartMoves() {
 // groupMayCampaign keeps this node from leading a group created while it
 // runs: its leader path (tracker, shares, fence) exists from its next
 // restart, and a leader without one would answer for partitions handed to
-// the group with nobody deciding.
+// the group with nobody deciding. Nor does a replica its leader removed
+// without it knowing (cluster/stale.go) ask for votes: its peers would log
+// each refusal, every election timeout, for as long as it stays.
 func (s *Server) groupMayCampaign(g int) error {
-	if g >= s.bootGroups {
+	switch {
+	case g >= s.bootGroups:
 		return errNotServed
+	case s.ctl.Removed(g):
+		return errRemovedHere
 	}
 	return nil
 }
 
-var errNotServed = errors.New("this group was created while the node runs: the node leads it from its next restart")
+var (
+	errNotServed   = errors.New("this group was created while the node runs: the node leads it from its next restart")
+	errRemovedHere = errors.New("this replica was removed from its group")
+)

@@ -18,6 +18,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/layout/layoutfile"
 	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/layouttable"
@@ -103,13 +104,9 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 			_ = dir.release(false)
 		}
 	}()
-	var layout clusterLayout
-	b, err := os.ReadFile(filepath.Join(opts.DataDir, "cluster.json"))
-	if err == nil {
-		err = json.Unmarshal(b, &layout)
-	}
+	layout, err := layoutfile.Read(opts.DataDir)
 	if err != nil {
-		return nil, fmt.Errorf("recover: read %s: %w", filepath.Join(opts.DataDir, "cluster.json"), err)
+		return nil, fmt.Errorf("recover: %w", err)
 	}
 	p := &RecoverPlan{opts: opts, Partitions: layout.Partitions, Groups: layout.Groups, Shards: layout.Shards, dir: dir}
 	raftDir := filepath.Join(opts.DataDir, "raft")

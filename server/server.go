@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,6 +25,7 @@ import (
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/layout/layoutfile"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/nodeport"
@@ -134,14 +134,6 @@ const (
 	MaxMaxClockOffset = time.Hour
 )
 
-// clusterLayout is persisted so a node never starts with a layout that differs
-// from the one its data was written with.
-type clusterLayout struct {
-	Partitions int `json:"partitions"`
-	Groups     int `json:"groups"`
-	Shards     int `json:"shards"`
-}
-
 // New validates cfg, opens (or creates) the data dir and starts the node: raft
 // groups, gRPC and HTTP listeners. It returns once everything listens; use
 // WaitReady to wait for the groups to elect and load.
@@ -248,6 +240,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.bindPartMoves() // partmoves.go
 	s.bootGroups = cfg.Layout.Groups
+	s.ctl = newController(s) // clusterport.go; before raft: groupMayCampaign reads it
 	host, err := raftnode.New(raftnode.Config{
 		NodeID:        cfg.Node.ID,
 		DataDir:       filepath.Join(cfg.Node.DataDir, "raft"),
@@ -282,7 +275,6 @@ func New(cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
-	s.ctl = newController(s)       // clusterport.go
 	s.registerRaftCapMetrics(host) // portcaps.go
 	s.trackers = make([]*groupTracker, cfg.Layout.Groups)
 	for g := range s.trackers {
@@ -372,37 +364,9 @@ func InitLayout(dataDir string, partitions, groups, shards int) error {
 }
 
 // checkLayout records the layout in a new data dir, or checks cfg against
-// the recorded one, and returns the recorded group count (the base of the
-// layout's arithmetic). A group count above it is accepted up to raised,
-// the raft groups the data dir lists: the cluster raised its count online
-// and the operator now names it (groups.go).
+// the recorded one (layoutfile.Check), and returns the recorded group count.
 func checkLayout(cfg Config, raised int) (int, error) {
-	path := filepath.Join(cfg.Node.DataDir, "cluster.json")
-	want := clusterLayout{cfg.Layout.Partitions, cfg.Layout.Groups, cfg.Layout.Shards}
-	data, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
-		b, _ := json.MarshalIndent(want, "", "  ")
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-			return 0, fmt.Errorf("write %s: %w", path, err)
-		}
-		return want.Groups, os.Rename(tmp, path)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	var have clusterLayout
-	if err := json.Unmarshal(data, &have); err != nil {
-		return 0, fmt.Errorf("read %s: %w", path, err)
-	}
-	if have.Groups < want.Groups && want.Groups <= raised {
-		want.Groups = have.Groups
-	}
-	if have != want {
-		return 0, fmt.Errorf("data dir %s was created with partitions=%d groups=%d shards=%d, but this node is configured with partitions=%d groups=%d shards=%d; the layout is fixed when a cluster is created",
-			cfg.Node.DataDir, have.Partitions, have.Groups, have.Shards, want.Partitions, cfg.Layout.Groups, want.Shards)
-	}
-	return have.Groups, nil
+	return layoutfile.Check(cfg.Node.DataDir, layoutfile.Layout{Partitions: cfg.Layout.Partitions, Groups: cfg.Layout.Groups, Shards: cfg.Layout.Shards}, raised)
 }
 
 func (s *Server) watchLeadership() {
