@@ -395,8 +395,13 @@ type Member struct {
 	// The member is decommissioned (tollgate node drain): its replicas are
 	// moving to other members and none are placed on it.
 	Decommissioning bool `protobuf:"varint,8,opt,name=decommissioning,proto3" json:"decommissioning,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The groups the member may lead: 0 .. lead_groups-1 (its gossiped "lg"
+	// tag; 0: no bound, or a server from before the field). A node leads the
+	// groups a raise added while it ran from its next restart, so a value
+	// below the layout's group count means that node still needs one.
+	LeadGroups    uint32 `protobuf:"varint,9,opt,name=lead_groups,json=leadGroups,proto3" json:"lead_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Member) Reset() {
@@ -483,6 +488,13 @@ func (x *Member) GetDecommissioning() bool {
 		return x.Decommissioning
 	}
 	return false
+}
+
+func (x *Member) GetLeadGroups() uint32 {
+	if x != nil {
+		return x.LeadGroups
+	}
+	return 0
 }
 
 type GroupInfo struct {
@@ -955,7 +967,7 @@ const file_tracker_proto_rawDesc = "" +
 	"\x0fremoved_tenants\x18\x06 \x03(\tR\x0eremovedTenants\x1aU\n" +
 	"\fTenantsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12/\n" +
-	"\x05value\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\x05value:\x028\x01\"\xfc\x01\n" +
+	"\x05value\x18\x02 \x01(\v2\x19.tollgate.v1.TenantLimitsR\x05value:\x028\x01\"\x9d\x02\n" +
 	"\x06Member\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04zone\x18\x02 \x01(\tR\x04zone\x12!\n" +
@@ -965,7 +977,9 @@ const file_tracker_proto_rawDesc = "" +
 	"\n" +
 	"groups_led\x18\x06 \x03(\rR\tgroupsLed\x12'\n" +
 	"\x0fcluster_version\x18\a \x01(\rR\x0eclusterVersion\x12(\n" +
-	"\x0fdecommissioning\x18\b \x01(\bR\x0fdecommissioning\"\x86\x01\n" +
+	"\x0fdecommissioning\x18\b \x01(\bR\x0fdecommissioning\x12\x1f\n" +
+	"\vlead_groups\x18\t \x01(\rR\n" +
+	"leadGroups\"\x86\x01\n" +
 	"\tGroupInfo\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\rR\x05group\x12\x1b\n" +
 	"\tleader_id\x18\x02 \x01(\tR\bleaderId\x12.\n" +

@@ -181,7 +181,7 @@ func (s *Server) memberList() []membership.Member {
 		return out
 	}
 	return []membership.Member{{ID: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
-		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.Cluster.MaxClusterVersion}}
+		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.Cluster.MaxClusterVersion, LeadGroups: s.bootGroups}}
 }
 
 func (s *Server) ledGroups() []int {
@@ -220,7 +220,7 @@ func (s *Server) buildView() *api.ClusterView {
 	for _, m := range ms {
 		byID[m.ID] = m
 		pm := &api.Member{Id: m.ID, Zone: m.Zone, GrpcAddress: m.GRPCAddr, RaftAddress: m.RaftAddr, Status: m.Status,
-			ClusterVersion: uint32(m.ClusterVersion), Decommissioning: m.Decommissioning}
+			ClusterVersion: uint32(m.ClusterVersion), Decommissioning: m.Decommissioning, LeadGroups: uint32(m.LeadGroups)}
 		for _, g := range m.GroupsLed {
 			pm.GroupsLed = append(pm.GroupsLed, uint32(g))
 		}

@@ -130,6 +130,29 @@ func printNewGroups(out io.Writer, st *api.StatusResponse) {
 		}
 		fmt.Fprintf(out, "  group %d: leader %s, voters %s\n", ng.group, ng.leader, strings.Join(ng.voters, ","))
 	}
+	if ids := restartNeeded(st); len(ids) > 0 {
+		fmt.Fprintf(out, "  RESTART NEEDED to lead the raised groups: %s (each leads only the groups it started with)\n", strings.Join(ids, ", "))
+	}
+}
+
+// restartNeeded lists the alive members that gossip a bound on the groups
+// they may lead below the cluster's count (the layout table's, or else the
+// groups the nodes run): they started before the raise, or joined after it,
+// and lead the new groups from their next start.
+func restartNeeded(st *api.StatusResponse) []string {
+	groups := st.GetView().GetLayout().GetGroups()
+	for _, n := range st.GetNodes() {
+		for _, gs := range n.GetGroups() {
+			groups = max(groups, gs.Group+1)
+		}
+	}
+	var ids []string
+	for _, m := range st.GetView().GetMembers() {
+		if m.Status == "alive" && m.LeadGroups > 0 && m.LeadGroups < groups {
+			ids = append(ids, fmt.Sprintf("%s (groups 0-%d of %d)", m.Id, m.LeadGroups-1, groups))
+		}
+	}
+	return ids
 }
 
 // printMoves prints the partition moves' progress, as group 0's leader

@@ -8,7 +8,7 @@ import (
 )
 
 // groups raise on a dev node: 4 → 6 creates groups 4 and 5, which status
-// lists (led from the node's next restart); the same count again changes
+// lists (led from the node's next restart, which status asks for); the same count again changes
 // nothing; lowering and a missing --to are clear errors. After a restart
 // the node leads them, the partition moves run, and status shows none
 // pending.
@@ -34,7 +34,8 @@ func TestGroupsRaiseCLI(t *testing.T) {
 		}
 	}
 	if !strings.Contains(out, "64 partitions, 4 groups, raised to 6") ||
-		!strings.Contains(out, "group 4: NO LEADER yet (1 nodes run it; a node leads it from its next restart)") {
+		!strings.Contains(out, "group 4: NO LEADER yet (1 nodes run it; a node leads it from its next restart)") ||
+		!strings.Contains(out, "RESTART NEEDED to lead the raised groups: ") || !strings.Contains(out, " (groups 0-3 of 6)") {
 		t.Fatalf("status lacks the new groups' lines:\n%s", out)
 	}
 	out, err = runCLI(t, bin, "groups", "raise", "--addr", p.grpc, "--to", "6")
@@ -67,5 +68,8 @@ func TestGroupsRaiseCLI(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("status after the restart never showed the moves done: %v\n%s", err, out)
 		}
+	}
+	if strings.Contains(out, "RESTART NEEDED") {
+		t.Fatalf("status still asks for a restart after it:\n%s", out)
 	}
 }
