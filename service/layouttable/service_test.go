@@ -39,7 +39,7 @@ func (p *fsmPort) Propose(_ context.Context, g int, typ byte, payload []byte) (a
 	return res, nil
 }
 
-func newService(t *testing.T) *Service {
+func newService(t testing.TB) *Service {
 	t.Helper()
 	mod := fsmlayout.New(64, 4, nil)
 	f, err := fsm.New(fsm.Config{Partitions: 64, Groups: 4, Shards: 4, Group: 0, Modules: []fsm.Module{mod}})
