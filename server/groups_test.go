@@ -169,6 +169,18 @@ func TestRaiseGroupsDev(t *testing.T) {
 	if rej := track(t, c2, "t1", 1, hashesIn(3, 1, 5)); len(rej) != 0 {
 		t.Fatalf("track after the restart: %d rejected", len(rej))
 	}
+	// Recovery (tollgate raft recover) covers the raised groups, with the
+	// state machines the restarted node built.
+	assertRecoveryFSMsMatch(t, s2)
+	stop(t, s2)
+	p, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Groups != 6 || p.Base != 4 || len(p.Plans) != 6 || p.Plans[5].Group != 5 {
+		t.Fatalf("recovery plan of a raised data dir: %d groups (base %d), %d plans; want 6 (base 4) and a plan for each group", p.Groups, p.Base, len(p.Plans))
+	}
 }
 
 // TestRaiseGroupsRefusedWhileAVoterLags: n3 runs an older build (cluster

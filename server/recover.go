@@ -22,6 +22,7 @@ import (
 	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/raftnode"
 	"github.com/tollgate-io/tollgate/service/layouttable"
+	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
 // Outage recovery (the per-group plan is cluster.PlanGroupRecovery): a group whose voters are gone for good (disks lost, more
@@ -51,7 +52,8 @@ type RecoverOptions struct {
 // start on it) until Close.
 type RecoverPlan struct {
 	opts                       RecoverOptions
-	Partitions, Groups, Shards int
+	Partitions, Groups, Shards int // Groups: the raft groups the data dir holds, a raise's too
+	Base                       int // the count the cluster was created with (cluster.json)
 	Plans                      []cluster.GroupRecovery
 	dir                        *dataDir
 }
@@ -108,12 +110,18 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	p := &RecoverPlan{opts: opts, Partitions: layout.Partitions, Groups: layout.Groups, Shards: layout.Shards, dir: dir}
 	raftDir := filepath.Join(opts.DataDir, "raft")
+	// A raise's groups are recovered too: the data dir lists them (a group
+	// left without its quorum holds the partitions moved into it).
+	listed, err := raftnode.ListedGroups(raftDir)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	p := &RecoverPlan{opts: opts, Partitions: layout.Partitions, Groups: max(layout.Groups, listed), Base: layout.Groups, Shards: layout.Shards, dir: dir}
 	explicit := len(opts.Groups) > 0
 	gs := opts.Groups
 	if !explicit {
-		for g := range layout.Groups {
+		for g := range p.Groups {
 			gs = append(gs, g)
 		}
 	}
@@ -125,8 +133,8 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	}
 	var errs []error
 	for _, g := range gs {
-		if g < 0 || g >= layout.Groups {
-			errs = append(errs, fmt.Errorf("group %d: the cluster has groups 0..%d", g, layout.Groups-1))
+		if g < 0 || g >= p.Groups {
+			errs = append(errs, fmt.Errorf("group %d: the cluster has groups 0..%d", g, p.Groups-1))
 			continue
 		}
 		og, err := raftnode.InspectGroup(raftDir, g)
@@ -157,7 +165,7 @@ func (p *RecoverPlan) Apply() ([]RecoveredGroup, error) {
 		if gr.Skip != "" {
 			continue
 		}
-		f, err := recoveryFSM(p.Partitions, p.Groups, p.Shards, gr.Group, p.opts.Logger)
+		f, err := recoveryFSM(p.Partitions, p.Groups, p.Base, p.Shards, gr.Group, p.opts.Logger)
 		if err != nil {
 			return out, fmt.Errorf("recover group %d: %w", gr.Group, err)
 		}
@@ -184,18 +192,19 @@ func (p *RecoverPlan) Close() error { return p.dir.release(false) }
 
 // recoveryFSM builds group g's state machine with the modules New gives it
 // (TestRecoveryFSMMatchesServer keeps the two in step): RecoverCluster writes
-// this FSM's snapshot as the group's whole state.
-func recoveryFSM(partitions, groups, shardCount, g int, log *slog.Logger) (*fsm.FSM, error) {
-	sh, err := shares.New(g, groups)
+// this FSM's snapshot as the group's whole state. groups is the count the
+// node runs, base the one the cluster was created with.
+func recoveryFSM(partitions, groups, base, shardCount, g int, log *slog.Logger) (*fsm.FSM, error) {
+	sh, err := shares.New(g, sharessvc.ModuleGroups(g, base))
 	if err != nil {
 		return nil, err
 	}
 	mods := []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}
 	if g == layouttable.OrderGroup {
-		mods = append(mods, fsmlayout.New(partitions, groups, nil))
+		mods = append(mods, fsmlayout.New(partitions, base, nil))
 	}
-	pm := partmove.New(g, partitions, groups)
-	f, err := fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Shards: shardCount, Group: g, Logger: log,
+	pm := partmove.New(g, partitions, base)
+	f, err := fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Base: base, Shards: shardCount, Group: g, Logger: log,
 		MaxClusterVersion: fsm.CurrentClusterVersion, Modules: append(mods, pm)})
 	if err == nil {
 		pm.Bind(f, sh)

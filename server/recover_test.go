@@ -24,27 +24,8 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	if err := s.WaitReady(ctx); err != nil {
 		t.Fatal(err)
 	}
+	assertRecoveryFSMsMatch(t, s)
 	cfg := s.cfg
-	for g, f := range s.fsms {
-		r, err := recoveryFSM(cfg.Layout.Partitions, cfg.Layout.Groups, cfg.Layout.Shards, g, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var have, want []string
-		for _, m := range r.Config().Modules {
-			have = append(have, m.Name())
-		}
-		for _, m := range f.Config().Modules {
-			want = append(want, m.Name())
-		}
-		if strings.Join(have, ",") != strings.Join(want, ",") {
-			t.Fatalf("group %d: recovery FSM modules %v, the server's %v", g, have, want)
-		}
-		rc, fc := r.Config(), f.Config()
-		if rc.Partitions != fc.Partitions || rc.Groups != fc.Groups || rc.Shards != fc.Shards || rc.Group != fc.Group {
-			t.Fatalf("group %d: recovery FSM layout %+v, the server's %+v", g, rc, fc)
-		}
-	}
 	if _, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("planning a recovery on a running node's data dir: %v, want a refusal naming the running node", err)
 	}
@@ -86,6 +67,34 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), bad.want) {
 			t.Errorf("%+v: %v, want it to say %q", bad.opts, err, bad.want)
+		}
+	}
+}
+
+// assertRecoveryFSMsMatch checks that recovery builds every group's state
+// machine as the running node s did: the same modules in the same order
+// (their snapshot sections), the same layout and base.
+func assertRecoveryFSMsMatch(t *testing.T, s *Server) {
+	t.Helper()
+	cfg := s.cfg
+	for g, f := range s.fsms {
+		r, err := recoveryFSM(cfg.Layout.Partitions, cfg.Layout.Groups, s.base, cfg.Layout.Shards, g, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var have, want []string
+		for _, m := range r.Config().Modules {
+			have = append(have, m.Name())
+		}
+		for _, m := range f.Config().Modules {
+			want = append(want, m.Name())
+		}
+		if strings.Join(have, ",") != strings.Join(want, ",") {
+			t.Fatalf("group %d: recovery FSM modules %v, the server's %v", g, have, want)
+		}
+		rc, fc := r.Config(), f.Config()
+		if rc.Partitions != fc.Partitions || rc.Groups != fc.Groups || rc.Base != fc.Base || rc.Shards != fc.Shards || rc.Group != fc.Group {
+			t.Fatalf("group %d: recovery FSM layout %+v, the server's %+v", g, rc, fc)
 		}
 	}
 }
