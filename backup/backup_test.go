@@ -2,6 +2,8 @@ package backup
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"io"
 	"strings"
@@ -12,12 +14,17 @@ import (
 	"github.com/tollgate-io/tollgate/fsm/snapfmt"
 )
 
-// TestRoundTrip writes a backup of four real FSM snapshots, reads it back
-// (bytes, header and raft positions identical), inspects it (counts equal to
-// the FSMs'), restores every group into a fresh FSM (same state) and
-// re-encodes it to the same bytes.
+// TestRoundTrip writes a backup of four real FSM snapshots (and of eight,
+// for a cluster raised from four: version 2), reads it back (bytes, header
+// and raft positions identical), inspects it (counts equal to the FSMs'),
+// restores every group into a fresh FSM (same state) and re-encodes it to
+// the same bytes.
 func TestRoundTrip(t *testing.T) {
-	l := bigLayout
+	t.Run("created", func(t *testing.T) { testRoundTrip(t, bigLayout, 1) })
+	t.Run("raised", func(t *testing.T) { testRoundTrip(t, raisedLayout, 2) })
+}
+
+func testRoundTrip(t *testing.T, l testLayout, version uint16) {
 	gs := makeGroups(t, l, 5000, 3, 1)
 	h := testHeader(l)
 	b := encodeFile(t, h, gs)
@@ -29,8 +36,11 @@ func TestRoundTrip(t *testing.T) {
 	if !f.Header.Created.Equal(h.Created) || f.Header.Created.Location() != time.UTC {
 		t.Fatalf("created %v, want %v (UTC)", f.Header.Created, h.Created)
 	}
-	if got := f.Header; got.Partitions != l.P || got.Groups != l.G || got.Shards != l.S || got.Source != h.Source {
+	if got := f.Header; got.Partitions != l.P || got.Groups != l.G || got.Shards != l.S || got.Source != h.Source || got.Base != cmp.Or(l.B, l.G) {
 		t.Fatalf("header %+v, want %+v", got, h)
+	}
+	if v := binary.LittleEndian.Uint16(b[8:]); v != version {
+		t.Fatalf("written as version %d, want %d", v, version)
 	}
 	if len(f.Groups) != l.G {
 		t.Fatalf("%d groups, want %d", len(f.Groups), l.G)
@@ -42,7 +52,7 @@ func TestRoundTrip(t *testing.T) {
 				g, fg.Group, fg.Index, fg.Term, len(fg.Data), s.index, s.term, len(s.data))
 		}
 		// The snapshot restores into an FSM of the same group: same state.
-		r, err := fsm.New(fsm.Config{Partitions: l.P, Groups: l.G, Shards: l.S, Group: g})
+		r, err := fsm.New(fsm.Config{Partitions: l.P, Groups: l.G, Shards: l.S, Group: g, Base: l.B})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +63,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("group %d: restored stats %+v, want %+v", g, got, want)
 		}
 	}
-	if err := f.CheckLayout(l.P, l.G, l.S); err != nil {
+	if err := f.CheckLayout(l.P, cmp.Or(l.B, l.G), l.G, l.S); err != nil {
 		t.Fatal(err)
 	}
 
@@ -121,16 +131,43 @@ func TestZeroCreated(t *testing.T) {
 
 func TestCheckLayout(t *testing.T) {
 	f := &File{Header: Header{Partitions: 64, Groups: 4, Shards: 16}}
-	if err := f.CheckLayout(64, 4, 16); err != nil {
+	if err := f.CheckLayout(64, 4, 4, 16); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range [][3]int{{128, 4, 16}, {64, 8, 16}, {64, 4, 32}} {
-		err := f.CheckLayout(c[0], c[1], c[2])
+		err := f.CheckLayout(c[0], c[1], c[1], c[2])
 		if !errors.Is(err, ErrMismatch) {
 			t.Fatalf("%v: got %v, want ErrMismatch", c, err)
 		}
 		if !strings.Contains(err.Error(), "backup was taken with partitions=64 groups=4 shards=16 but the cluster has") {
 			t.Fatalf("unhelpful message: %v", err)
+		}
+	}
+	// A raised cluster's backup fits only a cluster raised from the same count.
+	r := &File{Header: Header{Partitions: 64, Groups: 8, Base: 4, Shards: 16}}
+	if err := r.CheckLayout(64, 4, 8, 16); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range [][2]int{{8, 8}, {4, 4}, {2, 8}} {
+		err := r.CheckLayout(64, c[0], c[1], 16)
+		if !errors.Is(err, ErrMismatch) || !strings.Contains(err.Error(), "groups=8 (raised from 4)") {
+			t.Fatalf("raised backup into base %d groups %d: %v, want ErrMismatch naming the raise", c[0], c[1], err)
+		}
+	}
+}
+
+// TestVersion2Header: a version-2 header whose base is not below its group
+// count is corrupt (version 2 is written for a raised cluster only, so every
+// file has one encoding); a base of 0 likewise.
+func TestVersion2Header(t *testing.T) {
+	b := encodeFile(t, testHeader(raisedLayout), makeGroups(t, raisedLayout, 100, 2, 3))
+	srcLen := int(binary.LittleEndian.Uint16(b[34:]))
+	for _, base := range []uint32{0, 8, 9} {
+		bad := append([]byte(nil), b...)
+		binary.LittleEndian.PutUint32(bad[36+srcLen:], base)
+		_, err := Read(bytes.NewReader(reseal(bad))) // only the field is wrong
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "base") {
+			t.Errorf("base %d in a version-2 header: %v, want ErrCorrupt naming the base", base, err)
 		}
 	}
 }
@@ -274,12 +311,12 @@ func TestReaderChecks(t *testing.T) {
 	}{"sections != groups", reseal(hb), "1 sections declared for 2 groups"})
 	// A future version.
 	vb := rawFile(h, secs)
-	vb[8] = 2
+	vb[8] = 3
 	cases = append(cases, struct {
 		name string
 		b    []byte
 		want string
-	}{"version", reseal(vb), "format version 2"})
+	}{"version", reseal(vb), "format version 3"})
 	// A wrong section count in the trailer.
 	tb := rawFile(h, secs)
 	tb[len(tb)-trailerLen+1] = 3

@@ -8,7 +8,7 @@
 // fsm/snapfmt's format, verbatim. The byte format is documented field by
 // field in format.md; in short:
 //
-//	header   magic "TGBACKUP", version, P, G, S, created, sections, source, crc32c
+//	header   magic "TGBACKUP", version, P, G, S, created, sections, source, [base B: version 2, a raised cluster], crc32c
 //	section* per group: kind 'G', group, index, term, data length, data crc32c,
 //	         frame crc32c, then the snapfmt snapshot
 //	trailer  kind 'E', section count, crc chain, crc32c

@@ -15,8 +15,11 @@ import (
 // Magic opens every backup file (8 bytes, ASCII).
 const Magic = "TGBACKUP"
 
-// Version is the format version this package writes and the only one it reads.
-const Version = 1
+// Version is the newest format version this package writes and reads.
+// Version 2 is written only for a cluster whose group count was raised
+// (Header.Base below Header.Groups); every other backup is written as
+// version 1, byte for byte as before, so older builds still read it.
+const Version = 2
 
 // Limits enforced by both the Writer (as ErrInvalid) and the reader (as
 // ErrCorrupt).
@@ -62,8 +65,14 @@ var ErrMismatch = errors.New("backup: layout mismatch")
 // Header describes a backup.
 type Header struct {
 	Partitions int // P of the cluster
-	Groups     int // G of the cluster; the file holds one snapshot per group
+	Groups     int // G of the cluster (raised, if it was); the file holds one snapshot per group
 	Shards     int // S of the cluster
+	// Base is the group count the cluster was created with, when it was
+	// raised since (1 ≤ Base < Groups): groups below it own their
+	// arithmetic range of Base groups, the ones above none of their own
+	// (layout.GroupSpan). 0 or Groups: never raised. Read returns Groups
+	// for a cluster never raised.
+	Base int
 	// Created is when the backup was taken, stored with millisecond
 	// precision. The zero Time is stored as 0 and read back as the zero Time
 	// (so is the Unix epoch itself).
@@ -87,16 +96,42 @@ type File struct {
 }
 
 // CheckLayout returns an error wrapping ErrMismatch unless the backup was
-// taken from a cluster with exactly this layout. Group snapshots hold the
-// partition range and shard bits of their group, so a backup can only be
-// restored into a cluster with the same partitions, groups and shards.
-func (f *File) CheckLayout(partitions, groups, shards int) error {
+// taken from a cluster with exactly this layout: base the group count the
+// cluster was created with, groups the count it runs (base if never
+// raised). Group snapshots hold the partition range and shard bits of their
+// group, and group 0's the partition → group table, so a backup can only be
+// restored into a cluster with the same partitions, groups and shards,
+// raised from the same count.
+func (f *File) CheckLayout(partitions, base, groups, shards int) error {
 	h := &f.Header
-	if h.Partitions == partitions && h.Groups == groups && h.Shards == shards {
+	hb := h.base()
+	if h.Partitions == partitions && hb == base && h.Groups == groups && h.Shards == shards {
 		return nil
 	}
-	return fmt.Errorf("%w: backup was taken with partitions=%d groups=%d shards=%d but the cluster has partitions=%d groups=%d shards=%d; restore it into a cluster with the same layout",
-		ErrMismatch, h.Partitions, h.Groups, h.Shards, partitions, groups, shards)
+	raised := func(base, groups int) string {
+		if base == groups {
+			return ""
+		}
+		return fmt.Sprintf(" (raised from %d)", base)
+	}
+	return fmt.Errorf("%w: backup was taken with partitions=%d groups=%d%s shards=%d but the cluster has partitions=%d groups=%d%s shards=%d; restore it into a cluster with the same layout",
+		ErrMismatch, h.Partitions, h.Groups, raised(hb, h.Groups), h.Shards, partitions, groups, raised(base, groups), shards)
+}
+
+// base is the group count the cluster was created with.
+func (h *Header) base() int {
+	if h.Base == 0 {
+		return h.Groups
+	}
+	return h.Base
+}
+
+// version is the format version h is written in.
+func (h *Header) version() uint16 {
+	if h.base() < h.Groups {
+		return 2
+	}
+	return 1
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -114,6 +149,9 @@ func invalidf(format string, args ...any) error {
 func checkHeader(h *Header) string {
 	if err := layout.ValidateLayout(h.Partitions, h.Groups, h.Shards); err != nil {
 		return "layout: " + err.Error()
+	}
+	if h.Base < 0 || h.Base > h.Groups {
+		return fmt.Sprintf("base = %d: the count the cluster was created with must be in [1, groups=%d]", h.Base, h.Groups)
 	}
 	if len(h.Source) > MaxSource {
 		return fmt.Sprintf("source is %d bytes, at most %d allowed", len(h.Source), MaxSource)
@@ -142,7 +180,7 @@ func createdTime(ms int64) time.Time {
 func appendHeader(b []byte, h *Header) []byte {
 	start := len(b)
 	b = append(b, Magic...)
-	b = binary.LittleEndian.AppendUint16(b, Version)
+	b = binary.LittleEndian.AppendUint16(b, h.version())
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.Partitions))
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.Groups))
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.Shards))
@@ -150,6 +188,9 @@ func appendHeader(b []byte, h *Header) []byte {
 	b = binary.LittleEndian.AppendUint32(b, uint32(h.Groups)) // sections
 	b = binary.LittleEndian.AppendUint16(b, uint16(len(h.Source)))
 	b = append(b, h.Source...)
+	if h.version() == 2 {
+		b = binary.LittleEndian.AppendUint32(b, uint32(h.Base))
+	}
 	return binary.LittleEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 }
 
@@ -192,7 +233,7 @@ func chainAdd(chain, crc uint32) uint32 {
 // the backup's layout at the section's index and term. It returns a message
 // or "".
 func checkSnapshot(h *Header, g int, index, term uint64, sh *snapfmt.Header) string {
-	lo, hi := layout.GroupRange(g, h.Partitions, h.Groups)
+	lo, hi := layout.GroupSpan(g, h.Partitions, h.base())
 	switch {
 	case int(sh.Partitions) != h.Partitions || int(sh.Shards) != h.Shards:
 		return fmt.Sprintf("snapshot has partitions=%d shards=%d, backup has partitions=%d shards=%d",

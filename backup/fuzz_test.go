@@ -17,9 +17,12 @@ func FuzzRead(f *testing.F) {
 	seed := smallFile(f)
 	f.Add(seed, false)
 	f.Add(seed, true)
-	one := encodeFile(f, Header{Partitions: 1, Groups: 1, Shards: 1}, makeGroups(f, testLayout{1, 1, 1}, 1, 1, 12))
+	one := encodeFile(f, Header{Partitions: 1, Groups: 1, Shards: 1}, makeGroups(f, testLayout{P: 1, G: 1, S: 1}, 1, 1, 12))
 	f.Add(one, false)
 	f.Add(one, true)
+	raised := encodeFile(f, testHeader(testLayout{P: 4, G: 3, S: 1, B: 2}), makeGroups(f, testLayout{P: 4, G: 3, S: 1, B: 2}, 3, 1, 13))
+	f.Add(raised, false)
+	f.Add(raised, true)
 	f.Fuzz(func(t *testing.T, data []byte, resealIt bool) {
 		if resealIt {
 			data = reseal(data)

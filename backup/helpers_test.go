@@ -15,12 +15,15 @@ import (
 	"github.com/tollgate-io/tollgate/layout"
 )
 
-// testLayout is a cluster layout used by the tests.
-type testLayout struct{ P, G, S int }
+// testLayout is a cluster layout used by the tests; B, when set, is the
+// group count a raised cluster was created with.
+type testLayout struct{ P, G, S, B int }
 
 var (
-	bigLayout   = testLayout{64, 4, 16}
-	smallLayout = testLayout{8, 2, 4}
+	bigLayout   = testLayout{P: 64, G: 4, S: 16}
+	smallLayout = testLayout{P: 8, G: 2, S: 4}
+	// raisedLayout: bigLayout raised from 4 groups to 8 (version 2).
+	raisedLayout = testLayout{P: 64, G: 8, S: 16, B: 4}
 )
 
 // groupState is one group's FSM after applying a known log, its snapshot and
@@ -39,11 +42,22 @@ func makeGroups(tb testing.TB, l testLayout, perGroup, tenants int, seed uint64)
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	out := make([]groupState, l.G)
 	for g := range out {
-		f, err := fsm.New(fsm.Config{Partitions: l.P, Groups: l.G, Shards: l.S, Group: g})
+		f, err := fsm.New(fsm.Config{Partitions: l.P, Groups: l.G, Shards: l.S, Group: g, Base: l.B})
 		if err != nil {
 			tb.Fatal(err)
 		}
 		lo, hi := f.PartitionRange()
+		if hi == lo { // a group a raise added: it owns no partition of its own
+			if res := f.Apply(&raft.Log{Index: uint64(10*g + 1), Term: 3, Type: raft.LogCommand, Data: fsm.AppendTrack(nil, 29_000_000, nil)}); res != nil {
+				tb.Fatalf("group %d: apply: %v", g, res)
+			}
+			var buf bytes.Buffer
+			if err := f.WriteSnapshot(&buf); err != nil {
+				tb.Fatal(err)
+			}
+			out[g] = groupState{fsm: f, index: uint64(10*g + 1), term: 3, data: buf.Bytes()}
+			continue
+		}
 		now := int64(29_000_000)
 		index, term := uint64(10*g+1), uint64(3)
 		var known []uint64
@@ -86,7 +100,7 @@ func makeGroups(tb testing.TB, l testLayout, perGroup, tenants int, seed uint64)
 
 func testHeader(l testLayout) Header {
 	return Header{
-		Partitions: l.P, Groups: l.G, Shards: l.S,
+		Partitions: l.P, Groups: l.G, Shards: l.S, Base: l.B,
 		Created: time.UnixMilli(1_760_000_000_123).UTC(),
 		Source:  "cluster=test node=n1 ☃",
 	}
@@ -150,6 +164,9 @@ func reseal(in []byte) []byte {
 		return b
 	}
 	end := headerFixed + int(le.Uint16(b[34:]))
+	if le.Uint16(b[8:]) == 2 {
+		end += 4 // the base group count
+	}
 	if len(b) < end+4 {
 		return b
 	}

@@ -77,19 +77,24 @@ func newReader(r io.Reader) (*reader, error) {
 	if string(fixed[:8]) != Magic {
 		return nil, corruptf("header: bad magic %q, want %q (not a Tollgate backup file)", fixed[:8], Magic)
 	}
-	if v := binary.LittleEndian.Uint16(fixed[8:]); v != Version {
-		return nil, fmt.Errorf("%w: %w: file has format version %d, this build reads version %d", ErrCorrupt, ErrVersion, v, Version)
+	v := binary.LittleEndian.Uint16(fixed[8:])
+	if v != 1 && v != 2 {
+		return nil, fmt.Errorf("%w: %w: file has format version %d, this build reads versions 1 and %d", ErrCorrupt, ErrVersion, v, Version)
 	}
 	srcLen := int(binary.LittleEndian.Uint16(fixed[34:]))
 	if srcLen > MaxSource {
 		return nil, corruptf("header: source length %d exceeds %d", srcLen, MaxSource)
 	}
-	rest := make([]byte, srcLen+4)
+	extra := 0 // version 2: the base group count follows the source
+	if v == 2 {
+		extra = 4
+	}
+	rest := make([]byte, srcLen+extra+4)
 	if err := rd.readFull(rest, "header"); err != nil {
 		return nil, err
 	}
-	stored := binary.LittleEndian.Uint32(rest[srcLen:])
-	sum := crc32.Update(crc32.Checksum(fixed[:], castagnoli), castagnoli, rest[:srcLen])
+	stored := binary.LittleEndian.Uint32(rest[srcLen+extra:])
+	sum := crc32.Update(crc32.Checksum(fixed[:], castagnoli), castagnoli, rest[:srcLen+extra])
 	if sum != stored {
 		return nil, corruptf("header: checksum mismatch (stored %08x, computed %08x)", stored, sum)
 	}
@@ -100,15 +105,23 @@ func newReader(r io.Reader) (*reader, error) {
 		Shards:     u32(18),
 		Created:    createdTime(int64(binary.LittleEndian.Uint64(fixed[22:]))),
 		Source:     string(rest[:srcLen]),
+		Base:       u32(14),
+	}
+	if v == 2 {
+		h.Base = int(binary.LittleEndian.Uint32(rest[srcLen:]))
+		if h.Base < 1 || h.Base >= h.Groups {
+			// Version 2 is written for a raised cluster only: one encoding per file.
+			return nil, corruptf("header: version 2 with base %d for %d groups (base must be in [1, groups))", h.Base, h.Groups)
+		}
 	}
 	if msg := checkHeader(&h); msg != "" {
 		return nil, corruptf("header: %s", msg)
 	}
 	if n := u32(30); n != h.Groups {
-		return nil, corruptf("header: %d sections declared for %d groups (a version %d backup holds every group)", n, h.Groups, Version)
+		return nil, corruptf("header: %d sections declared for %d groups (a backup holds every group)", n, h.Groups)
 	}
 	rd.h = h
-	rd.chain = crc32.Update(0, castagnoli, rest[srcLen:])
+	rd.chain = crc32.Update(0, castagnoli, rest[srcLen+extra:])
 	return rd, nil
 }
 

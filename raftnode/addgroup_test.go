@@ -539,3 +539,21 @@ func TestAddGroupFailureReleasesTheGroup(t *testing.T) {
 		t.Fatalf("group 1: %v", got)
 	}
 }
+
+// TestRecordGroups: recording raises the listed count, never lowers it, and
+// refuses a count out of range.
+func TestRecordGroups(t *testing.T) {
+	dir := t.TempDir()
+	if err := RecordGroups(dir, 8); err != nil {
+		t.Fatal(err)
+	}
+	if err := RecordGroups(dir, 4); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := ListedGroups(dir); err != nil || n != 8 {
+		t.Fatalf("listed %d (%v) after recording 8 then 4, want 8", n, err)
+	}
+	if err := RecordGroups(dir, 0); err == nil {
+		t.Fatal("recording 0 groups was accepted")
+	}
+}

@@ -126,3 +126,19 @@ func syncDir(dir string) error {
 	}
 	return nil
 }
+
+// RecordGroups records that dataDir holds n groups, as AddGroup does for a
+// group added at runtime: a node started on it opens n groups whatever its
+// Config.Groups. For seeding a data dir offline with the groups of a
+// cluster whose count was raised (tollgate snapshot restore --offline). A
+// list that records n or more already is kept.
+func RecordGroups(dataDir string, n int) error {
+	if n < 1 || n > MaxGroups {
+		return fmt.Errorf("raftnode: record groups: count %d, want 1..%d", n, MaxGroups)
+	}
+	have, err := ListedGroups(dataDir)
+	if err != nil || have >= n {
+		return err
+	}
+	return writeGroupList(dataDir, n)
+}

@@ -59,13 +59,35 @@ func newSnapshotSaveCmd() *cobra.Command {
 				index, term uint64
 				data        []byte
 			}
-			parts := make([]part, view.Groups)
-			for g := range view.Groups {
-				data, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return downloadSnapshot(ctx, adm, g) })
-				if err != nil {
-					return fmt.Errorf("snapshot group %d: %w", g, err)
+			// Every group the cluster runs, a raise's too (the layout
+			// table's count; the view's Groups is the created count).
+			groups := max(view.Groups, view.GetLayout().GetGroups())
+			parts := make([]part, groups)
+			// A partition handed from one group to another between the two
+			// groups' snapshots could be in neither: the table's epoch
+			// moves with every hand-off, so the save is taken again when it
+			// moved meanwhile.
+			for try := 1; ; try++ {
+				for g := range groups {
+					data, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return downloadSnapshot(ctx, adm, g) })
+					if err != nil {
+						return fmt.Errorf("snapshot group %d: %w", g, err)
+					}
+					parts[g].data = data
 				}
-				parts[g].data = data
+				after, err := retryCall(ctx, func(ctx context.Context) (*api.ClusterView, error) { return firstView(ctx, tc) })
+				if err != nil {
+					return err
+				}
+				if after.GetLayout().GetEpoch() == view.GetLayout().GetEpoch() {
+					break
+				}
+				if try == 3 {
+					return fmt.Errorf("partitions moved between groups during each of %d attempts (layout epoch %d, now %d): run it again once `tollgate status` shows no partition moves pending; nothing was written",
+						try, view.GetLayout().GetEpoch(), after.GetLayout().GetEpoch())
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "partitions moved during the save (layout epoch %d → %d): taking it again\n", view.GetLayout().GetEpoch(), after.GetLayout().GetEpoch())
+				view = after
 			}
 			// The file records the FSM's own index/term (from the snapfmt
 			// header), which is what restore compares with the cluster's applied
@@ -86,7 +108,7 @@ func newSnapshotSaveCmd() *cobra.Command {
 				return err
 			}
 			defer os.Remove(tmp)
-			w, err := backup.NewWriter(f, backup.Header{Partitions: int(view.Partitions), Groups: int(view.Groups), Shards: shards,
+			w, err := backup.NewWriter(f, backup.Header{Partitions: int(view.Partitions), Groups: int(groups), Base: int(view.Groups), Shards: shards,
 				Created: time.Now(), Source: "tollgate snapshot save via " + view.ServedBy})
 			if err != nil {
 				f.Close()
@@ -175,7 +197,11 @@ func inspectFile(out io.Writer, path string) error {
 	}
 	h := sum.Header
 	fmt.Fprintf(out, "%s: valid (every checksum verified), %d bytes\n", path, sum.Bytes)
-	fmt.Fprintf(out, "layout: partitions=%d groups=%d shards=%d; created %s by %q\n\n", h.Partitions, h.Groups, h.Shards,
+	raised := ""
+	if h.Base < h.Groups {
+		raised = fmt.Sprintf(" (raised from %d)", h.Base)
+	}
+	fmt.Fprintf(out, "layout: partitions=%d groups=%d%s shards=%d; created %s by %q\n\n", h.Partitions, h.Groups, raised, h.Shards,
 		h.Created.UTC().Format(time.RFC3339), h.Source)
 	w := tabwriter.NewWriter(out, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(w, "GROUP\tINDEX\tTERM\tBYTES\tSERIES\tTENANTS\tBYTES/SERIES")
@@ -265,12 +291,19 @@ func restoreOffline(out io.Writer, file *backup.File, dataDir, nodeID, raftAddr 
 	if has {
 		return fmt.Errorf("%s already holds raft state; offline restore only seeds an empty data dir (use the online restore for a running cluster); nothing was changed", dataDir)
 	}
-	if err := server.InitLayout(dataDir, h.Partitions, h.Groups, h.Shards); err != nil {
+	// The data dir records the count the cluster was created with; the
+	// raised groups are the raft groups seeded below (a start runs both).
+	if err := server.InitLayout(dataDir, h.Partitions, h.Base, h.Shards); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 	for _, g := range file.Groups {
 		if err := raftnode.SeedGroup(raftDir, g.Group, nodeID, raftAddr, g.Index, g.Term, bytes.NewReader(g.Data), int64(len(g.Data))); err != nil {
 			return fmt.Errorf("seed group %d: %w", g.Group, err)
+		}
+	}
+	if h.Groups > h.Base { // a raised cluster: the node opens every group from its first start
+		if err := raftnode.RecordGroups(raftDir, h.Groups); err != nil {
+			return err
 		}
 	}
 	fmt.Fprintf(out, "seeded %s with %d groups (partitions=%d shards=%d) for node %q at raft address %s\n", dataDir, len(file.Groups), h.Partitions, h.Shards, nodeID, raftAddr)
@@ -289,7 +322,7 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 	if err != nil {
 		return err
 	}
-	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), file.Header.Shards); err != nil {
+	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), int(max(view.Groups, view.GetLayout().GetGroups())), file.Header.Shards); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 	st, err := retryCall(ctx, func(ctx context.Context) (*api.StatusResponse, error) { return adm.Status(ctx, &api.StatusRequest{}) })

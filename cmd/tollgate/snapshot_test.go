@@ -6,7 +6,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func runCLI(t *testing.T, bin string, args ...string) (string, error) {
@@ -180,4 +182,85 @@ func tableColumn(t *testing.T, out, header string, col int) []string {
 		}
 	}
 	return vals
+}
+
+// TestSnapshotRaisedCLI: a backup of a cluster whose group count was raised
+// holds every group, the raised ones too (after the partition moves about
+// half the series live there): save on a dev node raised 4 → 8 and
+// restarted, inspect names the raise, an online restore rolls back exactly,
+// and an offline restore seeds a data dir whose node runs 8 groups with
+// every series. A backup of the created groups only would lose the moved
+// partitions' series.
+func TestSnapshotRaisedCLI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the binary; skipped with -short")
+	}
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	p := startDev(t, bin, dir, [3]string{freePort(t), freePort(t), freePort(t)}, "--default-max-series", "0")
+	defer func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() }()
+	mustCLI(t, bin, "track", "--addr", p.grpc, "--tenant", "a", "--count", "2000")
+	mustCLI(t, bin, "groups", "raise", "--addr", p.grpc, "--to", "8")
+	waitStatus(t, bin, p, "groups added by a raise: 4 (") // every new group created, then the restart
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("stop after the raise: %v", err)
+	}
+	p = startDev(t, bin, dir, [3]string{freePort(t), freePort(t), freePort(t)}, "--default-max-series", "0")
+	waitStatus(t, bin, p, "partition moves: none pending")
+	if got := usage(t, p, "a"); got != 2000 {
+		t.Fatalf("after the raise and the moves tenant a has %d series, want 2000", got)
+	}
+
+	file := filepath.Join(t.TempDir(), "raised.tgb")
+	mustCLI(t, bin, "snapshot", "save", "--addr", p.grpc, "-o", file)
+	out := mustCLI(t, bin, "snapshot", "inspect", file)
+	if !strings.Contains(out, "groups=8 (raised from 4)") {
+		t.Fatalf("inspect of a raised cluster's backup:\n%s", out)
+	}
+	inRaised := 0
+	for i, s := range tableColumn(t, out, "GROUP", 4) { // SERIES per group
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			t.Fatalf("inspect: group %d series %q", i, s)
+		}
+		if i >= 4 {
+			inRaised += n
+		}
+	}
+	if inRaised == 0 {
+		t.Fatalf("the raised groups hold no series in the backup: were the moves done?\n%s", out)
+	}
+	t.Logf("%d of 2000 series in the raised groups' sections", inRaised)
+
+	mustCLI(t, bin, "track", "--addr", p.grpc, "--tenant", "b", "--count", "500")
+	mustCLI(t, bin, "snapshot", "restore", "--force", "--addr", p.grpc, file)
+	if a, b := usage(t, p, "a"), usage(t, p, "b"); a != 2000 || b != 0 {
+		t.Fatalf("after the online restore: a=%d b=%d, want exactly the snapshot (2000, 0)", a, b)
+	}
+
+	dir2 := t.TempDir()
+	addrs2 := [3]string{freePort(t), freePort(t), freePort(t)}
+	mustCLI(t, bin, "snapshot", "restore", "--offline", "--data-dir", dir2, "--node-id", "dev", "--raft-addr", addrs2[2], file)
+	p2 := startDev(t, bin, dir2, addrs2)
+	defer func() { _ = p2.cmd.Process.Kill(); _ = p2.cmd.Wait() }()
+	waitStatus(t, bin, p2, "partition moves: none pending (every partition at its owner for 8 groups)")
+	if got := usage(t, p2, "a"); got != 2000 {
+		t.Fatalf("node seeded offline from the raised backup: tenant a has %d series, want 2000", got)
+	}
+}
+
+// waitStatus waits until `tollgate status` against p prints want.
+func waitStatus(t *testing.T, bin string, p *proc, want string) {
+	t.Helper()
+	var out string
+	var err error
+	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if out, err = runCLI(t, bin, "status", "--addr", p.grpc); err == nil && strings.Contains(out, want) {
+			return
+		}
+	}
+	t.Fatalf("status never showed %q: %v\n%s", want, err, out)
 }
