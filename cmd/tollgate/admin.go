@@ -656,7 +656,7 @@ removed with remove-server stays out until it joins again.`,
 						return err
 					}
 					gs = gs[:0]
-					for g := range v.Groups {
+					for g := range clusterGroups(v) { // a raise's groups too
 						gs = append(gs, g)
 					}
 				}
@@ -802,3 +802,8 @@ A second voter in a zone that already has one is refused unless --force.`,
 	cmd.AddCommand(newRaftRecoverCmd())
 	return cmd
 }
+
+// clusterGroups is the number of groups the cluster runs: the layout
+// table's count once raised (groups raise), else the count it was created
+// with (the view's Groups, which stays that count for clients' arithmetic).
+func clusterGroups(v *api.ClusterView) uint32 { return max(v.GetGroups(), v.GetLayout().GetGroups()) }

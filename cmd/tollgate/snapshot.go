@@ -61,7 +61,7 @@ func newSnapshotSaveCmd() *cobra.Command {
 			}
 			// Every group the cluster runs, a raise's too (the layout
 			// table's count; the view's Groups is the created count).
-			groups := max(view.Groups, view.GetLayout().GetGroups())
+			groups := clusterGroups(view)
 			parts := make([]part, groups)
 			// A partition handed from one group to another between the two
 			// groups' snapshots could be in neither: the table's epoch
@@ -322,7 +322,7 @@ func restoreOnline(cmd *cobra.Command, o *adminOpts, file *backup.File, force bo
 	if err != nil {
 		return err
 	}
-	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), int(max(view.Groups, view.GetLayout().GetGroups())), file.Header.Shards); err != nil {
+	if err := file.CheckLayout(int(view.Partitions), int(view.Groups), int(clusterGroups(view)), file.Header.Shards); err != nil {
 		return fmt.Errorf("%w; nothing was changed", err)
 	}
 	st, err := retryCall(ctx, func(ctx context.Context) (*api.StatusResponse, error) { return adm.Status(ctx, &api.StatusRequest{}) })
