@@ -26,6 +26,28 @@ type nearGroup struct {
 
 func newNearTable(g int) *nearTable { return &nearTable{groups: make([]nearGroup, g)} }
 
+// nearGroups grows the near-limit table to the groups the layout table
+// names (a raise adds groups to a running cluster) and returns its size:
+// the groups the summary streams and polls cover. A group the table does not
+// cover yet is tracked sync (isSync).
+func (c *Client) nearGroups() int {
+	n := 0
+	if t := c.table.Load(); t != nil {
+		n = t.Groups
+	}
+	if old := c.near.Load(); n <= len(old.groups) {
+		return len(old.groups)
+	}
+	c.nearMu.Lock()
+	defer c.nearMu.Unlock()
+	old := c.near.Load()
+	if n <= len(old.groups) {
+		return len(old.groups)
+	}
+	c.near.Store(&nearTable{groups: append(slices.Clone(old.groups), make([]nearGroup, n-len(old.groups))...)})
+	return n
+}
+
 func (t *nearTable) size() int {
 	n := 0
 	for _, g := range t.groups {
@@ -112,7 +134,7 @@ func (c *Client) pollOnce(groups int) {
 	c.nearMu.Lock()
 	defer c.nearMu.Unlock()
 	old := c.near.Load()
-	if len(old.groups) != groups {
+	if len(old.groups) < groups { // never shrinks; grown only by nearGroups
 		return
 	}
 	nt := &nearTable{groups: slices.Clone(old.groups)}

@@ -65,13 +65,12 @@ func (c *Client) nearLoop() {
 	case <-c.ctx.Done():
 		return
 	}
-	_, g, err := c.layout(c.ctx)
-	if err != nil {
+	if _, _, err := c.layout(c.ctx); err != nil {
 		return
 	}
 	logged := false
 	for c.ctx.Err() == nil {
-		addr := c.streamSummaries(g)
+		addr := c.streamSummaries()
 		if c.ctx.Err() != nil {
 			return
 		}
@@ -81,19 +80,19 @@ func (c *Client) nearLoop() {
 				"addr", addr, "every", c.cfg.NearLimitRefresh, "reprobe", c.cfg.watchReprobe)
 		}
 		c.summaryPolling.Store(true)
-		c.pollFor(g, c.cfg.watchReprobe)
+		c.pollFor(c.cfg.watchReprobe)
 		c.summaryPolling.Store(false)
 	}
 }
 
 // pollFor polls every NearLimitRefresh for d (or until Close).
-func (c *Client) pollFor(groups int, d time.Duration) {
+func (c *Client) pollFor(d time.Duration) {
 	end := time.NewTimer(d)
 	defer end.Stop()
 	tick := time.NewTicker(c.cfg.NearLimitRefresh)
 	defer tick.Stop()
 	for {
-		c.pollOnce(groups)
+		c.pollOnce(c.nearGroups())
 		select {
 		case <-tick.C:
 		case <-end.C:
@@ -106,7 +105,9 @@ func (c *Client) pollFor(groups int, d time.Duration) {
 
 // streamSummaries keeps every group watched on some node until Close, or
 // until a node answers Unimplemented: then it returns that node's address.
-func (c *Client) streamSummaries(groups int) (unimplemented string) {
+// The groups a raise adds are watched from the first reassignment after the
+// layout table names them.
+func (c *Client) streamSummaries() (unimplemented string) {
 	events := make(chan summaryEvent)
 	active := map[string]*summaryStream{}
 	fails := map[string]int{}
@@ -128,7 +129,7 @@ func (c *Client) streamSummaries(groups int) (unimplemented string) {
 	for {
 		if unimplemented == "" && c.ctx.Err() == nil {
 			now := time.Now()
-			want := c.assignSummaries(groups, func(addr string, grp int) bool {
+			want := c.assignSummaries(c.nearGroups(), func(addr string, grp int) bool {
 				return now.Before(nodeBad[addr]) || now.Before(groupBad[addrGroup{addr, grp}])
 			})
 			for addr, st := range active {

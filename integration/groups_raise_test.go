@@ -69,6 +69,14 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
+	// A client in auto mode, started before the raise: its near-limit
+	// summary streams must come to cover the raised groups (until they do,
+	// it tracks their series sync).
+	auto, err := clientlib.New(clientlib.Config{Addrs: c.GRPCAddrs(), Mode: clientlib.ModeAuto})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer auto.Close()
 
 	var (
 		calls atomic.Int64
@@ -239,6 +247,14 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	t.Logf("32 partitions at their target (in every node's cluster view) %v after the last restart was ready", time.Since(start).Round(time.Millisecond))
+	waitFor(t, "the auto client's near-limit summaries of every group, the raised ones too", func() bool {
+		for g := range to {
+			if !auto.NearLimit(g).Known {
+				return false
+			}
+		}
+		return true
+	})
 	// Keep tracking a while on the raised cluster.
 	mark := calls.Load()
 	waitFor(t, "20 more tracking calls after the moves", func() bool { return calls.Load() >= mark+20 })
