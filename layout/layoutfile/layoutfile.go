@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/tollgate-io/tollgate/nodeid"
 )
 
 // Name is the file's name in the data dir.
@@ -61,43 +63,14 @@ func Check(dataDir string, want Layout, raised int) (int, error) {
 	return have.Groups, nil
 }
 
-// write creates the file durably: a temporary file synced, renamed into
-// place, and the directory synced, so that a power cut leaves either no
-// file (the next start writes it again) or the whole one.
+// write creates the file durably (nodeid.WriteFileDurable: a temporary
+// file synced, renamed into place, the directory synced), so that a power
+// cut leaves either no file (the next start writes it again) or the whole
+// one.
 func write(path string, l Layout) error {
 	b, err := json.MarshalIndent(l, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	_, err = f.Write(append(b, '\n'))
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		err = syncDir(filepath.Dir(path))
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return nodeid.WriteFileDurable(path, append(b, '\n'))
 }
