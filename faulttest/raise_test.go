@@ -8,7 +8,6 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -156,10 +155,16 @@ func TestRaiseMovesThroughKills(t *testing.T) {
 	c.checkNoCrashes()
 }
 
+// previousBinEnv names a tollgate binary of the release before online groups
+// (cluster version 6 or below), for TestRollingUpgradeThenRaise.
+const previousBinEnv = "TOLLGATE_PREVIOUS_BIN"
+
 // TestRollingUpgradeThenRaise: a cluster created by the build before online
 // groups (every node started with cluster version 5, the version before
 // layout-raise, as TestRollingUpgrade makes a current binary the previous
-// build) upgrades in place under recorded clientlib load: the raise is
+// build; or, with $TOLLGATE_PREVIOUS_BIN, that binary: a real earlier
+// release, e.g. git archive REV | tar -x -C DIR; go build ./cmd/tollgate)
+// upgrades in place under recorded clientlib load: the raise is
 // refused with FailedPrecondition naming a node that still runs the old
 // build, after every upgrade but the last; once every node runs the new
 // build the raise goes through, a second rolling restart gives the nodes the
@@ -167,10 +172,17 @@ func TestRaiseMovesThroughKills(t *testing.T) {
 // and no fail-open decision more than 2 s after a node stopped, and the
 // recorded history checks.
 func TestRollingUpgradeThenRaise(t *testing.T) {
-	t.Setenv(maxClusterVersionEnv, "5")
+	opts := clusterOptions{tenantMaxSeries: map[string]int64{"zd-0": 3000, "zd-1": 3000}}
+	current := ""
+	if prev := os.Getenv(previousBinEnv); prev != "" {
+		current, opts.bin = tollgateBinary(t), prev
+		t.Logf("the cluster starts on %s (%s), then upgrades to this build", prev, previousBinEnv)
+	} else {
+		t.Setenv(maxClusterVersionEnv, "5")
+	}
 	const limit = 3000
 	limits := map[string]int{"zd-0": limit, "zd-1": limit}
-	c := newCluster(t, clusterOptions{tenantMaxSeries: map[string]int64{"zd-0": limit, "zd-1": limit}})
+	c := newCluster(t, opts)
 	load := startRecordedLoad(t, c, 2, c.recordTracks(limits))
 	defer load.close()
 	loadFor(2 * time.Second)
@@ -185,22 +197,22 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 		return err
 	}
 	// refused wants the raise refused, naming one of old as the build
-	// before online groups (Unavailable while a leader moves is retried).
+	// before online groups, which supports a cluster version below 7
+	// (Unavailable while a leader moves is retried).
+	oldVersion := regexp.MustCompile(`(node-\d) supports cluster version ([1-6])\b`)
 	refused := func(old []string) {
 		t.Helper()
 		for {
 			err := raise()
 			if err == nil {
-				t.Fatalf("raise to %d accepted while %v run cluster version 5", to, old)
+				t.Fatalf("raise to %d accepted while %v run the build before online groups", to, old)
 			}
 			if status.Code(err) == codes.FailedPrecondition {
-				for _, id := range old {
-					if strings.Contains(err.Error(), id+" supports cluster version 5") {
-						t.Logf("raise refused as expected: %v", status.Convert(err).Message())
-						return
-					}
+				if m := oldVersion.FindStringSubmatch(err.Error()); m != nil && slices.Contains(old, m[1]) {
+					t.Logf("raise refused as expected: %v", status.Convert(err).Message())
+					return
 				}
-				t.Fatalf("raise: %v; want it to name one of %v as supporting cluster version 5", err, old)
+				t.Fatalf("raise: %v; want it to name one of %v as supporting a cluster version below 7", err, old)
 			}
 			if ctx.Err() != nil {
 				t.Fatalf("raise: %v, want FailedPrecondition", err)
@@ -224,6 +236,9 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	refused([]string{"node-1", "node-2", "node-3"})
 	if err := os.Unsetenv(maxClusterVersionEnv); err != nil { // nodes started from here on run the new build
 		t.Fatal(err)
+	}
+	if current != "" {
+		c.bin = current
 	}
 	roll("upgrade", func(old []string) {
 		if len(old) > 0 {

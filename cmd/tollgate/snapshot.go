@@ -60,14 +60,16 @@ func newSnapshotSaveCmd() *cobra.Command {
 				data        []byte
 			}
 			// Every group the cluster runs, a raise's too (the layout
-			// table's count; the view's Groups is the created count).
-			groups := clusterGroups(view)
-			parts := make([]part, groups)
-			// A partition handed from one group to another between the two
+			// table's count; the view's Groups is the created count). A
+			// partition handed from one group to another between the two
 			// groups' snapshots could be in neither: the table's epoch
-			// moves with every hand-off, so the save is taken again when it
-			// moved meanwhile.
+			// moves with every hand-off (and a raise), so the save is taken
+			// again when it moved meanwhile.
+			var groups uint32
+			var parts []part
 			for try := 1; ; try++ {
+				groups = clusterGroups(view)
+				parts = make([]part, groups)
 				for g := range groups {
 					data, err := retryCall(ctx, func(ctx context.Context) ([]byte, error) { return downloadSnapshot(ctx, adm, g) })
 					if err != nil {
