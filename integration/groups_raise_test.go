@@ -212,15 +212,22 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 	// rolling restart under load, after which group 0's leader moves each
 	// old group's upper half to a new group (layout.RaiseTarget).
 	for i := range c.Nodes() {
-		if err := c.Stop(ctx, i); err != nil {
+		// Each restart has its own minute: a restarted node may first wait
+		// 5-10 s to find a replica a move left behind (cluster/stale.go),
+		// and a loaded CI machine stretches that (four restarts once
+		// overran one shared minute there).
+		rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if err := c.Stop(rctx, i); err != nil {
 			t.Fatal(err)
 		}
 		s, err := c.Restart(i)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := c.WaitReady(ctx); err != nil {
-			t.Fatal(err)
+		err = c.WaitReady(rctx)
+		rcancel()
+		if err != nil {
+			t.Fatalf("after restarting %s: %v", s.NodeID(), err)
 		}
 		if s.RaftGroups() != to || s.FSM(to-1) == nil {
 			t.Fatalf("restarted node runs %d raft groups", s.RaftGroups())

@@ -232,11 +232,9 @@ func connEnded(err error) bool {
 //
 // A pre-vote the group's own gate refuses is answered here as refused, at
 // the requested term (so raft neither raises its term nor logs an error),
-// and never reaches target. That gate stays shut for as long as the
-// replica exists, not for a passing condition: a replica its leader
-// removed without it knowing hears from no leader and would otherwise
-// pre-vote every election timeout for good, each peer logging a refusal
-// at WARN, and raft on this node an error per peer and round.
+// and never reaches target. That gate stays shut for a long time, not for
+// a passing condition (a group a raise added, until the node restarts), so
+// raft on this node would otherwise log an error per peer and round.
 func (t *gatedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
 	if t.group != nil && t.group() != nil {
 		resp.Term, resp.Granted = args.Term, false

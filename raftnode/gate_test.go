@@ -99,8 +99,8 @@ func TestGateKeepsNodeFromLeading(t *testing.T) {
 }
 
 // TestGroupGateRefusesPreVoteQuietly: a pre-vote the group's gate refuses
-// (a replica its leader removed without it knowing, or a group this node
-// may not lead yet) is answered as refused at the requested term, without
+// (a group this node may not lead until its restart) is answered as
+// refused at the requested term, without
 // an error and without reaching the peer: the peer here is a closed port,
 // so a request that left the node would fail. With the gate open the same
 // request does leave, and fails.
@@ -113,7 +113,7 @@ func TestGroupGateRefusesPreVoteQuietly(t *testing.T) {
 	shut.Store(true)
 	group := func() error {
 		if shut.Load() {
-			return errors.New("test: removed from the group")
+			return errors.New("test: led from the next restart")
 		}
 		return nil
 	}

@@ -71,20 +71,15 @@ func (s *Server) bindPartMoves() {
 // groupMayCampaign keeps this node from leading a group created while it
 // runs: its leader path (tracker, shares, fence) exists from its next
 // restart, and a leader without one would answer for partitions handed to
-// the group with nobody deciding. Nor does a replica its leader removed
-// without it knowing (cluster/stale.go) ask for votes: its peers would log
-// each refusal, every election timeout, for as long as it stays.
+// the group with nobody deciding. (A replica its leader removed without it
+// knowing, cluster/stale.go, is not gated here: that mark comes from asking
+// a gossiped leader, and a wrong one must never keep the group from
+// electing; its pre-votes only make the peers log a refusal.)
 func (s *Server) groupMayCampaign(g int) error {
-	switch {
-	case g >= s.bootGroups:
+	if g >= s.bootGroups {
 		return errNotServed
-	case s.ctl.Removed(g):
-		return errRemovedHere
 	}
 	return nil
 }
 
-var (
-	errNotServed   = errors.New("this group was created while the node runs: the node leads it from its next restart")
-	errRemovedHere = errors.New("this replica was removed from its group")
-)
+var errNotServed = errors.New("this group was created while the node runs: the node leads it from its next restart")

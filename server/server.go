@@ -240,7 +240,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.bindPartMoves() // partmoves.go
 	s.bootGroups = cfg.Layout.Groups
-	s.ctl = newController(s) // clusterport.go; before raft: groupMayCampaign reads it
 	host, err := raftnode.New(raftnode.Config{
 		NodeID:        cfg.Node.ID,
 		DataDir:       filepath.Join(cfg.Node.DataDir, "raft"),
@@ -275,6 +274,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(fmt.Errorf("start raft: %w", err))
 	}
 	s.host = host
+	s.ctl = newController(s)       // clusterport.go
 	s.registerRaftCapMetrics(host) // portcaps.go
 	s.trackers = make([]*groupTracker, cfg.Layout.Groups)
 	for g := range s.trackers {
