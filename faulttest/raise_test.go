@@ -163,8 +163,9 @@ const previousBinEnv = "TOLLGATE_PREVIOUS_BIN"
 // groups (every node started with cluster version 5, the version before
 // layout-raise, as TestRollingUpgrade makes a current binary the previous
 // build; or, with $TOLLGATE_PREVIOUS_BIN, that binary: a real earlier
-// release, e.g. git archive REV | tar -x -C DIR; go build ./cmd/tollgate)
-// upgrades in place under recorded clientlib load: the raise is
+// release, e.g. git archive REV | tar -x -C DIR; go build ./cmd/tollgate,
+// whose refusals are not checked, see below) upgrades in place under
+// recorded clientlib load: the raise is
 // refused with FailedPrecondition naming a node that still runs the old
 // build, after every upgrade but the last; once every node runs the new
 // build the raise goes through, a second rolling restart gives the nodes the
@@ -233,7 +234,14 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 			each(left)
 		}
 	}
-	refused([]string{"node-1", "node-2", "node-3"})
+	// A real earlier release may support layout-raise already (cluster
+	// version 6, 97ac923: it creates the groups, and only version 7 moves
+	// partitions), so it accepts the raise: the refusals are checked
+	// against the simulated build before online groups only.
+	simulated := current == ""
+	if simulated {
+		refused([]string{"node-1", "node-2", "node-3"})
+	}
 	if err := os.Unsetenv(maxClusterVersionEnv); err != nil { // nodes started from here on run the new build
 		t.Fatal(err)
 	}
@@ -241,7 +249,7 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 		c.bin = current
 	}
 	roll("upgrade", func(old []string) {
-		if len(old) > 0 {
+		if len(old) > 0 && simulated {
 			refused(old)
 		}
 	})
