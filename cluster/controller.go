@@ -247,26 +247,38 @@ func (c *Controller) reconcileAll(ms []membership.Member) {
 
 // resumeLearners finishes the learner additions a previous leader of a group
 // led here started but did not promote (it lost leadership while the server
-// caught up): placement's additions of servers that are non-voters now. Other
+// caught up): placement's additions of servers that are non-voters now. It
+// also re-adds a voter whose raft address changed (a node restarted on new
+// ports): that repair is first tried when the member becomes alive again
+// (reconcileAll), but the node leading the group then may be another, or
+// the attempt may fail, and a voter left at its old address never hears
+// from the leader again (its replica waits for one forever). Other
 // additions wait for a member to become alive, as in reconcileAll, so a
 // server an operator removed stays out.
 func (c *Controller) resumeLearners(ms []membership.Member) {
 	var targets [][]membership.Member
+	byID := map[string]membership.Member{}
+	for _, m := range alive(ms) {
+		byID[m.ID] = m
+	}
 	for _, lc := range c.ledConfigs() {
 		learners := map[string]bool{}
+		moved := false
 		for _, srv := range lc.conf.Servers {
 			if srv.Suffrage == raft.Nonvoter {
 				learners[string(srv.ID)] = true
+			} else if m, ok := byID[string(srv.ID)]; ok {
+				moved = moved || (m.RaftAddr != "" && raft.ServerAddress(listedAddr(srv, m)) != srv.Address && sameIncarnation(srv, m))
 			}
 		}
-		if len(learners) == 0 {
+		if len(learners) == 0 && !moved {
 			continue
 		}
 		if targets == nil {
 			targets = PlaceAll(c.groups(), placementCandidates(ms), c.cfg.Replicas)
 		}
 		for _, add := range planReconcile(ms, c.cfg.Replicas, targets[lc.group], GroupConfig{Group: lc.group, Servers: lc.conf.Servers}) {
-			if learners[add.Member.ID] {
+			if learners[add.Member.ID] || add.Reason == reasonAddrChanged {
 				c.addVoter(add)
 			}
 		}

@@ -492,3 +492,38 @@ func TestControllerStaleReplica(t *testing.T) {
 		t.Fatal("marked removed on the word of a peer that does not lead the group")
 	}
 }
+
+// A voter that came back on a new raft address while this node was not yet
+// its group's leader (or while the first re-add failed) is re-added at the
+// new address by the periodic repair: the controller saw the member become
+// alive already, so reconcileAll does not run for it again, and a voter left
+// at its old address would never hear from the leader.
+func TestControllerReaddsMovedVoterLater(t *testing.T) {
+	n1, n2, n3 := member("n1", "a"), member("n2", "b"), member("n3", "c")
+	c, node, r, _, wg := newTestController(t, []membership.Member{n1, n2, n3}, voter(n1), voter(n2), voter(n3))
+	r.mu.Lock()
+	r.state = raft.Follower
+	r.mu.Unlock()
+	t0 := time.Now()
+	c.Place(t0) // every member new to the controller: reconcile, but n1 leads nothing
+	wg.Wait()
+	node.mu.Lock()
+	node.members[2].RaftAddr = "n3:7302" // n3 restarted on another port
+	node.mu.Unlock()
+	c.Place(t0.Add(time.Second)) // still nothing led here
+	wg.Wait()
+	r.mu.Lock()
+	r.state = raft.Leader // leadership arrives; n3 stays alive throughout
+	r.mu.Unlock()
+	c.Place(t0.Add(2*time.Second + learnerResume))
+	wg.Wait()
+	if srv, ok := r.server("n3"); !ok || srv.Address != "n3:7302" || srv.Suffrage != raft.Voter {
+		t.Fatalf("n3 is %+v (in configuration: %v), want a voter at its new address n3:7302; calls %v", srv, ok, r.callLog())
+	}
+	calls := r.callLog()
+	c.Place(t0.Add(3*time.Second + 2*learnerResume))
+	wg.Wait()
+	if again := r.callLog(); len(again) != len(calls) {
+		t.Fatalf("a voter at its gossiped address was re-added again: %v", again[len(calls):])
+	}
+}
