@@ -4,7 +4,9 @@
 # (BenchmarkLeaderPath: session, lookup, Decide, reservation, encoding and an
 # FSM apply; no gRPC, raft or fsync) and then `tollgate bench --metrics-url`
 # against one durable dev node, for new series and for refreshes, and prints
-# end-to-end ns of server CPU per series ÷ in-process ns per series.
+# end-to-end ns of server CPU per series ÷ in-process ns per series, and
+# the in-process path ÷ the series map's own miss + insert of the same
+# hashes (BenchmarkLeaderPath/map-floor).
 # The in-process figure is the benchmark's ns/op ÷ 1,000 (wall time of one
 # goroutine; on a shared machine it rises with the load as the end-to-end
 # CPU figure does not, so compare rounds, not runs on different days).
@@ -29,17 +31,22 @@ grep -q 'ready' "$dir/server.out" || { cat "$dir/server.out" >&2; exit 1; }
 bench() { $bin bench --addr $grpc --metrics-url $http --tenants 16 --request-size 1000 --concurrency 8 \
   --duration "$dur" --json "$@" 2>/dev/null | jq -r '.cost.ns_per_series'; }
 echo "$(date -u +%FT%TZ)  $(nproc) cores  load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %12s %12s %7s   %12s %12s %7s\n' round "new e2e ns" "in-proc ns" ratio "refresh e2e" "in-proc ns" ratio
+printf '%-5s %12s %12s %7s   %12s %12s %7s   %10s %9s\n' round "new e2e ns" "in-proc ns" ratio "refresh e2e" "in-proc ns" ratio "map ns" "in÷map"
 for r in $(seq "$rounds"); do
-  adm=$("$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath' -test.benchtime 2s)
+  # new and map-floor at one fixed count (3,000 requests: tables of 3 M
+  # series), so both end at the same table size: a lookup's and an insert's
+  # cost grows with it.
+  adm=$("$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath/(new|map-floor)' -test.benchtime 3000x
+    "$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath/refresh' -test.benchtime 2s)
   an=$(awk '$1 ~ /LeaderPath\/new/ {print $3/1000}' <<<"$adm")
   ar=$(awk '$1 ~ /LeaderPath\/refresh/ {print $3/1000}' <<<"$adm")
+  am=$(awk '$1 ~ /LeaderPath\/map-floor/ {print $3/1000}' <<<"$adm")
   en=$(bench --new-fraction 1 --series-per-tenant 100000000 --seed $((100 + r)))
   er=$(bench --new-fraction 0 --series-per-tenant 125000 --prefill --seed 7)
-  for v in "$an" "$ar" "$en" "$er"; do
+  for v in "$an" "$ar" "$am" "$en" "$er"; do
     [[ $v =~ ^[0-9.e+]+$ ]] || { echo "round $r: no figure (admission: $an $ar, bench: $en $er)" >&2; exit 1; }
   done
-  awk -v r="$r" -v en="$en" -v an="$an" -v er="$er" -v ar="$ar" \
-    'BEGIN { printf "%-5s %12.0f %12.0f %7.2f   %12.0f %12.0f %7.2f\n", r, en, an, en/an, er, ar, er/ar }'
+  awk -v r="$r" -v en="$en" -v an="$an" -v er="$er" -v ar="$ar" -v am="$am" \
+    'BEGIN { printf "%-5s %12.0f %12.0f %7.2f   %12.0f %12.0f %7.2f   %10.0f %9.2f\n", r, en, an, en/an, er, ar, er/ar, am, an/am }'
 done
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
