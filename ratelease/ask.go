@@ -145,6 +145,7 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 			break
 		}
 		c.redirect(addr, u.Redirects)
+		c.route() // report to the owner named now: it holds this ask until the report is in
 		addr = next
 	}
 	return Answer{}, ErrNoOwner

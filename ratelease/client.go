@@ -186,15 +186,22 @@ func (c *Client) watchOnce(addr string) (gotView bool) {
 			return gotView
 		}
 		gotView = true
-		c.applyView(v)
+		if c.applyView(v) {
+			// A group has a new leader: report to it now, not at the
+			// next tick. Until its first report is in, the new owner
+			// holds this client's asks for the group's sliding keys.
+			c.route()
+		}
 	}
 }
 
-func (c *Client) applyView(v *api.ClusterView) {
+// applyView takes a cluster view; moved says whether a group's leader
+// changed (from one this client knew).
+func (c *Client) applyView(v *api.ClusterView) (moved bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if v.Partitions == 0 || v.Groups == 0 {
-		return
+		return false
 	}
 	c.p, c.g = int(v.Partitions), int(v.Groups)
 	leaders := make([]string, c.g)
@@ -205,6 +212,7 @@ func (c *Client) applyView(v *api.ClusterView) {
 	}
 	for g, addr := range leaders {
 		if g < len(c.leaders) && c.leaders[g] != addr {
+			moved = moved || addr != ""
 			delete(c.hints, g) // the view moved on: trust it again
 			// A node the view now names a group's new leader is no
 			// longer passed over: its stream may have ended while it
@@ -224,6 +232,7 @@ func (c *Client) applyView(v *api.ClusterView) {
 		}
 	}
 	c.nodes = nodes
+	return moved
 }
 
 // reportLoop ticks the limiter, routes every tenant to its owner and wakes

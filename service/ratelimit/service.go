@@ -45,6 +45,10 @@ type Service struct {
 	cfg     ServiceConfig
 	o       *Owner
 	closing chan struct{}
+	// kick asks Run for a round before the period ends: an asker waits in
+	// Admit for its report to be folded in (after a takeover), and a
+	// report is folded only by a round.
+	kick chan struct{}
 
 	reports   atomic.Uint64
 	rejected  atomic.Uint64 // streams ended by bad input
@@ -76,7 +80,7 @@ func NewService(cfg ServiceConfig, p, g int, limits Limits) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, o: o, closing: make(chan struct{}), budget: map[string]int{}}, nil
+	return &Service{cfg: cfg, o: o, closing: make(chan struct{}), kick: make(chan struct{}, 1), budget: map[string]int{}}, nil
 }
 
 // Run ticks the owner every period until ctx ends, then ends every stream
@@ -85,23 +89,34 @@ func (s *Service) Run(ctx context.Context) {
 	t := time.NewTicker(s.o.cfg.Period)
 	defer t.Stop()
 	defer close(s.closing)
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			start := time.Now()
-			s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
-			s.tickNanos.Store(int64(time.Since(start)))
-			c := s.o.counts(s.cfg.Now().UnixNano())
-			s.owned.Store(int64(c.owned))
-			s.blocked.Store(int64(c.blocked))
-			s.limited.Store(int64(c.limited))
-			s.limitedRate.Store(math.Float64bits(c.limitedRate))
-			s.limitedLimit.Store(math.Float64bits(c.limitedLimit))
+		case <-s.kick:
+			// At most one extra round per kickSpacing: a round walks
+			// every tenant.
+			if time.Since(last) < kickSpacing(s.o.cfg.Period) {
+				continue
+			}
 		}
+		start := time.Now()
+		last = start
+		s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
+		s.tickNanos.Store(int64(time.Since(start)))
+		c := s.o.counts(s.cfg.Now().UnixNano())
+		s.owned.Store(int64(c.owned))
+		s.blocked.Store(int64(c.blocked))
+		s.limited.Store(int64(c.limited))
+		s.limitedRate.Store(math.Float64bits(c.limitedRate))
+		s.limitedLimit.Store(math.Float64bits(c.limitedLimit))
 	}
 }
+
+// kickSpacing is the least time between two rounds Admit asks for.
+func kickSpacing(period time.Duration) time.Duration { return period / 8 }
 
 // Sync serves one client's stream: reports in, updates out.
 func (s *Service) Sync(stream grpc.BidiStreamingServer[api.RateReport, api.RateUpdate]) error {
@@ -251,6 +266,16 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	// being refused: a refusal would reach Envoy as OVER_LIMIT for a request
 	// the window has room for.
 	for wait := time.Now().Add(3 * s.o.cfg.Period); err == nil && res.Unseen && time.Now().Before(wait); {
+		// Its report may be here already, waiting for the next round to
+		// be folded in: have that round now rather than up to a period
+		// later. The asks held meanwhile would otherwise all be decided
+		// at once, bunching the window's slots, and a window that starts
+		// just after such a bunch is short of it a whole window later
+		// (each slot is taken again only as requests come).
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 		select {
 		case <-ctx.Done():
 			return nil, status.FromContextError(ctx.Err()).Err()

@@ -526,3 +526,36 @@ func TestServiceAdmitWaitsForTheReport(t *testing.T) {
 		t.Fatalf("unseen asker whose report came while it waited: %v; want admitted (3 of 10 in the window)", u)
 	}
 }
+
+// TestServiceAdmitFoldsTheReportAtOnce: an asker's report that is already
+// in when it asks is folded by a round the held ask asks for, not by the
+// next periodic one. The period here is an hour: without that round the
+// ask would be held until its context ends.
+func TestServiceAdmitFoldsTheReportAtOnce(t *testing.T) {
+	svc, err := NewService(ServiceConfig{
+		Owner:    Config{Sliding: func(string) bool { return true }, Period: time.Hour},
+		Owns:     func(int) bool { return true },
+		LeaderOf: func(int) (string, string) { return "", "" },
+	}, 64, 4, func(string) (float64, int64) { return 10.0 / 60, 10 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); svc.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	// Client 8's report (3 admitted in the window) is in, not folded.
+	s := svc.o.NewSession()
+	if err := s.Absorb(&api.RateReport{ClientId: 8, Strategy: api.RateStrategy_RATE_STRATEGY_LEASE, NewIds: []uint32{1}, NewNames: []string{"k"},
+		Ids: []uint32{1}, ConsumedTotal: []uint64{3}, OfferedTotal: []uint64{3}, BucketStartUnixNanos: []int64{0}, BucketConsumed: []uint64{3},
+		PrevBucketConsumed: []uint64{0}, BucketAgeNanos: []int64{0}, SlicesPerWindow: 32, WindowSliceLen: []uint32{1}, WindowSlices: []uint64{3},
+		SliceAgeNanos: []int64{0}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	actx, acancel := context.WithTimeout(ctx, 30*time.Second)
+	defer acancel()
+	u, err := svc.Admit(actx, &api.RateReport{ClientId: 8, NewNames: []string{"k"}, ConsumedTotal: []uint64{1}, PrevBucketConsumed: []uint64{3}})
+	if err != nil || u.Cap[0] != 1 {
+		t.Fatalf("asker whose report is in but not folded: %v, %v; want admitted after a round asked for at once", u, err)
+	}
+}
