@@ -144,8 +144,11 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		if next == "" || next == addr {
 			break
 		}
-		c.redirect(addr, u.Redirects)
-		c.route() // report to the owner named now: it holds this ask until the report is in
+		if c.redirect(addr, u.Redirects) {
+			// Report to the owner named now, not at the next tick: it
+			// holds this ask until this client's report is in.
+			c.route()
+		}
 		addr = next
 	}
 	return Answer{}, ErrNoOwner

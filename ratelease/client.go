@@ -406,8 +406,8 @@ func (c *Client) syncOnce(ctx context.Context, oc *ownerConn) error {
 			oc.lastRecv.Store(now.UnixNano())
 			oc.up.Store(true)
 			c.updatesReceived.Add(1)
-			if len(moved) > 0 || len(u.Redirects) > 0 {
-				c.redirect(oc.addr, u.Redirects)
+			if (len(moved) > 0 || len(u.Redirects) > 0) && c.redirect(oc.addr, u.Redirects) {
+				c.route() // to the named owner now, not at the next tick
 			}
 		}
 	}()
@@ -432,16 +432,22 @@ func (c *Client) syncOnce(ctx context.Context, oc *ownerConn) error {
 
 // redirect follows an owner's "not mine": the next route sends the group's
 // tenants to the named leader (or back to the view's when none is named).
-func (c *Client) redirect(from string, rs []*api.RateRedirect) {
+// It reports whether a group's hint now names another node.
+func (c *Client) redirect(from string, rs []*api.RateRedirect) (changed bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range rs {
+		g := int(r.Group)
+		old, had := c.hints[g]
 		if r.LeaderGrpcAddress != "" && r.LeaderGrpcAddress != from {
-			c.hints[int(r.Group)] = r.LeaderGrpcAddress
+			c.hints[g] = r.LeaderGrpcAddress
+			changed = changed || old != r.LeaderGrpcAddress
 		} else {
-			delete(c.hints, int(r.Group))
+			delete(c.hints, g)
+			changed = changed || had
 		}
 	}
+	return changed
 }
 
 // Stats is a snapshot of the client's counters.
