@@ -152,7 +152,9 @@ type Owner struct {
 	// tickMu makes Tick calls one at a time; what follows is Tick's.
 	tickMu sync.Mutex
 	snap   []*Session // o.sessions as the tick began
-	ownsG  []bool
+	// routedNow: per rate group, routedAll as the tick began (round.go).
+	routedNow []bool
+	ownsG     []bool
 }
 
 // shard is the tenants whose name hashes to it, and the lock the tick holds
