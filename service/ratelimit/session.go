@@ -36,11 +36,12 @@ type Session struct {
 	closed       bool
 	// routes: the client names the rate groups it routes here
 	// (RateReport.routed_groups); routed: those of its last report that
-	// named any. Read by Tick for the sliding windows' takeover guard
-	// (sliding.go, round.go routedAll).
-	routes bool
-	routed []int
-	idx    int // place in o.sessions (o.mu)
+	// named any, absorbed at routedAt (unix ns). Read by Tick for the
+	// sliding windows' takeover guard (sliding.go).
+	routes   bool
+	routed   []int
+	routedAt int64
+	idx      int // place in o.sessions (o.mu)
 }
 
 // entryLoc is where an id's entry is: s.entries[shard][i-1]; i == 0: the id
@@ -311,6 +312,7 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 		for _, g := range r.RoutedGroups {
 			s.routed = append(s.routed, int(g))
 		}
+		s.routedAt = now.UnixNano()
 	}
 	if len(r.NewIds) > 0 {
 		top := int(slices.Max(r.NewIds))
