@@ -80,8 +80,8 @@ type ownerConn struct {
 	tick     chan struct{} // 1-buffered
 	tenants  atomic.Pointer[map[string]bool]
 	groups   atomic.Pointer[[]uint32] // the rate groups routed to addr (RateReport.routed_groups)
-	lastSent atomic.Int64             // unix ns of the last report sent
-	lastRecv atomic.Int64             // unix ns of the last update received
+	lastSent atomic.Int64 // unix ns of the last report sent
+	lastRecv atomic.Int64 // unix ns of the last update received
 	up       atomic.Bool
 	cancel   context.CancelFunc
 }

@@ -41,7 +41,7 @@ type Session struct {
 	routes   bool
 	routed   []int
 	routedAt int64
-	idx      int // place in o.sessions (o.mu)
+	idx          int // place in o.sessions (o.mu)
 }
 
 // entryLoc is where an id's entry is: s.entries[shard][i-1]; i == 0: the id
