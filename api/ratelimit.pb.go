@@ -145,14 +145,7 @@ type RateReport struct {
 	// may still admit: its takeover guard holds each reporter to its share
 	// and ends as soon as the reporters' shares add up to the whole limit
 	// (docs/ratelimits.md, Takeover). Absent: a client that predates it.
-	LeaseShare []float64 `protobuf:"fixed64,16,rep,packed,name=lease_share,json=leaseShare,proto3" json:"lease_share,omitempty"`
-	// The rate groups whose tenants this client sends to this node (those it
-	// knows this node leads, or was redirected to), whether or not it holds
-	// any of their tenants. Once every active client's report names a group,
-	// a new owner of the group has every client's history for its sliding
-	// windows, and stops holding back what it has not seen yet (its takeover
-	// guard). Absent: a client that predates it (not waited for).
-	RoutedGroups  []uint32 `protobuf:"varint,17,rep,packed,name=routed_groups,json=routedGroups,proto3" json:"routed_groups,omitempty"`
+	LeaseShare    []float64 `protobuf:"fixed64,16,rep,packed,name=lease_share,json=leaseShare,proto3" json:"lease_share,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -295,13 +288,6 @@ func (x *RateReport) GetSliceAgeNanos() []int64 {
 func (x *RateReport) GetLeaseShare() []float64 {
 	if x != nil {
 		return x.LeaseShare
-	}
-	return nil
-}
-
-func (x *RateReport) GetRoutedGroups() []uint32 {
-	if x != nil {
-		return x.RoutedGroups
 	}
 	return nil
 }
@@ -499,7 +485,7 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\x99\x05\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"\xf4\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -519,8 +505,7 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\rwindow_slices\x18\x0e \x03(\x04R\fwindowSlices\x12&\n" +
 	"\x0fslice_age_nanos\x18\x0f \x03(\x03R\rsliceAgeNanos\x12\x1f\n" +
 	"\vlease_share\x18\x10 \x03(\x01R\n" +
-	"leaseShare\x12#\n" +
-	"\rrouted_groups\x18\x11 \x03(\rR\froutedGroups\"\xc7\x02\n" +
+	"leaseShare\"\xc7\x02\n" +
 	"\n" +
 	"RateUpdate\x12%\n" +
 	"\x0eactive_clients\x18\x01 \x01(\rR\ractiveClients\x12\x10\n" +

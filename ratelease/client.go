@@ -79,7 +79,6 @@ type ownerConn struct {
 	addr     string
 	tick     chan struct{} // 1-buffered
 	tenants  atomic.Pointer[map[string]bool]
-	groups   atomic.Pointer[[]uint32] // the rate groups routed to addr (RateReport.routed_groups)
 	lastSent atomic.Int64 // unix ns of the last report sent
 	lastRecv atomic.Int64 // unix ns of the last update received
 	up       atomic.Bool
@@ -264,7 +263,6 @@ func (c *Client) route() {
 		return
 	}
 	sets := map[string]map[string]bool{}
-	groups := map[string][]uint32{}
 	ns := c.cfg.Now().UnixNano()
 	for a, until := range c.avoid {
 		if ns >= until {
@@ -277,21 +275,9 @@ func (c *Client) route() {
 		if a = c.usable(g, a); a != "" && sets[a] == nil {
 			sets[a] = map[string]bool{}
 		}
-		// Where the group's tenants go (a hint wins over the view).
-		if h := c.hints[g]; h != "" {
-			a = c.usable(g, h)
-		}
-		if a != "" {
-			groups[a] = append(groups[a], uint32(g))
-			if sets[a] == nil {
-				sets[a] = map[string]bool{}
-			}
-		}
 	}
-	held := make([]bool, c.g) // groups with a tenant of this client
 	for _, t := range *c.byID.Load() {
 		g := api.RateGroup(t.name, c.p, c.g)
-		held[g] = true
 		addr := c.hints[g]
 		if addr == "" {
 			addr = c.leaders[g]
@@ -311,16 +297,6 @@ func (c *Client) route() {
 			delete(c.owners, addr)
 		}
 	}
-	// A group this client holds no tenant of has no history anywhere:
-	// every stream may say it routes that group there too, so a new owner
-	// does not wait for this client's view to name it (the takeover guard).
-	for addr := range sets {
-		for g, h := range held {
-			if !h && !slices.Contains(groups[addr], uint32(g)) {
-				groups[addr] = append(groups[addr], uint32(g))
-			}
-		}
-	}
 	for addr, set := range sets {
 		oc := c.owners[addr]
 		if oc == nil {
@@ -331,8 +307,6 @@ func (c *Client) route() {
 			go func() { defer c.wg.Done(); c.ownerLoop(ctx, oc) }()
 		}
 		oc.tenants.Store(&set)
-		gs := groups[addr]
-		oc.groups.Store(&gs)
 		select {
 		case oc.tick <- struct{}{}:
 		default:
@@ -448,9 +422,6 @@ func (c *Client) syncOnce(ctx context.Context, oc *ownerConn) error {
 		}
 		set := *oc.tenants.Load()
 		rep := c.Report(st, func(name string) bool { return set[name] })
-		if gs := oc.groups.Load(); gs != nil {
-			rep.RoutedGroups = *gs
-		}
 		if err := stream.Send(rep); err != nil {
 			return err
 		}

@@ -1,9 +1,6 @@
 package ratelease
 
 import (
-	"cmp"
-	"fmt"
-	"slices"
 	"testing"
 	"time"
 
@@ -56,63 +53,5 @@ func TestViewNamingANewLeaderEndsItsAvoidance(t *testing.T) {
 	}
 	if c.avoid[a] == 0 || time.Duration(c.avoid[a]-c.cfg.Now().UnixNano()) > avoidFor {
 		t.Errorf("the dead leader %s should stay avoided until its time runs out (avoid %d)", a, c.avoid[a])
-	}
-}
-
-// TestRoutedGroups: each owner stream names the rate groups this client
-// routes to that node — the groups the view (or a redirect's hint) says it
-// leads — plus every group the client holds no tenant of (no history there,
-// so a new owner need not wait for this client's view to name it). The
-// addresses are closed ports on 127.0.0.1; the test reads what route()
-// left for the streams.
-func TestRoutedGroups(t *testing.T) {
-	a, b := "127.0.0.1:1", "127.0.0.1:2"
-	c, err := New(Config{Addrs: []string{a, b}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.applyView(&api.ClusterView{Partitions: 64, Groups: 4, GroupInfo: []*api.GroupInfo{
-		{Group: 0, LeaderGrpcAddress: a}, {Group: 1, LeaderGrpcAddress: b}, {Group: 2, LeaderGrpcAddress: a}, {Group: 3, LeaderGrpcAddress: b}}})
-	// One tenant in group 1 and one in group 2; groups 0 and 3 hold none.
-	var in1, in2 string
-	for i := 0; in1 == "" || in2 == ""; i++ {
-		name := fmt.Sprintf("k%d", i)
-		switch api.RateGroup(name, 64, 4) {
-		case 1:
-			in1 = cmp.Or(in1, name)
-		case 2:
-			in2 = cmp.Or(in2, name)
-		}
-	}
-	c.add(in1)
-	c.add(in2)
-	routed := func() map[string][]uint32 {
-		c.route()
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		out := map[string][]uint32{}
-		for addr, oc := range c.owners {
-			gs := slices.Clone(*oc.groups.Load())
-			slices.Sort(gs)
-			out[addr] = gs
-		}
-		return out
-	}
-	got := routed()
-	if want := []uint32{0, 2, 3}; !slices.Equal(got[a], want) {
-		t.Errorf("stream to %s names groups %v, want %v (leads 0 and 2; 3 holds no tenant)", a, got[a], want)
-	}
-	if want := []uint32{0, 1, 3}; !slices.Equal(got[b], want) {
-		t.Errorf("stream to %s names groups %v, want %v (leads 1 and 3; 0 holds no tenant)", b, got[b], want)
-	}
-	// A redirect: group 2's owner is b now.
-	c.redirect(a, []*api.RateRedirect{{Group: 2, LeaderGrpcAddress: b}})
-	got = routed()
-	if want := []uint32{0, 3}; !slices.Equal(got[a], want) {
-		t.Errorf("after the redirect, stream to %s names groups %v, want %v", a, got[a], want)
-	}
-	if want := []uint32{0, 1, 2, 3}; !slices.Equal(got[b], want) {
-		t.Errorf("after the redirect, stream to %s names groups %v, want %v", b, got[b], want)
 	}
 }

@@ -152,9 +152,7 @@ type Owner struct {
 	// tickMu makes Tick calls one at a time; what follows is Tick's.
 	tickMu sync.Mutex
 	snap   []*Session // o.sessions as the tick began
-	// routedNow: per rate group, routedAll as the tick began (round.go).
-	routedNow []bool
-	ownsG     []bool
+	ownsG  []bool
 }
 
 // shard is the tenants whose name hashes to it, and the lock the tick holds

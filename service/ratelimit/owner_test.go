@@ -62,7 +62,6 @@ func TestAbsorbRejectsBadInput(t *testing.T) {
 		}, ErrInvalid, "with the bucket counts"},
 		{"lease share over 1", func(r *api.RateReport) { r.LeaseShare = []float64{1.5} }, ErrInvalid, "lease_share[0] = 1.5"},
 		{"lease share NaN", func(r *api.RateReport) { r.LeaseShare = []float64{math.NaN()} }, ErrInvalid, "lease_share[0] = NaN"},
-		{"routed group out of range", func(r *api.RateReport) { r.RoutedGroups = []uint32{0, 4} }, ErrInvalid, "routed_groups[1] = 4"},
 		{"window slices without lengths", func(r *api.RateReport) {
 			r.SlicesPerWindow, r.WindowSlices, r.SliceAgeNanos = 32, []uint64{1}, []int64{0}
 		}, ErrInvalid, "window_slice_len (0)"},

@@ -3,7 +3,6 @@ package ratelimit
 import (
 	"math"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,7 +37,6 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 	o.snap = append(o.snap[:0], o.sessions...)
 	o.mu.Unlock()
 	alpha := 1 - math.Exp2(-dt*1e9/float64(o.cfg.DemandHalfLife))
-	o.routedNow = o.routedAll(o.routedNow, ns)
 	for g := range o.ownsG {
 		o.ownsG[g] = owns(g)
 	}
@@ -195,18 +193,11 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			continue
 		}
 		if t.sw.on {
-			t.sw.routedAll = o.routedNow[t.group]
 			t.blockedTil = 0
-			switch {
-			case t.sw.sum >= t.sw.limit:
+			if t.sw.sum >= t.sw.limit {
 				t.blockedTil = ns + int64(t.sw.nextFree(ns))
-			case t.sw.sum+t.sw.unseen(ns) >= t.sw.limit:
-				t.blockedTil = t.sw.guardEnd() // at the latest
-				if len(t.sw.log) > 0 {
-					t.blockedTil = min(t.blockedTil, ns+int64(t.sw.nextFree(ns)))
-				}
 			}
-			t.slidingDecide(ns)
+			t.slidingDecide()
 			continue
 		}
 		t.blockedTil = 0
@@ -545,33 +536,4 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 		}
 	}
 	s.pending = u
-}
-
-// routedAll fills out, per rate group, whether every active client that
-// names its routes (RateReport.routed_groups) named the group in its last
-// report: then a new owner of the group has every client's history for its
-// sliding windows (the takeover guard, sliding.go). True where no active
-// client names its routes (clients that predate them are not waited for).
-// (o.tickMu held; reads o.snap.)
-func (o *Owner) routedAll(out []bool, ns int64) []bool {
-	out = slices.Grow(out[:0], o.g)[:o.g]
-	for g := range out {
-		out[g] = true
-	}
-	var seen []bool
-	for _, s := range o.snap {
-		s.mu.Lock()
-		if s.started && !s.closed && s.routes && ns-s.heardAt <= int64(o.cfg.ActiveAfter) {
-			seen = slices.Grow(seen[:0], o.g)[:o.g]
-			clear(seen)
-			for _, g := range s.routed {
-				seen[g] = true
-			}
-			for g := range out {
-				out[g] = out[g] && seen[g]
-			}
-		}
-		s.mu.Unlock()
-	}
-	return out
 }

@@ -34,13 +34,6 @@ type Session struct {
 	resendLimits bool
 	notify       chan struct{} // 1-buffered: an update is pending
 	closed       bool
-	// routes: the client names the rate groups it routes here
-	// (RateReport.routed_groups); routed: those of its last report that
-	// named any, absorbed at routedAt (unix ns). Read by Tick for the
-	// sliding windows' takeover guard (sliding.go).
-	routes   bool
-	routed   []int
-	routedAt int64
 	idx          int // place in o.sessions (o.mu)
 }
 
@@ -246,11 +239,6 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 	if len(r.NewIds) != len(r.NewNames) {
 		return fmt.Errorf("%w: %d new ids but %d new names", ErrInvalid, len(r.NewIds), len(r.NewNames))
 	}
-	for i, g := range r.RoutedGroups {
-		if int(g) >= s.o.g {
-			return fmt.Errorf("%w: routed_groups[%d] = %d, the rate groups are 0 to %d", ErrInvalid, i, g, s.o.g-1)
-		}
-	}
 	var newIDs map[uint32]bool
 	if len(r.NewIds) > 8 {
 		newIDs = make(map[uint32]bool, len(r.NewIds))
@@ -306,14 +294,6 @@ func (s *Session) Absorb(r *api.RateReport, now time.Time) error {
 	}
 	// Valid: apply.
 	s.started, s.clientID, s.strategy = true, clientID, strategy
-	if len(r.RoutedGroups) > 0 {
-		s.routes = true
-		s.routed = s.routed[:0]
-		for _, g := range r.RoutedGroups {
-			s.routed = append(s.routed, int(g))
-		}
-		s.routedAt = now.UnixNano()
-	}
 	if len(r.NewIds) > 0 {
 		top := int(slices.Max(r.NewIds))
 		if top >= len(s.loc) {

@@ -85,5 +85,4 @@ func (o *Owner) reset(t *tenantState, ns int64) {
 	// A takeover (some client reports counts that span a window, so it
 	// was admitting under an earlier owner) is guarded for TakeoverGuard.
 	t.guardUntil, t.takeover, t.guardShares = ns+int64(o.cfg.TakeoverGuard), false, 0
-	t.sw.from, t.sw.guard, t.sw.seeded, t.sw.guarded, t.sw.routedAll = ns, int64(o.cfg.TakeoverGuard), 0, false, false
 }

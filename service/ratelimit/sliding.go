@@ -62,45 +62,6 @@ type slidingState struct {
 	// (want), the scale of the asks granted, and the owner's bound on what
 	// clients may admit without asking before the next tick (out).
 	reserve, want, scale, out float64
-	// The takeover guard. Clients' histories reach a new owner one by one
-	// (each node's report when that node learns of the new owner), and one
-	// client's history says nothing of the others': deciding with the
-	// histories seen so far admitted up to 1.5× the limit in the window
-	// across a takeover (TestSlidingWindowTakeoverReportsLate). Once some
-	// client shows it admitted under an earlier owner (guarded), what no
-	// seen history accounts for, limit − seeded, is taken to be held by
-	// the clients not seen yet (the old owner's window held at most the
-	// limit) until every active client's report names the tenant's group
-	// among those it routes here (routedAll, from the last round: then
-	// every history is in), or at the latest one window, or
-	// Config.TakeoverGuard if sooner, after this owner started.
-	from, guard int64 // this owner's start, Config.TakeoverGuard
-	seeded      float64
-	guarded     bool
-	routedAll   bool
-}
-
-// guardEnd is when the takeover guard ends at the latest.
-func (s *slidingState) guardEnd() int64 { return s.from + min(s.win, s.guard) }
-
-// unseen is the takeover guard's count at ns: tokens an earlier owner may
-// have admitted for clients whose history has not reached this one.
-func (s *slidingState) unseen(ns int64) float64 {
-	if !s.guarded || s.routedAll || ns >= s.guardEnd() {
-		return 0
-	}
-	return max(0, s.limit-s.seeded)
-}
-
-// insertSeed is insert for a client's history under an earlier owner: it
-// counts towards the guard's seen tokens.
-func (s *slidingState) insertSeed(at int64, tokens float64) {
-	if tokens <= 0 {
-		return
-	}
-	s.insert(at, tokens)
-	s.seeded += tokens
-	s.guarded = true
 }
 
 // add counts tokens admitted no later than at.
@@ -154,9 +115,8 @@ func (s *slidingState) trim(ns int64) {
 	}
 }
 
-// free is what may still be admitted at ns beyond what clients hold and
-// what the takeover guard holds back.
-func (s *slidingState) free(ns int64) float64 { return s.limit - s.sum - s.out - s.unseen(ns) }
+// free is what may still be admitted now beyond what clients hold.
+func (s *slidingState) free() float64 { return s.limit - s.sum - s.out }
 
 // nextFree is how long until the oldest token in the window leaves it.
 func (s *slidingState) nextFree(ns int64) time.Duration {
@@ -194,7 +154,7 @@ func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 				at = end - e.sliceAge - int64(j-1)*sw
 			}
 			if at > ns-s.win {
-				s.insertSeed(at, counts[j])
+				s.insert(at, counts[j])
 			}
 		}
 		return
@@ -213,7 +173,7 @@ func (s *slidingState) seed(e *entry, ns int64, asked float64) {
 		for i := 1; i <= k; i++ {
 			at := from + (to-from)*int64(i)/k
 			if at > ns-s.win {
-				s.insertSeed(at, n/k)
+				s.insert(at, n/k)
 			}
 		}
 	}
@@ -250,8 +210,8 @@ func (o *Owner) slidingFold(t *tenantState, e *entry, dt float64) {
 }
 
 // slidingDecide sizes the tick's grants of a sliding tenant.
-func (t *tenantState) slidingDecide(ns int64) {
-	pool := max(0, t.sw.limit-t.sw.sum-t.sw.reserve-t.sw.unseen(ns))
+func (t *tenantState) slidingDecide() {
+	pool := max(0, t.sw.limit-t.sw.sum-t.sw.reserve)
 	t.sw.scale = 1
 	if t.sw.want > pool {
 		t.sw.scale = pool / t.sw.want
@@ -379,16 +339,9 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		// asks reach the new owner before the reports do. Deciding
 		// without them could admit the limit twice; it asks again in
 		// askMargin.
-		t.sw.guarded = true // an earlier owner admitted for it
 		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
 	}
-	free := t.sw.free(ns) + o.askerRelease(t, from)
-	if g := t.sw.unseen(ns); float64(n) > free+1e-9 && float64(n) <= free+g+1e-9 {
-		// Only the takeover guard keeps it out: not decided until the
-		// other clients' histories are in (a round or two), or the guard
-		// ends.
-		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
-	}
+	free := t.sw.free() + o.askerRelease(t, from)
 	var r AdmitResult
 	if float64(n) <= free+1e-9 {
 		// Stamped a period ahead: the client admits after the answer
