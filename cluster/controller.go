@@ -268,7 +268,7 @@ func (c *Controller) resumeLearners(ms []membership.Member) {
 			if srv.Suffrage == raft.Nonvoter {
 				learners[string(srv.ID)] = true
 			} else if m, ok := byID[string(srv.ID)]; ok {
-				moved = moved || (m.RaftAddr != "" && raft.ServerAddress(listedAddr(srv, m)) != srv.Address && sameIncarnation(srv, m))
+				moved = moved || addrMoved(srv, m)
 			}
 		}
 		if len(learners) == 0 && !moved {

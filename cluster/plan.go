@@ -90,6 +90,13 @@ const (
 	reasonTooFew      = "group has fewer voters than replicas"
 )
 
+// addrMoved says whether voter srv's member m, the same incarnation, now
+// gossips another raft address than the configuration lists (a restart on
+// new ports): the voter is re-added there.
+func addrMoved(srv raft.Server, m membership.Member) bool {
+	return m.RaftAddr != "" && raft.ServerAddress(listedAddr(srv, m)) != srv.Address && sameIncarnation(srv, m)
+}
+
 // voterAdd asks a group's leader to add (or re-add at a new address) a voter.
 type voterAdd struct {
 	Group  int
@@ -132,8 +139,8 @@ func planReconcile(members []membership.Member, replicas int, target []membershi
 			zones[m.Zone] = true
 			// Only the same incarnation moves in place; a new one is
 			// replaced through the non-voter path (incarnation.go).
-			if want := listedAddr(srv, m); m.RaftAddr != "" && raft.ServerAddress(want) != srv.Address && sameIncarnation(srv, m) {
-				m.RaftAddr = want
+			if addrMoved(srv, m) {
+				m.RaftAddr = listedAddr(srv, m)
 				plan = append(plan, voterAdd{gc.Group, m, reasonAddrChanged})
 			}
 		}
