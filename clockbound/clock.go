@@ -20,6 +20,7 @@ import (
 // Config is what a Clock is built from.
 type Config struct {
 	NodeID string
+	// Groups is the number of groups at start; AddGroup adds more.
 	Groups int
 	// Bound is the cluster's maximum clock offset (--max-clock-offset).
 	Bound time.Duration
@@ -36,11 +37,16 @@ type Config struct {
 // Clock is this node's clock bookkeeping: the samples of its peers' clocks,
 // whether its own is confirmed, and one groupclock.Clock per group.
 type Clock struct {
-	cfg    Config
-	node   Node
-	log    *slog.Logger
-	bound  time.Duration
-	groups []*groupclock.Clock
+	cfg   Config
+	node  Node
+	log   *slog.Logger
+	bound time.Duration
+	// groups is the published list of group clocks, in group order
+	// (list()[g] is group g's). AddGroup swaps in a longer copy and never
+	// changes a published one, so the hot path reads it with one atomic
+	// load and no lock, and a group's clock stays the same object.
+	groups atomic.Pointer[[]*groupclock.Clock]
+	addMu  sync.Mutex // serializes AddGroup
 
 	boot string // this process's boot id (BootHeader)
 	// attached is set once raft has started (raft's goroutines call the
@@ -106,18 +112,58 @@ func New(cfg Config) (*Clock, error) {
 			return nil, fmt.Errorf("clockbound: register metrics: %w", err)
 		}
 	}
-	c.groups = make([]*groupclock.Clock, cfg.Groups)
-	for g := range c.groups {
-		// Mono is the node's own clock: time.Now's readings carry Go's
-		// monotonic clock, so only a clock injected by a test (which has
-		// none) makes elapsed time follow that clock's steps.
-		c.groups[g] = groupclock.New(groupclock.Config{Wall: c.Wall, Mono: cfg.Clock, Bound: c.bound, Trusted: c.isTrusted})
+	groups := make([]*groupclock.Clock, cfg.Groups)
+	for g := range groups {
+		groups[g] = c.newGroupClock()
 	}
+	c.groups.Store(&groups)
 	return c, nil
 }
 
+// newGroupClock builds one group's clock, the same for a group of the start
+// and one added later: a group's time must not depend on when this node
+// began to serve it.
+func (c *Clock) newGroupClock() *groupclock.Clock {
+	// Mono is the node's own clock: time.Now's readings carry Go's
+	// monotonic clock, so only a clock injected by a test (which has none)
+	// makes elapsed time follow that clock's steps.
+	return groupclock.New(groupclock.Config{Wall: c.Wall, Mono: c.cfg.Clock, Bound: c.bound, Trusted: c.isTrusted})
+}
+
+// list is the current group clocks; a caller keeps using the slice it got
+// even if AddGroup publishes a longer one meanwhile.
+func (c *Clock) list() []*groupclock.Clock {
+	if p := c.groups.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Groups is the number of groups this clock serves: Config.Groups plus
+// those added since.
+func (c *Clock) Groups() int { return len(c.list()) }
+
+// AddGroup adds the clock of group g, which must be the next group
+// (Groups()); a group already served keeps its clock. It may come before
+// the node's raft of g exists: from here the probe loop asks the Node for
+// g's raft, and skips g while Node.Raft(g) is nil.
+func (c *Clock) AddGroup(g int) error {
+	c.addMu.Lock()
+	defer c.addMu.Unlock()
+	list := c.list()
+	if n := len(list); g != n {
+		return fmt.Errorf("clockbound: AddGroup: group %d: groups are added in order and the next one here is %d", g, n)
+	}
+	// Clip: the append must copy, never write into the array readers of
+	// the published slice may hold.
+	grown := append(slices.Clip(list), c.newGroupClock())
+	c.groups.Store(&grown)
+	c.log.Info("clockbound: group clock added", "group", g, "groups", len(grown))
+	return nil
+}
+
 // Group is group g's clock: the time the group stamps on its entries.
-func (c *Clock) Group(g int) *groupclock.Clock { return c.groups[g] }
+func (c *Clock) Group(g int) *groupclock.Clock { return c.list()[g] }
 
 // Attach is called once the node's raft host and membership exist: from
 // here the bound is computed from the groups' configurations and the
@@ -159,7 +205,7 @@ func (c *Clock) CampaignGate() error {
 }
 
 // GroupMinute is group g's time as a Unix minute (what admission stamps).
-func (c *Clock) GroupMinute(g int) int64 { return c.groups[g].Now() / 60_000 }
+func (c *Clock) GroupMinute(g int) int64 { return c.list()[g].Now() / 60_000 }
 
 // OutOfBound is "" when this node may lead, else why not.
 func (c *Clock) OutOfBound() string {
@@ -210,7 +256,7 @@ func (c *Clock) voterCount() (int, map[string]bool) {
 	if !c.attached.Load() {
 		return max(c.cfg.BootstrapExpect, 1), ids
 	}
-	for g := range c.cfg.Groups {
+	for g := range c.Groups() {
 		r := c.node.Raft(g)
 		if r == nil {
 			continue

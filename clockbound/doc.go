@@ -33,7 +33,9 @@
 // still serves as a follower. Each group's time comes from a
 // groupclock.Clock (Group), fed by the entries the group applies and by
 // this node's wall clock corrected by the median offset (Wall), so no
-// single wrong clock moves a group's time by more than the bound.
+// single wrong clock moves a group's time by more than the bound. A group
+// the node starts serving while it runs gets its clock from AddGroup, built
+// as a boot group's, and counts in the voters and in enforce from then on.
 //
 // # Who owns what
 //
@@ -43,9 +45,9 @@
 //     (server/clockport.go) and wires the Clock; this package imports no
 //     server.
 //   - sample.go: the samples kept per peer, the median, the constants.
-//   - clock.go: Clock, the majority-of-fresh-clocks rule
-//     (recomputeLocked) and what the node asks of it on hot paths
-//     (Confirmed, GroupMinute, Wall).
+//   - clock.go: Clock, the group clocks (Group, AddGroup), the
+//     majority-of-fresh-clocks rule (recomputeLocked) and what the node
+//     asks of it on hot paths (Confirmed, GroupMinute, Wall).
 //   - probe.go: the probe loop (Run), one probe, and enforce (leader
 //     sessions stopped and leadership handed away while not confirmed).
 //   - status.go: the Clock gRPC service (Now, Offsets) and Status, the

@@ -26,7 +26,9 @@ type Raft interface {
 // Node is the node the clock runs on. Raft and the leader-session calls are
 // made only after Clock.Attach.
 type Node interface {
-	// Raft is group g's raft on this node (nil when the group has none).
+	// Raft is group g's raft on this node (nil when the group has none,
+	// e.g. one whose clock AddGroup added before its raft was created).
+	// It is asked for every g below Clock.Groups().
 	Raft(g int) Raft
 	// Members are the members that proved they are nodes of this cluster,
 	// any status; this node alone when it runs without gossip. Alive ones

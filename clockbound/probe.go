@@ -149,8 +149,11 @@ func (c *Clock) probe(id, addr string) {
 // lead gets its session again.
 func (c *Clock) enforce() {
 	why := c.MayLeadReason()
-	for g := range c.cfg.Groups {
+	for g := range c.Groups() {
 		r := c.node.Raft(g)
+		if r == nil {
+			continue // no raft of g here (yet): nothing to lead or hand away
+		}
 		if why == "" {
 			if r.State() == raft.Leader && !c.node.LeaderSession(g) {
 				c.node.ResumeLeaderSession(g)

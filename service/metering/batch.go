@@ -52,7 +52,14 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 		go func() {
 			defer wg.Done()
 			if s.host.Leads(g) {
-				s.batchers[g].submitMany(ctx, evs, idx, out)
+				b, err := s.batcherOf(g)
+				if err != nil {
+					for _, i := range idx {
+						out[i].err = err
+					}
+					return
+				}
+				b.submitMany(ctx, evs, idx, out)
 				return
 			}
 			s.forwardBatch(ctx, g, evs, idx, out)

@@ -216,8 +216,10 @@ func (s *Service) BillingSummary(ctx context.Context) BillingSummary {
 
 	ctx, cancel := context.WithTimeout(ctx, billingSummaryTimeout)
 	defer cancel()
-	perGroup := make([]map[string][]fsmmeter.Sample, s.host.Groups())
-	errs := make([]error, s.host.Groups())
+	// One reading of the group count: it can grow between two.
+	n := s.host.Groups()
+	perGroup := make([]map[string][]fsmmeter.Sample, n)
+	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for g := range perGroup {
 		if s.host.Hosts(g) {
@@ -285,8 +287,8 @@ func (s *Service) remoteGroupSeries(ctx context.Context, g int, fromMin, toMin i
 // leads the group or the call was forwarded here, else from the leader,
 // falling back to this replica when the leader cannot be reached.
 func (s *Service) groupSeries(ctx context.Context, g int, fromMin, toMin int64) ([]*api.TenantSeriesSamples, error) {
-	if g < 0 || g >= s.host.Groups() {
-		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
+	if n := s.host.Groups(); g < 0 || g >= n {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, n)
 	}
 	var m map[string][]fsmmeter.Sample
 	var err error

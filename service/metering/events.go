@@ -245,7 +245,11 @@ func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEven
 	}
 	g := s.host.GroupOf(fsmmeter.TargetHash(ev.Target))
 	if s.host.Leads(g) {
-		res, err := s.batchers[g].submit(ctx, ev)
+		b, err := s.batcherOf(g)
+		if err != nil {
+			return nil, err
+		}
+		res, err := b.submit(ctx, ev)
 		if err != nil {
 			return nil, err
 		}

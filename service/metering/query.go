@@ -107,8 +107,8 @@ func (s *Service) queryUsage(ctx context.Context, g int, f fsmmeter.Filter) ([]*
 		for i := range s.host.Groups() {
 			groups = append(groups, i)
 		}
-	} else if g >= s.host.Groups() {
-		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
+	} else if n := s.host.Groups(); g >= n {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, n)
 	}
 	var out []*api.UsageRecord
 	for _, gi := range groups {
@@ -256,8 +256,8 @@ func (s *Service) handleQuery(w http.ResponseWriter, r *http.Request) {
 // to), led by the count in force at from when withPrior is set, from the
 // group's leader (or this replica; see readLocal).
 func (s *Service) seriesSamples(ctx context.Context, g int, tenant string, from, to int64, withPrior bool) ([]*api.SeriesSample, error) {
-	if g < 0 || g >= s.host.Groups() {
-		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, s.host.Groups())
+	if n := s.host.Groups(); g < 0 || g >= n {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d: the cluster has %d groups", g, n)
 	}
 	local := func() []*api.SeriesSample {
 		var out []*api.SeriesSample

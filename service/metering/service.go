@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -17,21 +19,27 @@ import (
 
 // Service is metering on one node.
 type Service struct {
-	cfg      Config
-	host     Host
-	clock    *Clock
-	grid     interval.Grid
-	metrics  *metrics
-	batchers []*batcher
+	cfg     Config
+	host    Host
+	clock   *Clock
+	grid    interval.Grid
+	metrics *metrics
+	// batchers is copy-on-write (group → batcher): events load it without
+	// a lock, and grow replaces it when the host adds groups.
+	batchers atomic.Pointer[[]*batcher]
 	sink     *httpSink // nil without SinkURL
 
 	stop     chan struct{}
 	stopOnce sync.Once
-	wg       sync.WaitGroup
+	// growMu orders grow with Stop's close of stop: goroutines are added to
+	// wg only before Stop waits on it.
+	growMu sync.Mutex
+	wg     sync.WaitGroup
 }
 
 // New validates cfg and starts the batchers and the per-group samplers (a
-// sampler works only while this node leads its group).
+// sampler works only while this node leads its group), and those of groups
+// the host adds later, while the service runs.
 func New(cfg Config, host Host, clock *Clock) (*Service, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -48,15 +56,78 @@ func New(cfg Config, host Host, clock *Clock) (*Service, error) {
 	if cfg.SinkURL != "" {
 		s.sink = &httpSink{url: cfg.SinkURL, client: &http.Client{Timeout: cfg.SinkTimeout}, m: s.metrics}
 	}
-	s.batchers = make([]*batcher, host.Groups())
-	for g := range s.batchers {
-		b := &batcher{s: s, g: g, in: make(chan *pendingEvent, 4*cfg.BatchMax), sem: make(chan struct{}, batchersInFlight)}
-		s.batchers[g] = b
+	s.batchers.Store(&[]*batcher{})
+	s.grow()
+	s.wg.Add(1)
+	go s.watchGroups()
+	return s, nil
+}
+
+// groupsPoll is how often the service looks for groups the host added: a
+// raise is rare, and a sampler starting a second late loses nothing (it
+// samples the replicated state), while an idle node wakes for it.
+const groupsPoll = time.Second
+
+// watchGroups starts the groups the host adds. An event starts its group
+// itself (batcherOf), but that is not enough: the sampler must run on
+// whichever node leads the group, and after a leadership change that node
+// may hold open spans it learned only through raft and never see an event.
+func (s *Service) watchGroups() {
+	defer s.wg.Done()
+	t := time.NewTicker(groupsPoll)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		if s.host.Groups() > len(*s.batchers.Load()) {
+			s.grow()
+		}
+	}
+}
+
+// grow starts the batcher and sampler of every group the host serves beyond
+// those started so far, and returns the batchers. Once Stop has begun it
+// starts nothing.
+func (s *Service) grow() []*batcher {
+	s.growMu.Lock()
+	defer s.growMu.Unlock()
+	old := *s.batchers.Load()
+	n := s.host.Groups()
+	select {
+	case <-s.stop:
+		return old
+	default:
+	}
+	if n <= len(old) {
+		return old
+	}
+	// A new slice, not an append: readers hold the old one.
+	bs := make([]*batcher, n)
+	copy(bs, old)
+	for g := len(old); g < n; g++ {
+		bs[g] = &batcher{s: s, g: g, in: make(chan *pendingEvent, 4*s.cfg.BatchMax), sem: make(chan struct{}, batchersInFlight)}
 		s.wg.Add(2)
-		go b.loop()
+		go bs[g].loop()
 		go s.runGroup(g)
 	}
-	return s, nil
+	s.batchers.Store(&bs)
+	return bs
+}
+
+// batcherOf returns group g's batcher. A group added since the watcher last
+// looked is started here, so its first events need not wait for the watcher.
+func (s *Service) batcherOf(g int) (*batcher, error) {
+	bs := *s.batchers.Load()
+	if g >= len(bs) {
+		bs = s.grow()
+	}
+	if g < 0 || g >= len(bs) {
+		return nil, status.Errorf(codes.Unavailable, "group %d: not served by this node (shutting down, or the group is not started here yet); retry", g)
+	}
+	return bs[g], nil
 }
 
 // Clock is the service's clock.
@@ -68,7 +139,9 @@ func (s *Service) Grid() interval.Grid { return s.grid }
 // Stop ends the samplers and batchers (peer connections belong to the host).
 func (s *Service) Stop() {
 	s.stopOnce.Do(func() {
+		s.growMu.Lock()
 		close(s.stop)
+		s.growMu.Unlock()
 		s.wg.Wait()
 	})
 }

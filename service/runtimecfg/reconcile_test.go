@@ -28,12 +28,14 @@ import (
 // test moves, and each node reaches the other through real gRPC on loopback
 // with the forwarded mark of package forward. It is a fake of raft and the
 // server only; the service, the modules and the wire are the real ones.
+// Groups can be added while the services run (addGroup), as a raise of the
+// group count does on a live node.
 
 type fakeCluster struct {
 	mu     sync.Mutex
-	mods   []*runtimecfg.Module
-	leader []string     // group → node id
-	refuse map[int]bool // groups whose proposals fail (no quorum)
+	mods   []*runtimecfg.Module // grows under mu (addGroup)
+	leader []string             // group → node id
+	refuse map[int]bool         // groups whose proposals fail (no quorum)
 	conns  map[string]*grpc.ClientConn
 }
 
@@ -42,12 +44,22 @@ type fakeNode struct {
 	id string
 }
 
-func (n *fakeNode) NodeID() string                  { return n.id }
-func (n *fakeNode) Groups() int                     { return len(n.c.mods) }
-func (n *fakeNode) Module(g int) *runtimecfg.Module { return n.c.mods[g] }
-func (n *fakeNode) Base() runtimecfg.Effective      { return runtimecfg.Effective{MaxSeries: 100} }
+func (n *fakeNode) NodeID() string             { return n.id }
+func (n *fakeNode) Base() runtimecfg.Effective { return runtimecfg.Effective{MaxSeries: 100} }
 func (n *fakeNode) Fallback() (*runtimecfg.Document, string) {
 	return &runtimecfg.Document{}, "no file"
+}
+
+func (n *fakeNode) Groups() int {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return len(n.c.mods)
+}
+
+func (n *fakeNode) Module(g int) *runtimecfg.Module {
+	n.c.mu.Lock()
+	defer n.c.mu.Unlock()
+	return n.c.mods[g]
 }
 
 func (n *fakeNode) Leads(g int) bool {
@@ -124,6 +136,16 @@ func newFakeCluster(t *testing.T) (*fakeCluster, map[string]*Service) {
 	return c, svcs
 }
 
+// addGroup adds the next group, led by node leader.
+func (c *fakeCluster) addGroup(leader string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mods = append(c.mods, runtimecfg.New(nil))
+	c.leader = append(c.leader, leader)
+}
+
+// versions and waitAll read mods without the lock: only the test goroutine
+// adds groups.
 func (c *fakeCluster) versions() []uint64 {
 	out := make([]uint64, len(c.mods))
 	for g, m := range c.mods {
@@ -246,5 +268,39 @@ func TestReconcilerReassertsAfterRestore(t *testing.T) {
 	c.waitAll(t, 10)
 	if got := c.mods[2].Current().For("t1", runtimecfg.Effective{}).MaxSeries; got != 10 {
 		t.Fatalf("group 2 gives t1 max_series %d after the re-assert, want group 0's 10", got)
+	}
+}
+
+// TestReconcilerServesAddedGroups: groups added while the services run are
+// brought to group 0's document by the reconciler, without a change or a
+// restart (one led by group 0's leader, one reached through the other
+// node), and later changes and reads count them.
+func TestReconcilerServesAddedGroups(t *testing.T) {
+	c, svcs := newFakeCluster(t)
+	resp, err := svcs["a"].SetLimits(context.Background(), &api.SetLimitsRequest{Tenant: "t1", Set: map[string]string{"max_series": "10"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitAll(t, resp.Version)
+	c.addGroup("b")
+	c.addGroup("a")
+	c.waitAll(t, resp.Version)
+	if got := c.mods[4].Current().For("t1", runtimecfg.Effective{}).MaxSeries; got != 10 {
+		t.Fatalf("group 4 gives t1 max_series %d, want 10", got)
+	}
+
+	resp, err = svcs["b"].SetLimits(context.Background(), &api.SetLimitsRequest{Tenant: "t1", Set: map[string]string{"max_series": "20"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Groups != 6 || resp.GroupsAtVersion != 6 {
+		t.Fatalf("set answered %d of %d groups at version %d, want 6 of 6", resp.GroupsAtVersion, resp.Groups, resp.Version)
+	}
+	get, err := svcs["b"].GetLimits(context.Background(), &api.GetLimitsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(get.GroupVersions) != 6 || get.GroupVersions[4] != resp.Version || get.GroupVersions[5] != resp.Version {
+		t.Fatalf("group versions %v, want 6 groups at %d", get.GroupVersions, resp.Version)
 	}
 }

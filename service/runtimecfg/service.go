@@ -70,9 +70,12 @@ type Service struct {
 	m    *metrics
 	poke chan struct{}
 
-	mu      sync.Mutex
-	known   []uint64 // reconciler: each group's version as last reported
-	maxSeen uint64   // highest version any group reported (orderer's floor)
+	mu sync.Mutex
+	// known is, for the reconciler, each group's version as last reported
+	// (absent: not asked yet). A map, not a table sized at New: groups are
+	// added while the node runs.
+	known   map[int]uint64
+	maxSeen uint64 // highest version any group reported (orderer's floor)
 }
 
 // Options configure a Service.
@@ -105,7 +108,7 @@ func New(b Backend, o Options) (*Service, error) {
 	if o.RecheckEvery <= 0 {
 		o.RecheckEvery = 30 * time.Second
 	}
-	s := &Service{b: b, opt: o, log: o.Logger, poke: make(chan struct{}, 1), known: make([]uint64, b.Groups())}
+	s := &Service{b: b, opt: o, log: o.Logger, poke: make(chan struct{}, 1), known: map[int]uint64{}}
 	m, err := newMetrics(o.Registerer, s)
 	if err != nil {
 		return nil, err
@@ -320,7 +323,7 @@ func (s *Service) ApplyLimits(ctx context.Context, req *api.ApplyLimitsRequest) 
 // changed finishes a successful change: copy it into the other groups
 // (bounded wait) and build the reply.
 func (s *Service) changed(ctx context.Context, op, what string, res runtimecfg.Result) *api.LimitsChangeResponse {
-	resp := &api.LimitsChangeResponse{Version: res.Version, Changed: res.Changed, Groups: uint32(s.b.Groups())}
+	resp := &api.LimitsChangeResponse{Version: res.Version, Changed: res.Changed}
 	if res.Changed {
 		s.m.changes.WithLabelValues(op).Inc()
 		s.log.Info("runtime config changed", "op", op, "scope", what, "version", res.Version)
@@ -329,7 +332,8 @@ func (s *Service) changed(ctx context.Context, op, what string, res runtimecfg.R
 	// leader, not the caller's: a change forwarded here from a follower must
 	// still reach the groups led elsewhere (a forwarded call may not be
 	// forwarded again).
-	resp.GroupsAtVersion = uint32(s.replicateAll(forward.Own(ctx), res.Version))
+	at, groups := s.replicateAll(forward.Own(ctx), res.Version)
+	resp.GroupsAtVersion, resp.Groups = uint32(at), uint32(groups)
 	return resp
 }
 
@@ -367,8 +371,8 @@ func (s *Service) unavailable(err error) error {
 // ReplicateLimits installs the orderer's version in one group, on its leader.
 func (s *Service) ReplicateLimits(ctx context.Context, req *api.ReplicateLimitsRequest) (*api.ReplicateLimitsResponse, error) {
 	g := int(req.Group)
-	if g >= s.b.Groups() {
-		return nil, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, s.b.Groups())
+	if n := s.b.Groups(); g >= n {
+		return nil, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, n)
 	}
 	doc, err := runtimecfg.DecodeDocument(req.Document)
 	if err != nil {
@@ -413,17 +417,20 @@ func (s *Service) replicateOne(ctx context.Context, g int, d *runtimecfg.Documen
 
 // replicateAll copies group 0's current document into every group that does
 // not report it yet, in parallel, waiting at most the replicate timeout. It
-// returns how many groups hold version want (or newer).
-func (s *Service) replicateAll(ctx context.Context, want uint64) int {
+// returns how many groups hold version want (or newer), of how many. Groups
+// added since the last call are among them: each call reads the count.
+func (s *Service) replicateAll(ctx context.Context, want uint64) (atVersion, groups int) {
 	ctx, cancel := context.WithTimeout(ctx, s.opt.ReplicateWait)
 	defer cancel()
+	// One reading of the count for the whole pass: it can grow between two.
+	groups = s.b.Groups()
 	d := s.b.Module(OrderGroup).Current()
 	if d.Version == 0 {
-		return 0
+		return 0, groups
 	}
-	at := make([]bool, s.b.Groups())
+	at := make([]bool, groups)
 	var wg sync.WaitGroup
-	for g := range s.b.Groups() {
+	for g := range groups {
 		if g == OrderGroup {
 			at[g] = d.Version >= want
 			continue
@@ -457,7 +464,7 @@ func (s *Service) replicateAll(ctx context.Context, want uint64) int {
 			n++
 		}
 	}
-	return n
+	return n, groups
 }
 
 // Run is the reconciler: while this node leads group 0 it keeps every group's

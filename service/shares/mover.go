@@ -22,7 +22,9 @@ import (
 // the leader's connection) and the shares state of each group.
 type Host interface {
 	nodeport.Port
-	// Module is group g's shares module on this node.
+	// Module is group g's shares module on this node: every group below
+	// Groups() has one (the count grows only after the module exists), a
+	// group beyond it may not (nil).
 	Module(g int) *shares.Module
 	// Base is group g's base share of tenant's current limit (0: unlimited).
 	Base(g int, tenant string) int64
@@ -261,7 +263,11 @@ func (m *Mover) Settled(g int, tenant string) bool {
 	if limit == 0 {
 		return true
 	}
-	l, ok := m.h.Module(g).Settled(tenant)
+	mod := m.h.Module(g)
+	if mod == nil {
+		return false // a group not added here yet (Node.AddGroup): no session settled it
+	}
+	l, ok := mod.Settled(tenant)
 	return ok && l == shares.Settled{Limit: limit, Version: version}
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,8 +51,11 @@ const (
 
 // NodeConfig is what movable shares need of the node beyond its port.
 type NodeConfig struct {
-	Port               nodeport.Port
-	Partitions, Groups int
+	Port       nodeport.Port
+	Partitions int
+	// Groups is the group count the node starts with; AddGroup adds the
+	// groups a raise creates while it runs.
+	Groups int
 	// Base is the group count the layout was created with (0: Groups):
 	// groups from Base up were added by a raise and own no partition, so
 	// their base share is 0 (layout.GroupSpan).
@@ -82,12 +86,31 @@ type NodeConfig struct {
 type Node struct {
 	nodeport.Port // Host's node half: leadership, proposals, the leader's connection
 	cfg           NodeConfig
-	mods          []*shares.Module
-	mover         *Mover
-	metrics       *shareMetrics
-	movesOK       []movesCheck // per group (moveGate)
-	born          time.Time    // when this node started (moveGate's grace)
+	base          int // the created group count (cfg.Base or cfg.Groups): AddGroup leaves it
+	// groups is copy-on-write: admission reads it on every decision and
+	// must not wait for AddGroup, which publishes a longer copy.
+	groups  atomic.Pointer[[]*nodeGroup]
+	addMu   sync.Mutex // one AddGroup at a time, so two cannot both add the same next group
+	mover   *Mover
+	metrics *shareMetrics
+	born    time.Time // when this node started (moveGate's grace)
 }
+
+// nodeGroup is one group's state here. The slice holds pointers so that
+// AddGroup's copy never moves a group: its module is in the group's FSM
+// already, and a gate check stored into an old copy would be lost.
+type nodeGroup struct {
+	mod     *shares.Module
+	movesOK movesCheck
+}
+
+// ErrGroupExists is returned by AddGroup for a group this node already has:
+// a caller retrying a group creation that failed further on takes it as
+// done.
+var ErrGroupExists = errors.New("shares: group already exists")
+
+// ErrGroupOutOfRange is returned by AddGroup for a group beyond the next one.
+var ErrGroupOutOfRange = errors.New("shares: group out of range")
 
 // versionsGrace bounds how long after its start a node treats a server
 // missing from its member list as "not heard of yet" (moveGate's
@@ -120,7 +143,13 @@ const shareMoveEntry = 8
 // the node's start. Checked at most once a second per
 // group (the check reads the raft configuration).
 func (st *Node) moveGate(g int) Gate {
-	c := &st.movesOK[g]
+	ng := st.group(g)
+	if ng == nil {
+		// Not added here yet (a caller's count ran ahead): as unknown,
+		// a refusal at the share stays retryable.
+		return GateUnknown
+	}
+	c := &ng.movesOK
 	now := time.Now().UnixNano()
 	if at := c.at.Load(); at != 0 && now-at < int64(time.Second) {
 		return Gate(c.gate.Load())
@@ -129,7 +158,7 @@ func (st *Node) moveGate(g int) Gate {
 	gt := st.cfg.VersionGate(g, info.Since)
 	switch {
 	case gt != GateUnknown:
-	case st.mods[g].MovesApplied():
+	case ng.mod.MovesApplied():
 		gt = GateOpen
 	case time.Since(st.born) > versionsGrace:
 		gt = GateClosed
@@ -158,14 +187,16 @@ func ModuleGroups(g, base int) int { return max(base, g+1) }
 // NewNode returns the node's shares state (its modules go into the FSMs)
 // and registers its metrics.
 func NewNode(cfg NodeConfig) (*Node, error) {
-	st := &Node{Port: cfg.Port, cfg: cfg, mods: make([]*shares.Module, cfg.Groups), movesOK: make([]movesCheck, cfg.Groups), born: time.Now()}
-	for g := range st.mods {
-		m, err := shares.New(g, ModuleGroups(g, cmp.Or(cfg.Base, cfg.Groups)))
+	st := &Node{Port: cfg.Port, cfg: cfg, base: cmp.Or(cfg.Base, cfg.Groups), born: time.Now()}
+	gs := make([]*nodeGroup, cfg.Groups)
+	for g := range gs {
+		ng, err := st.newGroup(g)
 		if err != nil {
 			return nil, err
 		}
-		st.mods[g] = m
+		gs[g] = ng
 	}
+	st.groups.Store(&gs)
 	st.metrics = &shareMetrics{
 		moves: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "tollgate_share_moves_total",
 			Help: "Headroom transfers received by groups led here, by giver and receiver group."}, []string{"giver", "receiver"}),
@@ -187,8 +218,71 @@ func NewNode(cfg NodeConfig) (*Node, error) {
 	return st, nil
 }
 
-// FSMModules is group g's FSM module.
-func (st *Node) FSMModules(g int) []fsm.Module { return []fsm.Module{st.mods[g]} }
+// newGroup builds group g's state, at start and in AddGroup alike, so a
+// group added while the node runs has the module a restart would give it.
+func (st *Node) newGroup(g int) (*nodeGroup, error) {
+	m, err := shares.New(g, ModuleGroups(g, st.base))
+	if err != nil {
+		return nil, err
+	}
+	return &nodeGroup{mod: m}, nil
+}
+
+// AddGroup creates group g's shares module (g must be the next group) while
+// the node runs, as NewNode creates one, so that the group's state machine
+// can be built with FSMModules(g). Only then may the node port count g
+// (Groups): the mover reads the modules of every group below that count.
+// An existing group is refused with ErrGroupExists, any other with
+// ErrGroupOutOfRange.
+func (st *Node) AddGroup(g int) error {
+	st.addMu.Lock()
+	defer st.addMu.Unlock()
+	gs := *st.groups.Load()
+	n := len(gs)
+	switch {
+	case g >= 0 && g < n:
+		return fmt.Errorf("%w: add group %d: this node has groups 0..%d", ErrGroupExists, g, n-1)
+	case g != n:
+		return fmt.Errorf("%w: add group %d: groups are added in order and the next one here is %d", ErrGroupOutOfRange, g, n)
+	}
+	ng, err := st.newGroup(g)
+	if err != nil {
+		return err
+	}
+	// A full slice expression, so append copies instead of writing into
+	// spare capacity that a reader of the old slice could share.
+	next := append(gs[:n:n], ng)
+	st.groups.Store(&next)
+	return nil
+}
+
+// group is group g's state here; nil for a group not added (yet), which a
+// caller holding a newer count (a layout table, another node's) can name.
+func (st *Node) group(g int) *nodeGroup {
+	gs := *st.groups.Load()
+	if g < 0 || g >= len(gs) {
+		return nil
+	}
+	return gs[g]
+}
+
+// delta is the module's Delta; a group not added here yet has applied
+// nothing, so it reads as a new module would: 0.
+func (st *Node) delta(g int, tenant string) (delta, reservedOut int64) {
+	if ng := st.group(g); ng != nil {
+		return ng.mod.Delta(tenant)
+	}
+	return 0, 0
+}
+
+// FSMModules is group g's FSM module (nil before AddGroup(g)).
+func (st *Node) FSMModules(g int) []fsm.Module {
+	ng := st.group(g)
+	if ng == nil {
+		return nil
+	}
+	return []fsm.Module{ng.mod}
+}
 
 // Share returns group g's share function (near-limit lists, status pages).
 func (st *Node) Share(g int) func(tenant string) int64 {
@@ -204,7 +298,7 @@ func (st *Node) Share(g int) func(tenant string) int64 {
 			// its group gave away would let the receiver and itself both
 			// use it. With it, Σ shares ≤ Σ fixed + Σ delta ≤ Σ fixed. A
 			// cluster that never ran movable has delta 0 everywhere.
-			delta, _ := st.mods[g].Delta(tenant)
+			delta, _ := st.delta(g, tenant)
 			if v := fixed + delta; v > 0 {
 				return v
 			}
@@ -212,7 +306,7 @@ func (st *Node) Share(g int) func(tenant string) int64 {
 		}
 	}
 	return func(tenant string) int64 {
-		delta, res := st.mods[g].Delta(tenant)
+		delta, res := st.delta(g, tenant)
 		limit, _ := st.cfg.Limit(g, tenant)
 		return Share(limit, st.Base(g, tenant), delta, res)
 	}
@@ -271,15 +365,20 @@ func (st *Node) Track(ctx context.Context, g int, t *admission.Tracker, tenant s
 
 // --- Host ---
 
-// Module is group g's shares module on this node.
-func (st *Node) Module(g int) *shares.Module { return st.mods[g] }
+// Module is group g's shares module on this node (nil before AddGroup(g)).
+func (st *Node) Module(g int) *shares.Module {
+	if ng := st.group(g); ng != nil {
+		return ng.mod
+	}
+	return nil
+}
 
 // Usage is tenant's active series and reservations in group g here.
 func (st *Node) Usage(g int, t string) (int64, int64) { return st.cfg.Usage(g, t) }
 
 // Base is group g's exact base share of tenant's max_series.
 func (st *Node) Base(g int, tenant string) int64 {
-	lo, hi := layout.GroupSpan(g, st.cfg.Partitions, cmp.Or(st.cfg.Base, st.cfg.Groups))
+	lo, hi := layout.GroupSpan(g, st.cfg.Partitions, st.base)
 	limit, _ := st.cfg.Limit(g, tenant)
 	return shares.Split(limit, lo, hi, st.cfg.Partitions)
 }
@@ -458,7 +557,10 @@ type TenantShares struct {
 
 // TenantShares reads group g's replica of tenant's shares on this node.
 func (st *Node) TenantShares(g int, tenant string) TenantShares {
-	v := st.mods[g].View(tenant)
+	var v shares.TenantView // a group not added here yet: nothing applied
+	if ng := st.group(g); ng != nil {
+		v = ng.mod.View(tenant)
+	}
 	base := st.Base(g, tenant)
 	share := base + v.Delta
 	if st.cfg.Mode == ModeStatic {

@@ -9,7 +9,9 @@
 // group. Each subscriber has a bounded buffer: a subscriber that does not keep
 // up is dropped (ResourceExhausted) instead of holding back the others; it
 // reconnects and gets the full state again. With no subscribers the Hub
-// computes nothing.
+// computes nothing. A group the node starts serving while it runs joins with
+// AddGroup: subscribers to every group get its full state, then its changes;
+// one that listed its groups keeps getting those only.
 //
 // The package knows no raft, FSM or limits: the server supplies a Source.
 package summaries

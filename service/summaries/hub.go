@@ -35,7 +35,7 @@ const (
 
 // Config configures a Hub.
 type Config struct {
-	Groups    int
+	Groups    int // groups at start; AddGroup adds more
 	Source    Source
 	NodeID    string        // served_by in every update
 	Period    time.Duration // how often the replicas are looked at; default 100ms
@@ -49,7 +49,10 @@ type Hub struct {
 	cfg Config
 	log *slog.Logger
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// groups is indexed by group; AddGroup appends. Read and written only
+	// under mu, like the subscribers, so a Tick or a Subscribe sees one
+	// count from start to end.
 	groups    []groupState
 	subs      map[*Subscription]struct{}
 	lastBeat  time.Time
@@ -231,14 +234,19 @@ func (h *Hub) dropLocked(s *Subscription, err error) {
 
 // Subscription is one subscriber's queue of updates.
 type Subscription struct {
-	h      *Hub
-	groups []bool // nil = every group
+	h *Hub
+	// groups is nil for every group, those added later included; else
+	// indexed by group and as long as the hub's groups were at Subscribe:
+	// a group added since is not one the subscriber asked for.
+	groups []bool
 	c      chan *api.SummaryUpdate
 	done   chan struct{} // closed when the hub dropped the subscriber
 	err    error         // why; set before done is closed
 }
 
-func (s *Subscription) wants(g int) bool { return s.groups == nil || s.groups[g] }
+func (s *Subscription) wants(g int) bool {
+	return s.groups == nil || (g < len(s.groups) && s.groups[g])
+}
 
 // Updates delivers the updates, the full state first.
 func (s *Subscription) Updates() <-chan *api.SummaryUpdate { return s.c }
@@ -263,17 +271,20 @@ func (s *Subscription) Close() {
 // state of those groups as its first update.
 func (h *Hub) Subscribe(groups []uint32) (*Subscription, error) {
 	s := &Subscription{h: h, c: make(chan *api.SummaryUpdate, h.cfg.Buffer), done: make(chan struct{})}
+	// Under mu: the groups checked here are those the full state below
+	// covers, whatever AddGroup does meanwhile.
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	if len(groups) > 0 {
-		s.groups = make([]bool, h.cfg.Groups)
+		n := len(h.groups)
+		s.groups = make([]bool, n)
 		for _, g := range groups {
-			if int(g) >= h.cfg.Groups {
-				return nil, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, h.cfg.Groups)
+			if int(g) >= n {
+				return nil, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, n)
 			}
 			s.groups[g] = true
 		}
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	if len(h.subs) == 0 {
 		// The full state below is as good as a heartbeat and a forced
 		// recompute.
@@ -301,6 +312,23 @@ func (h *Hub) Subscribe(groups []uint32) (*Subscription, error) {
 	return s, nil
 }
 
+// AddGroup adds group g, which must be the next group (the count so far).
+// Call it once the Source answers for g. The next Tick with subscribers
+// computes g like any other group: a subscriber to every group gets its full
+// state, then its changes and heartbeats; one that listed its groups does
+// not, it asked for those only.
+func (h *Hub) AddGroup(g int) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := len(h.groups); g != n {
+		return fmt.Errorf("summaries: AddGroup: group %d: groups are added in order and the next one here is %d", g, n)
+	}
+	// Not valid yet: its first computation goes out as a full set, which
+	// is what a subscriber that never heard of the group needs.
+	h.groups = append(h.groups, groupState{})
+	return nil
+}
+
 // Stats are the hub's gauges and counters.
 type Stats struct {
 	Subscribers int
@@ -318,5 +346,8 @@ func (h *Hub) Stats() Stats {
 
 // String names the hub in logs.
 func (h *Hub) String() string {
-	return fmt.Sprintf("summaries.Hub{node: %s, groups: %d}", h.cfg.NodeID, h.cfg.Groups)
+	h.mu.Lock()
+	n := len(h.groups)
+	h.mu.Unlock()
+	return fmt.Sprintf("summaries.Hub{node: %s, groups: %d}", h.cfg.NodeID, n)
 }

@@ -1,7 +1,10 @@
 package summaries
 
 import (
+	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,5 +225,137 @@ func TestSlowSubscriberDroppedOthersServed(t *testing.T) {
 	fast.Close() // idempotent
 	if st := h.Stats(); st.Subscribers != 0 {
 		t.Errorf("stats after close %+v", st)
+	}
+}
+
+// TestAddGroup: a group added while the hub runs is served like a boot
+// group to subscribers of every group and to new subscribers that name it,
+// and not to one that listed its groups before it existed.
+func TestAddGroup(t *testing.T) {
+	src := newTableSource(3) // room for the group added below
+	src.set(0, 1)
+	src.set(1, 1)
+	h := newHub(t, src, 2, 8)
+	all, err := h.Subscribe(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := h.Subscribe([]uint32{0, 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next(t, all)
+	next(t, listed)
+	if _, err := h.Subscribe([]uint32{2}); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("group 2 before it is added: %v, want InvalidArgument", err)
+	}
+	for _, g := range []int{-1, 1, 3} {
+		if err := h.AddGroup(g); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("group %d:", g)) || !strings.Contains(err.Error(), "next one here is 2") {
+			t.Errorf("AddGroup(%d) = %v, want an error naming %d and 2", g, err, g)
+		}
+	}
+
+	src.set(2, 7, "new")
+	if err := h.AddGroup(2); err != nil {
+		t.Fatal(err)
+	}
+	if s := h.String(); !strings.Contains(s, "groups: 3") {
+		t.Errorf("String() = %q, want 3 groups", s)
+	}
+	h.Tick(time.Now())
+	u := next(t, all)
+	if len(u.Groups) != 1 || u.Groups[0].Group != 2 || !u.Groups[0].Full || u.Groups[0].AppliedIndex != 7 || !slices.Equal(u.Groups[0].Added, []string{"new"}) {
+		t.Fatalf("first update about group 2: %v, want its full set", u)
+	}
+	none(t, listed)
+
+	// Its changes, and the heartbeat (forced: an hour later).
+	src.set(2, 8, "new", "newer")
+	h.Tick(time.Now())
+	u = next(t, all)
+	if len(u.Groups) != 1 || u.Groups[0].Group != 2 || u.Groups[0].Full || !slices.Equal(u.Groups[0].Added, []string{"newer"}) {
+		t.Fatalf("change of group 2: %v", u)
+	}
+	none(t, listed)
+	h.Tick(time.Now().Add(2 * time.Hour))
+	if u := next(t, all); !u.Heartbeat || len(u.Groups) != 3 || u.Groups[2].Group != 2 || u.Groups[2].AppliedIndex != 8 {
+		t.Fatalf("heartbeat to every group: %v, want groups 0..2", u)
+	}
+	if u := next(t, listed); !u.Heartbeat || len(u.Groups) != 2 || u.Groups[1].Group != 1 {
+		t.Fatalf("heartbeat to groups 0 and 1: %v", u)
+	}
+
+	named, err := h.Subscribe([]uint32{2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if u := next(t, named); len(u.Groups) != 1 || u.Groups[0].Group != 2 || !u.Groups[0].Full || !slices.Equal(u.Groups[0].Added, []string{"new", "newer"}) {
+		t.Fatalf("full state of group 2: %v", u)
+	}
+	if u := next(t, mustSubscribe(t, h, nil)); len(u.Groups) != 3 {
+		t.Fatalf("full state of every group: %v, want 3 groups", u)
+	}
+}
+
+func mustSubscribe(t *testing.T, h *Hub, groups []uint32) *Subscription {
+	t.Helper()
+	s, err := h.Subscribe(groups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestAddGroupWhileRunning: the hub's loop and subscribers come and go while
+// groups are added (run with -race); each group added is served.
+func TestAddGroupWhileRunning(t *testing.T) {
+	const groups = 32
+	src := newTableSource(groups)
+	for g := range groups {
+		src.set(g, uint64(g+1), fmt.Sprintf("t%d", g))
+	}
+	h, err := New(Config{Groups: 1, Source: src, NodeID: "n1", Period: time.Millisecond, Heartbeat: 5 * time.Millisecond, Buffer: 1024})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	wg.Go(func() { h.Run(ctx) })
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			s, err := h.Subscribe([]uint32{0})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			_ = h.String()
+			s.Close()
+		}
+	})
+	all := mustSubscribe(t, h, nil)
+	for g := 1; g < groups; g++ {
+		if err := h.AddGroup(g); err != nil {
+			t.Error(err)
+			break
+		}
+		src.set(g, uint64(g+100), fmt.Sprintf("t%d", g))
+		time.Sleep(100 * time.Microsecond)
+	}
+	seen := map[uint32]bool{}
+	deadline := time.After(10 * time.Second)
+	for len(seen) < groups && !t.Failed() {
+		select {
+		case u := <-all.Updates():
+			for _, s := range u.Groups {
+				if s.Full {
+					seen[s.Group] = true
+				}
+			}
+		case <-all.Done():
+			t.Fatalf("subscriber dropped: %v", all.Err())
+		case <-deadline:
+			t.Errorf("full state of %d of %d groups received", len(seen), groups)
+		}
 	}
 }
