@@ -30,9 +30,10 @@ import (
 // group count to 8 while a clientlib client keeps tracking in every
 // partition. Groups 4–7 are created empty on every node with the three
 // voters placement names; raising to 8 again changes nothing and lowering is
-// refused. A rolling restart gives every node the new groups' leader path,
-// and group 0's leader hands each old group's upper half of partitions to a
-// new group (partition-give / receive / route / complete). Throughout, the
+// refused. Every node gives the new groups their per-group state in place,
+// without a restart, and group 0's leader hands each old group's upper half
+// of partitions to a new group (partition-give / receive / route /
+// complete). Throughout, the
 // client surfaces no error and its recorded history checks (no series
 // acknowledged before, during or after the moves is refused later);
 // afterwards every series sent is in its partition's new owner, and every
@@ -152,9 +153,8 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 	if resp.From != from || resp.Groups != to || !resp.Changed {
 		t.Fatalf("raise %d → %d: %+v", from, to, resp)
 	}
+	raised := time.Now()
 	var why string
-	// (No leader yet: a node leads the groups a raise added from its next
-	// restart.)
 	waitFor(t, "every new group on every node, with 3 voters, and in every node's view", func() bool {
 		for _, s := range c.Nodes() {
 			if s.RaftGroups() != to {
@@ -192,11 +192,14 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 		}
 		return true
 	}, &why)
+	target := layout.RaiseTarget(p, from, to)
 	for _, s := range c.Nodes() {
+		// The moves may have begun: each partition is at its old owner or
+		// its target, nowhere else.
 		tab := viewTable(t, s)
-		for g := from; g < to; g++ {
-			if len(tab.Owned(g)) != 0 {
-				t.Fatalf("%s: new group %d owns %v", s.NodeID(), g, tab.Owned(g))
+		for q := range p {
+			if g := tab.GroupOf(q); g != layout.GroupOf(q, p, from) && g != target[q] {
+				t.Fatalf("%s: partition %d at group %d, neither its owner before the raise nor its target %d", s.NodeID(), q, g, target[q])
 			}
 		}
 	}
@@ -208,35 +211,14 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 		t.Fatalf("lowering to %d: %v, want InvalidArgument", from, err)
 	}
 
-	// A node leads the groups a raise added from its next restart: a
-	// rolling restart under load, after which group 0's leader moves each
-	// old group's upper half to a new group (layout.RaiseTarget).
-	for i := range c.Nodes() {
-		// Each restart has its own minute: a restarted node may first wait
-		// 5-10 s to find a replica a move left behind (cluster/stale.go),
-		// and a loaded CI machine stretches that (four restarts once
-		// overran one shared minute there).
-		rctx, rcancel := context.WithTimeout(context.Background(), 60*time.Second)
-		if err := c.Stop(rctx, i); err != nil {
-			t.Fatal(err)
-		}
-		s, err := c.Restart(i)
-		if err != nil {
-			t.Fatal(err)
-		}
-		err = c.WaitReady(rctx)
-		rcancel()
-		if err != nil {
-			t.Fatalf("after restarting %s: %v", s.NodeID(), err)
-		}
-		if s.RaftGroups() != to || s.FSM(to-1) == nil {
-			t.Fatalf("restarted node runs %d raft groups", s.RaftGroups())
-		}
+	// No restart: every node serves the new groups once it created them,
+	// and group 0's leader moves each old group's upper half to a new group
+	// (layout.RaiseTarget).
+	for _, s := range c.Nodes() {
+		waitFor(t, s.NodeID()+" serving every raised group", func() bool { return s.FSM(to-1) != nil })
 	}
-	target := layout.RaiseTarget(p, from, to)
 	moveCtx, moveCancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer moveCancel()
-	start := time.Now()
 	for {
 		done := true
 		for _, s := range c.Nodes() {
@@ -249,11 +231,11 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 			break
 		}
 		if moveCtx.Err() != nil {
-			t.Fatalf("partitions not at their target after %v", time.Since(start))
+			t.Fatalf("partitions not at their target %v after the raise", time.Since(raised))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("32 partitions at their target (in every node's cluster view) %v after the last restart was ready", time.Since(start).Round(time.Millisecond))
+	t.Logf("32 partitions at their target (in every node's cluster view) %v after the raise, without a restart", time.Since(raised).Round(time.Millisecond))
 	waitFor(t, "the auto client's near-limit summaries of every group, the raised ones too", func() bool {
 		for g := range to {
 			if !auto.NearLimit(g).Known {

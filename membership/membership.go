@@ -75,8 +75,10 @@ type Config struct {
 	ClusterVersion int
 
 	// LeadGroups, when > 0, is the number of groups this node may lead
-	// (groups 0..LeadGroups-1): a node leads the groups a raise added while
-	// it ran only from its next restart, so leaders must not hand it those.
+	// (groups 0..LeadGroups-1): a node leads a group a raise added only once
+	// it serves it (SetLeadGroups raises the count), and a node of an
+	// earlier build only from its next restart, so leaders must not hand it
+	// those before.
 	// Gossiped in the "lg" tag; 0 gossips none (no bound, as earlier builds).
 	LeadGroups int
 
@@ -527,6 +529,16 @@ func (m *Membership) SetLed(groups []int) error {
 		return fmt.Errorf("membership: led-groups tag %d bytes > %d; too many scattered groups to gossip", len(enc), maxLedTag)
 	}
 	return m.setTag("l", enc)
+}
+
+// SetLeadGroups gossips that this node may lead groups 0..n-1 (Config.
+// LeadGroups): a node raises it as it serves a group a raise added.
+func (m *Membership) SetLeadGroups(n int) error {
+	v := ""
+	if n > 0 {
+		v = strconv.Itoa(n)
+	}
+	return m.setTag(leadTag, v)
 }
 
 // SetDiskFull gossips whether this node's disk refuses raft writes.

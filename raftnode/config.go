@@ -225,11 +225,10 @@ type Config struct {
 	MayCampaign func() error
 	// GroupMayCampaign, if set, is asked with MayCampaign for one group: an
 	// error keeps this node from leading that group only. The server shuts
-	// it for groups created while it runs (AddGroup), whose leader path
-	// exists from its next restart. Same rules as MayCampaign, except that a
-	// pre-vote it refuses is answered as refused at once, without an error
-	// and without reaching the peer (gate.go): such a group may stay gated
-	// until the operator restarts the node.
+	// it for a group created while it runs (AddGroup) until the group's
+	// leader path exists. Same rules as MayCampaign, except that a pre-vote
+	// it refuses is answered as refused at once, without an error and
+	// without reaching the peer (gate.go).
 	GroupMayCampaign func(group int) error
 }
 

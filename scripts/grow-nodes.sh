@@ -4,12 +4,11 @@
 #
 # Starts a fresh 3-node cluster (scripts/cluster.sh, its own directory and
 # ports), prefills $SERIES series (16 tenants, no limit), keeps `tollgate
-# bench --fail-open` refreshing them, raises the group count to $RAISE_TO (a
-# rolling restart, then the partition moves, as scripts/raise-under-load.sh),
+# bench --fail-open` refreshing them, raises the group count to $RAISE_TO
+# (the partition moves follow, as in scripts/raise-under-load.sh; no restart),
 # then for each size in $SIZES (default "6 12"): adds nodes up to that size
 # (`cluster.sh add-node`, zones a/b/c in turn), waits until they run every
-# group and restarts each once (a node leads the groups a raise added from
-# its next start), waits until every group's voters are placement's target
+# group, waits until every group's voters are placement's target
 # (`tollgate status`: no move left, no learner), lets the leader balancer
 # run $SETTLE seconds,
 # and prints per node: voters, groups led, series in its replicas, series in
@@ -87,7 +86,6 @@ before=$(held)
 echo "3 nodes, 4 groups: series held $before; raising to $groups"
 t0=$(now)
 "$bin" groups raise --addr "$addrs" --to "$groups" >/dev/null
-for i in 1 2 3; do ./scripts/cluster.sh restart-node "$i" >/dev/null; done
 wait_until "moves to $groups groups" 600 moves_done
 printf 'raise to %d groups: moves done after %.0f s; series held %s\n' "$groups" "$(echo "$(now) - $t0" | bc)" "$(held)"
 
@@ -134,16 +132,15 @@ for size in $sizes; do
   t0=$(now)
   for i in $(seq $((have + 1)) "$size"); do ./scripts/cluster.sh add-node "$i" >/dev/null; done
   # A node that joins after a raise learns the table from group 0's leader
-  # and creates the raised groups; it leads them from its next start.
+  # and creates (and serves) the raised groups.
   wait_until "the added nodes running $groups groups" 120 created $((have + 1)) "$size"
-  for i in $(seq $((have + 1)) "$size"); do ./scripts/cluster.sh restart-node "$i" >/dev/null; done
   t1=$(now)
   wait_until "placement on $size nodes" 900 placed
   t2=$(now)
   have=$size
   sleep "$settle"
   echo
-  printf 'size %d, %d groups: nodes added and restarted once in %.0f s, placement done %.0f s later, then %d s of leader balancing\n' \
+  printf 'size %d, %d groups: nodes added and running every group in %.0f s, placement done %.0f s later, then %d s of leader balancing\n' \
     "$size" "$groups" "$(echo "$t1 - $t0" | bc)" "$(echo "$t2 - $t1" | bc)" "$settle"
   report "$size"
 done

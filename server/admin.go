@@ -54,8 +54,8 @@ func newAdminService(s *Server) *adminService {
 }
 
 func (a *adminService) checkGroup(g uint32) (int, error) {
-	if int(g) >= a.s.cfg.Layout.Groups {
-		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this cluster has %d groups", g, a.s.cfg.Layout.Groups)
+	if n := a.s.servedGroups(); int(g) >= n {
+		return 0, status.Errorf(codes.InvalidArgument, "group %d out of range: this node serves %d groups", g, n)
 	}
 	return int(g), nil
 }
@@ -324,12 +324,12 @@ func (a *adminService) NodeGroups(context.Context, *api.NodeGroupsRequest) (*api
 
 func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 	out := &api.NodeGroupsResponse{NodeId: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, RaftAddr: string(s.host.Addr())}
-	// Groups a raise added while this node runs have their raft (and
-	// readiness) here but no per-group state until a restart.
+	// A group being added has its raft here before its per-group state
+	// (groups.go).
 	for g := range s.host.Groups() {
 		r := s.host.Raft(g)
 		var st fsm.Stats
-		if g < len(s.fsms) {
+		if s.servesGroup(g) {
 			st = s.fsms[g].Stats()
 		}
 		stats := r.Stats()
@@ -360,7 +360,7 @@ func (s *Server) nodeGroups() *api.NodeGroupsResponse {
 				slices.Sort(gs.Learners)
 			}
 		}
-		if g >= len(s.fsms) {
+		if !s.servesGroup(g) {
 			continue
 		}
 		if halted, why := s.fsms[g].Halted(); halted {

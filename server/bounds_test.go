@@ -167,7 +167,7 @@ func TestWatchClusterUnreadStreams(t *testing.T) {
 	// service's replication).
 	v0 := s.rcfg.mods[0].Current().Version
 	waitFor(t, "the config in every group", func() bool {
-		for g := range s.rcfg.mods {
+		for g := range s.servedGroups() {
 			if s.rcfg.mods[g].Current().Version != v0 {
 				return false
 			}

@@ -20,6 +20,9 @@ func newClock(s *Server) (*clockbound.Clock, error) {
 }
 
 func (p clockPort) Raft(g int) clockbound.Raft {
+	if g >= p.s.host.Groups() {
+		return nil // a group being added has its clock before its raft (groups.go)
+	}
 	if r := p.s.host.Raft(g); r != nil {
 		return r
 	}
@@ -35,8 +38,12 @@ func (p clockPort) Conn(addr string) (grpc.ClientConnInterface, error) {
 	return p.s.admin.conn(addr)
 }
 
-func (p clockPort) LeaderSession(g int) bool { return p.s.trackers[g].leading() }
-func (p clockPort) StopLeaderSession(g int)  { p.s.trackers[g].setLeader(false) }
+func (p clockPort) LeaderSession(g int) bool { return p.s.servesGroup(g) && p.s.trackers[g].leading() }
+func (p clockPort) StopLeaderSession(g int) {
+	if p.s.servesGroup(g) { // a group being added has no session yet (groups.go)
+		p.s.trackers[g].setLeader(false)
+	}
+}
 
 // ResumeLeaderSession queues a recheck of group g's leadership (never
 // blocking the clock's loop) if nothing but the clock kept it from leading.

@@ -136,7 +136,7 @@ func (s *Server) startMembership() error {
 		ClusterID:          s.ident.ClusterID(),
 
 		ClusterVersion: s.cfg.Cluster.MaxClusterVersion, // gossiped as "ver" (versions.go)
-		LeadGroups:     s.bootGroups,                    // groups.go: the raised ones from the next start
+		LeadGroups:     s.servedGroups(),                // groups.go: raised by serveGroup
 	})
 	if err != nil {
 		return err
@@ -181,7 +181,7 @@ func (s *Server) memberList() []membership.Member {
 		return out
 	}
 	return []membership.Member{{ID: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, GRPCAddr: s.GRPCAddr(), RaftAddr: s.RaftAddr(),
-		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.Cluster.MaxClusterVersion, LeadGroups: s.bootGroups}}
+		Status: membership.StatusAlive, GroupsLed: s.ledGroups(), ClusterVersion: s.cfg.Cluster.MaxClusterVersion, LeadGroups: s.servedGroups()}}
 }
 
 func (s *Server) ledGroups() []int {
@@ -226,7 +226,7 @@ func (s *Server) buildView() *api.ClusterView {
 		}
 		v.Members = append(v.Members, pm)
 	}
-	for g := range s.cfg.Layout.Groups {
+	for g := range s.servedGroups() { // a raise's groups from when they are served (groups.go)
 		gi := &api.GroupInfo{Group: uint32(g)}
 		r := s.host.Raft(g)
 		member := s.hostsGroup(g) // a replica removed from the group knows a stale leader and voters

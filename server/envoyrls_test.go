@@ -62,7 +62,7 @@ func applyEnvoy(t *testing.T, nodes []*Server, cfgs map[string]string) {
 	}
 	waitFor(t, "every node and group holds the Envoy config", func() bool {
 		for _, s := range nodes {
-			for g := range s.rcfg.mods {
+			for g := range s.servedGroups() {
 				if s.rcfg.mods[g].Current().Version < resp.Version {
 					return false
 				}

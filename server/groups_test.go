@@ -14,13 +14,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
-// countFSM counts the commands applied: the state machine of a raft group
-// that serves no partition (the application's FSM for such a group is the
-// next step of issue 38).
+// countFSM counts the commands applied: a state machine for the calls
+// refused before one is needed.
 type countFSM struct{ n atomic.Int64 }
 
 func (f *countFSM) Apply(*raft.Log) interface{}         { return f.n.Add(1) }
@@ -33,11 +33,11 @@ func (countSnap) Persist(sink raft.SnapshotSink) error { return sink.Close() }
 func (countSnap) Release()                             {}
 
 // TestAddRaftGroup: a dev node (G = 4) creates raft group 4 on request with
-// the empty state machine of a raised group; the group elects this node, its
-// leadership is left alone (no per-group state exists for it while the node
-// runs), the node keeps serving its partitions, and a restart over the data
-// dir that now lists 5 groups comes back running 5, group 4 with its full
-// per-group state and no partition.
+// the empty state machine of a raised group and serves it in place: the
+// group elects this node and its leader path takes the leadership, the node
+// keeps serving its partitions, and a restart over the data dir that now
+// lists 5 groups comes back running 5, group 4 with its full per-group state
+// and no partition.
 func TestAddRaftGroup(t *testing.T) {
 	dir := t.TempDir()
 	s, c := startServer(t, dir, nil)
@@ -57,15 +57,19 @@ func TestAddRaftGroup(t *testing.T) {
 		t.Fatalf("adding group 9 after 4: %v, want ErrGroupOutOfRange", err)
 	}
 	r := s.host.Raft(4)
-	waitFor(t, "group 4 to elect this node", func() bool { return r.State() == raft.Leader })
+	waitFor(t, "group 4 to elect this node and its leader path to take over", func() bool {
+		return r.State() == raft.Leader && s.servesGroup(4) && s.trackers[4].leading() && s.trackers[4].ready()
+	})
+	if s.FSM(4) != f || s.servedGroups() != 5 {
+		t.Fatalf("served groups %d, group 4's FSM %p, want 5 and %p", s.servedGroups(), s.FSM(4), f)
+	}
 	if err := r.Barrier(10 * time.Second).Error(); err != nil {
 		t.Fatal(err)
 	}
 	if lo, hi := f.PartitionRange(); lo != hi {
 		t.Fatalf("group 4 owns partitions [%d,%d), want none", lo, hi)
 	}
-	// The boot groups still serve (their leadership events went through,
-	// group 4's were skipped without touching any per-group state).
+	// The boot groups still serve.
 	if rej := track(t, c, "t1", 0, hashesIn(1, 0, 5)); len(rej) != 0 {
 		t.Fatalf("track after adding a group: %d rejected", len(rej))
 	}
@@ -74,8 +78,8 @@ func TestAddRaftGroup(t *testing.T) {
 	// Restarted with the same flags (groups=4): the listed groups win.
 	s2, c2 := startServer(t, dir, nil)
 	defer s2.Stop(context.Background())
-	if s2.cfg.Layout.Groups != 5 || len(s2.fsms) != 5 || len(s2.trackers) != 5 || !s2.servesGroup(4) {
-		t.Fatalf("restart runs groups=%d with %d FSMs, %d trackers; want 5 of each", s2.cfg.Layout.Groups, len(s2.fsms), len(s2.trackers))
+	if s2.cfg.Layout.Groups != 5 || s2.servedGroups() != 5 || len(s2.servedTrackers()) != 5 || s2.FSM(5) != nil {
+		t.Fatalf("restart runs groups=%d, serving %d; want 5", s2.cfg.Layout.Groups, s2.servedGroups())
 	}
 	if lo, hi := s2.FSM(4).PartitionRange(); lo != hi {
 		t.Fatalf("restarted group 4 owns partitions [%d,%d), want none", lo, hi)
@@ -112,8 +116,9 @@ func TestAddRaftGroup(t *testing.T) {
 
 // TestRaiseGroupsDev: a dev node (G = 4) raises its group count to 6 with
 // the admin call: groups 4 and 5 are created, elect this node and own no
-// partition; the old groups keep serving; raising to 6 again changes
-// nothing, lowering is refused; a restart comes back with 6 groups.
+// partition until the moves hand each its partitions, without a restart;
+// the old groups keep serving; raising to 6 again changes nothing, lowering
+// is refused; a restart comes back with 6 groups.
 func TestRaiseGroupsDev(t *testing.T) {
 	dir := t.TempDir()
 	s, c := startServer(t, dir, nil)
@@ -132,9 +137,19 @@ func TestRaiseGroupsDev(t *testing.T) {
 	waitFor(t, "groups 4 and 5 to exist and elect this node", func() bool {
 		return s.host.Groups() == 6 && s.host.Raft(4).State() == raft.Leader && s.host.Raft(5).State() == raft.Leader
 	})
-	if tab := s.layout.Module().Current(); tab.Groups != 6 || len(tab.Owned(4)) != 0 || len(tab.Owned(5)) != 0 {
-		t.Fatalf("table after the raise: %d groups, group 4 owns %v, group 5 %v", tab.Groups, tab.Owned(4), tab.Owned(5))
+	if tab := s.layout.Module().Current(); tab.Groups != 6 {
+		t.Fatalf("table after the raise: %d groups", tab.Groups)
 	}
+	target := layout.RaiseTarget(64, 4, 6)
+	waitFor(t, "the partition moves to finish without a restart", func() bool {
+		tab := s.layout.Module().Current()
+		for q := range 64 {
+			if tab.GroupOf(q) != target[q] {
+				return false
+			}
+		}
+		return true
+	})
 	if got := len(s.nodeGroups().Groups); got != 6 {
 		t.Fatalf("node status lists %d groups, want 6", got)
 	}
@@ -142,7 +157,7 @@ func TestRaiseGroupsDev(t *testing.T) {
 		t.Fatalf("track after the raise: %d rejected", len(rej))
 	}
 	again, err := s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 6})
-	if err != nil || again.Changed || again.Groups != 6 || again.Epoch != 1 {
+	if err != nil || again.Changed || again.Groups != 6 { // (the moves raised the epoch)
 		t.Fatalf("raise 6 → 6: %+v, %v; want no change", again, err)
 	}
 	_, err = s.admin.RaiseGroups(ctx, &api.RaiseGroupsRequest{To: 5})
@@ -157,8 +172,8 @@ func TestRaiseGroupsDev(t *testing.T) {
 
 	s2, c2 := startServer(t, dir, nil)
 	defer s2.Stop(context.Background())
-	if s2.cfg.Layout.Groups != 6 || len(s2.fsms) != 6 {
-		t.Fatalf("restart runs %d groups with %d FSMs, want 6", s2.cfg.Layout.Groups, len(s2.fsms))
+	if s2.cfg.Layout.Groups != 6 || s2.servedGroups() != 6 {
+		t.Fatalf("restart runs %d groups, serving %d; want 6", s2.cfg.Layout.Groups, s2.servedGroups())
 	}
 	if got := s2.layout.Module().Current().Groups; got != 6 {
 		t.Fatalf("restarted table: %d groups", got)
@@ -213,11 +228,11 @@ func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
 	}
 }
 
-// TestNewGroupFSMModulesMatchTheList: a group a raise adds at runtime lists
-// its FSM modules by hand (the components' per-group modules exist only for
-// the groups the node started with); they must be the ones the component
-// list gives any group but 0, in the same order, or its log and snapshots
-// would not replay into the state a restarted node builds.
+// TestNewGroupFSMModulesMatchTheList: a group a raise adds at runtime gets
+// its FSM modules from the components' addGroup stage; they must be the
+// ones the component list gives any group but 0 at a start, in the same
+// order, or its log and snapshots would not replay into the state a
+// restarted node builds.
 func TestNewGroupFSMModulesMatchTheList(t *testing.T) {
 	s, _ := startServer(t, t.TempDir(), nil)
 	defer stop(t, s)

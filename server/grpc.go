@@ -125,9 +125,9 @@ func (s *Server) validateTrack(req *api.TrackSeriesRequest) (int, error) {
 	}
 	g, err := s.layout.Route(p, req.Group) // layout.go
 	if err == nil && !s.servesGroup(g) {
-		// A group a raise added, on a node started before it: raft runs
-		// it here, the leader path from the next restart (groups.go).
-		return 0, status.Errorf(codes.Unavailable, "group %d: node %s does not serve it yet (created while it ran; it serves it from its next restart); retry at the group's leader", g, s.cfg.Node.ID)
+		// A group a raise added that this node is still creating
+		// (groups.go): a moment, or the group's leader elsewhere.
+		return 0, status.Errorf(codes.Unavailable, "group %d: node %s does not serve it yet (a raise added it and the node is still creating its state); retry at the group's leader", g, s.cfg.Node.ID)
 	}
 	return g, err
 }

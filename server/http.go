@@ -156,7 +156,7 @@ const statusTopPartitions = 10
 // Status returns this node's view of its groups.
 func (s *Server) Status() NodeStatus {
 	st := NodeStatus{Node: s.cfg.Node.ID, Zone: s.cfg.Node.Zone, GRPC: s.GRPCAddr(), Raft: s.RaftAddr(), Ready: s.Ready(), Clock: s.clock.Status()}
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		r := s.host.Raft(g)
 		_, leader := r.LeaderWithID()
 		fs := f.Stats()
@@ -203,7 +203,7 @@ type TenantUsage struct {
 // Usage returns a tenant's usage on this node's replicas.
 func (s *Server) Usage(tenant string) TenantUsage {
 	u := TenantUsage{Tenant: tenant, MaxSeries: s.currentLimits().For(tenant).MaxSeries}
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		n := f.TenantActive(tenant)
 		u.Series += n
 		u.PerGroup = append(u.PerGroup, n)
@@ -219,7 +219,7 @@ func (s *Server) Usage(tenant string) TenantUsage {
 // limits file names it. An unknown name is most often a typo, which an operator
 // must be able to tell from a tenant that is merely idle.
 func (s *Server) KnownTenant(tenant string) bool {
-	for _, f := range s.fsms {
+	for _, f := range s.servedFSMs() {
 		if f.Tenant(tenant) != nil {
 			return true
 		}
@@ -273,7 +273,7 @@ const (
 // Tenants lists every tenant this node knows (see KnownTenant), sorted by name.
 func (s *Server) Tenants() TenantList {
 	series := map[string]int64{}
-	for _, f := range s.fsms {
+	for _, f := range s.servedFSMs() {
 		for _, t := range f.Tenants() {
 			series[t.Name] += t.Active()
 		}

@@ -45,11 +45,18 @@ func (h meteringHost) TenantsActive(g int) []fsmmeter.TenantActive {
 // meteringModules creates one metering module per group (before the FSMs),
 // each observing its group's time.
 func (s *Server) meteringModules() {
-	s.meterMods = make([]*fsmmeter.Module, s.cfg.Layout.Groups)
-	for g := range s.meterMods {
-		s.meterMods[g] = fsmmeter.New(g)
-		s.meterMods[g].SetTimeObserver(s.clock.Group(g).Observe)
+	s.meterMods = make([]*fsmmeter.Module, s.groupCap())
+	for g := range s.cfg.Layout.Groups {
+		s.meteringModule(g)
 	}
+}
+
+// meteringModule creates group g's module (at start, or when a raise adds
+// the group, groups.go).
+func (s *Server) meteringModule(g int) {
+	m := fsmmeter.New(g)
+	m.SetTimeObserver(s.clock.Group(g).Observe)
+	s.meterMods[g] = m
 }
 
 // startMetering starts the metering service once raft runs.

@@ -124,16 +124,22 @@ func newMetrics(groupStats func() []groupStat) *metrics {
 // first event (absent() and rate() then behave as an operator expects).
 func (m *metrics) initGroups(groups int) {
 	for g := range groups {
-		l := strconv.Itoa(g)
-		m.seriesCreated.WithLabelValues(l)
-		m.seriesRefresh.WithLabelValues(l)
-		m.seriesReject.WithLabelValues(l)
-		m.entries.WithLabelValues(l)
-		m.entryBytes.WithLabelValues(l)
-		m.commitDur.WithLabelValues(l)
+		m.initGroup(g)
 	}
 	m.limitsReloads.WithLabelValues("success")
 	m.limitsReloads.WithLabelValues("failure")
+}
+
+// initGroup exports group g's counters at zero (at start, or when a raise
+// adds the group).
+func (m *metrics) initGroup(g int) {
+	l := strconv.Itoa(g)
+	m.seriesCreated.WithLabelValues(l)
+	m.seriesRefresh.WithLabelValues(l)
+	m.seriesReject.WithLabelValues(l)
+	m.entries.WithLabelValues(l)
+	m.entryBytes.WithLabelValues(l)
+	m.commitDur.WithLabelValues(l)
 }
 
 // initMethods exports the request counter and histogram of every gRPC method

@@ -119,7 +119,7 @@ func (s *Server) noteKnown() {
 	}
 	s.knownAt = time.Now() // cluster loop only
 	known := map[string]string{}
-	for g := range s.cfg.Layout.Groups {
+	for g := range s.host.Groups() {
 		fut := s.host.Raft(g).GetConfiguration()
 		if fut.Error() != nil {
 			continue

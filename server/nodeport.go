@@ -19,7 +19,7 @@ type nodePort struct{ s *Server }
 var _ nodeport.Port = nodePort{}
 
 func (p nodePort) NodeID() string   { return p.s.cfg.Node.ID }
-func (p nodePort) Groups() int      { return p.s.cfg.Layout.Groups }
+func (p nodePort) Groups() int      { return p.s.servedGroups() } // grows with a raise (groups.go)
 func (p nodePort) Leads(g int) bool { return p.s.leads(g) }
 func (p nodePort) Hosts(g int) bool { return p.s.hostsGroup(g) }
 

@@ -23,14 +23,15 @@ const partMoveEvery = time.Second
 
 func (s *Server) partMovesComponent() component {
 	return component{name: "partition moves", build: s.setupPartMoves,
-		modules: func(g int) []fsm.Module { return []fsm.Module{s.pmods[g]} },
-		grpc:    func(g *grpc.Server) error { api.RegisterPartitionMovesServer(g, s.moves); return nil },
-		start:   func() { s.goUntilStop(func(stop <-chan struct{}) { s.moves.Run(stop, partMoveEvery) }) }}
+		modules:  func(g int) []fsm.Module { return []fsm.Module{s.pmods[g]} },
+		addGroup: func(g int) error { s.pmods[g] = partmove.New(g, s.cfg.Layout.Partitions, s.base); return nil },
+		grpc:     func(g *grpc.Server) error { api.RegisterPartitionMovesServer(g, s.moves); return nil },
+		start:    func() { s.goUntilStop(func(stop <-chan struct{}) { s.moves.Run(stop, partMoveEvery) }) }}
 }
 
 func (s *Server) setupPartMoves() error {
-	s.pmods = make([]*partmove.Module, s.cfg.Layout.Groups)
-	for g := range s.pmods {
+	s.pmods = make([]*partmove.Module, s.groupCap())
+	for g := range s.cfg.Layout.Groups {
 		s.pmods[g] = partmove.New(g, s.cfg.Layout.Partitions, s.base)
 	}
 	s.moves = pmsvc.New(pmsvc.Config{
@@ -38,7 +39,7 @@ func (s *Server) setupPartMoves() error {
 		Partitions: s.cfg.Layout.Partitions,
 		Base:       s.base,
 		Module: func(g int) *partmove.Module {
-			if g >= len(s.pmods) { // a group a raise added: state from the next restart
+			if !s.servesGroup(g) { // being added (groups.go)
 				return nil
 			}
 			return s.pmods[g]
@@ -63,23 +64,23 @@ func (s *Server) setupPartMoves() error {
 // bindPartMoves gives each group's module its FSM and shares (after the FSMs
 // exist).
 func (s *Server) bindPartMoves() {
-	for g, m := range s.pmods {
-		m.Bind(s.fsms[g], s.shares.Module(g))
+	for g := range s.cfg.Layout.Groups {
+		s.pmods[g].Bind(s.fsms[g], s.shares.Module(g))
 	}
 }
 
-// groupMayCampaign keeps this node from leading a group created while it
-// runs: its leader path (tracker, shares, fence) exists from its next
-// restart, and a leader without one would answer for partitions handed to
-// the group with nobody deciding. (A replica its leader removed without it
-// knowing, cluster/stale.go, is not gated here: that mark comes from asking
-// a gossiped leader, and a wrong one must never keep the group from
-// electing; its pre-votes only make the peers log a refusal.)
+// groupMayCampaign keeps this node from leading a group it is still
+// adding (groups.go): until its leader path (tracker, shares, fence) exists,
+// a leader would answer for partitions handed to the group with nobody
+// deciding. (A replica its leader removed without it knowing,
+// cluster/stale.go, is not gated here: that mark comes from asking a
+// gossiped leader, and a wrong one must never keep the group from electing;
+// its pre-votes only make the peers log a refusal.)
 func (s *Server) groupMayCampaign(g int) error {
-	if g >= s.bootGroups {
+	if g >= s.bootGroups && !s.servesGroup(g) {
 		return errNotServed
 	}
 	return nil
 }
 
-var errNotServed = errors.New("this group was created while the node runs: the node leads it from its next restart")
+var errNotServed = errors.New("this node is still creating the group's state: it campaigns once the group is served")

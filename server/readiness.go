@@ -41,7 +41,7 @@ func (s *Server) WaitingFor() string {
 // hasRaftState reports whether any group has raft state on disk here (the node
 // was bootstrapped or added to a group at some point).
 func (s *Server) hasRaftState() bool {
-	for g := range s.cfg.Layout.Groups {
+	for g := range s.host.Groups() {
 		if has, err := s.host.GroupHasState(g); err != nil || has {
 			return true // an unreadable store is reported by NotReadyReason's words
 		}

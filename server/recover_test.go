@@ -77,7 +77,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 func assertRecoveryFSMsMatch(t *testing.T, s *Server) {
 	t.Helper()
 	cfg := s.cfg
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		r, err := recoveryFSM(cfg.Layout.Partitions, cfg.Layout.Groups, s.base, cfg.Layout.Shards, g, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -32,17 +32,13 @@ type runtimeConfig struct {
 // setupRuntimeConfig creates the modules (before the FSMs, which carry them)
 // and the service.
 func (s *Server) setupRuntimeConfig() error {
-	rc := &runtimeConfig{nodePort: nodePort{s}, s: s, mods: make([]*runtimecfg.Module, s.cfg.Layout.Groups), limits: make([]atomic.Pointer[Limits], s.cfg.Layout.Groups)}
-	for g := range rc.mods {
-		var onChange func(*runtimecfg.Document)
-		if g == runtimecfgsvc.OrderGroup {
-			onChange = func(*runtimecfg.Document) {
-				if rc.svc != nil {
-					rc.svc.Changed()
-				}
-			}
+	// Allocated for every group the layout allows: a raise fills the next
+	// entry in place (addGroup) while readers index the others.
+	rc := &runtimeConfig{nodePort: nodePort{s}, s: s, mods: make([]*runtimecfg.Module, s.groupCap()), limits: make([]atomic.Pointer[Limits], s.groupCap())}
+	for g := range s.cfg.Layout.Groups {
+		if err := rc.addGroup(g); err != nil {
+			return err
 		}
-		rc.mods[g] = runtimecfg.New(onChange)
 	}
 	svc, err := runtimecfgsvc.New(rc, runtimecfgsvc.Options{Logger: s.log, Registerer: s.metrics.reg})
 	if err != nil {
@@ -52,6 +48,20 @@ func (s *Server) setupRuntimeConfig() error {
 	rc.file = runtimecfgsvc.NewFileProposer(svc, runtimecfgsvc.FileConfig{Path: s.cfg.Limits.File, Reload: s.cfg.Limits.Reload,
 		DataDir: s.cfg.Node.DataDir, Doc: func() *runtimecfg.Document { return s.limits.Get().doc }, Ready: s.Ready, Logger: s.log})
 	s.rcfg = rc
+	return nil
+}
+
+// addGroup creates group g's replica module (before its FSM).
+func (rc *runtimeConfig) addGroup(g int) error {
+	var onChange func(*runtimecfg.Document)
+	if g == runtimecfgsvc.OrderGroup {
+		onChange = func(*runtimecfg.Document) {
+			if rc.svc != nil {
+				rc.svc.Changed()
+			}
+		}
+	}
+	rc.mods[g] = runtimecfg.New(onChange)
 	return nil
 }
 
@@ -84,7 +94,7 @@ func (s *Server) groupLimits(g int) *Limits {
 // the file/flags: what the HTTP API, the dashboard and the banner show.
 func (s *Server) currentLimits() *Limits {
 	best, bestG := uint64(0), -1
-	for g, m := range s.rcfg.mods {
+	for g, m := range s.rcfg.mods[:s.servedGroups()] {
 		if v := m.Current().Version; v > best {
 			best, bestG = v, g
 		}

@@ -24,7 +24,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/partmove"
-	"github.com/tollgate-io/tollgate/layout"
+
 	"github.com/tollgate-io/tollgate/layout/layoutfile"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeid"
@@ -48,8 +48,9 @@ type Server struct {
 	limits  *limitsSource
 	rcfg    *runtimeConfig // replicated runtime config (runtimeconfig.go)
 	// base is the group count the layout was created with (cluster.json);
-	// cfg.Layout.Groups is the count the node runs, higher once raised
-	// (groups.go). Ranges and rate groups follow base.
+	// cfg.Layout.Groups is the count the node started with, servedGroups()
+	// the count it serves, higher once raised (groups.go). Ranges and rate
+	// groups follow base.
 	base int
 
 	host    *raftnode.Host
@@ -91,8 +92,15 @@ type Server struct {
 	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)
 	pmods     []*partmove.Module   // per group: the hand-off state (partmoves.go)
 	moves     *pmsvc.Service       // partition hand-offs (partmoves.go)
-	// bootGroups is the number of groups this node started with: it leads
-	// only those (groupMayCampaign) until its next restart.
+	// served is the number of groups with the node's per-group state
+	// (groups.go): fsms, trackers and the modules' tables are allocated for
+	// every group the layout allows and filled in order, and an entry below
+	// served is complete and never changes. A raise grows it in place.
+	served atomic.Int32
+	growMu sync.Mutex // serializes serveGroup
+	// bootGroups is the count this start built, before raft started: the
+	// node campaigns for those at once (their leader events wait in
+	// leaderEvents until the trackers exist).
 	bootGroups int
 
 	grpcLis    net.Listener
@@ -227,12 +235,9 @@ func New(cfg Config) (*Server, error) {
 	if err := s.buildComponents(); err != nil {
 		return fail(err)
 	}
-	s.fsms = make([]*fsm.FSM, cfg.Layout.Groups)
-	for g := range s.fsms {
-		gc := s.clock.Group(g)
-		f, err := fsm.New(fsm.Config{Partitions: cfg.Layout.Partitions, Groups: cfg.Layout.Groups, Shards: cfg.Layout.Shards, Group: g, Logger: s.log,
-			Base: s.base, MaxClusterVersion: cfg.Cluster.MaxClusterVersion, Modules: s.fsmModules(g),
-			OnMinute: func(m int64) { gc.Observe(m * 60_000) }})
+	s.fsms = make([]*fsm.FSM, s.groupCap())
+	for g := range cfg.Layout.Groups {
+		f, err := s.newFSM(g, cfg.Layout.Groups) // groups.go
 		if err != nil {
 			return fail(err)
 		}
@@ -276,26 +281,11 @@ func New(cfg Config) (*Server, error) {
 	s.host = host
 	s.ctl = newController(s)       // clusterport.go
 	s.registerRaftCapMetrics(host) // portcaps.go
-	s.trackers = make([]*groupTracker, cfg.Layout.Groups)
-	for g := range s.trackers {
-		lo, hi := layout.GroupSpan(g, cfg.Layout.Partitions, s.base)
-		s.trackers[g] = newGroupTracker(trackerConfig{
-			Group:             g,
-			PartitionsInGroup: hi - lo,
-			Partitions:        cfg.Layout.Partitions,
-			IdleMinutes:       fsm.IdleAge(int(cfg.Tracking.IdleTimeout / time.Minute)),
-			ExpireAge:         s.expireAge(g),
-			BatchWindow:       cfg.Tracking.BatchWindow,
-			MaxBatchHashes:    cfg.Tracking.MaxBatchHashes,
-			MaxInFlight:       cfg.Tracking.MaxInFlight,
-			ApplyTimeout:      cfg.Raft.ApplyTimeout,
-			Clock:             func() time.Time { return time.UnixMilli(s.clock.Group(g).Now()) },
-			Share:             s.shares.AdmitShare(g),
-			OnReset:           s.shares.Module(g).ResetReservations,
-			Track:             s.shares.Track,
-			Fence:             s.moves.Fence(g),
-		}, s.fsms[g], host.Raft(g), func() *Limits { return s.groupLimits(g) }, s.log, s.metrics)
+	s.trackers = make([]*groupTracker, s.groupCap())
+	for g := range cfg.Layout.Groups {
+		s.trackers[g] = s.newTracker(g)
 	}
+	s.served.Store(int32(cfg.Layout.Groups))
 	s.goUntilStop(func(stop <-chan struct{}) { s.limits.watch(stop, cfg.Limits.Reload) })
 	s.goUntilStop(s.grow.Run) // groups.go
 	s.goUntilStop(func(stop <-chan struct{}) { s.layout.Follow(stop, time.Second, s.layoutChanged) })
@@ -375,7 +365,7 @@ func (s *Server) watchLeadership() {
 		case <-s.stop:
 			return
 		case ev := <-s.leaderEvents:
-			if !s.servesGroup(ev.group) { // added at runtime (groups.go)
+			if !s.servesGroup(ev.group) { // being added (groups.go): it campaigns once served
 				continue
 			}
 			if ev.recheck && (s.host.Raft(ev.group).State() != raft.Leader || s.trackers[ev.group].leading()) {
@@ -432,14 +422,18 @@ func (s *Server) NotReadyReason() string {
 	}
 	// A replica shut down while the node runs needs the operator (a
 	// restart), unlike the transient states below: name it first.
-	for g := range s.trackers {
+	trackers := s.servedTrackers()
+	for g := range trackers {
 		if s.host.ReplicaDown(g) {
 			return fmt.Sprintf("group %d: this node's raft replica is shut down: it neither votes nor stores the log, while the group's configuration may still count it (restart the node)", g)
 		}
 	}
-	for g, tr := range s.trackers {
+	for g, tr := range trackers {
+		if g >= len(v.GroupInfo) {
+			break // served since the view was published: the next view covers it
+		}
 		if v.GroupInfo[g].LeaderId == "" && (g < s.base || len(s.layout.Current().Owned(g)) > 0) {
-			return fmt.Sprintf("group %d: no known leader", g) // (a raised group owning nothing yet may wait: its voters lead it from their restart)
+			return fmt.Sprintf("group %d: no known leader", g) // (a raised group owning nothing yet may wait for its voters to join it)
 		}
 		if !s.hostsGroup(g) {
 			continue
@@ -482,15 +476,21 @@ func (s *Server) GossipAddr() string {
 // RaftAddr is the advertised raft address.
 func (s *Server) RaftAddr() string { return string(s.host.Addr()) }
 
-// FSM exposes a group's state machine (tests, status).
-func (s *Server) FSM(group int) *fsm.FSM { return s.fsms[group] }
+// FSM exposes a group's state machine (tests, status), nil for a group this node does not serve (yet: groups.go).
+func (s *Server) FSM(group int) *fsm.FSM {
+	if !s.servesGroup(group) {
+		return nil
+	}
+	return s.fsms[group]
+}
 
 // Raft exposes a group's raft instance (tests, admin).
 func (s *Server) Raft(group int) *raft.Raft { return s.host.Raft(group) }
 
 func (s *Server) groupStats() []groupStat {
-	out := make([]groupStat, len(s.fsms))
-	for g, f := range s.fsms {
+	fsms := s.servedFSMs()
+	out := make([]groupStat, len(fsms))
+	for g, f := range fsms {
 		st := f.Stats()
 		out[g] = groupStat{group: g, series: st.Series, tenants: st.Tenants, appliedIndex: st.AppliedIndex}
 		out[g].halted, _ = f.Halted()
@@ -545,9 +545,11 @@ func (s *Server) Stop(ctx context.Context) error {
 				c.stop()
 			}
 		}
-		for _, t := range s.trackers {
+		s.growMu.Lock() // a group being served now sees s.stop closed (groups.go)
+		for _, t := range s.servedTrackers() {
 			t.setLeader(false)
 		}
+		s.growMu.Unlock()
 		var errs []error
 		if s.host != nil {
 			// Requests have stopped: what the log holds past each group's

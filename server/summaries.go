@@ -66,6 +66,14 @@ func (s *Server) startSummaries() error {
 	return nil
 }
 
+// summariesAddGroup streams group g's summaries from when it is served
+// (groups.go).
+func (s *Server) summariesAddGroup(g int) {
+	if err := s.summaries.AddGroup(g); err != nil {
+		s.log.Warn("near-limit summaries: add group", "group", g, "err", err)
+	}
+}
+
 // registerSummaries adds the Summaries service to the gRPC server.
 func (s *Server) registerSummaries(g *grpc.Server) {
 	if s.summaries != nil {

@@ -41,7 +41,8 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 	var lags []string // each lagging node once, whatever the number of groups
 	var lagGroups []string
 	need, _ := fsm.LookupEntryType(fsm.EntryDropTenant)
-	for g := range s.cfg.Layout.Groups {
+	groups := s.servedGroups() // a raise's groups too: partitions moved there hold the tenant's series
+	for g := range groups {
 		if !s.hostsGroup(g) {
 			continue
 		}
@@ -64,9 +65,9 @@ func (a *adminService) DropTenant(ctx context.Context, req *api.DropTenantReques
 		gd  *api.GroupDrop
 		err error
 	}
-	res := make([]result, s.cfg.Layout.Groups)
+	res := make([]result, groups)
 	var wg sync.WaitGroup
-	for g := range s.cfg.Layout.Groups {
+	for g := range groups {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -81,9 +81,9 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 
 	var active int64
 	var applied uint64
-	for g := range s.cfg.Layout.Groups {
-		lo, hi := s.fsms[g].PartitionRange()
-		st := s.fsms[g].Stats()
+	for g, f := range s.servedFSMs() {
+		lo, hi := f.PartitionRange()
+		st := f.Stats()
 		gov := ui.GroupOverview{Group: g, Partitions: [2]int{lo, hi}, Series: st.Series, Tenants: st.Tenants}
 		if view != nil && g < len(view.GroupInfo) {
 			gi := view.GroupInfo[g]
@@ -101,7 +101,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 			gov.Series, gov.Tenants = int64(gs.Series), int(gs.Tenants)
 		}
 		active += gov.Series
-		top := s.fsms[g].AppliedIndex()
+		top := f.AppliedIndex()
 		for _, v := range gov.Voters {
 			top = max(top, v.AppliedIndex)
 		}
@@ -118,7 +118,7 @@ func (s *Server) overview(ctx context.Context) (Overview, int64, uint64) {
 func (s *Server) tenantOverview() []ui.TenantOverview {
 	limits := s.currentLimits()
 	byName := map[string]*ui.TenantOverview{}
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		share := s.groupShares(g)
 		for _, t := range f.Tenants() {
 			a := t.Active()

@@ -238,7 +238,7 @@ func (s *Server) mayLead(g int) bool {
 // leader session, and if raft still makes this node its leader, leadership is
 // handed to another voter (best effort, at most every haltTransferEvery).
 func (s *Server) enforceHalts() {
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		halted, why := f.Halted()
 		if !halted {
 			continue
@@ -269,7 +269,7 @@ func (s *Server) enforceHalts() {
 
 // haltedReason is "" or the first halted group's reason, for readiness.
 func (s *Server) haltedReason() string {
-	for g, f := range s.fsms {
+	for g, f := range s.servedFSMs() {
 		if halted, why := f.Halted(); halted {
 			return fmt.Sprintf("group %d halted: %s", g, why)
 		}

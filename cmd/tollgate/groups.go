@@ -32,10 +32,10 @@ creates the new groups, empty, and their voters bootstrap them. The count
 cannot be lowered. Re-running the command at the same count changes nothing
 and shows the new groups' state.
 
-A node leads and serves the new groups from its next restart: restart the
-nodes one at a time (each ready before the next). Once a new group's leader
-serves it, group 0's leader moves partitions to it, one at a time and under
-load: each old group hands the upper half of its range to a new group
+Each node creates the new groups' state in place and serves them within
+seconds; no restart is needed (a node of an earlier build leads them from its
+next restart, and tollgate status names it). Once a new group has a leader,
+group 0's leader moves partitions to it, one at a time and under load: each old group hands the upper half of its range to a new group
 (series and their share move together; clients follow without an error).
 tollgate status shows the count, each new group's leader, and the moves'
 progress; re-running the command resumes nothing it needs to: the moves
@@ -125,20 +125,20 @@ func printNewGroups(out io.Writer, st *api.StatusResponse) {
 	fmt.Fprintf(out, "\ngroups added by a raise: %d (%d with a leader)\n", len(ngs), ready)
 	for _, ng := range ngs {
 		if ng.leader == "" {
-			fmt.Fprintf(out, "  group %d: NO LEADER yet (%d nodes run it; a node leads it from its next restart)\n", ng.group, ng.nodes)
+			fmt.Fprintf(out, "  group %d: NO LEADER yet (%d nodes run it; its voters elect one once they serve it)\n", ng.group, ng.nodes)
 			continue
 		}
 		fmt.Fprintf(out, "  group %d: leader %s, voters %s\n", ng.group, ng.leader, strings.Join(ng.voters, ","))
 	}
 	if ids := restartNeeded(st); len(ids) > 0 {
-		fmt.Fprintf(out, "  RESTART NEEDED to lead the raised groups: %s (each leads only the groups it started with)\n", strings.Join(ids, ", "))
+		fmt.Fprintf(out, "  not leading the raised groups yet: %s (a node serves each group it creates within seconds; one that stays listed runs an earlier build and leads them from its next restart)\n", strings.Join(ids, ", "))
 	}
 }
 
 // restartNeeded lists the alive members that gossip a bound on the groups
 // they may lead below the cluster's count (the layout table's, or else the
-// groups the nodes run): they started before the raise, or joined after it,
-// and lead the new groups from their next start.
+// groups the nodes run): still creating a raised group's state, or running
+// an earlier build that leads the new groups from its next start.
 func restartNeeded(st *api.StatusResponse) []string {
 	groups := st.GetView().GetLayout().GetGroups()
 	for _, n := range st.GetNodes() {

@@ -170,7 +170,7 @@ func (s *Service) module(g uint32) (*fsmpm.Module, error) {
 	}
 	mod := s.cfg.Module(int(g))
 	if mod == nil || int(g) >= s.cfg.Port.Groups() {
-		return nil, status.Errorf(codes.FailedPrecondition, "group %d: node %s does not serve it yet (a group a raise added serves from its nodes' next restart)", g, s.cfg.Port.NodeID())
+		return nil, status.Errorf(codes.FailedPrecondition, "group %d: node %s does not serve it yet (a raise added it and the node is still creating its state)", g, s.cfg.Port.NodeID())
 	}
 	if !s.cfg.Port.Leads(int(g)) {
 		return nil, status.Errorf(codes.Unavailable, "group %d: node %s does not lead it; retry at its leader", g, s.cfg.Port.NodeID())
