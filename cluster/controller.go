@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -60,6 +61,7 @@ type Controller struct {
 	bootstrapped bool
 	seenAlive    map[string]bool
 	nextLearners time.Time
+	strays       map[learnerKey]time.Time // learners placement does not want, since when (resumeLearners)
 
 	logMu     sync.Mutex
 	incLogged map[string]time.Time // logIncarnationOnce
@@ -76,7 +78,7 @@ func New(cfg Config, port Node) *Controller {
 	if cfg.RaftError == nil {
 		cfg.RaftError = func(_ int, _ string, err error) error { return err }
 	}
-	return &Controller{cfg: cfg, node: port, log: cfg.Log, bootstrapped: cfg.BootstrapExpect == 0, seenAlive: map[string]bool{}}
+	return &Controller{cfg: cfg, node: port, log: cfg.Log, bootstrapped: cfg.BootstrapExpect == 0, seenAlive: map[string]bool{}, strays: map[learnerKey]time.Time{}}
 }
 
 // Bootstrapped reports whether bootstrap has nothing left to do (or never
@@ -113,7 +115,7 @@ func (c *Controller) Place(now time.Time) {
 		c.reconcileAll(ms)
 	} else if !c.cfg.DisableAutoPlace && now.After(c.nextLearners) {
 		c.nextLearners = now.Add(learnerResume)
-		c.resumeLearners(ms)
+		c.resumeLearners(now, ms)
 		c.maybeMove(now) // move.go
 	}
 }
@@ -254,13 +256,15 @@ func (c *Controller) reconcileAll(ms []membership.Member) {
 // the attempt may fail, and a voter left at its old address never hears
 // from the leader again (its replica waits for one forever). Other
 // additions wait for a member to become alive, as in reconcileAll, so a
-// server an operator removed stays out.
-func (c *Controller) resumeLearners(ms []membership.Member) {
+// server an operator removed stays out. A learner placement no longer wants
+// is removed (dropStrays).
+func (c *Controller) resumeLearners(now time.Time, ms []membership.Member) {
 	var targets [][]membership.Member
 	byID := map[string]membership.Member{}
 	for _, m := range alive(ms) {
 		byID[m.ID] = m
 	}
+	seen := map[learnerKey]bool{}
 	for _, lc := range c.ledConfigs() {
 		learners := map[string]bool{}
 		moved := false
@@ -282,6 +286,56 @@ func (c *Controller) resumeLearners(ms []membership.Member) {
 				c.addVoter(add)
 			}
 		}
+		for id := range learners {
+			if wanted := slices.ContainsFunc(targets[lc.group], func(m membership.Member) bool { return m.ID == id }); !wanted {
+				seen[learnerKey{lc.group, id}] = true
+			}
+		}
+	}
+	c.dropStrays(now, seen)
+}
+
+// strayAfter is how long a learner must stay unwanted before it is removed:
+// longer than a move's add and a leadership change, so a learner some step
+// is about to promote is never taken for a stray.
+const strayAfter = 10 * time.Second
+
+// dropStrays removes the learners of groups led here that placement has not
+// wanted for strayAfter (seen: the unwanted ones now). A move interrupted by
+// a leadership change leaves its learner for the new leader to finish; when
+// placement has meanwhile chosen another node, nothing would finish it, and
+// the group would replicate to it forever and status would show it catching
+// up. Nothing runs while this node adds a learner of the group or moves a
+// replica.
+func (c *Controller) dropStrays(now time.Time, seen map[learnerKey]bool) {
+	for k := range c.strays {
+		if !seen[k] {
+			delete(c.strays, k)
+		}
+	}
+	for k := range seen {
+		since, ok := c.strays[k]
+		if !ok {
+			c.strays[k] = now
+			continue
+		}
+		if now.Sub(since) < strayAfter || c.learners.busy(k.group, k.id) || c.moves.busy.Load() {
+			continue
+		}
+		delete(c.strays, k)
+		r := c.node.Raft(k.group)
+		if r.State() != raft.Leader {
+			continue
+		}
+		c.cfg.WG.Add(1)
+		go func() {
+			defer c.cfg.WG.Done()
+			if err := r.RemoveServer(raft.ServerID(k.id), 0, MembershipTimeout).Error(); err != nil {
+				c.log.Warn("removing a learner placement does not want failed; retrying", "group", k.group, "node", k.id, "err", err)
+				return
+			}
+			c.log.Info("removed a learner placement does not want (a move interrupted by a leadership change left it)", "group", k.group, "node", k.id)
+		}()
 	}
 }
 

@@ -527,3 +527,52 @@ func TestControllerReaddsMovedVoterLater(t *testing.T) {
 		t.Fatalf("a voter at its gossiped address was re-added again: %v", again[len(calls):])
 	}
 }
+
+// A learner that placement no longer wants (a move interrupted by a
+// leadership change left it, and placement has chosen another node since)
+// is removed by the periodic repair once it stayed unwanted for strayAfter,
+// not before; a learner placement wants is promoted, never removed.
+func TestControllerDropsStrayLearner(t *testing.T) {
+	n1, n2, n3, n4, n5 := member("n1", "a"), member("n2", "b"), member("n3", "c"), member("n4", "a"), member("n5", "a")
+	members := []membership.Member{n1, n2, n3, n4, n5}
+	target := PlaceAll(1, placementCandidates(members), 3)[0]
+	wanted := func(id string) bool {
+		return slices.ContainsFunc(target, func(m membership.Member) bool { return m.ID == id })
+	}
+	stray := n4
+	if wanted("n4") {
+		stray = n5
+	}
+	if wanted(stray.ID) {
+		t.Fatalf("placement wants both n4 and n5: %v", target)
+	}
+	learner := raft.Server{Suffrage: raft.Nonvoter, ID: raft.ServerID(stray.ID), Address: raft.ServerAddress(stray.RaftAddr)}
+	r := newFakeRaft(raft.Leader, voter(n1), voter(n2), voter(n3), learner)
+	node := &fakeNode{self: "n1", rafts: []*fakeRaft{r}, members: members, lagging: map[string]bool{}, cid: "c1"}
+	closing := make(chan struct{})
+	defer close(closing)
+	var wg sync.WaitGroup
+	c := New(Config{NodeID: "n1", Zone: "a", Groups: 1, Replicas: 3, Closing: closing, WG: &wg, MoveInterval: -1}, node)
+	t0 := time.Now()
+	place := func(at time.Duration) bool {
+		c.Place(t0.Add(at))
+		wg.Wait()
+		_, ok := r.server(stray.ID)
+		return ok
+	}
+	if !place(0) { // every member new: reconcile, which removes no learner
+		t.Fatalf("%s removed by the reconcile; calls %v", stray.ID, r.callLog())
+	}
+	at := learnerResume + time.Second
+	if !place(at) || !place(at+strayAfter/2) {
+		t.Fatalf("%s removed before it stayed unwanted for %v; calls %v", stray.ID, strayAfter, r.callLog())
+	}
+	if place(at + strayAfter + 2*learnerResume) {
+		t.Fatalf("%s, a learner placement does not want (target %v), still in the configuration; calls %v", stray.ID, target, r.callLog())
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		if srv, ok := r.server(id); !ok || srv.Suffrage != raft.Voter {
+			t.Fatalf("voter %s touched: %+v, %v", id, srv, ok)
+		}
+	}
+}
