@@ -118,6 +118,36 @@ func TestEnvoyOwnerKill(t *testing.T) {
 			start := time.Now()
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
+			// With TOLLGATE_ENVOY_KILL_TRACE, the key's owner over the run
+			// (polled every 100 ms): an owner change besides the kill (a
+			// leadership hand-off, the restart of the node a previous
+			// subtest killed) shows here.
+			var owners []string
+			trace := os.Getenv("TOLLGATE_ENVOY_KILL_TRACE") != ""
+			if trace {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					last := ""
+					for {
+						select {
+						case <-stop:
+							return
+						case <-time.After(100 * time.Millisecond):
+						}
+						id := "none"
+						if l, term := c.leaderOf(g); l != nil {
+							id = fmt.Sprintf("%s(term %d)", l.id, term)
+						}
+						if id != last {
+							last = id
+							mu.Lock()
+							owners = append(owners, fmt.Sprintf("%v:%s", time.Since(start).Round(10*time.Millisecond), id))
+							mu.Unlock()
+						}
+					}
+				}()
+			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -169,7 +199,19 @@ func TestEnvoyOwnerKill(t *testing.T) {
 			wg.Wait()
 			owner.restart(t)
 			sort.Slice(admitted, func(i, j int) bool { return admitted[i] < admitted[j] })
-			if os.Getenv("TOLLGATE_ENVOY_KILL_TRACE") != "" {
+			if trace {
+				t.Logf("%s: the key's owner from the start (kill at %v): %s", tc.key, killAt.Round(10*time.Millisecond), strings.Join(owners, " "))
+				var tenths []string // admitted per 100 ms from the start
+				for from := time.Duration(0); from < end; from += 100 * time.Millisecond {
+					n := 0
+					for _, a := range admitted {
+						if a >= from && a < from+100*time.Millisecond {
+							n++
+						}
+					}
+					tenths = append(tenths, strconv.Itoa(n))
+				}
+				t.Logf("%s: admitted per 100 ms from the start: %s", tc.key, strings.Join(tenths, " "))
 				// Per 100 ms from 300 ms before the kill: admitted /
 				// over the limit / errors.
 				var line []string
