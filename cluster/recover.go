@@ -12,7 +12,7 @@ import (
 
 // The offline recovery plan: a group whose voters are gone for good is
 // rewritten, on a stopped survivor, so that its configuration is the
-// survivors alone (package server's recover.go opens the data dir and
+// survivors alone (package recovery opens the data dir and
 // applies the plan with the group's real state machine).
 
 // GroupRecovery is the plan for one group.

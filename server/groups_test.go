@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/recovery"
 )
 
 // countFSM counts the commands applied: a state machine for the calls
@@ -188,7 +189,7 @@ func TestRaiseGroupsDev(t *testing.T) {
 	// state machines the restarted node built.
 	assertRecoveryFSMsMatch(t, s2)
 	stop(t, s2)
-	p, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"})
+	p, err := recovery.Prepare(recovery.Options{DataDir: dir, NodeID: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 
+	"github.com/tollgate-io/tollgate/datadir"
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/version"
 )
@@ -316,7 +317,7 @@ func (c filesystemCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c filesystemCollector) Collect(ch chan<- prometheus.Metric) {
-	avail, size, err := filesystemUsage(c.dir)
+	avail, size, err := datadir.FilesystemUsage(c.dir)
 	if err != nil {
 		// Not measurable here (or the dir vanished): no sample, rather than a
 		// zero that would read as a full disk.

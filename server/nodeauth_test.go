@@ -32,6 +32,7 @@ import (
 	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/nodeport"
 	"github.com/tollgate-io/tollgate/raftnode"
+	"github.com/tollgate-io/tollgate/recovery"
 )
 
 // capture is a rogue's gRPC listener: it records the metadata of every call
@@ -409,11 +410,11 @@ func TestRecoverRefusesAnotherNodesID(t *testing.T) {
 		cancel()
 		tc.nodes[i] = nil
 	}
-	_, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n2", Voters: []string{"n2"}})
+	_, err := recovery.Prepare(recovery.Options{DataDir: dir, NodeID: "n2", Voters: []string{"n2"}})
 	if err == nil || !strings.Contains(err.Error(), `belongs to node "n1", not "n2"`) {
 		t.Fatalf("recover n1's data dir as n2: %v, want a refusal naming n1", err)
 	}
-	p, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"})
+	p, err := recovery.Prepare(recovery.Options{DataDir: dir, NodeID: "n1"})
 	if err != nil {
 		t.Fatalf("recover with the data dir's own id: %v", err)
 	}

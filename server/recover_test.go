@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tollgate-io/tollgate/cluster"
+	"github.com/tollgate-io/tollgate/recovery"
 )
 
 // TestRecoveryFSMMatchesServer: the state machine raft recover replays the log
@@ -26,7 +27,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	}
 	assertRecoveryFSMsMatch(t, s)
 	cfg := s.cfg
-	if _, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"}); err == nil || !strings.Contains(err.Error(), "in use") {
+	if _, err := recovery.Prepare(recovery.Options{DataDir: dir, NodeID: "n1"}); err == nil || !strings.Contains(err.Error(), "in use") {
 		t.Fatalf("planning a recovery on a running node's data dir: %v, want a refusal naming the running node", err)
 	}
 	if err := s.Stop(context.Background()); err != nil {
@@ -34,7 +35,7 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 	}
 
 	// A single node is the whole configuration already: nothing to do.
-	p, err := PlanRecovery(RecoverOptions{DataDir: dir, NodeID: "n1"})
+	p, err := recovery.Prepare(recovery.Options{DataDir: dir, NodeID: "n1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,16 +51,16 @@ func TestRecoveryFSMMatchesServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, bad := range []struct {
-		opts RecoverOptions
+		opts recovery.Options
 		want string
 	}{
-		{RecoverOptions{DataDir: dir, NodeID: "n1", Voters: []string{"n1", "n7"}}, "n7, which is not in the group's configuration"},
-		{RecoverOptions{DataDir: dir, NodeID: "n1", Voters: []string{"n7"}}, "does not include this node"},
-		{RecoverOptions{DataDir: dir, NodeID: "n2"}, `belongs to node "n1", not "n2"`},
-		{RecoverOptions{DataDir: dir, NodeID: "n1", Groups: []int{99}}, "group 99"},
-		{RecoverOptions{DataDir: t.TempDir(), NodeID: "n1"}, "not the data dir of a tollgate node"},
+		{recovery.Options{DataDir: dir, NodeID: "n1", Voters: []string{"n1", "n7"}}, "n7, which is not in the group's configuration"},
+		{recovery.Options{DataDir: dir, NodeID: "n1", Voters: []string{"n7"}}, "does not include this node"},
+		{recovery.Options{DataDir: dir, NodeID: "n2"}, `belongs to node "n1", not "n2"`},
+		{recovery.Options{DataDir: dir, NodeID: "n1", Groups: []int{99}}, "group 99"},
+		{recovery.Options{DataDir: t.TempDir(), NodeID: "n1"}, "not the data dir of a tollgate node"},
 	} {
-		p, err := PlanRecovery(bad.opts)
+		p, err := recovery.Prepare(bad.opts)
 		if err == nil {
 			p.Close()
 			t.Errorf("%+v: planned, want a refusal", bad.opts)
@@ -78,7 +79,7 @@ func assertRecoveryFSMsMatch(t *testing.T, s *Server) {
 	t.Helper()
 	cfg := s.cfg
 	for g, f := range s.servedFSMs() {
-		r, err := recoveryFSM(cfg.Layout.Partitions, cfg.Layout.Groups, s.base, cfg.Layout.Shards, g, nil)
+		r, err := recovery.FSM(cfg.Layout.Partitions, cfg.Layout.Groups, s.base, cfg.Layout.Shards, g, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/tollgate-io/tollgate/fsm"
+	"github.com/tollgate-io/tollgate/recovery"
 )
 
 // TestEntryRegistry: with every module linked (each registers its own entry
@@ -12,7 +13,7 @@ import (
 // version, and every module-owned type belongs to a module a group's FSM is
 // configured with, so no committed entry can find its owner missing.
 func TestEntryRegistry(t *testing.T) {
-	f, err := recoveryFSM(16, 4, 4, 1, 0, slog.New(slog.DiscardHandler))
+	f, err := recovery.FSM(16, 4, 4, 1, 0, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/clockbound"
 	"github.com/tollgate-io/tollgate/cluster"
+	"github.com/tollgate-io/tollgate/datadir"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/partmove"
@@ -110,8 +111,8 @@ type Server struct {
 	httpRoutes []string // patterns on the HTTP mux (HTTPRoutes)
 	http       *http.Server
 
-	dir        *dataDir // locked for the server's lifetime
-	wipeOnStop bool     // a failed start removes what it wrote to a fresh data dir
+	dir        *datadir.Dir // locked for the server's lifetime
+	wipeOnStop bool         // a failed start removes what it wrote to a fresh data dir
 
 	// Node identity (identity.go; replacement: cluster/incarnation.go).
 	ident       *nodeid.Identity
@@ -158,7 +159,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.Clock.Now = func() time.Time { return base().Add(off) }
 		cfg.Logger.Warn("test clock offset: this node's wall clock is shifted; for fault tests only", "offset", off)
 	}
-	dir, err := openDataDir(cfg.Node.DataDir)
+	dir, err := datadir.Open(cfg.Node.DataDir)
 	if err != nil {
 		return nil, err
 	}
@@ -171,7 +172,7 @@ func New(cfg Config) (*Server, error) {
 	fail := func(err error) (*Server, error) {
 		s.wipeOnStop = true
 		s.Stop(context.Background())
-		if dir.fresh {
+		if dir.Fresh {
 			s.log.Info("start failed; removed what it wrote to the new data dir", "data_dir", cfg.Node.DataDir)
 		}
 		return nil, err
@@ -180,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 		return fail(err)
 	}
 	cfg = s.cfg
-	if s.ident, err = nodeid.Load(cfg.Node.DataDir, dir.fresh, cfg.Node.ID); err != nil {
+	if s.ident, err = nodeid.Load(cfg.Node.DataDir, dir.Fresh, cfg.Node.ID); err != nil {
 		return fail(err)
 	}
 	if cfg.Cluster.Bootstrap && s.ident.ClusterID() == "" && !s.ident.Adopted {
@@ -580,7 +581,7 @@ func (s *Server) Stop(ctx context.Context) error {
 			s.admin.close()
 		}
 		// Last, after raft closed its stores: the next node on this dir may start.
-		if err := s.dir.release(s.wipeOnStop); err != nil {
+		if err := s.dir.Release(s.wipeOnStop); err != nil {
 			errs = append(errs, err)
 		}
 		s.stopErr = errors.Join(errs...)

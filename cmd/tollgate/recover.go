@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/tollgate-io/tollgate/cluster"
-	"github.com/tollgate-io/tollgate/server"
+	"github.com/tollgate-io/tollgate/recovery"
 )
 
 // newRaftRecoverCmd is `tollgate raft recover`: offline outage recovery of
@@ -58,11 +58,11 @@ Copy the data dir first if you may want to undo it.`,
 			case group >= 0 && all:
 				return errors.New("raft recover: give --group G or --all-groups, not both")
 			}
-			opts := server.RecoverOptions{DataDir: dataDir, NodeID: nodeID, Voters: voters}
+			opts := recovery.Options{DataDir: dataDir, NodeID: nodeID, Voters: voters}
 			if group >= 0 {
 				opts.Groups = []int{group}
 			}
-			plan, err := server.PlanRecovery(opts)
+			plan, err := recovery.Prepare(opts)
 			if err != nil {
 				return err
 			}
@@ -103,7 +103,7 @@ Copy the data dir first if you may want to undo it.`,
 
 // printRecoverPlan prints the plan loudly and returns how many groups it
 // rewrites.
-func printRecoverPlan(out io.Writer, p *server.RecoverPlan) int {
+func printRecoverPlan(out io.Writer, p *recovery.Plan) int {
 	todo := 0
 	fmt.Fprintf(out, "OFFLINE RAFT RECOVERY of node %s, data dir %s (partitions=%d groups=%d shards=%d)\n",
 		p.NodeID(), p.DataDir(), p.Partitions, p.Groups, p.Shards)
@@ -141,7 +141,7 @@ func printRecoverPlan(out io.Writer, p *server.RecoverPlan) int {
 	return todo
 }
 
-func newVoters(p *server.RecoverPlan, g int) string {
+func newVoters(p *recovery.Plan, g int) string {
 	for _, gr := range p.Plans {
 		if gr.Group == g {
 			return cluster.FormatConfiguration(gr.New)

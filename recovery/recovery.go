@@ -1,4 +1,4 @@
-package server
+package recovery
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/tollgate-io/tollgate/cluster"
+	"github.com/tollgate-io/tollgate/datadir"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
@@ -25,16 +26,8 @@ import (
 	sharessvc "github.com/tollgate-io/tollgate/service/shares"
 )
 
-// Outage recovery (the per-group plan is cluster.PlanGroupRecovery): a group whose voters are gone for good (disks lost, more
-// than a quorum of them) can never elect a leader again, and nothing online
-// can change its configuration, because that needs the quorum it lost. The
-// survivors' data is still there. RecoverPlan/Apply rewrite, offline, the
-// group's raft state on a surviving node so that its configuration is the
-// survivors alone (hashicorp/raft's RecoverCluster); started again, the node
-// elects itself and new nodes are added as usual.
-
-// RecoverOptions selects what to recover on a stopped node's data dir.
-type RecoverOptions struct {
+// Options selects what to recover on a stopped node's data dir.
+type Options struct {
 	DataDir string // the node's --data-dir (holds cluster.json and raft/)
 	NodeID  string // the node's --node-id
 	// Groups to recover; empty: every group in which this node holds raft
@@ -48,31 +41,31 @@ type RecoverOptions struct {
 	Logger *slog.Logger
 }
 
-// RecoverPlan is what Apply will do; it holds the data dir's lock (no node can
+// Plan is what Apply will do; it holds the data dir's lock (no node can
 // start on it) until Close.
-type RecoverPlan struct {
-	opts                       RecoverOptions
+type Plan struct {
+	opts                       Options
 	Partitions, Groups, Shards int // Groups: the raft groups the data dir holds, a raise's too
 	Base                       int // the count the cluster was created with (cluster.json)
 	Plans                      []cluster.GroupRecovery
-	dir                        *dataDir
+	dir                        *datadir.Dir
 }
 
-// RecoveredGroup is the outcome of one group's recovery.
-type RecoveredGroup struct {
+// Recovered is the outcome of one group's recovery.
+type Recovered struct {
 	Group        int
 	Series       int64
 	Tenants      int
 	AppliedIndex uint64 // the state machine's (what status shows)
 }
 
-// PlanRecovery reads a stopped node's data dir and works out, per group, the
+// Prepare reads a stopped node's data dir and works out, per group, the
 // configuration it has and the one recovery gives it. It changes nothing. It
 // refuses a data dir a node is running on, one that is not a Tollgate data dir,
 // a group in which this node holds no state or is not in the configuration
 // (its data may be stale), and voters that are not in the old configuration.
 // A group whose configuration already is the new one is skipped.
-func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
+func Prepare(opts Options) (_ *Plan, err error) {
 	if opts.DataDir == "" || opts.NodeID == "" {
 		return nil, errors.New("recover: the node's data dir and node id are required")
 	}
@@ -97,13 +90,13 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("recover: node identity: %w", err)
 	}
-	dir, err := openDataDir(opts.DataDir)
+	dir, err := datadir.Open(opts.DataDir)
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w (recovery runs on a stopped node)", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = dir.release(false)
+			_ = dir.Release(false)
 		}
 	}()
 	layout, err := layoutfile.Read(opts.DataDir)
@@ -117,7 +110,7 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("recover: %w", err)
 	}
-	p := &RecoverPlan{opts: opts, Partitions: layout.Partitions, Groups: max(layout.Groups, listed), Base: layout.Groups, Shards: layout.Shards, dir: dir}
+	p := &Plan{opts: opts, Partitions: layout.Partitions, Groups: max(layout.Groups, listed), Base: layout.Groups, Shards: layout.Shards, dir: dir}
 	explicit := len(opts.Groups) > 0
 	gs := opts.Groups
 	if !explicit {
@@ -158,14 +151,14 @@ func PlanRecovery(opts RecoverOptions) (_ *RecoverPlan, err error) {
 // Apply rewrites every planned group, in order, and stops at the first error
 // (groups done before it stay recovered; running the same plan again skips
 // them).
-func (p *RecoverPlan) Apply() ([]RecoveredGroup, error) {
-	var out []RecoveredGroup
+func (p *Plan) Apply() ([]Recovered, error) {
+	var out []Recovered
 	raftDir := filepath.Join(p.opts.DataDir, "raft")
 	for _, gr := range p.Plans {
 		if gr.Skip != "" {
 			continue
 		}
-		f, err := recoveryFSM(p.Partitions, p.Groups, p.Base, p.Shards, gr.Group, p.opts.Logger)
+		f, err := FSM(p.Partitions, p.Groups, p.Base, p.Shards, gr.Group, p.opts.Logger)
 		if err != nil {
 			return out, fmt.Errorf("recover group %d: %w", gr.Group, err)
 		}
@@ -176,25 +169,25 @@ func (p *RecoverPlan) Apply() ([]RecoveredGroup, error) {
 			return out, fmt.Errorf("%w; group %d was not changed", err, gr.Group)
 		}
 		st := f.Stats()
-		out = append(out, RecoveredGroup{Group: gr.Group, Series: st.Series, Tenants: st.Tenants, AppliedIndex: st.AppliedIndex})
+		out = append(out, Recovered{Group: gr.Group, Series: st.Series, Tenants: st.Tenants, AppliedIndex: st.AppliedIndex})
 	}
 	return out, nil
 }
 
 // NodeID is the node whose data dir the plan is for.
-func (p *RecoverPlan) NodeID() string { return p.opts.NodeID }
+func (p *Plan) NodeID() string { return p.opts.NodeID }
 
 // DataDir is the data dir the plan rewrites.
-func (p *RecoverPlan) DataDir() string { return p.opts.DataDir }
+func (p *Plan) DataDir() string { return p.opts.DataDir }
 
 // Close releases the data dir's lock.
-func (p *RecoverPlan) Close() error { return p.dir.release(false) }
+func (p *Plan) Close() error { return p.dir.Release(false) }
 
-// recoveryFSM builds group g's state machine with the modules New gives it
-// (TestRecoveryFSMMatchesServer keeps the two in step): RecoverCluster writes
+// FSM builds group g's state machine with the modules a node gives it
+// (package server's TestRecoveryFSMMatchesServer keeps the two in step): RecoverCluster writes
 // this FSM's snapshot as the group's whole state. groups is the count the
 // node runs, base the one the cluster was created with.
-func recoveryFSM(partitions, groups, base, shardCount, g int, log *slog.Logger) (*fsm.FSM, error) {
+func FSM(partitions, groups, base, shardCount, g int, log *slog.Logger) (*fsm.FSM, error) {
 	sh, err := shares.New(g, sharessvc.ModuleGroups(g, base))
 	if err != nil {
 		return nil, err

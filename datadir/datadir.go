@@ -1,4 +1,4 @@
-package server
+package datadir
 
 import (
 	"errors"
@@ -9,40 +9,40 @@ import (
 	"strings"
 )
 
-// lockFileName is the file in the data dir a running node holds an exclusive
+// LockFile is the file in the data dir a running node holds an exclusive
 // lock on. Two processes on one data dir would each open the raft stores and
 // write divergent logs; refusing the second at once is the only safe answer.
-const lockFileName = "LOCK"
+const LockFile = "LOCK"
 
-// dataDir is a data dir this process holds exclusively until release.
-type dataDir struct {
+// Dir is a data dir this process holds exclusively until Release.
+type Dir struct {
 	path string
 	lock *os.File
-	// fresh: the dir did not exist or held nothing before this start (a LOCK
+	// Fresh: the dir did not exist or held nothing before this start (a LOCK
 	// file alone counts as nothing: no node wrote state there). A start that
 	// fails removes what it wrote to a fresh dir, so the next attempt does not
 	// find a half-initialised node (a layout file, a bootstrapped raft log).
-	fresh   bool
+	Fresh   bool
 	created bool // the dir itself was created by this start
 }
 
-// openDataDir creates dir if needed and takes its lock, or fails at once naming
+// Open creates dir if needed and takes its lock, or fails at once naming
 // the process that holds it.
-func openDataDir(dir string) (*dataDir, error) {
-	d := &dataDir{path: dir}
+func Open(dir string) (*Dir, error) {
+	d := &Dir{path: dir}
 	entries, err := os.ReadDir(dir)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		d.fresh, d.created = true, true
+		d.Fresh, d.created = true, true
 	case err != nil:
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	default:
-		d.fresh = len(entries) == 0 || (len(entries) == 1 && entries[0].Name() == lockFileName)
+		d.Fresh = len(entries) == 0 || (len(entries) == 1 && entries[0].Name() == LockFile)
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("data dir %s: %w", dir, err)
 	}
-	path := filepath.Join(dir, lockFileName)
+	path := filepath.Join(dir, LockFile)
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("data dir %s: open lock file: %w", dir, err)
@@ -68,15 +68,15 @@ func openDataDir(dir string) (*dataDir, error) {
 	return d, nil
 }
 
-// release drops the lock. With wipe, what this start wrote to a fresh dir is
+// Release drops the lock. With wipe, what this start wrote to a fresh dir is
 // removed first (the dir itself too when this start created it), while the lock
 // still keeps other starts out.
-func (d *dataDir) release(wipe bool) error {
+func (d *Dir) Release(wipe bool) error {
 	if d == nil || d.lock == nil {
 		return nil
 	}
 	var errs []error
-	if wipe && d.fresh {
+	if wipe && d.Fresh {
 		if d.created {
 			errs = append(errs, os.RemoveAll(d.path))
 		} else if entries, err := os.ReadDir(d.path); err == nil {

@@ -1,6 +1,6 @@
 //go:build !unix
 
-package server
+package datadir
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ var errLocked = errors.New("locked by another process")
 // protected against a second node (Tollgate is built and tested on unix).
 func lockFile(*os.File) error { return nil }
 
-// filesystemUsage is not measured where statfs is not available.
-func filesystemUsage(string) (avail, size uint64, err error) {
+// FilesystemUsage is not measured where statfs is not available.
+func FilesystemUsage(string) (avail, size uint64, err error) {
 	return 0, 0, errors.New("filesystem usage is not measured on this platform")
 }

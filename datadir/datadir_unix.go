@@ -1,6 +1,6 @@
 //go:build unix
 
-package server
+package datadir
 
 import (
 	"errors"
@@ -20,9 +20,9 @@ func lockFile(f *os.File) error {
 	return err
 }
 
-// filesystemUsage returns the bytes available to an unprivileged writer and
+// FilesystemUsage returns the bytes available to an unprivileged writer and
 // the size of the filesystem holding dir.
-func filesystemUsage(dir string) (avail, size uint64, err error) {
+func FilesystemUsage(dir string) (avail, size uint64, err error) {
 	var st syscall.Statfs_t
 	if err := syscall.Statfs(dir, &st); err != nil {
 		return 0, 0, err
