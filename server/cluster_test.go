@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -698,4 +699,21 @@ func TestBootstrapTwoNodesPerZone(t *testing.T) {
 			&api.GetUsersCloseToLimitRequest{Partition: uint32(lo)})
 		return err == nil && slices.Equal(resp.Tenants, []string{"near"})
 	})
+}
+
+// terms is each served group's highest raft term over the live nodes: it
+// moves with every election and leadership transfer, so a test that claims
+// exactness only under a stable owner can tell when the owner changed.
+func (tc *testCluster) terms() []uint64 {
+	var out []uint64
+	for _, s := range tc.live() {
+		for g := 0; g < s.servedGroups(); g++ {
+			term, _ := strconv.ParseUint(s.host.Raft(g).Stats()["term"], 10, 64)
+			if g >= len(out) {
+				out = append(out, 0)
+			}
+			out[g] = max(out[g], term)
+		}
+	}
+	return out
 }
