@@ -216,9 +216,23 @@ func (t *tenantState) slidingDecide() {
 	if t.sw.want > pool {
 		t.sw.scale = pool / t.sw.want
 	}
-	t.sw.out = t.sw.reserve + min(pool, t.sw.want)
 	t.scarce = t.sw.want > pool
 	t.avail = pool
+	if (t.sw.reserve+t.sw.want)*slidingLeaseShare > t.sw.limit {
+		// Leases grow only while all of them together would hold at
+		// most 1/slidingLeaseShare of the limit. A leased token is one
+		// the other nodes' requests cannot have until the lease is
+		// lowered a tick later: a key asked for faster than its window
+		// allows (a 20-a-minute key sent 20 requests back to back over
+		// three nodes) would otherwise refuse a request while the window
+		// has room, the room sitting in another node's lease (server
+		// TestEnvoyRLSPerUnitSpaced, under -race: request 5 of 5 a
+		// minute refused, limit_remaining 2 short). Such a key is
+		// decided by its owner, exactly; a busy key's leases (two
+		// periods of demand) are far under the share.
+		t.sw.scale = 0
+	}
+	t.sw.out = t.sw.reserve + t.sw.want*t.sw.scale // Σ of the grants beyond what is held
 }
 
 // slidingGrant sets a client's cap: what it holds plus its share of the
@@ -479,6 +493,10 @@ func (t *tenantState) noteAsked(client, n uint64) {
 	}
 	t.askedBy[client] += float64(n)
 }
+
+// slidingLeaseShare: all leases of a sliding tenant together hold at most
+// 1/slidingLeaseShare of its limit (see slidingDecide).
+const slidingLeaseShare = 32
 
 // slidingLeaseMin is the shortest window whose clients get leases.
 const slidingLeaseMin = 10 * time.Second

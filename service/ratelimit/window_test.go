@@ -559,3 +559,24 @@ func TestServiceAdmitFoldsTheReportAtOnce(t *testing.T) {
 		t.Fatalf("asker whose report is in but not folded: %v, %v; want admitted after a round asked for at once", u, err)
 	}
 }
+
+// A per-minute key asked for far faster than its window allows (its whole
+// limit plus one, 5–25 ms apart, round-robin over three nodes, through up
+// to 15 ticks) admits its first limit requests, in order. Its demand sizes
+// leases of several tokens, and a token leased to one node is one the next
+// request, on another node, cannot have: before leases were held to
+// 1/slidingLeaseShare of the limit, 60/min admitted 58–59 of its first 60.
+func TestSlidingBackToBackNoStrandedLease(t *testing.T) {
+	for _, limit := range []int{20, 60} {
+		for _, gap := range []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 15 * time.Millisecond, 25 * time.Millisecond} {
+			var times []time.Duration
+			for i := range limit + 1 {
+				times = append(times, time.Duration(i)*gap)
+			}
+			r := windowSim{nodes: 3, limit: int64(limit), unit: time.Minute, offered: 1, units: 1, times: times}.run(t)
+			if len(r.admitted) != limit || r.admitted[limit-1] != times[limit-1] {
+				t.Errorf("%d/min, %d requests %v apart over 3 nodes: admitted %d (%v), want the first %d", limit, limit+1, gap, len(r.admitted), r.admitted, limit)
+			}
+		}
+	}
+}
