@@ -280,20 +280,12 @@ func (c ogCase) summary(t testing.TB, name string, r ogResult) (hi, lo float64) 
 // admits at most 1.10× the limit, and every window from a second after it at
 // least 0.9×.
 //
-// Opt-in (TOLLGATE_TAKEOVER_BAR=1): it fails. On the tick the guard ends
-// because every client's lease share has reported, the new owner still keeps
-// one period's carry (round.go, `t.level = min(t.level, t.rate*dt)` under
-// `t.guarding || settling`), so it grants two periods' worth at once, and the
-// settling cap (1.10× less what it saw in the last 0.9 s) lets it through:
-// 1.16× at worst, 79 of 120 runs over 1.10×. Dropping that carry brings the
-// worst to 1.08× but deepens TestLeaseChange's takeovers below 0.9×
-// (BENCHMARKS.md, 2026-11-30): the carry must be spent only as far as the
-// guard held clients back. OG_TRACE=1 logs the owner's ticks around the
-// kill of the worst run.
+// It failed in 79 of 120 runs (1.16× at worst) while the tick on which the
+// guard ends, because every client's lease share has reported, kept the
+// guard's carry of one period's refill whole (round.go): two periods' worth
+// granted at once, on top of what the clients had admitted by extending their
+// leases. OG_TRACE=1 logs the owner's ticks around the kill of the worst run.
 func TestLeaseTakeoverOverGrant(t *testing.T) {
-	if os.Getenv("TOLLGATE_TAKEOVER_BAR") == "" {
-		t.Skip("issue 37's takeover bar for a leased 200/s key; fails in 79 of 120 runs (the new owner's carry, see the comment); set TOLLGATE_TAKEOVER_BAR=1")
-	}
 	var worst, least ogRun
 	worst.ratio, least.ratio = 0, 9
 	var over, under int

@@ -215,7 +215,21 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 			// Every share of the limit has reported: no client this owner
 			// has not heard from holds a lease to keep admitting on, so
 			// the guard has nothing left to guard against.
+			//
+			// The guard kept one period's refill in the bucket for the
+			// clients not heard from (level ≤ rate·dt below); they have
+			// all reported now, and what they admitted meanwhile, by
+			// extending their leases, is in the recent log (seeded from
+			// their reports), not charged to the bucket. So the carry is
+			// held to what the refill since the takeover left unspent:
+			// kept whole, it was granted on top of what they had spent,
+			// two periods' worth at once (1.16× the limit in the second
+			// across an owner's kill, TestLeaseTakeoverOverGrant).
+			// Dropping it outright instead starved the takeovers whose
+			// clients had spent less (0.84–0.88×, TestLeaseChange).
+			start := t.guardUntil - int64(o.cfg.TakeoverGuard) // reset's ns
 			t.guardUntil = ns
+			t.level = min(t.level, max(0, t.rate*float64(ns-start)/1e9-t.recentSince(start)))
 		}
 		t.guarding, t.tickAt = ns < t.guardUntil && t.takeover, ns
 		// For a second after the guard the window cap below still holds:
