@@ -333,7 +333,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 			// this node own it yet, at most a period ago: no bucket yet.
 			return AdmitResult{}, nil
 		}
-		return o.admitBucket(t, n, ns, rate, burst, from.ID), nil
+		return o.admitBucket(t, n, ns, rate, burst, from), nil
 	}
 	// A sliding key decides from its log alone, which the tick's
 	// ownership reset leaves alone: it may be known but not yet ticked
@@ -459,7 +459,7 @@ func (o *Owner) askerRelease(t *tenantState, from Asker) float64 {
 // does not cover a request is over its share. A new key's bucket is armed
 // for the one-second cap after idle (see Tick), so what the first askers
 // take counts in its first second. (sh.mu held.)
-func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, burst int64, from uint64) AdmitResult {
+func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, burst int64, from Asker) AdmitResult {
 	if math.IsInf(t.level, 1) {
 		t.rate, t.burst = rate, float64(burst)
 		if t.burst <= 0 {
@@ -469,10 +469,13 @@ func (o *Owner) admitBucket(t *tenantState, n uint64, ns int64, rate float64, bu
 		t.idleArmed = t.burst > 2*rate*o.cfg.Period.Seconds()
 	}
 	var r AdmitResult
-	if t.nClients == 0 && float64(n) <= t.level {
+	// An asker that holds no lease yet is on a cold key too, even when its
+	// own report named the key to this owner a round before its ask came
+	// (an ask slowed on a loaded node): it has no share to be over.
+	if (t.nClients == 0 || !from.Known) && float64(n) <= t.level {
 		t.level -= float64(n)
 		t.addRecent(ns, float64(n))
-		t.noteAsked(from, n)
+		t.noteAsked(from.ID, n)
 		r.Admitted = true
 	}
 	r.Remaining = uint64(max(0, math.Floor(t.level)))
