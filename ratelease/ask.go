@@ -103,7 +103,7 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 		c.mu.Unlock()
 		return Answer{}, ErrNoOwner
 	}
-	g := api.RateGroup(key, c.p, c.g)
+	g := c.groupOf(key)
 	addr := c.hints[g]
 	if addr == "" {
 		addr = c.leaders[g]
@@ -135,9 +135,12 @@ func (c *Client) Ask(ctx context.Context, key string, n uint64) (Answer, error) 
 			return a, nil
 		}
 		// Not the owner: it names the leader it knows.
+		// (One redirect, for whichever group: the owner routes by a
+		// newer layout table than this client's while a raise moves
+		// partitions, and names the key's group by it.)
 		next := ""
 		for _, r := range u.Redirects {
-			if int(r.Group) == g {
+			if int(r.Group) == g || len(u.Redirects) == 1 {
 				next = r.LeaderGrpcAddress
 			}
 		}

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 // Config configures a Client. Zero values take the documented defaults.
@@ -56,6 +57,7 @@ type Client struct {
 
 	mu      sync.Mutex
 	p, g    int
+	table   *layout.Table  // the view's partition → group table (nil: the arithmetic of p, g)
 	leaders []string       // group → leader gRPC address (view)
 	hints   map[int]string // group → leader named by a redirect, until the view changes for that group
 	nodes   []string       // seeds + alive members
@@ -203,7 +205,17 @@ func (c *Client) applyView(v *api.ClusterView) (moved bool) {
 	if v.Partitions == 0 || v.Groups == 0 {
 		return false
 	}
-	c.p, c.g = int(v.Partitions), int(v.Groups)
+	c.p, c.g, c.table = int(v.Partitions), int(v.Groups), nil
+	if v.Layout != nil {
+		// Partitions have moved (a raise): rate owners follow the
+		// table, as series do. An invalid one is ignored (the
+		// arithmetic keeps routing; owners redirect what moved).
+		if t, err := api.ViewTable(v); err == nil {
+			c.table, c.g = t, t.Groups
+		} else {
+			c.log.Warn("rate limit: cluster view's layout ignored", "err", err)
+		}
+	}
 	leaders := make([]string, c.g)
 	for _, gi := range v.GroupInfo {
 		if int(gi.Group) < c.g {
@@ -277,7 +289,7 @@ func (c *Client) route() {
 		}
 	}
 	for _, t := range *c.byID.Load() {
-		g := api.RateGroup(t.name, c.p, c.g)
+		g := c.groupOf(t.name)
 		addr := c.hints[g]
 		if addr == "" {
 			addr = c.leaders[g]
@@ -428,6 +440,14 @@ func (c *Client) syncOnce(ctx context.Context, oc *ownerConn) error {
 		oc.lastSent.Store(c.cfg.Now().UnixNano())
 		c.reportsSent.Add(1)
 	}
+}
+
+// groupOf is the group owning key's rate state (c.mu held).
+func (c *Client) groupOf(key string) int {
+	if c.table != nil {
+		return api.RateGroupIn(key, c.table)
+	}
+	return api.RateGroup(key, c.p, c.g)
 }
 
 // redirect follows an owner's "not mine": the next route sends the group's

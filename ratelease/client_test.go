@@ -1,10 +1,12 @@
 package ratelease
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 // TestViewNamingANewLeaderEndsItsAvoidance: a node whose stream failed is
@@ -53,5 +55,44 @@ func TestViewNamingANewLeaderEndsItsAvoidance(t *testing.T) {
 	}
 	if c.avoid[a] == 0 || time.Duration(c.avoid[a]-c.cfg.Now().UnixNano()) > avoidFor {
 		t.Errorf("the dead leader %s should stay avoided until its time runs out (avoid %d)", a, c.avoid[a])
+	}
+}
+
+// TestRoutesRateKeysByTheViewsLayout: once the cluster view carries a layout
+// table (a raise moved partitions), a key's reports and asks go to the
+// leader of the group the table names, one of the raised groups included;
+// without a table, the arithmetic of the view's groups.
+func TestRoutesRateKeysByTheViewsLayout(t *testing.T) {
+	c, err := New(Config{Addrs: []string{"127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const p = 64
+	var infos []*api.GroupInfo
+	for g := range 8 {
+		infos = append(infos, &api.GroupInfo{Group: uint32(g), LeaderGrpcAddress: fmt.Sprintf("127.0.0.1:%d", 10+g)})
+	}
+	c.applyView(&api.ClusterView{Partitions: p, Groups: 4, GroupInfo: infos})
+	key := "envoy-key-a"
+	part := api.RatePartition(key, p)
+	c.mu.Lock()
+	before := c.groupOf(key)
+	c.mu.Unlock()
+	if want := api.RateGroup(key, p, 4); before != want {
+		t.Fatalf("no layout: group %d, want the arithmetic's %d", before, want)
+	}
+	// The raise to 8 moved the key's partition to group 6.
+	tab := layout.ArithmeticTable(p, 4)
+	tab = &layout.Table{Epoch: 3, Groups: 8, Owner: tab.Owner}
+	tab = tab.Move(part, 6)
+	c.applyView(&api.ClusterView{Partitions: p, Groups: 4, GroupInfo: infos, Layout: api.LayoutToProto(tab)})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if g := c.groupOf(key); g != 6 {
+		t.Fatalf("with the key's partition %d moved to group 6: group %d", part, g)
+	}
+	if got := c.leaders[6]; got != "127.0.0.1:16" {
+		t.Errorf("group 6's leader %q, want 127.0.0.1:16 (the view's groups past the created count are kept)", got)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
-	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/ratelease"
 	"github.com/tollgate-io/tollgate/service/envoyrls"
 )
@@ -46,5 +45,5 @@ func (s *Server) envoyRate(g int, key string) (float64, int64) {
 // envoySliding says whether an Envoy counter key's rule is a sliding window,
 // from its rate group's replica.
 func (s *Server) envoySliding(key string) bool {
-	return s.ownerRules.Sliding(s.rcfg.mods[api.RateGroup(key, s.cfg.Layout.Partitions, s.base)].Current(), key)
+	return s.ownerRules.Sliding(s.rcfg.mods[s.rateGroup(key)].Current(), key)
 }

@@ -25,7 +25,8 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 		Now:      s.cfg.Clock.Now,
 		Logger:   s.log,
 		ClientOf: clientOfCtx,
-	}, s.cfg.Layout.Partitions, s.base, s.rateLimits) // rate groups stay where a raise found them (s.base)
+		Layout:   s.layout.Current, // a raise's moves carry rate owners along (layout.go)
+	}, s.cfg.Layout.Partitions, s.base, s.rateLimits)
 	if err != nil {
 		return fmt.Errorf("rate-limit owner: %w", err)
 	}
@@ -44,12 +45,23 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 // the owning group's replica of the runtime config (the file and flags while
 // none is replicated), the same copy that group's leader decides series with.
 func (s *Server) rateLimits(tenant string) (float64, int64) {
-	g := api.RateGroup(tenant, s.cfg.Layout.Partitions, s.base)
+	g := s.rateGroup(tenant)
 	if strings.HasPrefix(tenant, envoyrl.KeyPrefix) {
 		return s.envoyRate(g, tenant)
 	}
 	l := s.groupLimits(g).For(tenant)
 	return l.IngestionRate, l.IngestionBurst
+}
+
+// rateGroup is the group whose replica of the runtime config a rate key's
+// limits are read from: the key's group by the layout table once this node
+// serves it, else by the arithmetic of the groups the cluster was created
+// with (every group's replica holds the same config, one raft commit apart).
+func (s *Server) rateGroup(key string) int {
+	if g := api.RateGroupIn(key, s.layout.Current()); s.servesGroup(g) {
+		return g
+	}
+	return api.RateGroup(key, s.cfg.Layout.Partitions, s.base)
 }
 
 // defaultRatePeriod is the owners' tick, equal to the clients' default report period.

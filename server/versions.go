@@ -221,6 +221,9 @@ func (s *Server) haltedLeaderStatus(g int) error {
 // confirmation and the session stopping. One peer restarting does not
 // unconfirm a leader (the other peers still confirm it).
 func (s *Server) leads(g int) bool {
+	if !s.servesGroup(g) {
+		return false // a raise's group not served here yet (a rate owner's table may name it first)
+	}
 	if s.host.Raft(g).State() != raft.Leader || !s.clock.Confirmed() || !s.trackers[g].ready() {
 		return false
 	}

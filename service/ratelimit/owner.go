@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 )
 
 // Limits gives a tenant's ingestion rate (tokens/s, 0 = no limit) and burst
@@ -153,6 +154,10 @@ type Owner struct {
 	tickMu sync.Mutex
 	snap   []*Session // o.sessions as the tick began
 	ownsG  []bool
+
+	// table routes tenants to groups once partitions have moved (nil: the
+	// arithmetic of p and g). SetLayout replaces it.
+	table atomic.Pointer[layout.Table]
 }
 
 // shard is the tenants whose name hashes to it, and the lock the tick holds
@@ -270,7 +275,7 @@ func (o *Owner) tenant(name string) *tenantState {
 	sh := &o.shards[k]
 	t := sh.tenants[name]
 	if t == nil {
-		t = &tenantState{name: name, group: api.RateGroup(name, o.p, o.g), shard: k, pos: len(sh.list)}
+		t = &tenantState{name: name, group: o.groupOf(name), shard: k, pos: len(sh.list)}
 		sh.tenants[name] = t
 		sh.list = append(sh.list, t)
 		o.size.Add(1)
@@ -285,4 +290,58 @@ func (o *Owner) lookup(name string) *tenantState {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.tenants[name]
+}
+
+// groupOf is the raft group owning a tenant's rate state: by the layout
+// table once SetLayout gave one, else by the arithmetic.
+func (o *Owner) groupOf(name string) int {
+	if t := o.table.Load(); t != nil {
+		return api.RateGroupIn(name, t)
+	}
+	return api.RateGroup(name, o.p, o.g)
+}
+
+// groups is the group count tenants are routed over.
+func (o *Owner) groups() int {
+	if t := o.table.Load(); t != nil {
+		return t.Groups
+	}
+	return o.g
+}
+
+// SetLayout routes tenants by t from now on (a raise's partition moves): each
+// tenant whose partition moved to a group this node does not lead stops being
+// owned here at the next tick, and its clients are told it moved; the new
+// group's leader takes it over as after a leader change (its window rebuilt
+// from the clients' reports, guarded until they are in). A table of other
+// partition count, or older than the one held, is ignored (false).
+func (o *Owner) SetLayout(t *layout.Table) bool {
+	if t == nil || t.Partitions() != o.p {
+		return false
+	}
+	o.tickMu.Lock()
+	defer o.tickMu.Unlock()
+	if cur := o.table.Load(); cur != nil && t.Epoch <= cur.Epoch {
+		return false
+	}
+	o.table.Store(t)
+	for k := range o.shards {
+		sh := &o.shards[k]
+		sh.mu.Lock()
+		for _, ts := range sh.list {
+			ts.group = api.RateGroupIn(ts.name, t)
+		}
+		sh.mu.Unlock()
+	}
+	return true
+}
+
+// Owned reports whether this node owns the tenant's rate state now: it knows
+// the tenant and its last round found it leading the tenant's group.
+func (o *Owner) Owned(name string) bool {
+	sh := &o.shards[o.shardOf(name)]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tenants[name]
+	return t != nil && t.owned
 }

@@ -37,6 +37,9 @@ func (o *Owner) Tick(now time.Time, owns func(group int) bool, leaderOf func(gro
 	o.snap = append(o.snap[:0], o.sessions...)
 	o.mu.Unlock()
 	alpha := 1 - math.Exp2(-dt*1e9/float64(o.cfg.DemandHalfLife))
+	if g := o.groups(); len(o.ownsG) != g {
+		o.ownsG = make([]bool, g) // a raise's table (SetLayout)
+	}
 	for g := range o.ownsG {
 		o.ownsG[g] = owns(g)
 	}
@@ -503,7 +506,7 @@ func (o *Owner) buildUpdate(s *Session, activeClients uint32, ns int64, dt float
 			e.moved = false
 			u.MovedIds = append(u.MovedIds, uint32(id))
 			if movedGroups == nil {
-				movedGroups = make([]bool, o.g)
+				movedGroups = make([]bool, len(o.ownsG))
 			}
 			movedGroups[t.group] = true
 			continue

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/tenantscope"
 )
 
@@ -28,6 +29,10 @@ type ServiceConfig struct {
 	LeaderOf func(g int) (id, addr string)
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger
+	// Layout, when set, is the cluster's partition → group table now: each
+	// round routes tenants by it (Owner.SetLayout), so a raise's moves
+	// carry rate owners to the new groups. nil: the arithmetic.
+	Layout func() *layout.Table
 	// ClientOf names the caller of a stream for MaxTenantsPerClient (its
 	// credential, or its address); nil: every stream is its own client.
 	ClientOf func(ctx context.Context) string
@@ -104,6 +109,11 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		start := time.Now()
 		last = start
+		if s.cfg.Layout != nil {
+			if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
+				s.o.SetLayout(t)
+			}
+		}
 		s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
 		s.tickNanos.Store(int64(time.Since(start)))
 		c := s.o.counts(s.cfg.Now().UnixNano())
@@ -251,7 +261,7 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 		return nil, status.Error(codes.Unavailable, "node is shutting down; ask the new owner")
 	default:
 	}
-	g := api.RateGroup(key, s.o.p, s.o.g)
+	g := s.o.groupOf(key)
 	from := Asker{ID: r.ClientId}
 	if len(r.BucketConsumed) == 2 {
 		from.Known, from.Consumed, from.Cap = true, r.BucketConsumed[0], r.BucketConsumed[1]
@@ -298,3 +308,11 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	}
 	return u, nil
 }
+
+// Owned reports whether this node owns the tenant's rate state now
+// (Owner.Owned).
+func (s *Service) Owned(name string) bool { return s.o.Owned(name) }
+
+// GroupOf is the raft group owning the tenant's rate state by this node's
+// table (the layout's, once SetLayout gave one).
+func (s *Service) GroupOf(name string) int { return s.o.groupOf(name) }

@@ -1,0 +1,117 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/tollgate-io/tollgate/api"
+	"github.com/tollgate-io/tollgate/envoyrl"
+	"github.com/tollgate-io/tollgate/layout"
+)
+
+// TestRaiseMovesRateOwners: a raise's partition moves carry rate owners
+// along. A 5-a-second Envoy key whose partition the raise 4 → 8 hands to a
+// new group is owned, once the moves are done, by that group's leader (no
+// longer by its old group's), and its requests are still decided exactly
+// there: 5 back to back admitted, the 6th refused, over three nodes.
+func TestRaiseMovesRateOwners(t *testing.T) {
+	tc := startCluster(t, 3, nil)
+	nodes := tc.live()
+	applyEnvoy(t, nodes, map[string]string{"win": rlsWindowConfig})
+	for _, s := range nodes {
+		waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.Client().Stats().Owners > 0 })
+	}
+	cfg, err := envoyrl.Parse([]byte(rlsWindowConfig))
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := envoyrl.NewIndex(map[string]*envoyrl.Config{"win": cfg})
+	p := nodes[0].cfg.Layout.Partitions
+	target := layout.RaiseTarget(p, 4, 8)
+	// Two values of the "small" rule whose partitions move to new groups:
+	// one used before the raise, one after it.
+	var values []string
+	var keys []string
+	for i := 0; len(values) < 2; i++ {
+		v := fmt.Sprintf("s-%d", i)
+		entries := []envoyrl.Entry{{Key: "small", Value: v}}
+		r, _ := idx.Match("win", entries)
+		if r == nil {
+			t.Fatal("no rule matches small")
+		}
+		k := envoyrl.CounterKey(r, entries)
+		if part := api.RatePartition(k, p); target[part] >= 4 {
+			values, keys = append(values, v), append(keys, k)
+		}
+	}
+	clients := make([]rlsv3.RateLimitServiceClient, len(nodes))
+	for i, s := range nodes {
+		clients[i] = rlsClient(t, s.GRPCAddr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rr := 0
+	call := func(v string) bool {
+		t.Helper()
+		r, err := clients[rr%len(clients)].ShouldRateLimit(ctx, rlsReq("win", "small", v))
+		rr++
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OverallCode == rlsv3.RateLimitResponse_OK
+	}
+	oldGroup := api.RateGroup(keys[0], p, 4)
+	call(values[0])
+	oldOwner := tc.leader(oldGroup)
+	waitFor(t, "the key's old group's leader owns it", func() bool { return oldOwner.rates.Owned(keys[0]) })
+
+	if _, err := nodes[0].RaiseGroups(ctx, 8); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every node routes by the raise's target table", func() bool {
+		for _, s := range nodes {
+			tab := s.layout.Current()
+			for q := range p {
+				if tab.GroupOf(q) != target[q] {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	newGroup := target[api.RatePartition(keys[0], p)]
+	for _, s := range nodes {
+		waitFor(t, s.cfg.Node.ID+"'s rate owner to route by the new table", func() bool { return s.rates.GroupOf(keys[0]) == newGroup })
+	}
+	var newOwner *Server
+	waitFor(t, fmt.Sprintf("group %d's leader to own the moved key", newGroup), func() bool {
+		call(values[0]) // its clients report it to the new owner
+		newOwner = tc.leader(newGroup)
+		return newOwner.rates.Owned(keys[0])
+	})
+	if newOwner != oldOwner {
+		waitFor(t, "the old owner to let the key go", func() bool { return !oldOwner.rates.Owned(keys[0]) })
+	}
+	for _, s := range nodes {
+		if s != newOwner && s.rates.Owned(keys[0]) {
+			t.Errorf("%s still owns the moved key beside group %d's leader %s", s.cfg.Node.ID, newGroup, newOwner.cfg.Node.ID)
+		}
+	}
+	// A key first used after the move: decided by its new owner, exactly.
+	var got []bool
+	for range 6 {
+		got = append(got, call(values[1]))
+	}
+	for i, g := range got {
+		if g != (i < 5) {
+			t.Fatalf("5/s key in a moved partition, request %d of 6 at once admitted %v (all %v)", i+1, g, got)
+		}
+	}
+	if g := target[api.RatePartition(keys[1], p)]; !tc.leader(g).rates.Owned(keys[1]) {
+		t.Errorf("group %d's leader does not own the key first used after the move", g)
+	}
+}
