@@ -148,46 +148,17 @@ func TestEnvoyOwnerKill(t *testing.T) {
 					}
 				}()
 			}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sent := 0
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					for due := int(offered * tc.limit * time.Since(start).Seconds()); sent < due; sent++ {
-						s := survivors[sent%len(survivors)]
-						wg.Add(1)
-						go func() {
-							defer wg.Done()
-							rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-							defer rcancel()
-							resp, err := s.ShouldRateLimit(rctx, req)
-							at := time.Since(start)
-							kind := 2
-							if err == nil {
-								kind = 1
-								if resp.OverallCode == rlsv3.RateLimitResponse_OK {
-									kind = 0
-								}
-							}
-							mu.Lock()
-							answers = append(answers, answer{at, kind})
-							if kind == 0 {
-								// When Envoy would let the request through:
-								// the answer's arrival (a request sent during
-								// the election is decided when it ends).
-								admitted = append(admitted, at)
-							}
-							mu.Unlock()
-						}()
-					}
-					time.Sleep(2 * time.Millisecond)
+			paceEnvoy(ctx, &wg, stop, start, offered*tc.limit, survivors, req, func(at time.Duration, kind int) {
+				mu.Lock()
+				answers = append(answers, answer{at, kind})
+				if kind == 0 {
+					// When Envoy would let the request through: the
+					// answer's arrival (a request sent during the
+					// election is decided when it ends).
+					admitted = append(admitted, at)
 				}
-			}()
+				mu.Unlock()
+			})
 			loadFor(5 * time.Second)
 			killAt := time.Since(start)
 			owner.kill(t)
@@ -280,4 +251,43 @@ func mustEnvoyConfig(t *testing.T, yaml string) *envoyrl.Config {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+// paceEnvoy sends req at rate a second from start, paced by elapsed time and
+// round-robin over clients, each request on its own goroutine (a call that
+// waits for an election must not hold back the others), until stop closes.
+// record gets each answer's arrival since start and its kind: 0 admitted, 1
+// over the limit, 2 an error. wg counts the sender and every call.
+func paceEnvoy(ctx context.Context, wg *sync.WaitGroup, stop <-chan struct{}, start time.Time, rate float64, clients []rlsv3.RateLimitServiceClient, req *rlsv3.RateLimitRequest, record func(at time.Duration, kind int)) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		sent := 0
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for due := int(rate * time.Since(start).Seconds()); sent < due; sent++ {
+				cl := clients[sent%len(clients)]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
+					defer rcancel()
+					resp, err := cl.ShouldRateLimit(rctx, req)
+					kind := 2
+					if err == nil {
+						kind = 1
+						if resp.OverallCode == rlsv3.RateLimitResponse_OK {
+							kind = 0
+						}
+					}
+					record(time.Since(start), kind)
+				}()
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
 }

@@ -93,38 +93,16 @@ func TestEnvoyRaiseMovesOwners(t *testing.T) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for _, k := range keys {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			sent := 0
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				for due := int(offered * k.limit * time.Since(start).Seconds()); sent < due; sent++ {
-					cl := clients[sent%len(clients)]
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
-						defer rcancel()
-						resp, err := cl.ShouldRateLimit(rctx, k.req)
-						at := time.Since(start)
-						k.mu.Lock()
-						defer k.mu.Unlock()
-						switch {
-						case err != nil:
-							k.errors++
-						case resp.OverallCode == rlsv3.RateLimitResponse_OK:
-							k.admitted = append(k.admitted, at)
-						}
-					}()
-				}
-				time.Sleep(2 * time.Millisecond)
+		paceEnvoy(ctx, &wg, stop, start, offered*k.limit, clients, k.req, func(at time.Duration, kind int) {
+			k.mu.Lock()
+			defer k.mu.Unlock()
+			switch kind {
+			case 0:
+				k.admitted = append(k.admitted, at)
+			case 2:
+				k.errors++
 			}
-		}()
+		})
 	}
 	loadFor(4 * time.Second)
 	raiseAt := time.Since(start)

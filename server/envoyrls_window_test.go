@@ -64,26 +64,9 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 		t.Run(fmt.Sprintf("nodes=%d", n), func(t *testing.T) {
 			tc := startCluster(t, n, nil)
 			nodes := tc.live()
-			applyEnvoy(t, nodes, map[string]string{"win": rlsWindowConfig})
-			for _, s := range nodes {
-				waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.Client().Stats().Owners > 0 })
-			}
-			clients := make([]rlsv3.RateLimitServiceClient, len(nodes))
-			for i, s := range nodes {
-				clients[i] = rlsClient(t, s.GRPCAddr())
-			}
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
-			rr := 0
-			call := func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
-				t.Helper()
-				r, err := clients[rr%len(clients)].ShouldRateLimit(ctx, req)
-				rr++
-				if err != nil {
-					t.Fatal(err)
-				}
-				return r
-			}
+			clients, call := rlsRoundRobin(ctx, t, nodes, rlsWindowConfig)
 			ok := func(r *rlsv3.RateLimitResponse) bool { return r.OverallCode == rlsv3.RateLimitResponse_OK }
 			// section runs f on keys suffixed sfx; f returns what it found
 			// wrong.
@@ -272,5 +255,30 @@ func TestEnvoyRLSPerUnitSpaced(t *testing.T) {
 				t.Errorf("is_negative_hits: %v", err)
 			}
 		})
+	}
+}
+
+// rlsRoundRobin applies the "win" domain's Envoy config, waits until every
+// node's lease client reaches the owners, and returns the nodes' RLS
+// clients and a caller that sends each request to the next node in turn.
+func rlsRoundRobin(ctx context.Context, t *testing.T, nodes []*Server, config string) ([]rlsv3.RateLimitServiceClient, func(*rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse) {
+	t.Helper()
+	applyEnvoy(t, nodes, map[string]string{"win": config})
+	for _, s := range nodes {
+		waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.Client().Stats().Owners > 0 })
+	}
+	clients := make([]rlsv3.RateLimitServiceClient, len(nodes))
+	for i, s := range nodes {
+		clients[i] = rlsClient(t, s.GRPCAddr())
+	}
+	rr := 0
+	return clients, func(req *rlsv3.RateLimitRequest) *rlsv3.RateLimitResponse {
+		t.Helper()
+		r, err := clients[rr%len(clients)].ShouldRateLimit(ctx, req)
+		rr++
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 }

@@ -21,10 +21,9 @@ import (
 func TestRaiseMovesRateOwners(t *testing.T) {
 	tc := startCluster(t, 3, nil)
 	nodes := tc.live()
-	applyEnvoy(t, nodes, map[string]string{"win": rlsWindowConfig})
-	for _, s := range nodes {
-		waitFor(t, "the node's lease client reaches the owners", func() bool { return s.rls.Client().Stats().Owners > 0 })
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	_, send := rlsRoundRobin(ctx, t, nodes, rlsWindowConfig)
 	cfg, err := envoyrl.Parse([]byte(rlsWindowConfig))
 	if err != nil {
 		t.Fatal(err)
@@ -48,21 +47,9 @@ func TestRaiseMovesRateOwners(t *testing.T) {
 			values, keys = append(values, v), append(keys, k)
 		}
 	}
-	clients := make([]rlsv3.RateLimitServiceClient, len(nodes))
-	for i, s := range nodes {
-		clients[i] = rlsClient(t, s.GRPCAddr())
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	rr := 0
 	call := func(v string) bool {
 		t.Helper()
-		r, err := clients[rr%len(clients)].ShouldRateLimit(ctx, rlsReq("win", "small", v))
-		rr++
-		if err != nil {
-			t.Fatal(err)
-		}
-		return r.OverallCode == rlsv3.RateLimitResponse_OK
+		return send(rlsReq("win", "small", v)).OverallCode == rlsv3.RateLimitResponse_OK
 	}
 	oldGroup := api.RateGroup(keys[0], p, 4)
 	call(values[0])
