@@ -253,8 +253,11 @@ func dialAnon(t *testing.T, addr string) *grpc.ClientConn {
 	return cc
 }
 
-func adminCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+func adminCtx(t *testing.T) context.Context { return adminCtxFor(t, 30*time.Second) }
+
+// adminCtxFor is adminCtx with a deadline d from now.
+func adminCtxFor(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+testToken)
 }

@@ -175,7 +175,9 @@ func TestAddVoterLearnerFirst(t *testing.T) {
 	// loaded machine the steps above used up most of one 30 s context, and
 	// the add (2 s of catch-up, then the removal) ran out of it (CI:
 	// DeadlineExceeded at 38.9 s).
-	_, err = addVoterRetry(adminCtx(t), t, adm, &api.AddVoterRequest{Group: 1, Id: "n4", Force: true, CatchUpTimeoutMillis: 2000})
+	// (90 s, not adminCtx's 30: CI under -race ran out of a fresh 30 s
+	// context once more, DeadlineExceeded 40.8 s into the test.)
+	_, err = addVoterRetry(adminCtxFor(t, 90*time.Second), t, adm, &api.AddVoterRequest{Group: 1, Id: "n4", Force: true, CatchUpTimeoutMillis: 2000})
 	close(stopWatch)
 	if bad := <-watched; len(bad) > 0 {
 		t.Fatalf("a server that never caught up was made a voter: %v", bad[0])
