@@ -163,21 +163,32 @@ func raiseWhileTracking(t *testing.T, nodes int) {
 			}
 		}
 		for g := from; g < to; g++ {
-			// The configuration as its voters know it (a node outside
-			// the group knows none).
-			voters := 0
+			// The configuration as the group's leader knows it. A replica
+			// removed by a placement move may never hear of its removal
+			// and keep the old configuration (four voters) until it is
+			// dropped, so the most any node reports says nothing; the
+			// leader's is the one that commits.
+			voters, leaders := 0, 0
 			for _, s := range c.Nodes() {
-				fut := s.Raft(g).GetConfiguration()
+				r := s.Raft(g)
+				if r.State() != raft.Leader {
+					continue
+				}
+				fut := r.GetConfiguration()
 				if fut.Error() != nil {
 					continue
 				}
-				n := 0
+				leaders++
+				voters = 0
 				for _, srv := range fut.Configuration().Servers {
 					if srv.Suffrage == raft.Voter {
-						n++
+						voters++
 					}
 				}
-				voters = max(voters, n)
+			}
+			if leaders != 1 {
+				why = fmt.Sprintf("group %d: %d leaders", g, leaders)
+				return false
 			}
 			if voters != 3 {
 				why = fmt.Sprintf("group %d: %d voters", g, voters)
