@@ -27,6 +27,10 @@ var (
 		"Bytes written to the shared raft log.", nil, nil)
 	descLogSync = prometheus.NewDesc("tollgate_raft_log_sync_seconds_total",
 		"Time the shared raft log spent in write and fdatasync.", nil, nil)
+	descLogGrowing = prometheus.NewDesc("tollgate_raft_log_growing_rounds_total",
+		"Writes of the shared raft log that grew its file, so that their fdatasync also made a new length durable (a journal commit); the log writes zeros ahead so that most rounds overwrite them in place instead.", nil, nil)
+	descLogZeroFailed = prometheus.NewDesc("tollgate_raft_log_zero_ahead_failed_total",
+		"Growing writes of the shared raft log whose zeros ahead could not be written (a nearly full disk); they went on without them.", nil, nil)
 	descLogSegments = prometheus.NewDesc("tollgate_raft_log_segments",
 		"Segment files of the shared raft log on disk.", nil, nil)
 )
@@ -34,7 +38,7 @@ var (
 type diskCollector struct{ s *Server }
 
 func (c *diskCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descDiskWritable, descLogRounds, descLogFailed, descLogAppends, descLogBytes, descLogSync, descLogSegments} {
+	for _, d := range []*prometheus.Desc{descDiskWritable, descLogRounds, descLogFailed, descLogAppends, descLogBytes, descLogSync, descLogGrowing, descLogZeroFailed, descLogSegments} {
 		ch <- d
 	}
 }
@@ -54,6 +58,8 @@ func (c *diskCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLogAppends, prometheus.CounterValue, float64(st.Requests))
 	ch <- prometheus.MustNewConstMetric(descLogBytes, prometheus.CounterValue, float64(st.Bytes))
 	ch <- prometheus.MustNewConstMetric(descLogSync, prometheus.CounterValue, st.SyncSeconds)
+	ch <- prometheus.MustNewConstMetric(descLogGrowing, prometheus.CounterValue, float64(st.GrowingRounds))
+	ch <- prometheus.MustNewConstMetric(descLogZeroFailed, prometheus.CounterValue, float64(st.ZeroAheadFailed))
 	ch <- prometheus.MustNewConstMetric(descLogSegments, prometheus.GaugeValue, float64(st.Segments))
 }
 

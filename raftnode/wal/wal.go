@@ -54,7 +54,18 @@ type Options struct {
 	ReadOnly bool
 	// FS is the file layer under the segments; nil is the OS (OSFS).
 	FS FS
+	// ZeroAhead: when a frame grows the active segment, this many bytes
+	// of zeros are written past it in the same round (never past
+	// SegmentSize), so that the next rounds overwrite the file in place.
+	// Why: an fdatasync that must also make a new file length durable
+	// commits the file system's journal; one that only flushes data does
+	// not, and costs about 40 % less CPU and half the time on ext4
+	// (BENCHMARKS.md). 0 is DefaultZeroAhead; negative turns it off.
+	ZeroAhead int64
 }
+
+// DefaultZeroAhead is Options.ZeroAhead's default.
+const DefaultZeroAhead = 256 << 10
 
 // Recovered is what Open found.
 type Recovered struct {
@@ -96,7 +107,8 @@ type WAL struct {
 // counters are updated by the writer only.
 type counters struct {
 	rounds, failed, requests, bytes, syncNanos atomic.Uint64
-	writing                                    atomic.Int64 // unix ns the round in flight began its write; 0: none
+	growing, zeroFailed                        atomic.Uint64 // rounds that grew the file; rounds whose zeros ahead could not be written
+	writing                                    atomic.Int64  // unix ns the round in flight began its write; 0: none
 }
 
 // Stalled is how long the round now being written and synced has taken so
@@ -116,7 +128,14 @@ type Stats struct {
 	Requests     uint64  // appends and deletes written (Requests/Rounds is the batching)
 	Bytes        uint64  // bytes written
 	SyncSeconds  float64 // time spent in write + fdatasync
-	Segments     int     // segment files now
+	// GrowingRounds: rounds whose frame grew the active segment, so that
+	// their fdatasync also made a new file length durable (the costly
+	// kind; with ZeroAhead about one per ZeroAhead bytes written).
+	GrowingRounds uint64
+	// ZeroAheadFailed: of those, rounds whose zeros ahead could not be
+	// written (a nearly full disk); they went on without them.
+	ZeroAheadFailed uint64
+	Segments        int // segment files now
 }
 
 // Stats returns the log's counters.
@@ -126,6 +145,7 @@ func (w *WAL) Stats() Stats {
 	w.mu.RUnlock()
 	return Stats{
 		Rounds: w.stats.rounds.Load(), FailedRounds: w.stats.failed.Load(),
+		GrowingRounds: w.stats.growing.Load(), ZeroAheadFailed: w.stats.zeroFailed.Load(),
 		Requests: w.stats.requests.Load(), Bytes: w.stats.bytes.Load(),
 		SyncSeconds: float64(w.stats.syncNanos.Load()) / 1e9, Segments: n,
 	}
@@ -135,7 +155,11 @@ type segment struct {
 	seq  uint64
 	path string
 	f    File
-	size int64
+	size int64 // the end of the last frame
+	// zeroed is the file's length: from size to zeroed it holds zeros,
+	// written ahead so that the frames written there do not grow the file
+	// (see Options.ZeroAhead).
+	zeroed int64
 	// live counts the entries of the groups' logs stored here; the
 	// segment may go once it is 0 (and it is the oldest).
 	live      int
@@ -176,6 +200,9 @@ func Open(dir string, opts Options) (*WAL, error) {
 	}
 	if opts.FS == nil {
 		opts.FS = OSFS{}
+	}
+	if opts.ZeroAhead == 0 {
+		opts.ZeroAhead = DefaultZeroAhead
 	}
 	if !opts.ReadOnly {
 		if err := mkdirDurable(opts.FS, dir); err != nil {
@@ -307,7 +334,7 @@ func (w *WAL) newSegment(seq uint64) error {
 		_ = w.opts.FS.Remove(path)
 		return fmt.Errorf("wal: create segment: %w", err)
 	}
-	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen})
+	w.segs = append(w.segs, &segment{seq: seq, path: path, f: f, size: segHeaderLen, zeroed: segHeaderLen})
 	return nil
 }
 
@@ -485,8 +512,16 @@ func (w *WAL) replay() error {
 		}
 		w.segs = append(w.segs, seg)
 		off := int64(segHeaderLen)
+		seg.zeroed = int64(len(data))
 		for off < int64(len(data)) {
 			n, ferr := frameAt(data, off)
+			if ferr != nil && allZero(data[off:]) {
+				// Zeros written ahead of the frames (Options.ZeroAhead),
+				// or a round that never reached the disk in them: the
+				// segment's frames end here.
+				data = data[:off]
+				break
+			}
 			if ferr != nil {
 				if !last || validFrameAfter(data, off+1) {
 					return fmt.Errorf("%w: %s offset %d: %v", ErrCorrupt, path, off, ferr)
@@ -502,6 +537,7 @@ func (w *WAL) replay() error {
 					}
 				}
 				data = data[:off]
+				seg.zeroed = off
 				break
 			}
 			payload := data[off+frameHdrLen : off+frameHdrLen+int64(n)]
@@ -525,6 +561,24 @@ func (w *WAL) replay() error {
 	}
 	w.recovered.Segments = len(w.segs)
 	return nil
+}
+
+// allZero reports whether b holds only zero bytes. A frame header is never
+// all zeros (its checksum of eight zero bytes is not zero), so zeros where a
+// frame would start mean that nothing was written there.
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.LittleEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // validFrameAfter reports whether a whole valid frame starts anywhere at or

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -228,7 +229,10 @@ func TestTornTailAtEveryOffset(t *testing.T) {
 			}
 			checkLog(t, w, 3, 1, 10)
 			rec := w.Recovered()
-			if cut > start || fill != "cut" {
+			// Zeros from where the frame began are what ZeroAhead leaves
+			// past the last frame: nothing of the round is on disk, so
+			// there is no torn tail to report.
+			if cut > start || fill == "garbage" {
 				if rec.TornBytes != int64(len(data))-start || rec.TornOffset != start {
 					t.Fatalf("cut at %d (%s): Recovered %+v, want a torn tail of %d bytes at %d", cut, fill, rec, int64(len(data))-start, start)
 				}
@@ -377,4 +381,163 @@ func TestMissingSegmentIsRefused(t *testing.T) {
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segName(segs[1])) {
 		t.Fatalf("Open with %s missing: %v, want ErrCorrupt naming it", missing, err)
 	}
+}
+
+// fileLen is the length of the file at path.
+func fileLen(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
+}
+
+// A round that grows the segment writes ZeroAhead bytes of zeros past its
+// frame (never past SegmentSize); the rounds that fit in them leave the
+// file's length alone. Every segment, the finished ones included, reopens
+// with its zero tail and its entries intact, and the log carries on at the
+// end of the last frame, not at the end of the file.
+func TestZeroAheadKeepsTheFileLength(t *testing.T) {
+	dir := t.TempDir()
+	const ahead, segSize = 1 << 10, 4 << 10
+	opts := Options{ZeroAhead: ahead, SegmentSize: segSize}
+	w := open(t, dir, opts)
+	store(t, w, 1, 1, 1)
+	seg := w.segs[0]
+	first := seg.size
+	if got, want := fileLen(t, seg.path), first+ahead; got != want {
+		t.Fatalf("after the first round the file is %d bytes, want %d (the frame's end + ZeroAhead)", got, want)
+	}
+	grown := 0
+	for i := uint64(2); i <= 200; i++ {
+		before := fileLen(t, w.segs[len(w.segs)-1].path)
+		last := w.segs[len(w.segs)-1]
+		store(t, w, 1, i, i)
+		if last != w.segs[len(w.segs)-1] {
+			continue // a new segment was started
+		}
+		after := fileLen(t, last.path)
+		switch {
+		case after == before:
+		case after > segSize:
+			t.Fatalf("round %d grew the file to %d bytes, past SegmentSize %d", i, after, segSize)
+		default:
+			grown++
+			if after < last.size {
+				t.Fatalf("round %d: file %d bytes, frames end at %d", i, after, last.size)
+			}
+		}
+	}
+	if len(w.segs) < 3 {
+		t.Fatalf("%d segments, want several (the test writes past SegmentSize)", len(w.segs))
+	}
+	// A round of one entry is under 100 bytes: 199 rounds in 1 KB steps grow
+	// the files a few times per segment, not every round.
+	if grown == 0 || grown > 20 {
+		t.Fatalf("the file grew in %d of 199 rounds, want a few", grown)
+	}
+	tails := 0
+	for _, sg := range w.segs {
+		if fileLen(t, sg.path) > sg.size {
+			tails++
+		}
+	}
+	if tails == 0 {
+		t.Fatal("no segment has zeros past its last frame")
+	}
+	if st := w.Stats(); st.GrowingRounds == 0 || st.GrowingRounds > st.Rounds/4 || st.ZeroAheadFailed != 0 {
+		t.Fatalf("%d of %d rounds grew the file (%d without their zeros), want a few", st.GrowingRounds, st.Rounds, st.ZeroAheadFailed)
+	}
+	w.Close()
+
+	w = open(t, dir, opts)
+	if rec := w.Recovered(); rec.TornBytes != 0 {
+		t.Fatalf("zeros past the frames were reported as a torn write: %+v", rec)
+	}
+	checkLog(t, w, 1, 1, 200)
+	store(t, w, 1, 201, 205)
+	w.Close()
+	w = open(t, dir, opts)
+	checkLog(t, w, 1, 1, 205)
+	w.Close()
+}
+
+// Zeros past the last frame followed by anything else are not a clean end:
+// garbage there is a torn write in the last segment, and a whole valid
+// frame after zeros is corruption.
+func TestZerosThenDataAreNotAnEnd(t *testing.T) {
+	src := t.TempDir()
+	path, _, end := twoRounds(t, src)
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := append([]byte(nil), full[:end]...)
+
+	dir := t.TempDir()
+	data := append(append(append([]byte(nil), good...), make([]byte, 100)...), 0xAB, 0xCD)
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := open(t, dir, Options{})
+	if rec := w.Recovered(); rec.TornOffset != end || rec.TornBytes != 102 {
+		t.Fatalf("zeros then garbage: Recovered %+v, want a torn tail of 102 bytes at %d", rec, end)
+	}
+	checkLog(t, w, 3, 1, 13)
+	w.Close()
+
+	// A copy of the last frame after 100 zeros: valid, so the zeros before
+	// it are damage, not an end.
+	dir = t.TempDir()
+	_, start, _ := twoRounds(t, t.TempDir())
+	data = append(append(append([]byte(nil), good...), make([]byte, 100)...), good[start:end]...)
+	if err := os.WriteFile(filepath.Join(dir, filepath.Base(path)), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, Options{}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a valid frame after zeros: Open = %v, want ErrCorrupt", err)
+	}
+}
+
+// On a disk with room for the frames but not for the zeros ahead, rounds
+// still succeed (the zeros are an optimisation) and are counted; the log
+// reopens intact. A real tmpfs, filled.
+func TestZeroAheadOnANearlyFullDisk(t *testing.T) {
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Skipf("cannot mount a tmpfs at %s (%v): the test needs root with mount permission", dir, err)
+	}
+	t.Cleanup(func() { _ = syscall.Unmount(dir, syscall.MNT_DETACH) })
+	logDir := filepath.Join(dir, "wal")
+	opts := Options{ZeroAhead: 1 << 20}
+	w := open(t, logDir, opts)
+	// Fill what is left but about 64 KB: room for rounds, not for 1 MB of
+	// zeros.
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		t.Fatal(err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if err := os.WriteFile(filepath.Join(dir, "filler"), make([]byte, free-64<<10), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	stored := uint64(0)
+	for i := uint64(1); i < 2000; i++ {
+		if err := w.Group(1).StoreLogs([]*raft.Log{entry(1, i)}); err != nil {
+			break // the frames themselves no longer fit
+		}
+		stored = i
+	}
+	s := w.Stats()
+	if s.ZeroAheadFailed == 0 {
+		t.Fatalf("no round lacked its zeros ahead (%d rounds, %d grew the file); the filler left too much room", s.Rounds, s.GrowingRounds)
+	}
+	if stored < 100 {
+		t.Fatalf("only entries 1..%d stored: rounds failed for want of room for their zeros", stored)
+	}
+	w.Close()
+	w = open(t, logDir, opts)
+	checkLog(t, w, 1, 1, stored)
+	w.Close()
 }

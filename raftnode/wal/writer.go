@@ -61,9 +61,30 @@ func (w *WAL) writer() {
 func (w *WAL) writeFrame(seg *segment, frame []byte) error {
 	putFrameHeader(frame, frame[frameHdrLen:])
 	base := seg.size
+	end := base + int64(len(frame))
 	start := time.Now()
 	w.stats.writing.Store(start.UnixNano())
 	_, err := seg.f.WriteAt(frame, base)
+	zeroed := max(seg.zeroed, end)
+	if end > seg.zeroed {
+		w.stats.growing.Add(1)
+	}
+	if err == nil && end > seg.zeroed && w.opts.ZeroAhead > 0 {
+		// This frame grows the file, so this round's fdatasync commits a
+		// new length anyway: write zeros past it now, and the rounds
+		// that follow overwrite them in place.
+		// The zeros are an optimisation: on a disk too full for them the
+		// round goes on without (the frame itself was written).
+		to := min(end+w.opts.ZeroAhead, max(end, w.opts.SegmentSize))
+		if to > end {
+			if zerr := writeZeros(seg.f, end, to); zerr == nil {
+				zeroed = to
+			} else {
+				_ = seg.f.Truncate(end)
+				w.stats.zeroFailed.Add(1)
+			}
+		}
+	}
 	if err == nil {
 		err = w.sync(seg.f)
 	}
@@ -75,9 +96,26 @@ func (w *WAL) writeFrame(seg *segment, frame []byte) error {
 		if terr := seg.f.Truncate(base); terr != nil {
 			return fmt.Errorf("%w (and cutting it off failed: %v)", err, terr)
 		}
+		seg.zeroed = base
 		return err
 	}
+	seg.zeroed = zeroed
 	w.stats.bytes.Add(uint64(len(frame)))
+	return nil
+}
+
+// zeroBuf is the source of writeZeros.
+var zeroBuf [64 << 10]byte
+
+// writeZeros writes zeros to f from off to end.
+func writeZeros(f File, off, end int64) error {
+	for off < end {
+		n := min(end-off, int64(len(zeroBuf)))
+		if _, err := f.WriteAt(zeroBuf[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
 	return nil
 }
 
