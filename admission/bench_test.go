@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,6 +45,7 @@ func BenchmarkLeaderPath(b *testing.B) {
 		hashes := make([]uint64, perReq)
 		var next uint64
 		b.ReportAllocs()
+		cpu := processCPU(b)
 		for b.Loop() {
 			freshHashes(hashes, &next)
 			if rej, err := h.tr.Track(context.Background(), "tenant", hashes); err != nil || len(rej) != 0 {
@@ -51,6 +53,7 @@ func BenchmarkLeaderPath(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N*perReq)/b.Elapsed().Seconds(), "series/s")
+		reportCPU(b, cpu, b.N*perReq)
 	})
 	b.Run("map-floor", func(b *testing.B) {
 		// The floor under "new": the series map's own work for the same
@@ -70,6 +73,7 @@ func BenchmarkLeaderPath(b *testing.B) {
 		found := make([]bool, perReq)
 		var next uint64
 		b.ReportAllocs()
+		cpu := processCPU(b)
 		for b.Loop() {
 			freshHashes(hashes, &next)
 			for s := range byShard {
@@ -91,6 +95,7 @@ func BenchmarkLeaderPath(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N*perReq)/b.Elapsed().Seconds(), "series/s")
+		reportCPU(b, cpu, b.N*perReq)
 	})
 	b.Run("refresh", func(b *testing.B) {
 		// A pool of requests whose series are active: each pass over the pool
@@ -117,6 +122,7 @@ func BenchmarkLeaderPath(b *testing.B) {
 		h.waitReady()
 		i := 0
 		b.ReportAllocs()
+		cpu := processCPU(b)
 		for b.Loop() {
 			if i%pool == 0 {
 				minute.Add(1)
@@ -134,7 +140,26 @@ func BenchmarkLeaderPath(b *testing.B) {
 			b.Fatalf("%d refreshes and %d new logged, want %d and 0", refreshed, counted.created.Load(), b.N*perReq)
 		}
 		b.ReportMetric(float64(b.N*perReq)/b.Elapsed().Seconds(), "series/s")
+		reportCPU(b, cpu, b.N*perReq)
 	})
+}
+
+// processCPU is the process's user and system CPU so far. The end-to-end
+// figure it is compared with (scripts/cost-ratio.sh) is the server's CPU per
+// series, garbage collection and every goroutine included; ns/op is one
+// goroutine's wall time, which leaves out the collector's work on other
+// cores. So the benchmarks report both.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatalf("getrusage: %v", err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// reportCPU reports the process CPU since start per series, as cpu-ns/series.
+func reportCPU(b *testing.B, start time.Duration, series int) {
+	b.ReportMetric(float64(processCPU(b)-start)/float64(series), "cpu-ns/series")
 }
 
 // countMetrics counts decisions so the benchmark can check what it measured.
