@@ -44,7 +44,9 @@
 // data without a journal commit (on ext4 about 40 % less CPU and half the
 // time per round). A frame header is never all zeros (its header checksum
 // of eight zero bytes is not zero), so zeros where a frame would start end
-// a segment's frames unambiguously. Record kinds: 1 entry (a raft.Log), 2 truncate-after (entries
+// a segment's frames unambiguously. A finished segment, and the active one
+// at Close, is cut back to its last frame (a previous release reads zeros
+// as a torn write, and as corruption in any segment but the last). Record kinds: 1 entry (a raft.Log), 2 truncate-after (entries
 // after index are void: a follower's log conflict), 3 compact-through
 // (entries up to index are void: compaction after a snapshot). A record's
 // own CRC lets a single entry be read back and checked without its frame

@@ -258,6 +258,9 @@ func (w *WAL) Close() error {
 	<-w.done
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if len(w.segs) > 0 {
+		w.trimZeros(w.segs[len(w.segs)-1])
+	}
 	return w.closeFiles()
 }
 

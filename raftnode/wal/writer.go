@@ -204,19 +204,41 @@ func (w *WAL) round(batch []*request, frame []byte) []byte {
 		off += int64(len(r.buf))
 		w.stats.requests.Add(1)
 	}
+	rotated := false
 	if seg.size >= w.opts.SegmentSize {
 		// On failure (a full disk) the active segment grows on; the next
 		// round tries again.
-		_ = w.newSegment(seg.seq + 1)
+		rotated = w.newSegment(seg.seq+1) == nil
 	}
 	dead := w.deadSegments()
 	pinned := len(w.segs) > 2
 	w.mu.Unlock()
+	if rotated {
+		w.trimZeros(seg)
+	}
 	w.removeSegments(dead)
 	if pinned {
 		w.carryForward()
 	}
 	return frame
+}
+
+// trimZeros cuts the zeros written ahead off seg, a segment no longer
+// written to (finished, or the active one at Close), and makes the cut
+// durable: then only the active segment of a running log has a zero tail,
+// and a previous release, which reads zeros as a torn write (cut off in
+// the last segment, corruption in any other), opens the log after a
+// downgrade. Best effort: replay accepts a zero tail anywhere.
+func (w *WAL) trimZeros(seg *segment) {
+	if seg.zeroed <= seg.size || w.opts.ReadOnly {
+		return
+	}
+	if err := seg.f.Truncate(seg.size); err != nil {
+		return
+	}
+	if err := w.sync(seg.f); err == nil {
+		seg.zeroed = seg.size
+	}
 }
 
 // removeSegments deletes the dead segments' files, oldest first, and
