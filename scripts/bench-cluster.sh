@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Single node vs three-node cluster, same machine, same run: refresh and new-series
 # throughput with `tollgate bench` (1,000-hash requests). Prints one JSON summary
-# per run, labelled; its "cost" is the nodes' CPU per series (summed and per node). Usage: scripts/bench-cluster.sh [duration] [concurrency]
+# per run, labelled; its "cost" is the nodes' CPU per series (summed and per node).
+# Usage: [TOLLGATE_BIN=path] scripts/bench-cluster.sh [duration] [concurrency]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dur=${1:-10s}
 conc=${2:-16}
-bin=./bin/tollgate
-go build -o "$bin" ./cmd/tollgate
+# TOLLGATE_BIN: a built binary to run instead of building this tree (A/B runs).
+bin=${TOLLGATE_BIN:-./bin/tollgate}
+[ -n "${TOLLGATE_BIN:-}" ] || go build -o "$bin" ./cmd/tollgate
 tmp=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
