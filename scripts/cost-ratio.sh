@@ -20,23 +20,11 @@ rounds=${1:-3}
 dur=${2:-5s}
 command -v jq >/dev/null || { echo "cost-ratio.sh needs jq" >&2; exit 1; }
 dir=$(mktemp -d)
-pid=
-trap '[ -n "$pid" ] && kill -TERM $pid 2>/dev/null && wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 bin=$dir/tollgate
 go build -o "$bin" ./cmd/tollgate
 go test -c -o "$dir/admission.test" ./admission/
-grpc=127.0.0.1:17320 http=127.0.0.1:17390
-# start_node starts a durable dev node on a fresh data dir: every round's
-# new-series run inserts into empty tables, as the in-process run does.
-start_node() {
-  rm -rf "$dir/data"
-  $bin server --dev --data-dir "$dir/data" --default-max-series 0 --log-level warn \
-    --grpc-addr $grpc --http-addr $http --raft-addr 127.0.0.1:17321 > "$dir/server.out" 2>&1 &
-  pid=$!
-  for _ in $(seq 200); do grep -q 'ready' "$dir/server.out" 2>/dev/null && break; sleep 0.1; done
-  grep -q 'ready' "$dir/server.out" || { cat "$dir/server.out" >&2; exit 1; }
-}
-stop_node() { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null || true; pid=; }
+grpc=127.0.0.1:17320 http=127.0.0.1:17390 raft=127.0.0.1:17321
+. scripts/lib-dev-node.sh
 bench() { $bin bench --addr $grpc --metrics-url $http --tenants 16 --request-size 1000 --concurrency 8 \
   --duration "$dur" --json "$@" 2>/dev/null; }
 # cpuns NAME prints BenchmarkLeaderPath/NAME's process CPU per series.
