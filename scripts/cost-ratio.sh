@@ -7,7 +7,9 @@
 # and for refreshes, and prints
 # end-to-end ns of server CPU per series ÷ in-process ns per series, and
 # the in-process path ÷ the series map's own miss + insert of the same
-# hashes (BenchmarkLeaderPath/map-floor).
+# hashes (BenchmarkLeaderPath/map-floor), and beside them the floor of
+# "replicated and durable": raw hashicorp/raft on the same log, one 8 KB
+# entry per request (raftnode BenchmarkRaftFloor/nodes=1).
 # Both sides are process CPU per series (the in-process benchmarks report
 # cpu-ns/series from getrusage, collector included, as the node's
 # process_cpu_seconds_total is), and both new-series runs insert the same
@@ -23,14 +25,16 @@ dir=$(mktemp -d)
 bin=$dir/tollgate
 go build -o "$bin" ./cmd/tollgate
 go test -c -o "$dir/admission.test" ./admission/
+go test -c -o "$dir/raftnode.test" ./raftnode/
 grpc=127.0.0.1:17320 http=127.0.0.1:17390 raft=127.0.0.1:17321
 . scripts/lib-dev-node.sh
 bench() { $bin bench --addr $grpc --metrics-url $http --tenants 16 --request-size 1000 --concurrency 8 \
   --duration "$dur" --json "$@" 2>/dev/null; }
-# cpuns NAME prints BenchmarkLeaderPath/NAME's process CPU per series.
-cpuns() { awk -v n="LeaderPath/$1-" 'index($1, n) { for (i = 2; i <= NF; i++) if ($i == "cpu-ns/series") print $(i-1) }'; }
+# cpuns NAME prints BenchmarkLeaderPath/NAME's process CPU per series (a NAME
+# with a slash: BenchmarkNAME's).
+cpuns() { awk -v n="$([[ $1 == */* ]] || echo LeaderPath/)$1-" 'index($1, n) { for (i = 2; i <= NF; i++) if ($i == "cpu-ns/series") print $(i-1) }'; }
 echo "$(date -u +%FT%TZ)  $(nproc) cores  load average $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '%-5s %9s %12s %12s %7s   %12s %12s %7s   %10s %9s\n' round "series" "new e2e ns" "in-proc ns" ratio "refresh e2e" "in-proc ns" ratio "map ns" "in÷map"
+printf '%-5s %9s %12s %12s %7s   %12s %12s %7s   %10s %9s   %10s\n' round "series" "new e2e ns" "in-proc ns" ratio "refresh e2e" "in-proc ns" ratio "map ns" "in÷map" "raft ns"
 for r in $(seq "$rounds"); do
   start_node
   jn=$(bench --new-fraction 1 --series-per-tenant 100000000 --seed $((100 + r)))
@@ -45,13 +49,17 @@ for r in $(seq "$rounds"); do
   reqs=$((created / 1000))
   adm=$("$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath/(new|map-floor)' -test.benchtime ${reqs}x
     "$dir/admission.test" -test.run '^$' -test.bench 'BenchmarkLeaderPath/refresh' -test.benchtime 2s)
+  # The floor of replicated and durable: raw raft on the same log, one
+  # 8 KB entry per request (BenchmarkRaftFloor, nodes=1).
+  rf=$("$dir/raftnode.test" -test.run '^$' -test.bench 'BenchmarkRaftFloor/nodes=1' -test.benchtime ${reqs}x 2>/dev/null |
+    cpuns RaftFloor/nodes=1)
   an=$(cpuns new <<<"$adm")
   ar=$(cpuns refresh <<<"$adm")
   am=$(cpuns map-floor <<<"$adm")
-  for v in "$an" "$ar" "$am" "$en" "$er"; do
+  for v in "$an" "$ar" "$am" "$en" "$er" "$rf"; do
     [[ $v =~ ^[0-9.e+]+$ ]] || { echo "round $r: no figure (admission: $an $ar, bench: $en $er)" >&2; exit 1; }
   done
-  awk -v r="$r" -v n="$created" -v en="$en" -v an="$an" -v er="$er" -v ar="$ar" -v am="$am" \
-    'BEGIN { printf "%-5s %9d %12.0f %12.0f %7.2f   %12.0f %12.0f %7.2f   %10.0f %9.2f\n", r, n, en, an, en/an, er, ar, er/ar, am, an/am }'
+  awk -v r="$r" -v n="$created" -v en="$en" -v an="$an" -v er="$er" -v ar="$ar" -v am="$am" -v rf="$rf" \
+    'BEGIN { printf "%-5s %9d %12.0f %12.0f %7.2f   %12.0f %12.0f %7.2f   %10.0f %9.2f   %10.0f\n", r, n, en, an, en/an, er, ar, er/ar, am, an/am, rf }'
 done
 echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
