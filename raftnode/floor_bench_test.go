@@ -86,7 +86,7 @@ func (f *countFSM) Apply(*raft.Log) any {
 }
 
 func (f *countFSM) Snapshot() (raft.FSMSnapshot, error) { return countSnap{}, nil }
-func (f *countFSM) Restore(r io.ReadCloser) error      { return r.Close() }
+func (f *countFSM) Restore(r io.ReadCloser) error       { return r.Close() }
 
 type countSnap struct{}
 
