@@ -89,13 +89,23 @@ func TestRaiseMovesRateOwners(t *testing.T) {
 		}
 	}
 	// A key first used after the move: decided by its new owner, exactly.
+	// The rule is a one-second sliding window, so the sixth request must be
+	// refused when all six were decided within one second: from the first
+	// one's send to the last one's answer. (A CI machine under load once
+	// took longer, and then the sixth rightly got a slot back.)
 	var got []bool
+	start := time.Now()
 	for range 6 {
 		got = append(got, call(values[1]))
 	}
+	span := time.Since(start)
 	for i, g := range got {
-		if g != (i < 5) {
-			t.Fatalf("5/s key in a moved partition, request %d of 6 at once admitted %v (all %v)", i+1, g, got)
+		want := i < 5
+		if i == 5 && span >= time.Second {
+			continue // the first admission may have left the window
+		}
+		if g != want {
+			t.Fatalf("5/s key in a moved partition, request %d of 6 within %v admitted %v (all %v)", i+1, span, g, got)
 		}
 	}
 	if g := target[api.RatePartition(keys[1], p)]; !tc.leader(g).rates.Owned(keys[1]) {
