@@ -158,11 +158,11 @@ const previousBinEnv = "TOLLGATE_PREVIOUS_BIN"
 // groups (every node started with cluster version 5, the version before
 // layout-raise, as TestRollingUpgrade makes a current binary the previous
 // build; or, with $TOLLGATE_PREVIOUS_BIN, that binary: a real earlier
-// release, e.g. git archive REV | tar -x -C DIR; go build ./cmd/tollgate,
-// whose refusals are not checked, see below) upgrades in place under
-// recorded clientlib load: the raise is
-// refused with FailedPrecondition naming a node that still runs the old
-// build, after every upgrade but the last; once every node runs the new
+// release, e.g. git archive REV | tar -x -C DIR; go build ./cmd/tollgate)
+// upgrades in place under recorded clientlib load: the raise is refused
+// with FailedPrecondition naming a node that still runs the old build,
+// after every upgrade but the last (with a real earlier release, sent to
+// the upgraded nodes only: the old build has no such gate); once every node runs the new
 // build the raise goes through and the moves finish, without a second
 // rolling restart (each node serves the new groups in place). The callers see no error
 // and no fail-open decision more than 2 s after a node stopped, and the
@@ -186,20 +186,34 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	const to = 2 * groups
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	raise := func() error {
+	// raiseAt sends the raise to a random node not named in skip.
+	raiseAt := func(skip []string) error {
 		actx, acancel := adminCtx(ctx, 10*time.Second)
 		defer acancel()
-		_, err := c.admin(c.nodes[rand.IntN(len(c.nodes))]).RaiseGroups(actx, &api.RaiseGroupsRequest{To: to})
+		var targets []*node
+		for _, n := range c.nodes {
+			if !slices.Contains(skip, n.id) {
+				targets = append(targets, n)
+			}
+		}
+		_, err := c.admin(targets[rand.IntN(len(targets))]).RaiseGroups(actx, &api.RaiseGroupsRequest{To: to})
 		return err
 	}
+	raise := func() error { return raiseAt(nil) }
 	// refused wants the raise refused, naming one of old as the build
 	// before online groups, which supports a cluster version below 7
 	// (Unavailable while a leader moves is retried).
 	oldVersion := regexp.MustCompile(`(node-\d) supports cluster version ([1-6])\b`)
+	simulated := current == ""
 	refused := func(old []string) {
 		t.Helper()
 		for {
-			err := raise()
+			var err error
+			if simulated {
+				err = raise()
+			} else {
+				err = raiseAt(old) // a real earlier release has no gate of its own
+			}
 			if err == nil {
 				t.Fatalf("raise to %d accepted while %v run the build before online groups", to, old)
 			}
@@ -231,9 +245,9 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	}
 	// A real earlier release may support layout-raise already (cluster
 	// version 6, 97ac923: it creates the groups, and only version 7 moves
-	// partitions), so it accepts the raise: the refusals are checked
-	// against the simulated build before online groups only.
-	simulated := current == ""
+	// partitions), so it accepts a raise sent to it or forwarded to it as
+	// group 0's leader: with a real one, the refusals are checked on the
+	// upgraded nodes, which refuse before forwarding (server.raiseGate).
 	if simulated {
 		refused([]string{"node-1", "node-2", "node-3"})
 	}
@@ -244,7 +258,7 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 		c.bin = current
 	}
 	roll("upgrade", func(old []string) {
-		if len(old) > 0 && simulated {
+		if len(old) > 0 {
 			refused(old)
 		}
 	})

@@ -308,6 +308,9 @@ func (a *adminService) TransferLeadership(ctx context.Context, req *api.Transfer
 // when this node runs it.
 // RaiseGroups raises the group count (groups.go); group 0's leader serves it.
 func (a *adminService) RaiseGroups(ctx context.Context, req *api.RaiseGroupsRequest) (*api.RaiseGroupsResponse, error) {
+	if err := a.s.raiseGate(int(req.To)); err != nil { // before forwarding: the leader may run an older build
+		return nil, err
+	}
 	c, fctx, err := a.leaderClient(ctx, 0)
 	if err != nil {
 		return nil, err

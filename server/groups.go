@@ -5,15 +5,20 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/cluster"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmlayout "github.com/tollgate-io/tollgate/fsm/layouttable"
+	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/layout"
+	"github.com/tollgate-io/tollgate/membership"
 	"github.com/tollgate-io/tollgate/raftnode"
 )
 
@@ -218,9 +223,42 @@ func (s *Server) layoutChanged(t *layout.Table) {
 // goroutine).
 func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) { s.grow.Raised(r.From, r.Servers()) }
 
+// raiseGate refuses a raise (FailedPrecondition naming the members that
+// lag) until every member of the cluster runs a build that moves partitions
+// online (fsm/partmove.ClusterVersion). The layout-raise entry itself is
+// older (fsmlayout.RaiseClusterVersion), and the leader's entry check only
+// sees group 0's servers: a build of that older version accepts a raise
+// and creates the groups, but neither serves them without a restart nor
+// moves a partition into them, and a node outside group 0 would be given
+// new groups it cannot take part in. So the raise waits for the whole
+// rolling upgrade. Every node checks before forwarding, so a raise sent to
+// an upgraded node is refused even while group 0's leader still runs the
+// older build (which has no such check). A member that left is not counted.
+func (s *Server) raiseGate(n int) error {
+	if s.vers.skipGate.Load() {
+		return nil
+	}
+	ms := s.memberList()
+	servers := make([]raft.Server, 0, len(ms))
+	for _, m := range ms {
+		if m.Status != membership.StatusLeft {
+			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID)})
+		}
+	}
+	lagging := cluster.VersionLag(servers, ms, s.recordedVersion, s.cfg.Node.ID, s.cfg.Cluster.MaxClusterVersion, partmove.ClusterVersion)
+	if len(lagging) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "raise groups to %d: %s; moving partitions online needs cluster version %d on every member: finish the rolling upgrade first",
+			n, strings.Join(lagging, ", "), partmove.ClusterVersion)
+	}
+	return nil
+}
+
 // raiseGroups raises the cluster's group count to n on group 0's leader
 // (Admin.RaiseGroups).
 func (s *Server) raiseGroups(ctx context.Context, n int) (*api.RaiseGroupsResponse, error) {
+	if err := s.raiseGate(n); err != nil {
+		return nil, err
+	}
 	from, res, err := s.layout.Raise(ctx, n, func(from, to int) [][]raft.Server {
 		if ms := s.memberList(); !s.cfg.Cluster.Bootstrap || len(ms) == 1 { // a --dev node bootstraps each group it creates alone (raftnode)
 			return cluster.RaiseVoters(from, to, ms, s.cfg.Cluster.Replicas, s.host.Raft(0).GetConfiguration().Configuration())

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"sync/atomic"
@@ -199,33 +200,44 @@ func TestRaiseGroupsDev(t *testing.T) {
 	}
 }
 
-// TestRaiseGroupsRefusedWhileAVoterLags: n3 runs an older build (cluster
-// version 5: it knows the layout table but not layout-raise); the raise is
-// refused with FailedPrecondition naming n3, and nothing changes anywhere.
+// TestRaiseGroupsRefusedWhileAVoterLags: n3 runs an older build, of cluster
+// version 5 (it knows the layout table but not layout-raise) or 6 (it
+// creates groups but moves no partition online); a raise sent to any node
+// is refused with FailedPrecondition naming n3 and the version it supports,
+// before it is forwarded to group 0's leader (raiseGate), and nothing
+// changes anywhere.
 func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
-	tc := startCluster(t, 3, func(i int, c *Config) {
-		if i == 2 {
-			c.Cluster.MaxClusterVersion = 5
-		}
-	})
-	n1 := tc.nodes[0]
-	waitFor(t, "n1 sees n3's version tag", func() bool {
-		for _, m := range n1.memberList() {
-			if m.ID == "n3" && m.Status == membership.StatusAlive {
-				return m.ClusterVersion == 5
+	for _, old := range []int{5, 6} {
+		t.Run(fmt.Sprintf("version %d", old), func(t *testing.T) {
+			tc := startCluster(t, 3, func(i int, c *Config) {
+				if i == 2 {
+					c.Cluster.MaxClusterVersion = old
+				}
+			})
+			for _, n := range tc.nodes {
+				waitFor(t, n.cfg.Node.ID+" sees n3's version tag", func() bool {
+					for _, m := range n.memberList() {
+						if m.ID == "n3" && m.Status == membership.StatusAlive {
+							return m.ClusterVersion == old
+						}
+					}
+					return false
+				})
 			}
-		}
-		return false
-	})
-	adm := api.NewAdminClient(dial(t, n1.GRPCAddr()))
-	_, err := adm.RaiseGroups(adminCtx(t), &api.RaiseGroupsRequest{To: 6})
-	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "n3 supports cluster version 5") {
-		t.Fatalf("raise with an old voter: %v, want FailedPrecondition naming n3", err)
-	}
-	for _, s := range tc.nodes {
-		if s.host.Groups() != 4 || s.layout.Module().Current().Groups != 4 {
-			t.Fatalf("%s: %d raft groups, table of %d after a refused raise", s.cfg.Node.ID, s.host.Groups(), s.layout.Module().Current().Groups)
-		}
+			want := fmt.Sprintf("n3 supports cluster version %d", old)
+			for _, n := range tc.nodes {
+				adm := api.NewAdminClient(dial(t, n.GRPCAddr()))
+				_, err := adm.RaiseGroups(adminCtx(t), &api.RaiseGroupsRequest{To: 6})
+				if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), want) {
+					t.Fatalf("raise sent to %s with an old voter: %v, want FailedPrecondition naming n3", n.cfg.Node.ID, err)
+				}
+			}
+			for _, s := range tc.nodes {
+				if s.host.Groups() != 4 || s.layout.Module().Current().Groups != 4 {
+					t.Fatalf("%s: %d raft groups, table of %d after a refused raise", s.cfg.Node.ID, s.host.Groups(), s.layout.Module().Current().Groups)
+				}
+			}
+		})
 	}
 }
 
