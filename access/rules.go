@@ -122,6 +122,8 @@ var grpcRules = map[string]Rule{
 	api.PartitionMoves_Receive_FullMethodName:   {Scope: ScopeAdmin},
 	api.PartitionMoves_Complete_FullMethodName:  {Scope: ScopeAdmin},
 	api.PartitionMoves_State_FullMethodName:     {Scope: ScopeAdmin},
+	// Node to node: a moved rate key's previous owner hands it over.
+	api.RateAdmit_Handoff_FullMethodName: {Scope: ScopeAdmin},
 }
 
 // httpRules: every HTTP route of the node (the mux pattern), one line each;

@@ -92,6 +92,203 @@ func (RateStrategy) EnumDescriptor() ([]byte, []int) {
 	return file_ratelimit_proto_rawDescGZIP(), []int{0}
 }
 
+type RateHandoffRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Keys          []string               `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateHandoffRequest) Reset() {
+	*x = RateHandoffRequest{}
+	mi := &file_ratelimit_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateHandoffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateHandoffRequest) ProtoMessage() {}
+
+func (x *RateHandoffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateHandoffRequest.ProtoReflect.Descriptor instead.
+func (*RateHandoffRequest) Descriptor() ([]byte, []int) {
+	return file_ratelimit_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *RateHandoffRequest) GetKeys() []string {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RateHandoffResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// One per requested key, in order.
+	Keys          []*RateHandoffKey `protobuf:"bytes,1,rep,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateHandoffResponse) Reset() {
+	*x = RateHandoffResponse{}
+	mi := &file_ratelimit_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateHandoffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateHandoffResponse) ProtoMessage() {}
+
+func (x *RateHandoffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateHandoffResponse.ProtoReflect.Descriptor instead.
+func (*RateHandoffResponse) Descriptor() ([]byte, []int) {
+	return file_ratelimit_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *RateHandoffResponse) GetKeys() []*RateHandoffKey {
+	if x != nil {
+		return x.Keys
+	}
+	return nil
+}
+
+type RateHandoffKey struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Key   string                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// False: the previous owner holds no state for the key (nothing counted).
+	Known bool `protobuf:"varint,2,opt,name=known,proto3" json:"known,omitempty"`
+	// The window's log: tokens counted as admitted, each entry age_nanos
+	// before the answer was made (a duration, so no wall clock is compared),
+	// oldest first; parallel arrays.
+	AgeNanos []int64   `protobuf:"varint,3,rep,packed,name=age_nanos,json=ageNanos,proto3" json:"age_nanos,omitempty"`
+	Tokens   []float64 `protobuf:"fixed64,4,rep,packed,name=tokens,proto3" json:"tokens,omitempty"`
+	// Per client of the key (parallel arrays): the consumed total the previous
+	// owner had folded into the log, the highest lease cap it had granted
+	// (what the client may still admit without asking is cap − consumed), and
+	// the tokens it admitted for that client on request.
+	ClientIds     []uint64  `protobuf:"fixed64,5,rep,packed,name=client_ids,json=clientIds,proto3" json:"client_ids,omitempty"`
+	Consumed      []uint64  `protobuf:"varint,6,rep,packed,name=consumed,proto3" json:"consumed,omitempty"`
+	Cap           []uint64  `protobuf:"varint,7,rep,packed,name=cap,proto3" json:"cap,omitempty"`
+	Asked         []float64 `protobuf:"fixed64,8,rep,packed,name=asked,proto3" json:"asked,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RateHandoffKey) Reset() {
+	*x = RateHandoffKey{}
+	mi := &file_ratelimit_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RateHandoffKey) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RateHandoffKey) ProtoMessage() {}
+
+func (x *RateHandoffKey) ProtoReflect() protoreflect.Message {
+	mi := &file_ratelimit_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RateHandoffKey.ProtoReflect.Descriptor instead.
+func (*RateHandoffKey) Descriptor() ([]byte, []int) {
+	return file_ratelimit_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *RateHandoffKey) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *RateHandoffKey) GetKnown() bool {
+	if x != nil {
+		return x.Known
+	}
+	return false
+}
+
+func (x *RateHandoffKey) GetAgeNanos() []int64 {
+	if x != nil {
+		return x.AgeNanos
+	}
+	return nil
+}
+
+func (x *RateHandoffKey) GetTokens() []float64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+func (x *RateHandoffKey) GetClientIds() []uint64 {
+	if x != nil {
+		return x.ClientIds
+	}
+	return nil
+}
+
+func (x *RateHandoffKey) GetConsumed() []uint64 {
+	if x != nil {
+		return x.Consumed
+	}
+	return nil
+}
+
+func (x *RateHandoffKey) GetCap() []uint64 {
+	if x != nil {
+		return x.Cap
+	}
+	return nil
+}
+
+func (x *RateHandoffKey) GetAsked() []float64 {
+	if x != nil {
+		return x.Asked
+	}
+	return nil
+}
+
 type RateReport struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Required in the first message of a stream; ignored afterwards. A random
@@ -152,7 +349,7 @@ type RateReport struct {
 
 func (x *RateReport) Reset() {
 	*x = RateReport{}
-	mi := &file_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -164,7 +361,7 @@ func (x *RateReport) String() string {
 func (*RateReport) ProtoMessage() {}
 
 func (x *RateReport) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_proto_msgTypes[0]
+	mi := &file_ratelimit_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -177,7 +374,7 @@ func (x *RateReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateReport.ProtoReflect.Descriptor instead.
 func (*RateReport) Descriptor() ([]byte, []int) {
-	return file_ratelimit_proto_rawDescGZIP(), []int{0}
+	return file_ratelimit_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *RateReport) GetClientId() uint64 {
@@ -322,7 +519,7 @@ type RateUpdate struct {
 
 func (x *RateUpdate) Reset() {
 	*x = RateUpdate{}
-	mi := &file_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -334,7 +531,7 @@ func (x *RateUpdate) String() string {
 func (*RateUpdate) ProtoMessage() {}
 
 func (x *RateUpdate) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_proto_msgTypes[1]
+	mi := &file_ratelimit_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -347,7 +544,7 @@ func (x *RateUpdate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateUpdate.ProtoReflect.Descriptor instead.
 func (*RateUpdate) Descriptor() ([]byte, []int) {
-	return file_ratelimit_proto_rawDescGZIP(), []int{1}
+	return file_ratelimit_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *RateUpdate) GetActiveClients() uint32 {
@@ -432,7 +629,7 @@ type RateRedirect struct {
 
 func (x *RateRedirect) Reset() {
 	*x = RateRedirect{}
-	mi := &file_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +641,7 @@ func (x *RateRedirect) String() string {
 func (*RateRedirect) ProtoMessage() {}
 
 func (x *RateRedirect) ProtoReflect() protoreflect.Message {
-	mi := &file_ratelimit_proto_msgTypes[2]
+	mi := &file_ratelimit_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +654,7 @@ func (x *RateRedirect) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RateRedirect.ProtoReflect.Descriptor instead.
 func (*RateRedirect) Descriptor() ([]byte, []int) {
-	return file_ratelimit_proto_rawDescGZIP(), []int{2}
+	return file_ratelimit_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RateRedirect) GetGroup() uint32 {
@@ -485,7 +682,21 @@ var File_ratelimit_proto protoreflect.FileDescriptor
 
 const file_ratelimit_proto_rawDesc = "" +
 	"\n" +
-	"\x0fratelimit.proto\x12\vtollgate.v1\"\xf4\x04\n" +
+	"\x0fratelimit.proto\x12\vtollgate.v1\"(\n" +
+	"\x12RateHandoffRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x03(\tR\x04keys\"F\n" +
+	"\x13RateHandoffResponse\x12/\n" +
+	"\x04keys\x18\x01 \x03(\v2\x1b.tollgate.v1.RateHandoffKeyR\x04keys\"\xd0\x01\n" +
+	"\x0eRateHandoffKey\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05known\x18\x02 \x01(\bR\x05known\x12\x1b\n" +
+	"\tage_nanos\x18\x03 \x03(\x03R\bageNanos\x12\x16\n" +
+	"\x06tokens\x18\x04 \x03(\x01R\x06tokens\x12\x1d\n" +
+	"\n" +
+	"client_ids\x18\x05 \x03(\x06R\tclientIds\x12\x1a\n" +
+	"\bconsumed\x18\x06 \x03(\x04R\bconsumed\x12\x10\n" +
+	"\x03cap\x18\a \x03(\x04R\x03cap\x12\x14\n" +
+	"\x05asked\x18\b \x03(\x01R\x05asked\"\xf4\x04\n" +
 	"\n" +
 	"RateReport\x12\x1b\n" +
 	"\tclient_id\x18\x01 \x01(\x06R\bclientId\x125\n" +
@@ -530,9 +741,10 @@ const file_ratelimit_proto_rawDesc = "" +
 	"\x13RATE_STRATEGY_LEASE\x10\x02\x12\x17\n" +
 	"\x13RATE_STRATEGY_LOCAL\x10\x032I\n" +
 	"\tRateLimit\x12<\n" +
-	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x012F\n" +
+	"\x04Sync\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate(\x010\x012\x94\x01\n" +
 	"\tRateAdmit\x129\n" +
-	"\x05Admit\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdateB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
+	"\x05Admit\x12\x17.tollgate.v1.RateReport\x1a\x17.tollgate.v1.RateUpdate\x12L\n" +
+	"\aHandoff\x12\x1f.tollgate.v1.RateHandoffRequest\x1a .tollgate.v1.RateHandoffResponseB)Z'github.com/tollgate-io/tollgate/api;apib\x06proto3"
 
 var (
 	file_ratelimit_proto_rawDescOnce sync.Once
@@ -547,25 +759,31 @@ func file_ratelimit_proto_rawDescGZIP() []byte {
 }
 
 var file_ratelimit_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_ratelimit_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_ratelimit_proto_goTypes = []any{
-	(RateStrategy)(0),    // 0: tollgate.v1.RateStrategy
-	(*RateReport)(nil),   // 1: tollgate.v1.RateReport
-	(*RateUpdate)(nil),   // 2: tollgate.v1.RateUpdate
-	(*RateRedirect)(nil), // 3: tollgate.v1.RateRedirect
+	(RateStrategy)(0),           // 0: tollgate.v1.RateStrategy
+	(*RateHandoffRequest)(nil),  // 1: tollgate.v1.RateHandoffRequest
+	(*RateHandoffResponse)(nil), // 2: tollgate.v1.RateHandoffResponse
+	(*RateHandoffKey)(nil),      // 3: tollgate.v1.RateHandoffKey
+	(*RateReport)(nil),          // 4: tollgate.v1.RateReport
+	(*RateUpdate)(nil),          // 5: tollgate.v1.RateUpdate
+	(*RateRedirect)(nil),        // 6: tollgate.v1.RateRedirect
 }
 var file_ratelimit_proto_depIdxs = []int32{
-	0, // 0: tollgate.v1.RateReport.strategy:type_name -> tollgate.v1.RateStrategy
-	3, // 1: tollgate.v1.RateUpdate.redirects:type_name -> tollgate.v1.RateRedirect
-	1, // 2: tollgate.v1.RateLimit.Sync:input_type -> tollgate.v1.RateReport
-	1, // 3: tollgate.v1.RateAdmit.Admit:input_type -> tollgate.v1.RateReport
-	2, // 4: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
-	2, // 5: tollgate.v1.RateAdmit.Admit:output_type -> tollgate.v1.RateUpdate
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	3, // 0: tollgate.v1.RateHandoffResponse.keys:type_name -> tollgate.v1.RateHandoffKey
+	0, // 1: tollgate.v1.RateReport.strategy:type_name -> tollgate.v1.RateStrategy
+	6, // 2: tollgate.v1.RateUpdate.redirects:type_name -> tollgate.v1.RateRedirect
+	4, // 3: tollgate.v1.RateLimit.Sync:input_type -> tollgate.v1.RateReport
+	4, // 4: tollgate.v1.RateAdmit.Admit:input_type -> tollgate.v1.RateReport
+	1, // 5: tollgate.v1.RateAdmit.Handoff:input_type -> tollgate.v1.RateHandoffRequest
+	5, // 6: tollgate.v1.RateLimit.Sync:output_type -> tollgate.v1.RateUpdate
+	5, // 7: tollgate.v1.RateAdmit.Admit:output_type -> tollgate.v1.RateUpdate
+	2, // 8: tollgate.v1.RateAdmit.Handoff:output_type -> tollgate.v1.RateHandoffResponse
+	6, // [6:9] is the sub-list for method output_type
+	3, // [3:6] is the sub-list for method input_type
+	3, // [3:3] is the sub-list for extension type_name
+	3, // [3:3] is the sub-list for extension extendee
+	0, // [0:3] is the sub-list for field type_name
 }
 
 func init() { file_ratelimit_proto_init() }
@@ -579,7 +797,7 @@ func file_ratelimit_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ratelimit_proto_rawDesc), len(file_ratelimit_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   3,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

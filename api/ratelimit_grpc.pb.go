@@ -139,7 +139,8 @@ var RateLimit_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	RateAdmit_Admit_FullMethodName = "/tollgate.v1.RateAdmit/Admit"
+	RateAdmit_Admit_FullMethodName   = "/tollgate.v1.RateAdmit/Admit"
+	RateAdmit_Handoff_FullMethodName = "/tollgate.v1.RateAdmit/Handoff"
 )
 
 // RateAdmitClient is the client API for RateAdmit service.
@@ -169,6 +170,19 @@ const (
 // down).
 type RateAdmitClient interface {
 	Admit(ctx context.Context, in *RateReport, opts ...grpc.CallOption) (*RateUpdate, error)
+	// Handoff is asked by a sliding-window key's new owner of the key's
+	// previous owner (the leader of the group a raise's move took the key
+	// from), node to node: the previous owner answers once its own layout
+	// table has moved the keys away (it then decides none of them again) with
+	// what it counted in their windows, so the new owner decides with the
+	// whole window rather than rebuilding it from the clients' reports as
+	// they arrive (docs/ratelimits.md, Planned moves). Admin scope: the
+	// nodes' own credential.
+	//
+	// Errors: InvalidArgument (no key, more than 1,000, a bad key),
+	// FailedPrecondition (this node's table still has it own a key: ask again
+	// once it has caught up), Unavailable (shutting down).
+	Handoff(ctx context.Context, in *RateHandoffRequest, opts ...grpc.CallOption) (*RateHandoffResponse, error)
 }
 
 type rateAdmitClient struct {
@@ -183,6 +197,16 @@ func (c *rateAdmitClient) Admit(ctx context.Context, in *RateReport, opts ...grp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(RateUpdate)
 	err := c.cc.Invoke(ctx, RateAdmit_Admit_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *rateAdmitClient) Handoff(ctx context.Context, in *RateHandoffRequest, opts ...grpc.CallOption) (*RateHandoffResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RateHandoffResponse)
+	err := c.cc.Invoke(ctx, RateAdmit_Handoff_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -216,6 +240,19 @@ func (c *rateAdmitClient) Admit(ctx context.Context, in *RateReport, opts ...grp
 // down).
 type RateAdmitServer interface {
 	Admit(context.Context, *RateReport) (*RateUpdate, error)
+	// Handoff is asked by a sliding-window key's new owner of the key's
+	// previous owner (the leader of the group a raise's move took the key
+	// from), node to node: the previous owner answers once its own layout
+	// table has moved the keys away (it then decides none of them again) with
+	// what it counted in their windows, so the new owner decides with the
+	// whole window rather than rebuilding it from the clients' reports as
+	// they arrive (docs/ratelimits.md, Planned moves). Admin scope: the
+	// nodes' own credential.
+	//
+	// Errors: InvalidArgument (no key, more than 1,000, a bad key),
+	// FailedPrecondition (this node's table still has it own a key: ask again
+	// once it has caught up), Unavailable (shutting down).
+	Handoff(context.Context, *RateHandoffRequest) (*RateHandoffResponse, error)
 	mustEmbedUnimplementedRateAdmitServer()
 }
 
@@ -228,6 +265,9 @@ type UnimplementedRateAdmitServer struct{}
 
 func (UnimplementedRateAdmitServer) Admit(context.Context, *RateReport) (*RateUpdate, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Admit not implemented")
+}
+func (UnimplementedRateAdmitServer) Handoff(context.Context, *RateHandoffRequest) (*RateHandoffResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Handoff not implemented")
 }
 func (UnimplementedRateAdmitServer) mustEmbedUnimplementedRateAdmitServer() {}
 func (UnimplementedRateAdmitServer) testEmbeddedByValue()                   {}
@@ -268,6 +308,24 @@ func _RateAdmit_Admit_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _RateAdmit_Handoff_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RateHandoffRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RateAdmitServer).Handoff(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: RateAdmit_Handoff_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RateAdmitServer).Handoff(ctx, req.(*RateHandoffRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // RateAdmit_ServiceDesc is the grpc.ServiceDesc for RateAdmit service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +336,10 @@ var RateAdmit_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Admit",
 			Handler:    _RateAdmit_Admit_Handler,
+		},
+		{
+			MethodName: "Handoff",
+			Handler:    _RateAdmit_Handoff_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

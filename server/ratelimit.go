@@ -26,6 +26,9 @@ func (s *Server) startRateLimit(g *grpc.Server) error {
 		Logger:   s.log,
 		ClientOf: clientOfCtx,
 		Layout:   s.layout.Current, // a raise's moves carry rate owners along (layout.go)
+		// A moved sliding key's previous owner hands its window over
+		// (service/ratelimit handoff.go), with the node's credential.
+		Peer: func(addr string) (grpc.ClientConnInterface, error) { return s.peers.Conn(addr) },
 	}, s.cfg.Layout.Partitions, s.base, s.rateLimits)
 	if err != nil {
 		return fmt.Errorf("rate-limit owner: %w", err)

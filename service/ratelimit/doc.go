@@ -20,6 +20,8 @@
 //   - skew.go: a new owner's window rebuilt from clients' bucket counts by
 //     age, so no wall clock is compared (docs/clocks.md).
 //   - sliding.go: sliding-window tenants (Envoy rules) and Admit.
+//   - handoff.go: a raise's moved sliding key handed over by its previous
+//     owner (Release there, Import here), held meanwhile.
 //   - metrics.go: the counts and the Prometheus collector.
 //   - service.go: the gRPC streams and the tick loop.
 //

@@ -62,10 +62,10 @@ func TestSetLayoutMovesTheOwner(t *testing.T) {
 
 	tab := layout.ArithmeticTable(p, g)
 	tab = (&layout.Table{Epoch: 1, Groups: 8, Owner: tab.Owner}).Move(api.RatePartition(name, p), 5)
-	if !oldOwner.SetLayout(tab) || !newOwner.SetLayout(tab) {
+	if !oldOwner.SetLayout(tab, now) || !newOwner.SetLayout(tab, now) {
 		t.Fatal("SetLayout refused a newer table")
 	}
-	if oldOwner.SetLayout(&layout.Table{Epoch: 1, Groups: 8, Owner: tab.Owner}) {
+	if oldOwner.SetLayout(&layout.Table{Epoch: 1, Groups: 8, Owner: tab.Owner}, now) {
 		t.Error("SetLayout took a table no newer than its own")
 	}
 	if got := oldOwner.groupOf(name); got != 5 {

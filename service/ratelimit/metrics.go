@@ -60,13 +60,15 @@ var (
 	descTick     = prometheus.NewDesc("tollgate_ratelimit_owner_tick_seconds", "Duration of the last tick (fold reports, build updates).", nil, nil)
 	descLimited  = prometheus.NewDesc("tollgate_ratelimit_owner_limited_tenants", "Owned tenants whose clients asked for more than their limit in the last tick.", nil, nil)
 	descLimRate  = prometheus.NewDesc("tollgate_ratelimit_owner_limited_admitted_per_second", "Sliding-window rate admitted for the limited tenants (as their clients report it), summed: compare with tollgate_ratelimit_owner_limited_limit_per_second.", nil, nil)
+	descHandoffs = prometheus.NewDesc("tollgate_ratelimit_owner_handoffs_total", "Sliding-window keys a raise moved here whose previous owner handed their window over.", nil, nil)
+	descHandMiss = prometheus.NewDesc("tollgate_ratelimit_owner_handoffs_missed_total", "Sliding-window keys a raise moved here whose hand-off did not come within a second (rebuilt from the clients' reports instead).", nil, nil)
 	descLimLimit = prometheus.NewDesc("tollgate_ratelimit_owner_limited_limit_per_second", "Rate limits of the limited tenants, summed.", nil, nil)
 )
 
 type collector struct{ s *Service }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descOwned, descBlocked, descSessions, descReports, descRejected, descTick, descLimited, descLimRate, descLimLimit} {
+	for _, d := range []*prometheus.Desc{descOwned, descBlocked, descSessions, descReports, descRejected, descTick, descLimited, descLimRate, descLimLimit, descHandoffs, descHandMiss} {
 		ch <- d
 	}
 }
@@ -82,4 +84,6 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descLimited, prometheus.GaugeValue, float64(s.limited.Load()))
 	ch <- prometheus.MustNewConstMetric(descLimRate, prometheus.GaugeValue, math.Float64frombits(s.limitedRate.Load()))
 	ch <- prometheus.MustNewConstMetric(descLimLimit, prometheus.GaugeValue, math.Float64frombits(s.limitedLimit.Load()))
+	ch <- prometheus.MustNewConstMetric(descHandoffs, prometheus.CounterValue, float64(s.o.handoffs.Load()))
+	ch <- prometheus.MustNewConstMetric(descHandMiss, prometheus.CounterValue, float64(s.o.handoffsMissed.Load()))
 }

@@ -158,6 +158,12 @@ type Owner struct {
 	// table routes tenants to groups once partitions have moved (nil: the
 	// arithmetic of p and g). SetLayout replaces it.
 	table atomic.Pointer[layout.Table]
+	// prevTable: the table SetLayout replaced last, and when (handoff.go).
+	prevTable atomic.Pointer[prevLayout]
+	// handoffs counts keys handed over to this node (Import) and waits
+	// that ended without a hand-off (expireHandoff).
+	handoffs, handoffsMissed atomic.Uint64
+	handPending              atomic.Int64 // tenants waiting for a hand-off
 }
 
 // shard is the tenants whose name hashes to it, and the lock the tick holds
@@ -267,6 +273,11 @@ type tenantState struct {
 	// them too, so its first report here seeds (or charges) only the rest:
 	// what earlier owners admitted for it. A takeover clears it.
 	askedBy map[uint64]float64
+	// hand: a planned move's hand-off to this node (handoff.go);
+	// released: this node handed the tenant over, and decides it no more
+	// until it owns it again.
+	hand     handState
+	released bool
 }
 
 // tenant returns (creating) a tenant's state; its shard's lock held.
@@ -313,17 +324,21 @@ func (o *Owner) groups() int {
 // tenant whose partition moved to a group this node does not lead stops being
 // owned here at the next tick, and its clients are told it moved; the new
 // group's leader takes it over as after a leader change (its window rebuilt
-// from the clients' reports, guarded until they are in). A table of other
+// from the clients' reports, guarded until they are in), or, for a sliding
+// key, from its previous owner's hand-off (handoff.go). now stamps the
+// change (a key it moved is fetched for handoffFor). A table of other
 // partition count, or older than the one held, is ignored (false).
-func (o *Owner) SetLayout(t *layout.Table) bool {
+func (o *Owner) SetLayout(t *layout.Table, now time.Time) bool {
 	if t == nil || t.Partitions() != o.p {
 		return false
 	}
 	o.tickMu.Lock()
 	defer o.tickMu.Unlock()
-	if cur := o.table.Load(); cur != nil && t.Epoch <= cur.Epoch {
+	cur := o.table.Load()
+	if cur != nil && t.Epoch <= cur.Epoch {
 		return false
 	}
+	o.noteMove(cur, now.UnixNano())
 	o.table.Store(t)
 	for k := range o.shards {
 		sh := &o.shards[k]

@@ -112,6 +112,9 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		// A sliding-window tenant is kept while its log holds admissions:
 		// forgotten, its next request would start an empty window.
 		if t.refs.Load() <= 0 && ns-t.lastUse > int64(o.cfg.ForgetAfter) && (len(t.sw.log) == 0 || ns-t.sw.log[len(t.sw.log)-1].at >= t.sw.win) {
+			if t.hand.pending {
+				o.handPending.Add(-1)
+			}
 			sh.forget(t)
 			o.size.Add(-1)
 			continue
@@ -119,6 +122,10 @@ func (o *Owner) tickShard(k int, ns int64, dt, alpha float64) {
 		owned := o.ownsG[t.group]
 		if owned && !t.owned {
 			o.reset(t, ns)
+			o.startHandoff(t, ns, func(g int) bool { return g < len(o.ownsG) && o.ownsG[g] })
+		}
+		if o.expireHandoff(t, ns) {
+			o.handoffsMissed.Add(1)
 		}
 		t.owned = owned
 		if !owned {
@@ -366,6 +373,9 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 	}
 	t.lastUse = ns
 	if e.reported {
+		if t.hand.pending && (!e.seen || e.epoch != t.epoch) {
+			return // its first report here waits for the hand-off (handoff.go)
+		}
 		e.reported = false
 		if !e.seen || e.epoch != t.epoch {
 			// First word from this client about this tenant since this
@@ -419,7 +429,11 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			// clients not seen yet are taken to have used their whole
 			// share, and the reporters' counts are in that already.
 			asked := t.askedBy[client]
+			handed, isHanded := t.hand.clients[client]
 			switch {
+			case t.sw.on && isHanded:
+				// Its admissions up to what its previous owner folded
+				// are in the handed log; the rest is folded below.
 			case t.sw.on:
 				// Its admissions before this owner heard of it (a
 				// takeover; what a client admitted failing open).
@@ -435,6 +449,13 @@ func (o *Owner) fold(e *entry, client uint64, ns int64, dt, alpha float64) {
 			e.lastConsumed, e.lastOffered = e.consumed, e.offered
 			e.cap = e.consumed
 			e.capHist = [1]uint64{e.consumed}
+			if t.sw.on && isHanded {
+				// Counted from what the previous owner had folded, and
+				// holding the cap it granted (counted as held).
+				e.lastConsumed = min(handed.Consumed, e.consumed)
+				e.cap = max(e.consumed, handed.Cap)
+				e.capHist = [1]uint64{e.cap}
+			}
 		}
 		d := float64(e.consumed - min(e.consumed, e.lastConsumed))
 		off := float64(e.offered - min(e.offered, e.lastOffered))

@@ -36,6 +36,10 @@ type ServiceConfig struct {
 	// ClientOf names the caller of a stream for MaxTenantsPerClient (its
 	// credential, or its address); nil: every stream is its own client.
 	ClientOf func(ctx context.Context) string
+	// Peer is this node's connection to another node's gRPC address, for
+	// the hand-off of a moved key (handoff.go); nil: no hand-offs are
+	// fetched (a moved key is rebuilt from the clients' reports).
+	Peer func(addr string) (grpc.ClientConnInterface, error)
 	// MaxTenantsPerClient bounds the tenant names one client's open streams
 	// on this node introduced, together (default 200,000): each name holds
 	// state on the node for the stream's life, so many streams of many
@@ -67,6 +71,9 @@ type Service struct {
 
 	budgetMu sync.Mutex
 	budget   map[string]int // tenant names introduced by each client's open streams
+
+	fetchMu  sync.Mutex
+	fetching map[string]chan struct{} // keys whose hand-off is being fetched, closed when done
 }
 
 // NewService returns a service for p partitions in g groups, or an error
@@ -85,7 +92,8 @@ func NewService(cfg ServiceConfig, p, g int, limits Limits) (*Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Service{cfg: cfg, o: o, closing: make(chan struct{}), kick: make(chan struct{}, 1), budget: map[string]int{}}, nil
+	return &Service{cfg: cfg, o: o, closing: make(chan struct{}), kick: make(chan struct{}, 1), budget: map[string]int{},
+		fetching: map[string]chan struct{}{}}, nil
 }
 
 // Run ticks the owner every period until ctx ends, then ends every stream
@@ -111,10 +119,13 @@ func (s *Service) Run(ctx context.Context) {
 		last = start
 		if s.cfg.Layout != nil {
 			if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
-				s.o.SetLayout(t)
+				s.o.SetLayout(t, s.cfg.Now())
 			}
 		}
 		s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
+		for from, keys := range s.o.PendingHandoffs() {
+			go s.fetchHandoff(ctx, from, keys)
+		}
 		s.tickNanos.Store(int64(time.Since(start)))
 		c := s.o.counts(s.cfg.Now().UnixNano())
 		s.owned.Store(int64(c.owned))
@@ -270,6 +281,12 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 		from.History = r.PrevBucketConsumed[0]
 	}
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
+	if pf, pending := s.o.HandoffPending(key); err == nil && res.Unseen && pending {
+		// A key a raise moved here: fetch what its previous owner counted
+		// (handoff.go) and decide with it.
+		s.fetchHandoff(ctx, pf, []string{key})
+		res, err = s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
+	}
 	// An asker whose report has not been folded in yet (it reaches the
 	// owner within a report period, after a takeover or when the owner
 	// recycled the key) waits here for it, up to three periods, rather than
@@ -316,3 +333,131 @@ func (s *Service) Owned(name string) bool { return s.o.Owned(name) }
 // GroupOf is the raft group owning the tenant's rate state by this node's
 // table (the layout's, once SetLayout gave one).
 func (s *Service) GroupOf(name string) int { return s.o.groupOf(name) }
+
+// maxHandoffKeys bounds the keys of one Handoff call.
+const maxHandoffKeys = 1000
+
+// Handoff serves RateAdmit.Handoff on a key's previous owner (handoff.go):
+// once this node's table has moved the keys away (it takes the newest table
+// now rather than at its next round), it releases them and answers with
+// their state.
+func (s *Service) Handoff(ctx context.Context, r *api.RateHandoffRequest) (*api.RateHandoffResponse, error) {
+	if len(r.Keys) == 0 || len(r.Keys) > maxHandoffKeys {
+		return nil, status.Errorf(codes.InvalidArgument, "handoff: keys: %d, want 1 to %d", len(r.Keys), maxHandoffKeys)
+	}
+	for i, k := range r.Keys {
+		if err := api.ValidateTenantID(k); err != nil {
+			return nil, status.Errorf(codes.InvalidArgument, "handoff: keys[%d]: %v", i, err)
+		}
+	}
+	select {
+	case <-s.closing:
+		return nil, status.Error(codes.Unavailable, "node is shutting down")
+	default:
+	}
+	if s.cfg.Layout != nil {
+		if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
+			s.o.SetLayout(t, s.cfg.Now())
+		}
+	}
+	keys, err := s.o.Release(r.Keys, s.cfg.Now(), s.cfg.Owns)
+	if errors.Is(err, ErrStillOwner) {
+		return nil, status.Errorf(codes.FailedPrecondition, "handoff: %v; ask again once it has the new table", err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := &api.RateHandoffResponse{Keys: make([]*api.RateHandoffKey, 0, len(keys))}
+	for _, k := range keys {
+		hk := &api.RateHandoffKey{Key: k.Key, Known: k.Known, AgeNanos: k.Ages, Tokens: k.Tokens}
+		for _, c := range k.Clients {
+			hk.ClientIds = append(hk.ClientIds, c.ID)
+			hk.Consumed = append(hk.Consumed, c.Consumed)
+			hk.Cap = append(hk.Cap, c.Cap)
+			hk.Asked = append(hk.Asked, c.Asked)
+		}
+		out.Keys = append(out.Keys, hk)
+	}
+	return out, nil
+}
+
+// fetchHandoff asks group from's leader for keys' hand-off and imports the
+// answers, retrying while that node has not taken the new table yet, until
+// the keys' wait ends (handoffWait). One fetch per key at a time: a caller
+// finding a key being fetched waits for that fetch.
+func (s *Service) fetchHandoff(ctx context.Context, from int, keys []string) {
+	var mine []string
+	var waits []chan struct{}
+	s.fetchMu.Lock()
+	for _, k := range keys {
+		if ch, ok := s.fetching[k]; ok {
+			waits = append(waits, ch)
+			continue
+		}
+		mine = append(mine, k)
+	}
+	done := make(chan struct{})
+	for _, k := range mine {
+		s.fetching[k] = done
+	}
+	s.fetchMu.Unlock()
+	if len(mine) > 0 {
+		s.fetchKeys(ctx, from, mine)
+		s.fetchMu.Lock()
+		for _, k := range mine {
+			delete(s.fetching, k)
+		}
+		s.fetchMu.Unlock()
+		close(done)
+	}
+	for _, ch := range waits {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (s *Service) fetchKeys(ctx context.Context, from int, keys []string) {
+	if s.cfg.Owns(from) || s.cfg.Peer == nil {
+		// This node led the group the keys moved from: nothing to fetch
+		// (or no way to: they are rebuilt from the clients' reports).
+		for _, k := range keys {
+			s.o.Import(HandoffKey{Key: k}, s.cfg.Now())
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, handoffWait)
+	defer cancel()
+	for ctx.Err() == nil {
+		_, addr := s.cfg.LeaderOf(from)
+		var resp *api.RateHandoffResponse
+		err := errors.New("no leader known")
+		if addr != "" {
+			var cc grpc.ClientConnInterface
+			if cc, err = s.cfg.Peer(addr); err == nil {
+				resp, err = api.NewRateAdmitClient(cc).Handoff(ctx, &api.RateHandoffRequest{Keys: keys})
+			}
+		}
+		if err == nil {
+			now := s.cfg.Now()
+			for _, hk := range resp.Keys {
+				k := HandoffKey{Key: hk.Key, Known: hk.Known, Ages: hk.AgeNanos, Tokens: hk.Tokens}
+				n := min(len(hk.ClientIds), len(hk.Consumed), len(hk.Cap), len(hk.Asked))
+				for i := range n {
+					k.Clients = append(k.Clients, HandedClient{ID: hk.ClientIds[i], Consumed: hk.Consumed[i], Cap: hk.Cap[i], Asked: hk.Asked[i]})
+				}
+				if s.o.Import(k, now) {
+					s.o.handoffs.Add(1)
+				}
+			}
+			return
+		}
+		s.cfg.Logger.Debug("rate hand-off: asking the previous owner again", "group", from, "keys", len(keys), "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(askMargin(s.o.cfg.Period) * 2):
+		}
+	}
+}

@@ -319,9 +319,19 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t = o.tenant(name)
 		t.refs.Add(-1)
 		o.reset(t, ns)
+		o.startHandoff(t, ns, nil)
 		t.owned = true
 	}
 	t.lastUse = ns
+	if t.released {
+		// Handed over to its new owner (Release): decided there now,
+		// even if this call read the table before the move.
+		return AdmitResult{}, ErrNotOwner
+	}
+	if t.hand.pending {
+		// Its previous owner has not handed it over yet: ask again.
+		return AdmitResult{NextFree: askMargin(o.cfg.Period), Unseen: true}, nil
+	}
 	rate, burst := o.limits(name)
 	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
 		return AdmitResult{Admitted: true}, nil // no limit
@@ -346,7 +356,7 @@ func (o *Owner) Admit(name string, n uint64, now time.Time, owned bool, from Ask
 		t.sw.on, t.sw.limit, t.sw.win = true, limit, win
 	}
 	t.sw.trim(ns)
-	if float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
+	if _, handed := t.hand.clients[from.ID]; !handed && float64(from.History) > t.askedBy[from.ID] && !o.askerSeen(t, from.ID) {
 		// It admitted tokens in the window that this owner did not
 		// admit for it and has not counted: its stream's first report
 		// (which seeds them) has not come, as after a takeover, when
