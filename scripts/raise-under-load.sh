@@ -13,9 +13,19 @@
 # (every acknowledged series must still be held: the moves lose none), and
 # the load's errors and fail-open decisions over the whole run.
 #
+# KILLS=1: during each raise's moves, SIGKILL (then restart) the node of
+# group 0's leader (the coordinator), then the leader of the group a move
+# under way takes a partition from, then the leader of the group it gives
+# it to, one at a time, each as soon as a move is under way and the cluster
+# has all three nodes again; the moves must still finish, lose no series,
+# and surface no error (clientlib retries on the other nodes). The nodes run
+# with TOLLGATE_TEST_MOVE_STEP_PAUSE (default 300ms with KILLS=1) between a
+# move's steps, so that the kills land mid-move.
+#
 # Environment: TOLLGATE_BIN (default ./bin/tollgate, built), SERIES (2000000),
-# RAISES ("8 16"), NEW_FRACTION (0), RESTART (0), TOLLGATE_CLUSTER_DIR (a new temp dir,
-# removed unless KEEP=1), TOLLGATE_CLUSTER_PORT_BASE (63).
+# RAISES ("8 16"), NEW_FRACTION (0), RESTART (0), KILLS (0),
+# TOLLGATE_CLUSTER_DIR (a new temp dir, removed unless KEEP=1),
+# TOLLGATE_CLUSTER_PORT_BASE (63).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bin=${TOLLGATE_BIN:-./bin/tollgate}
@@ -25,6 +35,9 @@ export TOLLGATE_BIN=$bin
 export TOLLGATE_MAX_SERIES=0
 export TOLLGATE_CLUSTER_PORT_BASE=${TOLLGATE_CLUSTER_PORT_BASE:-63}
 export TOLLGATE_CLUSTER_DIR=${TOLLGATE_CLUSTER_DIR:-$(mktemp -d /tmp/tollgate-raise.XXXXXX)}
+if [ "${KILLS:-0}" = 1 ]; then
+  export TOLLGATE_TEST_MOVE_STEP_PAUSE=${TOLLGATE_TEST_MOVE_STEP_PAUSE:-300ms}
+fi
 pb=$TOLLGATE_CLUSTER_PORT_BASE
 dir=$TOLLGATE_CLUSTER_DIR
 go build -o "$bin" ./cmd/tollgate
@@ -49,6 +62,46 @@ pending() {
   status_json | jq -r '(.partitionMoves // .partition_moves) as $m | if $m == null then "?" else ($m.pending // 0 | tostring) + " " + ($m.groups // 0 | tostring) end'
 }
 
+# The node number leading group $1 (empty when none is known, or no node
+# answered: a status call can fail while a node restarts).
+leader_of() {
+  status_json | jq -r --argjson g "$1" '[.nodes[]? | (.nodeId // .node_id) as $id | .groups[]? | select((.group // 0) == $g and (.raftState // .raft_state) == "Leader") | $id] | first // "" | ltrimstr("node-")' || true
+}
+# The move under way, "FROM TO" (empty when none).
+current_move() {
+  status_json | jq -r '((.partitionMoves // .partition_moves).current // "")' | sed -n 's/^partition [0-9]*: group \([0-9]*\) → \([0-9]*\)$/\1 \2/p' || true
+}
+# kill_during_moves TO: the three kills of KILLS=1 during the raise to TO.
+kill_during_moves() {
+  local what n mv from dest
+  for what in coordinator source destination; do
+    n=
+    for _ in $(seq 600); do
+      mv=$(current_move)
+      if [ -n "$mv" ]; then
+        read -r from dest <<< "$mv"
+        case $what in
+          coordinator) n=$(leader_of 0) ;;
+          source) n=$(leader_of "$from") ;;
+          destination) n=$(leader_of "$dest") ;;
+        esac
+        [ -n "$n" ] && break
+      fi
+      read -r p g < <(pending)
+      if [ "$p" = 0 ] && [ "$g" = "$1" ]; then
+        echo "  raise to $1: the moves finished before the $what could be killed" >&2
+        return 0
+      fi
+      sleep 0.1
+    done
+    [ -n "$n" ] || { echo "raise to $1: no move under way to kill the $what of" >&2; exit 1; }
+    printf '  %s SIGKILL node-%s (the %s; move: group %s → %s)\n' "$(date +%T.%3N)" "$n" "$what" "$from" "$dest"
+    kill -KILL "$(cat "$dir/node-$n.pid")"
+    sleep 1
+    ./scripts/cluster.sh restart-node "$n" >/dev/null
+    printf '  %s node-%s ready again\n' "$(date +%T.%3N)" "$n"
+  done
+}
 "$bin" bench --addr "$addrs" --fail-open --tenants 16 --series-per-tenant "$per" --new-fraction "${NEW_FRACTION:-0}" \
   --request-size 1000 --concurrency 4 --duration 3600s --seed 7 --json > "$dir/bench.json" 2> "$dir/bench.err" &
 bench_pid=$!
@@ -60,6 +113,9 @@ for to in $raises; do
   out=$("$bin" groups raise --addr "$addrs" --to "$to"); echo "${out%%$'\n'*}"
   if [ "${RESTART:-0}" = 1 ]; then
     for i in 1 2 3; do ./scripts/cluster.sh restart-node "$i" >/dev/null; done
+  fi
+  if [ "${KILLS:-0}" = 1 ]; then
+    kill_during_moves "$to"
   fi
   t1=$(now)
   while :; do

@@ -82,6 +82,17 @@ func TestRaiseMovesRateOwners(t *testing.T) {
 	})
 	if newOwner != oldOwner {
 		waitFor(t, "the old owner to let the key go", func() bool { return !oldOwner.rates.Owned(keys[0]) })
+		// The sliding key was handed over by its old owner (RateAdmit.Handoff,
+		// node to node; service/ratelimit TestServiceHandoffOverGRPC checks
+		// what it carries), or, on a machine too loaded for the old owner
+		// to take the new table within the second the new one holds the
+		// key, its wait ended and the key was rebuilt from the reports.
+		waitFor(t, "the new owner to have the key handed over, or its wait to end", func() bool {
+			h, m := newOwner.rates.Handoffs()
+			return h+m >= 1
+		})
+		h, m := newOwner.rates.Handoffs()
+		t.Logf("hand-offs on the new owner: %d handed, %d missed", h, m)
 	}
 	for _, s := range nodes {
 		if s != newOwner && s.rates.Owned(keys[0]) {

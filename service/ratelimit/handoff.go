@@ -65,29 +65,44 @@ type handState struct {
 	clients map[uint64]HandedClient
 }
 
-// noteMove remembers the table a SetLayout replaced (tickMu held).
-func (o *Owner) noteMove(prev *layout.Table, ns int64) {
-	o.prevTable.Store(&prevLayout{t: prev, at: ns})
+// noteMove records, for each partition whose group the table next moves
+// away from prev's, the group it left and when
+// (tickMu held). A raise moves partitions one table epoch at a time, so
+// what a key moved from is kept per partition, not as one previous table.
+func (o *Owner) noteMove(prev, next *layout.Table, ns int64) {
+	old := o.moves.Load()
+	mv := &partMoves{from: make([]int32, o.p), at: make([]int64, o.p)}
+	if old != nil {
+		copy(mv.from, old.from)
+		copy(mv.at, old.at)
+	}
+	for q := range o.p {
+		if g0, g1 := prev.GroupOf(q), next.GroupOf(q); g0 != g1 {
+			mv.from[q], mv.at[q] = int32(g0), ns
+		}
+	}
+	o.moves.Store(mv)
 }
 
-// prevLayout is the table before the last SetLayout (t nil: the
-// arithmetic) and when it was replaced.
-type prevLayout struct {
-	t  *layout.Table
-	at int64
+// partMoves is, per partition, the group it last moved from and when
+// (unix ns; 0: never moved while this node ran).
+type partMoves struct {
+	from []int32
+	at   []int64
 }
 
-// previousGroup is the group name was routed to before the last table
-// change, when that change moved it less than handoffFor before ns.
+// previousGroup is the group name's partition last moved from, when it
+// moved less than handoffFor before ns.
 func (o *Owner) previousGroup(name string, ns int64) (int, bool) {
-	pl := o.prevTable.Load()
-	if pl == nil || ns-pl.at >= int64(handoffFor) {
+	mv := o.moves.Load()
+	if mv == nil {
 		return 0, false
 	}
-	g := api.RateGroup(name, o.p, o.g)
-	if pl.t != nil {
-		g = api.RateGroupIn(name, pl.t)
+	q := api.RatePartition(name, o.p)
+	if mv.at[q] == 0 || ns-mv.at[q] >= int64(handoffFor) {
+		return 0, false
 	}
+	g := int(mv.from[q])
 	if g == o.groupOf(name) {
 		return 0, false
 	}

@@ -1,9 +1,17 @@
 package ratelimit
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate-io/tollgate/api"
 	"github.com/tollgate-io/tollgate/layout"
@@ -42,8 +50,10 @@ func TestHandoffCarriesTheWindow(t *testing.T) {
 	tab := layout.ArithmeticTable(p, g)
 	tab = (&layout.Table{Epoch: 1, Groups: 8, Owner: tab.Owner}).Move(api.RatePartition(name, p), 5)
 	now = now.Add(50 * time.Millisecond)
-	oldOwner.SetLayout(tab, now)
-	newOwner.SetLayout(tab, now)
+	for _, o := range []*Owner{oldOwner, newOwner} {
+		o.SetLayout(layout.ArithmeticTable(p, g), now) // the table each found at its start
+		o.SetLayout(tab, now)
+	}
 	owns := func(want int) func(int) bool { return func(g int) bool { return g == want } }
 
 	// The new owner holds the key until the hand-off.
@@ -100,6 +110,7 @@ func TestHandoffCarriesTheWindow(t *testing.T) {
 
 	// No hand-off: the wait ends after handoffWait.
 	other := mustNew(t, Config{Sliding: sliding}, p, g, limits)
+	other.SetLayout(layout.ArithmeticTable(p, g), now)
 	other.SetLayout(tab, now)
 	if r, _ := other.Admit(name, 1, now, true, Asker{ID: 3}); !r.Unseen {
 		t.Fatalf("before the wait ends: %+v, want held", r)
@@ -111,10 +122,127 @@ func TestHandoffCarriesTheWindow(t *testing.T) {
 	if other.handoffsMissed.Load() != 1 {
 		t.Fatalf("missed hand-offs %d, want 1", other.handoffsMissed.Load())
 	}
+	// A table found at the start is no move: nothing is fetched.
+	fresh := mustNew(t, Config{Sliding: sliding}, p, g, limits)
+	fresh.SetLayout(tab, now)
+	if r, _ := fresh.Admit(name, 1, now, true, Asker{ID: 3}); !r.Admitted {
+		t.Fatalf("a key of a table this node started with: %+v, want admitted", r)
+	}
 	// Long after the move, a key is new here, not handed over.
 	late := mustNew(t, Config{Sliding: sliding}, p, g, limits)
+	late.SetLayout(layout.ArithmeticTable(p, g), now)
 	late.SetLayout(tab, now)
 	if r, _ := late.Admit(name, 1, now.Add(handoffFor), true, Asker{ID: 3}); !r.Admitted {
 		t.Fatalf("a key first asked %v after its move: %+v, want admitted", handoffFor, r)
+	}
+}
+
+// TestServiceHandoffOverGRPC: the hand-off end to end between two services
+// on loopback gRPC. The old owner has admitted 7 of a 10-per-second key's
+// tokens; a raise's table moves the key to a group the other node leads.
+// The new owner's first ask (Service.Admit) fetches the key from the old
+// one (RateAdmit.Handoff: it takes the newest table itself, releases the
+// key and answers with its window), so it admits 3 more and refuses the
+// rest of the second; the old owner redirects from then on.
+func TestServiceHandoffOverGRPC(t *testing.T) {
+	const p, g = 64, 4
+	limits := func(string) (float64, int64) { return 10, 10 }
+	sliding := func(string) bool { return true }
+	var name string
+	for i := 0; ; i++ {
+		if name = fmt.Sprintf("envoy-%d", i); api.RateGroup(name, p, g) == 1 {
+			break
+		}
+	}
+	arith := layout.ArithmeticTable(p, g)
+	moved := (&layout.Table{Epoch: 1, Groups: 8, Owner: arith.Owner}).Move(api.RatePartition(name, p), 5)
+	var oldTable atomic.Pointer[layout.Table]
+	oldTable.Store(arith)
+	var oldAddr string
+	oldSvc, err := NewService(ServiceConfig{
+		Owner: Config{Sliding: sliding}, Owns: func(g int) bool { return g == 1 },
+		LeaderOf: func(int) (string, string) { return "", "" }, Layout: oldTable.Load,
+	}, p, g, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	oldAddr = lis.Addr().String()
+	gs := grpc.NewServer()
+	api.RegisterRateAdmitServer(gs, oldSvc)
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	cc, err := grpc.NewClient(oldAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	newSvc, err := NewService(ServiceConfig{
+		Owner: Config{Sliding: sliding}, Owns: func(g int) bool { return g == 5 },
+		LeaderOf: func(g int) (string, string) {
+			if g == 1 {
+				return "old", oldAddr
+			}
+			return "", ""
+		},
+		Layout: func() *layout.Table { return moved },
+		Peer: func(addr string) (grpc.ClientConnInterface, error) {
+			if addr != oldAddr {
+				return nil, fmt.Errorf("no peer at %s", addr)
+			}
+			return cc, nil
+		},
+	}, p, g, limits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ask := func(svc *Service, client uint64) *api.RateUpdate {
+		t.Helper()
+		u, err := svc.Admit(context.Background(), &api.RateReport{ClientId: client, NewNames: []string{name}, ConsumedTotal: []uint64{1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	oldSvc.o.SetLayout(arith, time.Now())
+	for i := range 7 {
+		if u := ask(oldSvc, uint64(1+i%3)); len(u.Cap) == 0 || u.Cap[0] != 1 {
+			t.Fatalf("ask %d on the old owner: %v", i, u)
+		}
+	}
+	// The new owner has the moved table; the old one not yet (it takes it
+	// when asked for the hand-off, as its next round would).
+	newSvc.o.SetLayout(arith, time.Now())
+	newSvc.o.SetLayout(moved, time.Now())
+	oldTable.Store(moved)
+	var admitted, refused int
+	for i := range 6 {
+		u := ask(newSvc, uint64(1+i%3))
+		switch {
+		case len(u.Cap) > 0 && u.Cap[0] == 1:
+			admitted++
+		case len(u.Cap) > 0:
+			refused++
+		default:
+			t.Fatalf("ask %d on the new owner: %v", i, u)
+		}
+	}
+	if admitted != 3 || refused != 3 {
+		t.Fatalf("new owner admitted %d and refused %d of 6 with 7 of 10 admitted by the old owner, want 3 and 3", admitted, refused)
+	}
+	if h, m := newSvc.Handoffs(); h != 1 || m != 0 {
+		t.Fatalf("hand-offs %d, missed %d; want 1, 0", h, m)
+	}
+	if u := ask(oldSvc, 1); len(u.Redirects) != 1 || len(u.Cap) != 0 {
+		t.Fatalf("old owner after the hand-off: %v, want a redirect", u)
+	}
+	// Bad input is refused, naming the field.
+	for _, keys := range [][]string{nil, {""}} {
+		if _, err := api.NewRateAdmitClient(cc).Handoff(context.Background(), &api.RateHandoffRequest{Keys: keys}); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("handoff of %q: %v, want InvalidArgument", keys, err)
+		}
 	}
 }

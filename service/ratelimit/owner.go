@@ -158,8 +158,9 @@ type Owner struct {
 	// table routes tenants to groups once partitions have moved (nil: the
 	// arithmetic of p and g). SetLayout replaces it.
 	table atomic.Pointer[layout.Table]
-	// prevTable: the table SetLayout replaced last, and when (handoff.go).
-	prevTable atomic.Pointer[prevLayout]
+	// moves: per partition, the group it last moved from and when
+	// (SetLayout; handoff.go).
+	moves atomic.Pointer[partMoves]
 	// handoffs counts keys handed over to this node (Import) and waits
 	// that ended without a hand-off (expireHandoff).
 	handoffs, handoffsMissed atomic.Uint64
@@ -338,7 +339,11 @@ func (o *Owner) SetLayout(t *layout.Table, now time.Time) bool {
 	if cur != nil && t.Epoch <= cur.Epoch {
 		return false
 	}
-	o.noteMove(cur, now.UnixNano())
+	if cur != nil {
+		// (The first table is what this node found at its start, not a
+		// move it saw happen: no key is fetched for it.)
+		o.noteMove(cur, t, now.UnixNano())
+	}
 	o.table.Store(t)
 	for k := range o.shards {
 		sh := &o.shards[k]

@@ -326,6 +326,13 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	return u, nil
 }
 
+// Handoffs counts the moved sliding keys handed over to this node by their
+// previous owners, and those whose hand-off did not come in time
+// (handoff.go).
+func (s *Service) Handoffs() (handed, missed uint64) {
+	return s.o.handoffs.Load(), s.o.handoffsMissed.Load()
+}
+
 // Owned reports whether this node owns the tenant's rate state now
 // (Owner.Owned).
 func (s *Service) Owned(name string) bool { return s.o.Owned(name) }
