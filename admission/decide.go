@@ -5,48 +5,6 @@ import (
 	"github.com/tollgate-io/tollgate/limits"
 )
 
-// Pending holds, per tenant, the hashes logged as new in entries not yet applied,
-// with the number of such entries. A re-send of a pending hash is accepted
-// without logging it again: the earlier entry creates it, and the reply waits
-// for that entry because replies go out in log order.
-type Pending map[string]map[uint64]int32
-
-// remove undoes add once the entry carrying hs was applied (or failed).
-func (p Pending) remove(tenant string, hs []uint64) {
-	pt := p[tenant]
-	for _, h := range hs {
-		if c := pt[h]; c <= 1 {
-			delete(pt, h)
-		} else {
-			pt[h] = c - 1
-		}
-	}
-	if len(pt) == 0 {
-		delete(p, tenant)
-	}
-}
-
-// keepEmptyTenants bounds how many tenants drop keeps an emptied set for:
-// Decide then refills the same map instead of allocating and growing a new
-// one on the tenant's next batch, while a node with many tenants does not
-// keep a map for every tenant that ever created a series.
-const keepEmptyTenants = 64
-
-// drop empties the tenant's set at once: the caller knows every hash in it
-// was logged by the one entry that was just applied (or failed). It costs a
-// clear of the map's memory, not a delete per hash.
-func (p Pending) drop(tenant string) {
-	pt, ok := p[tenant]
-	if !ok {
-		return
-	}
-	if len(p) > keepEmptyTenants {
-		delete(p, tenant)
-		return
-	}
-	clear(pt)
-}
-
 // Request is one request's input to Decide.
 type Request struct {
 	Tenant string
@@ -93,8 +51,11 @@ type Decision struct {
 	// new ones. Tenants with nothing to log are left out.
 	Entry []fsm.TenantHashes
 	// NewBy lists per tenant the hashes logged as new (added to Pending by
-	// Decide; the caller removes them once the entry applied). Nil when none.
+	// Decide as batch Seq; the caller calls Pending.Done(Seq) once the entry
+	// applied, or failed). Nil when none.
 	NewBy map[string][]uint64
+	// Seq is the batch's number in Pending (Pending.Begin).
+	Seq uint64
 
 	Created, Refreshed, RejectedN int
 }
@@ -116,8 +77,9 @@ const NoHeadroom = limits.NoHeadroom
 //
 // budget is asked once per tenant, at the tenant's first request in the batch.
 // Decide does no I/O and starts no goroutine; it mutates only pending.
-func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, checks []Check) Decision {
-	d := Decision{Rejected: make([][]uint64, len(reqs)), AtShare: make([]int, len(reqs))}
+func Decide(reqs []Request, pending *Pending, budget func(tenant string) Budget, checks []Check) Decision {
+	d := Decision{Rejected: make([][]uint64, len(reqs)), AtShare: make([]int, len(reqs)), Seq: pending.Begin()}
+	done := pending.done
 	type tenantBatch struct {
 		Budget
 		newN int64 // accepted as new in this batch
@@ -138,9 +100,9 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 			tenants[r.Tenant] = tb
 			d.Entry = append(d.Entry, fsm.TenantHashes{Tenant: r.Tenant})
 		}
-		pt := pending[r.Tenant]
+		pt := pending.sets[r.Tenant]
 		if len(checks) > 0 {
-			denied = deniedByChecks(r, pt, checks, denied)
+			denied = deniedByChecks(r, pt, done, checks, denied)
 		}
 		th := &d.Entry[tb.idx]
 		var rejected, created []uint64
@@ -156,7 +118,7 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 				d.Refreshed++
 				continue
 			}
-			if pt[h] > 0 {
+			if pt != nil && pt.has(h, done) {
 				continue // created by an in-flight entry; the reply waits for it
 			}
 			if len(checks) > 0 && denied[j] {
@@ -169,10 +131,9 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 				continue
 			}
 			if pt == nil {
-				pt = make(map[uint64]int32, len(r.Hashes)-j)
-				pending[r.Tenant] = pt
+				pt = pending.set(r.Tenant)
 			}
-			pt[h]++
+			pt.add(h, d.Seq, done)
 			if created == nil {
 				created = make([]uint64, 0, len(r.Hashes)-j)
 			}
@@ -211,12 +172,12 @@ func Decide(reqs []Request, pending Pending, budget func(tenant string) Budget, 
 
 // deniedByChecks runs the checks over the request's would-be-new hashes and
 // returns, per position in the request, whether a check refused it.
-func deniedByChecks(r Request, pt map[uint64]int32, checks []Check, buf []bool) []bool {
+func deniedByChecks(r Request, pt *pendingSet, done uint64, checks []Check, buf []bool) []bool {
 	buf = append(buf[:0], make([]bool, len(r.Hashes))...)
 	var cand []uint64
 	var pos []int
 	for j, h := range r.Hashes {
-		if r.States[j] == fsm.StateAbsent && pt[h] == 0 {
+		if r.States[j] == fsm.StateAbsent && (pt == nil || !pt.has(h, done)) {
 			cand = append(cand, h)
 			pos = append(pos, j)
 		}

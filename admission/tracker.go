@@ -367,12 +367,11 @@ type session struct {
 	// Decide holds pmu across the committed-state lookup and the pending check,
 	// so a hash is either seen applied or still seen pending, never neither.
 	pmu     sync.Mutex
-	pending Pending
+	pending *Pending
 	// batchesWith counts, per tenant, the batches in flight that logged new
-	// series of it (under pmu). When the last of them completes, every hash
-	// the tenant has in pending came from that batch: the set is dropped
-	// whole instead of hash by hash (a delete per new series cost 7 % of a
-	// node's CPU creating series).
+	// series of it (under pmu). When the last of them completes, nothing of
+	// the tenant is pending: with many tenants its table is dropped
+	// (Pending.forget).
 	batchesWith map[string]int
 }
 
@@ -380,7 +379,8 @@ type batch struct {
 	fut    ApplyFuture // nil when the batch logged nothing
 	reqs   []*request
 	res    []result
-	newBy  map[string][]uint64 // hashes logged as new, per tenant (to clear pending)
+	newBy  map[string][]uint64 // hashes logged as new, per tenant
+	seq    uint64              // the batch's number in pending (Pending.Done)
 	start  time.Time
 	expire bool
 	done   chan struct{} // closed by the completer when set (someone waits for it)
@@ -395,7 +395,7 @@ func newSession(t *Tracker, prev *session) *session {
 		stopped:  make(chan struct{}),
 		finished: make(chan struct{}),
 		inflight: make(chan *batch, max(1, t.cfg.MaxInFlight)),
-		pending:  Pending{},
+		pending:  NewPending(),
 
 		batchesWith: map[string]int{},
 	}
@@ -658,7 +658,7 @@ func (s *session) decideAndLog(reqs []*request) bool {
 			b.res[i].atShare = d.AtShare[i]
 		}
 	}
-	b.newBy = d.NewBy
+	b.newBy, b.seq = d.NewBy, d.Seq
 	t.metrics.SeriesDecided(d.Created, d.Refreshed, d.RejectedN)
 	if len(d.Entry) > 0 {
 		logged := 0
@@ -713,19 +713,16 @@ func (s *session) complete() {
 }
 
 func (s *session) clearPending(b *batch) {
-	if len(b.newBy) == 0 {
-		return
-	}
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
-	for tenant, hs := range b.newBy {
+	s.pending.Done(b.seq) // its hashes are no longer pending: no work per hash
+	for tenant := range b.newBy {
 		if n := s.batchesWith[tenant]; n > 1 {
 			s.batchesWith[tenant] = n - 1
-			s.pending.remove(tenant, hs)
 			continue
 		}
 		delete(s.batchesWith, tenant)
-		s.pending.drop(tenant)
+		s.pending.forget(tenant)
 	}
 }
 

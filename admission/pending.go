@@ -1,0 +1,193 @@
+package admission
+
+import "math/bits"
+
+// Pending holds, per tenant, the hashes logged as new by entries not yet
+// applied. A re-send of a pending hash is accepted without logging it again:
+// the earlier entry creates it, and the reply waits for that entry because
+// replies go out in log order.
+//
+// Each hash is stored with the sequence number of the batch that logged it
+// (Begin), and batches complete in log order (Done), so a hash is pending
+// while its batch's number is above the last completed one: completing a
+// batch costs nothing per hash, and a hash whose batch completed is a stale
+// slot, reused by the next insert or dropped when the table is rebuilt.
+// The tables are open-addressed (linear probing) on the hashes themselves,
+// which are uniform already: one probe sequence answers "pending?", within
+// a cache line or two. A Go map here (a lookup, then an insert, per new
+// series, and a delete per hash when its entry applied) cost 7 % of a
+// leader's CPU creating series, mostly cache misses in maps whose capacity
+// never shrank after a burst.
+type Pending struct {
+	seq  uint64 // the batch being decided
+	done uint64 // every batch up to and including it has completed
+	sets map[string]*pendingSet
+}
+
+// NewPending returns an empty Pending.
+func NewPending() *Pending { return &Pending{sets: map[string]*pendingSet{}} }
+
+// Begin starts the next batch: hashes added until the next Begin belong to
+// it. It returns the batch's number, for Done.
+func (p *Pending) Begin() uint64 {
+	p.seq++
+	return p.seq
+}
+
+// Done records that batch seq completed (applied, or failed), and with it
+// every earlier batch: batches complete in log order.
+func (p *Pending) Done(seq uint64) {
+	p.done = max(p.done, seq)
+}
+
+// Has reports whether h is pending for tenant.
+func (p *Pending) Has(tenant string, h uint64) bool {
+	s := p.sets[tenant]
+	return s != nil && s.has(h, p.done)
+}
+
+// Len is the number of hashes pending for tenant.
+func (p *Pending) Len(tenant string) int {
+	s := p.sets[tenant]
+	if s == nil {
+		return 0
+	}
+	n := 0
+	for _, sl := range s.slots {
+		if sl.seq > p.done {
+			n++
+		}
+	}
+	return n
+}
+
+// set returns tenant's table, creating it.
+func (p *Pending) set(tenant string) *pendingSet {
+	s := p.sets[tenant]
+	if s == nil {
+		s = newPendingSet(pendingMinSlots)
+		p.sets[tenant] = s
+	}
+	return s
+}
+
+// forget drops tenant's table when the node keeps tables for more than
+// keepEmptyTenants tenants and nothing of tenant is in flight (the caller
+// knows). Fewer tables are kept, stale, for the tenants' next batches.
+func (p *Pending) forget(tenant string) {
+	if len(p.sets) > keepEmptyTenants {
+		delete(p.sets, tenant)
+	}
+}
+
+// keepEmptyTenants bounds how many tenants keep a table with nothing in
+// flight: Decide then refills the same table instead of allocating and
+// growing a new one on the tenant's next batch, while a node with many
+// tenants does not keep a table for every tenant that ever created a series.
+const keepEmptyTenants = 64
+
+// pendingMinSlots is a table's least size (a power of two).
+const pendingMinSlots = 64
+
+// pendingSlot is a hash and the batch that logged it; seq 0 is an empty
+// slot, a seq at or below Pending.done a stale one.
+type pendingSlot struct {
+	h, seq uint64
+}
+
+type pendingSet struct {
+	slots []pendingSlot // a power of two long
+	used  int           // slots not empty (live or stale)
+	adds  int           // adds since the last rebuild
+}
+
+func newPendingSet(n int) *pendingSet { return &pendingSet{slots: make([]pendingSlot, n)} }
+
+// home is h's first slot: the top bits of h times an odd constant (the
+// hashes are uniform already; the multiply guards against a caller's
+// hashes that are not in their low bits).
+func (s *pendingSet) home(h uint64) int {
+	return int((h * 0x9e3779b97f4a7c15) >> (64 - bits.TrailingZeros(uint(len(s.slots)))))
+}
+
+// has reports whether h is in the table with a batch after done.
+func (s *pendingSet) has(h, done uint64) bool {
+	mask := len(s.slots) - 1
+	for i := s.home(h); ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.seq == 0 {
+			return false
+		}
+		if sl.h == h {
+			return sl.seq > done
+		}
+	}
+}
+
+// add stores h as logged by batch seq (h not pending: the caller checked),
+// reusing h's own stale slot or the first stale one on its probe, and
+// rebuilds the table when half its slots are used, and every half-table of
+// adds.
+func (s *pendingSet) add(h, seq, done uint64) {
+	if s.adds++; s.adds > len(s.slots)/2 {
+		// Adds into stale slots do not fill the table: rebuild anyway
+		// every half-table of adds, so a burst's large table shrinks and
+		// stale slots do not lengthen the probes for ever.
+		s.rebuild(done)
+	}
+	mask := len(s.slots) - 1
+	reuse := -1
+	for i := s.home(h); ; i = (i + 1) & mask {
+		sl := &s.slots[i]
+		if sl.seq == 0 {
+			if reuse >= 0 {
+				s.slots[reuse] = pendingSlot{h: h, seq: seq}
+				return
+			}
+			*sl = pendingSlot{h: h, seq: seq}
+			s.used++
+			if s.used*2 > len(s.slots) {
+				s.rebuild(done)
+			}
+			return
+		}
+		if sl.h == h {
+			sl.seq = seq // stale (the caller checked): logged again
+			return
+		}
+		if reuse < 0 && sl.seq <= done {
+			reuse = i
+		}
+	}
+}
+
+// rebuild drops the stale slots into a table sized for the live ones: four
+// slots per live hash, at least pendingMinSlots and at least half the old
+// size, so a burst's table shrinks back over a few rebuilds rather than at
+// once (the next batches would grow it again).
+func (s *pendingSet) rebuild(done uint64) {
+	live := 0
+	for _, sl := range s.slots {
+		if sl.seq > done {
+			live++
+		}
+	}
+	n := max(pendingMinSlots, len(s.slots)/2)
+	for n < 4*live {
+		n *= 2
+	}
+	old := s.slots
+	s.slots, s.used, s.adds = make([]pendingSlot, n), 0, 0
+	mask := n - 1
+	for _, sl := range old {
+		if sl.seq <= done {
+			continue
+		}
+		i := s.home(sl.h)
+		for s.slots[i].seq != 0 {
+			i = (i + 1) & mask
+		}
+		s.slots[i] = sl
+		s.used++
+	}
+}
