@@ -285,7 +285,7 @@ func (s *sim) decide(g int, tenant string, hashes []uint64) ([]uint64, int, erro
 	budget := func(t string) admission.Budget {
 		return admission.Budget{Share: s.share(g, t), Used: int64(len(sg.series[t]))}
 	}
-	d := admission.Decide([]admission.Request{{Tenant: tenant, Hashes: hashes, States: states}}, admission.Pending{}, budget, nil)
+	d := admission.Decide([]admission.Request{{Tenant: tenant, Hashes: hashes, States: states}}, admission.NewPending(), budget, nil)
 	if set == nil {
 		set = map[uint64]bool{}
 		sg.series[tenant] = set
