@@ -53,8 +53,11 @@ func (p *Pending) Len(tenant string) int {
 		return 0
 	}
 	n := 0
-	for _, sl := range s.slots {
-		if sl.seq > p.done {
+	if s.zero > p.done {
+		n++
+	}
+	for i, k := range s.keys {
+		if k != 0 && s.seqs[i] > p.done {
 			n++
 		}
 	}
@@ -89,73 +92,101 @@ const keepEmptyTenants = 64
 // pendingMinSlots is a table's least size (a power of two).
 const pendingMinSlots = 64
 
-// pendingSlot is a hash and the batch that logged it; seq 0 is an empty
-// slot, a seq at or below Pending.done a stale one.
-type pendingSlot struct {
-	h, seq uint64
-}
-
+// pendingSet is one tenant's table: keys[i] a hash (0: empty; hash 0
+// itself is kept aside, in zero), seqs[i] the batch that logged it (at or
+// below Pending.done: a stale slot). The probes of a new series (absent,
+// the common case) read keys only: 8 bytes a slot, so a batch of 1,000
+// new series probes a table of 2,048–4,096 keys (16–32 KB) rather than
+// one of 16-byte slots.
 type pendingSet struct {
-	slots []pendingSlot // a power of two long
-	used  int           // slots not empty (live or stale)
-	adds  int           // adds since the last rebuild
+	keys []uint64 // a power of two long
+	seqs []uint64
+	used int    // slots not empty (live or stale)
+	adds int    // adds since the last rebuild or reset
+	peak int    // the most slots used since the table was last emptied
+	top  uint64 // the highest seq stored: at or below done, every slot is stale
+	zero uint64 // seq of hash 0 (0: not stored)
 }
 
-func newPendingSet(n int) *pendingSet { return &pendingSet{slots: make([]pendingSlot, n)} }
+func newPendingSet(n int) *pendingSet {
+	return &pendingSet{keys: make([]uint64, n), seqs: make([]uint64, n)}
+}
 
 // home is h's first slot: the top bits of h times an odd constant (the
 // hashes are uniform already; the multiply guards against a caller's
-// hashes that are not in their low bits).
+// hashes that are not in their high bits).
 func (s *pendingSet) home(h uint64) int {
-	return int((h * 0x9e3779b97f4a7c15) >> (64 - bits.TrailingZeros(uint(len(s.slots)))))
+	return int((h * 0x9e3779b97f4a7c15) >> (64 - bits.TrailingZeros(uint(len(s.keys)))))
 }
 
 // has reports whether h is in the table with a batch after done.
 func (s *pendingSet) has(h, done uint64) bool {
-	mask := len(s.slots) - 1
+	if s.top <= done {
+		return false // every slot stale (the tenant's batches all completed)
+	}
+	if h == 0 {
+		return s.zero > done
+	}
+	mask := len(s.keys) - 1
 	for i := s.home(h); ; i = (i + 1) & mask {
-		sl := &s.slots[i]
-		if sl.seq == 0 {
+		switch s.keys[i] {
+		case 0:
 			return false
-		}
-		if sl.h == h {
-			return sl.seq > done
+		case h:
+			return s.seqs[i] > done
 		}
 	}
 }
 
 // add stores h as logged by batch seq (h not pending: the caller checked),
-// reusing h's own stale slot or the first stale one on its probe, and
-// rebuilds the table when half its slots are used, and every half-table of
-// adds.
+// reusing h's own stale slot or the first stale one on its probe. A table
+// whose every slot is stale is emptied first (its size kept, the tenant's
+// next batches being likely the same size, unless it is eight times what
+// it held since the last emptying); one is rebuilt when half its
+// slots are used, and every half-table of adds, so that stale slots do not
+// lengthen the probes for ever and a burst's table shrinks back.
 func (s *pendingSet) add(h, seq, done uint64) {
-	if s.adds++; s.adds > len(s.slots)/2 {
-		// Adds into stale slots do not fill the table: rebuild anyway
-		// every half-table of adds, so a burst's large table shrinks and
-		// stale slots do not lengthen the probes for ever.
+	if s.top <= done && s.used > 0 {
+		if len(s.keys) > 8*max(s.peak, pendingMinSlots/8) {
+			// Far larger than its last batches needed (a burst's): half
+			// the size, so a few quiet batches bring it back.
+			n := max(pendingMinSlots, len(s.keys)/2)
+			s.keys, s.seqs = make([]uint64, n), make([]uint64, n)
+		} else {
+			clear(s.keys)
+		}
+		s.used, s.adds, s.zero, s.peak = 0, 0, 0, 0
+	}
+	s.top = max(s.top, seq)
+	if h == 0 {
+		s.zero = seq
+		return
+	}
+	if s.adds++; s.adds > len(s.keys)/2 {
 		s.rebuild(done)
 	}
-	mask := len(s.slots) - 1
+	mask := len(s.keys) - 1
 	reuse := -1
 	for i := s.home(h); ; i = (i + 1) & mask {
-		sl := &s.slots[i]
-		if sl.seq == 0 {
+		k := s.keys[i]
+		if k == 0 {
 			if reuse >= 0 {
-				s.slots[reuse] = pendingSlot{h: h, seq: seq}
+				s.keys[reuse], s.seqs[reuse] = h, seq
 				return
 			}
-			*sl = pendingSlot{h: h, seq: seq}
+			s.keys[i], s.seqs[i] = h, seq
 			s.used++
-			if s.used*2 > len(s.slots) {
+			s.peak = max(s.peak, s.used)
+			if s.used*2 > len(s.keys) {
 				s.rebuild(done)
 			}
 			return
 		}
-		if sl.h == h {
-			sl.seq = seq // stale (the caller checked): logged again
+		if k == h {
+			s.seqs[i] = seq // stale (the caller checked): logged again
 			return
 		}
-		if reuse < 0 && sl.seq <= done {
+		if reuse < 0 && s.seqs[i] <= done {
 			reuse = i
 		}
 	}
@@ -167,27 +198,27 @@ func (s *pendingSet) add(h, seq, done uint64) {
 // once (the next batches would grow it again).
 func (s *pendingSet) rebuild(done uint64) {
 	live := 0
-	for _, sl := range s.slots {
-		if sl.seq > done {
+	for i, k := range s.keys {
+		if k != 0 && s.seqs[i] > done {
 			live++
 		}
 	}
-	n := max(pendingMinSlots, len(s.slots)/2)
+	n := max(pendingMinSlots, len(s.keys)/2)
 	for n < 4*live {
 		n *= 2
 	}
-	old := s.slots
-	s.slots, s.used, s.adds = make([]pendingSlot, n), 0, 0
+	oldK, oldS := s.keys, s.seqs
+	s.keys, s.seqs, s.used, s.adds = make([]uint64, n), make([]uint64, n), 0, 0
 	mask := n - 1
-	for _, sl := range old {
-		if sl.seq <= done {
+	for j, k := range oldK {
+		if k == 0 || oldS[j] <= done {
 			continue
 		}
-		i := s.home(sl.h)
-		for s.slots[i].seq != 0 {
+		i := s.home(k)
+		for s.keys[i] != 0 {
 			i = (i + 1) & mask
 		}
-		s.slots[i] = sl
+		s.keys[i], s.seqs[i] = k, oldS[j]
 		s.used++
 	}
 }

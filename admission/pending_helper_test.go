@@ -32,9 +32,12 @@ func pendingOf(hs hashesBy) *Pending {
 func livePending(p *Pending) hashesBy {
 	out := hashesBy{}
 	for tenant, s := range p.sets {
-		for _, sl := range s.slots {
-			if sl.seq > p.done {
-				out[tenant] = append(out[tenant], sl.h)
+		if s.zero > p.done {
+			out[tenant] = append(out[tenant], 0)
+		}
+		for i, k := range s.keys {
+			if k != 0 && s.seqs[i] > p.done {
+				out[tenant] = append(out[tenant], k)
 			}
 		}
 		slices.Sort(out[tenant])
