@@ -283,8 +283,14 @@ func (s *Service) Admit(ctx context.Context, r *api.RateReport) (*api.RateUpdate
 	res, err := s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	if pf, pending := s.o.HandoffPending(key); err == nil && res.Unseen && pending {
 		// A key a raise moved here: fetch what its previous owner counted
-		// (handoff.go) and decide with it.
-		s.fetchHandoff(ctx, pf, []string{key})
+		// (handoff.go) and decide with it. For three periods at most, as
+		// the wait below: the asker gives up after a second
+		// (ratelease.askTimeout) and then fails open on a key it has no
+		// fresh state for, so an ask must be answered, refused if need
+		// be, well before that; the round's fetch goes on meanwhile.
+		fctx, cancel := context.WithTimeout(ctx, 3*s.o.cfg.Period)
+		s.fetchHandoff(fctx, pf, []string{key})
+		cancel()
 		res, err = s.o.Admit(key, r.ConsumedTotal[0], s.cfg.Now(), s.cfg.Owns(g), from)
 	}
 	// An asker whose report has not been folded in yet (it reaches the
