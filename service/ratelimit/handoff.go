@@ -26,7 +26,7 @@ import (
 // (no re-seeding of what the log holds already). If no hand-off comes within
 // handoffWait (the previous owner died, or cannot be reached), the key
 // falls back to the takeover path. Token-bucket keys are not held: their
-// leases bound a move's overlap (within 1.08× in the same runs).
+// leases bound a move's overlap (0.84–1.11× in the same runs).
 
 // handoffFor is how long after a table change a key it moved is fetched
 // from its previous owner when this node first owns it.
