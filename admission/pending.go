@@ -40,30 +40,6 @@ func (p *Pending) Done(seq uint64) {
 	p.done = max(p.done, seq)
 }
 
-// Has reports whether h is pending for tenant.
-func (p *Pending) Has(tenant string, h uint64) bool {
-	s := p.sets[tenant]
-	return s != nil && s.has(h, p.done)
-}
-
-// Len is the number of hashes pending for tenant.
-func (p *Pending) Len(tenant string) int {
-	s := p.sets[tenant]
-	if s == nil {
-		return 0
-	}
-	n := 0
-	if s.zero > p.done {
-		n++
-	}
-	for i, k := range s.keys {
-		if k != 0 && s.seqs[i] > p.done {
-			n++
-		}
-	}
-	return n
-}
-
 // set returns tenant's table, creating it.
 func (p *Pending) set(tenant string) *pendingSet {
 	s := p.sets[tenant]

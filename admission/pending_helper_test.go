@@ -44,3 +44,9 @@ func livePending(p *Pending) hashesBy {
 	}
 	return out
 }
+
+// pendingHas reports whether h is pending for tenant.
+func pendingHas(p *Pending, tenant string, h uint64) bool {
+	s := p.sets[tenant]
+	return s != nil && s.has(h, p.done)
+}

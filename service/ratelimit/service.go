@@ -117,14 +117,14 @@ func (s *Service) Run(ctx context.Context) {
 		}
 		start := time.Now()
 		last = start
-		if s.cfg.Layout != nil {
-			if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
-				s.o.SetLayout(t, s.cfg.Now())
-			}
-		}
+		s.takeLayout()
 		s.o.Tick(s.cfg.Now(), s.cfg.Owns, s.cfg.LeaderOf)
 		for from, keys := range s.o.PendingHandoffs() {
-			go s.fetchHandoff(ctx, from, keys)
+			// Only keys no fetch is under way for: a round does not wait
+			// for one, nor start a goroutine that would.
+			if mine, _, done := s.claim(keys); len(mine) > 0 {
+				go s.fetchClaimed(ctx, from, mine, done)
+			}
 		}
 		s.tickNanos.Store(int64(time.Since(start)))
 		c := s.o.counts(s.cfg.Now().UnixNano())
@@ -368,11 +368,7 @@ func (s *Service) Handoff(ctx context.Context, r *api.RateHandoffRequest) (*api.
 		return nil, status.Error(codes.Unavailable, "node is shutting down")
 	default:
 	}
-	if s.cfg.Layout != nil {
-		if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
-			s.o.SetLayout(t, s.cfg.Now())
-		}
-	}
+	s.takeLayout()
 	keys, err := s.o.Release(r.Keys, s.cfg.Now(), s.cfg.Owns)
 	if errors.Is(err, ErrStillOwner) {
 		return nil, status.Errorf(codes.FailedPrecondition, "handoff: %v; ask again once it has the new table", err)
@@ -399,29 +395,9 @@ func (s *Service) Handoff(ctx context.Context, r *api.RateHandoffRequest) (*api.
 // the keys' wait ends (handoffWait). One fetch per key at a time: a caller
 // finding a key being fetched waits for that fetch.
 func (s *Service) fetchHandoff(ctx context.Context, from int, keys []string) {
-	var mine []string
-	var waits []chan struct{}
-	s.fetchMu.Lock()
-	for _, k := range keys {
-		if ch, ok := s.fetching[k]; ok {
-			waits = append(waits, ch)
-			continue
-		}
-		mine = append(mine, k)
-	}
-	done := make(chan struct{})
-	for _, k := range mine {
-		s.fetching[k] = done
-	}
-	s.fetchMu.Unlock()
+	mine, waits, done := s.claim(keys)
 	if len(mine) > 0 {
-		s.fetchKeys(ctx, from, mine)
-		s.fetchMu.Lock()
-		for _, k := range mine {
-			delete(s.fetching, k)
-		}
-		s.fetchMu.Unlock()
-		close(done)
+		s.fetchClaimed(ctx, from, mine, done)
 	}
 	for _, ch := range waits {
 		select {
@@ -429,6 +405,46 @@ func (s *Service) fetchHandoff(ctx context.Context, from int, keys []string) {
 		case <-ctx.Done():
 			return
 		}
+	}
+}
+
+// claim marks the keys no fetch is under way for as fetched by the caller
+// (mine, closing done when finished: fetchClaimed) and returns the fetches
+// under way for the others (waits).
+func (s *Service) claim(keys []string) (mine []string, waits []chan struct{}, done chan struct{}) {
+	s.fetchMu.Lock()
+	defer s.fetchMu.Unlock()
+	done = make(chan struct{})
+	for _, k := range keys {
+		if ch, ok := s.fetching[k]; ok {
+			waits = append(waits, ch)
+			continue
+		}
+		mine = append(mine, k)
+		s.fetching[k] = done
+	}
+	return mine, waits, done
+}
+
+// fetchClaimed fetches the keys claim gave the caller, then releases them.
+func (s *Service) fetchClaimed(ctx context.Context, from int, mine []string, done chan struct{}) {
+	s.fetchKeys(ctx, from, mine)
+	s.fetchMu.Lock()
+	for _, k := range mine {
+		delete(s.fetching, k)
+	}
+	s.fetchMu.Unlock()
+	close(done)
+}
+
+// takeLayout routes the owner by the newest layout table (SetLayout), if
+// the node has one it has not taken yet.
+func (s *Service) takeLayout() {
+	if s.cfg.Layout == nil {
+		return
+	}
+	if t := s.cfg.Layout(); t != nil && t != s.o.table.Load() {
+		s.o.SetLayout(t, s.cfg.Now())
 	}
 }
 
