@@ -713,6 +713,12 @@ func (s *session) complete() {
 }
 
 func (s *session) clearPending(b *batch) {
+	if len(b.newBy) == 0 {
+		// It added nothing to pending (a refresh-only batch): no lock on
+		// the refresh path. Done is a maximum, so the next batch that did
+		// add covers this one's number too.
+		return
+	}
 	s.pmu.Lock()
 	defer s.pmu.Unlock()
 	s.pending.Done(b.seq) // its hashes are no longer pending: no work per hash
