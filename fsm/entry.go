@@ -75,7 +75,7 @@ const EntryVersion = 1
 // the largest Since of the registered entry types (core and modules; a test in
 // the server package, which links every module, checks it). Bump it together
 // with the row that needs it.
-const CurrentClusterVersion = 7
+const CurrentClusterVersion = 8
 
 // Entry types.
 const (

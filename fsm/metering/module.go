@@ -23,6 +23,7 @@ const (
 	EntryExecute byte = 14 // batch of executed (or dead-lettered) intervals
 	EntryTick    byte = 15 // housekeeping: dedup expiry, ledger retention
 	EntrySeries  byte = 16 // per-tenant active-series sample of one minute
+	EntryTargets byte = 28 // the switch: dedup records keep their target's hash from here on
 )
 
 func init() {
@@ -31,11 +32,17 @@ func init() {
 	fsm.RegisterModuleEntry(Name, EntryExecute, "meter-execute", 3)
 	fsm.RegisterModuleEntry(Name, EntryTick, "meter-tick", 3)
 	fsm.RegisterModuleEntry(Name, EntrySeries, "meter-series", 3)
+	fsm.RegisterModuleEntry(Name, EntryTargets, "meter-targets", TargetsClusterVersion)
 }
 
 // Code is the outcome of one event, as the receiver reports it (the HTTP codes
 // of a metering receiver).
 type Code uint8
+
+// TargetsClusterVersion introduced meter-targets and the section's version 2
+// (move.go): a build below it cannot read what the switch makes a replica
+// write.
+const TargetsClusterVersion = 8
 
 // Outcomes of an event.
 const (
@@ -43,6 +50,7 @@ const (
 	Duplicate                     // same id, same content as an accepted event: 201
 	Conflict                      // start on an active target, or an id reused for other content: 409
 	Unprocessable                 // stop without an active span, stop before start, outside the slack window: 422
+	Moved                         // the target's partition was given to another group: route again (move.go)
 )
 
 // Result is what applying one event returns.
@@ -69,11 +77,23 @@ type Span struct {
 	Planned *interval.Interval
 	StartID string
 	StopID  string
+	// OriginGroup and OriginSpan name the span in the group that started
+	// it, once it moved to another group with its partition (OriginSpan 0:
+	// it never moved). Its usage ids keep naming that group and span, so an
+	// interval posted before the move and posted again after it carries the
+	// same idempotency key.
+	OriginGroup int
+	OriginSpan  uint64
 }
 
 // UsageID is the planned interval's usage id, fixed when it was planned:
-// "<group>-<span>-<seq>".
-func (s *Span) UsageID(group int) string { return usageID(group, s.ID, s.Seq) }
+// "<group>-<span>-<seq>" of the group and span that started it.
+func (s *Span) UsageID(group int) string {
+	if s.OriginSpan != 0 {
+		return usageID(s.OriginGroup, s.OriginSpan, s.Seq)
+	}
+	return usageID(group, s.ID, s.Seq)
+}
 
 func usageID(group int, span, seq uint64) string { return fmt.Sprintf("%d-%d-%d", group, span, seq) }
 
@@ -107,6 +127,11 @@ type dedupKey struct {
 type dedupRec struct {
 	fp      uint64
 	expires int64
+	// th is the event's target hash, kept only for records created after
+	// the switch (known): a record created before it is unknown on every
+	// replica alike, since one restored from an older snapshot never had it.
+	th    uint64
+	known bool
 }
 
 type sample struct {
@@ -141,11 +166,19 @@ type Module struct {
 	compactQ      []string
 	compactBudget int
 	lastNow       int64
-	planned       int64 // counters since start (metrics), not replicated state
-	executed      int64
-	changes       atomic.Uint64  // bumped by every applied entry and restore
-	due           dueIndex       // derived: which spans have work when (the sampler's Due)
-	observe       func(ms int64) // SetTimeObserver; nil: none
+	// hashes is the switch (meter-targets applied): dedup records keep
+	// their target's hash and the section is written at version 2.
+	hashes bool
+	// partitions is P once a partition's metering was given or received
+	// here (0 before); gone[p] is true for each partition given away and
+	// not received back since: its events are answered Moved (move.go).
+	partitions int
+	gone       []bool
+	planned    int64 // counters since start (metrics), not replicated state
+	executed   int64
+	changes    atomic.Uint64  // bumped by every applied entry and restore
+	due        dueIndex       // derived: which spans have work when (the sampler's Due)
+	observe    func(ms int64) // SetTimeObserver; nil: none
 }
 
 // SetTimeObserver installs fn, called on the apply goroutine with the time
@@ -179,6 +212,7 @@ func (m *Module) reset() {
 	m.openMonth = 0
 	m.compactQ = nil
 	m.lastNow = 0
+	m.hashes, m.partitions, m.gone = false, 0, nil
 	m.due.invalidate()
 }
 
@@ -263,6 +297,17 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		m.advanceMonth(minute)
 		m.compactSome()
 		return len(rows), nil
+	case EntryTargets:
+		now, err := DecodeTargets(e.Payload)
+		if err != nil {
+			return nil, err
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.tick(now)
+		was := m.hashes
+		m.hashes = true
+		return !was, nil
 	}
 	return nil, fmt.Errorf("%w: entry type %d is not a metering type", ErrBadPayload, e.Type)
 }
@@ -381,6 +426,12 @@ func fingerprint(ev *Event) uint64 {
 }
 
 func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
+	th := TargetHash(ev.Target)
+	if p, ok := m.goneTo(th); ok {
+		// Before the dedup check: the partition's ids left with it, so an
+		// answer from here would differ from its new group's.
+		return Result{Code: Moved, Reason: fmt.Sprintf("partition %d of this target was given to another group; route again", p)}
+	}
 	var fp uint64
 	if ev.ID != "" {
 		fp = fingerprint(ev)
@@ -428,7 +479,11 @@ func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 	if ev.ID != "" {
 		// Kept at least as long as a retry could pass the slack check: a
 		// retried start after its span completed must not bill twice.
-		m.dedup[dedupKey{ev.Kind, ev.ID}] = dedupRec{fp: fp, expires: max(ev.Timestamp, now) + slack}
+		rec := dedupRec{fp: fp, expires: max(ev.Timestamp, now) + slack}
+		if m.hashes {
+			rec.th, rec.known = th, true
+		}
+		m.dedup[dedupKey{ev.Kind, ev.ID}] = rec
 	}
 	return res
 }

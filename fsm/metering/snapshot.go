@@ -9,7 +9,13 @@ import (
 	"github.com/tollgate-io/tollgate/metering/interval"
 )
 
-const sectionVersion = 1
+// The section's versions: 1 until the switch (meter-targets) or a partition
+// move, 2 after (move.go), so a replica of an older build reads every
+// section written before the cluster could have used either.
+const (
+	sectionVersion   = 1
+	sectionVersionV2 = 2
+)
 
 // Snapshot implements fsm.Module. It encodes at once: it runs on the apply
 // goroutine, so the state cannot change meanwhile, and the bytes are the
@@ -17,7 +23,7 @@ const sectionVersion = 1
 func (m *Module) Snapshot() (func() ([]byte, error), error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	if len(m.spans) == 0 && len(m.dedup) == 0 && m.nrec == 0 && len(m.dead) == 0 && len(m.series) == 0 && m.nextSpan == 1 {
+	if len(m.spans) == 0 && len(m.dedup) == 0 && m.nrec == 0 && len(m.dead) == 0 && len(m.series) == 0 && m.nextSpan == 1 && !m.v2() {
 		return nil, nil
 	}
 	b := m.encodeLocked()
@@ -27,8 +33,13 @@ func (m *Module) Snapshot() (func() ([]byte, error), error) {
 // encodeLocked writes the section in a canonical order (ids, keys sorted) so
 // equal states give equal bytes on every replica.
 func (m *Module) encodeLocked() []byte {
+	v2 := m.v2()
 	e := wire.Encoder{}
-	e.Byte(sectionVersion)
+	if v2 {
+		e.Byte(sectionVersionV2)
+	} else {
+		e.Byte(sectionVersion)
+	}
 	e.Uvarint(m.nextSpan)
 	ids := make([]uint64, 0, len(m.spans))
 	for id := range m.spans {
@@ -37,49 +48,16 @@ func (m *Module) encodeLocked() []byte {
 	slices.Sort(ids)
 	e.Uvarint(uint64(len(ids)))
 	for _, id := range ids {
-		s := m.spans[id]
-		e.Uvarint(s.ID)
-		appendTarget(&e, s.Target)
-		appendMeasures(&e, s.Measures)
-		e.Varint(s.Start)
-		var flags byte
-		if s.Stopped {
-			flags |= 1
-		}
-		if s.Planned != nil {
-			flags |= 2
-			if s.Planned.Backward {
-				flags |= 4
-			}
-		}
-		e.Byte(flags)
-		if s.Stopped {
-			e.Varint(s.End)
-		}
-		e.Varint(s.Cursor)
-		e.Uvarint(s.Version)
-		e.Uvarint(s.Seq)
-		if s.Planned != nil {
-			e.Varint(s.Planned.Start)
-			e.Varint(s.Planned.End)
-		}
-		e.String(s.StartID)
-		e.String(s.StopID)
+		appendSpan(&e, m.spans[id], v2)
 	}
 	keys := make([]dedupKey, 0, len(m.dedup))
 	for k := range m.dedup {
 		keys = append(keys, k)
 	}
-	slices.SortFunc(keys, func(a, b dedupKey) int {
-		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.id, b.id))
-	})
+	sortDedup(keys)
 	e.Uvarint(uint64(len(keys)))
 	for _, k := range keys {
-		d := m.dedup[k]
-		e.Byte(byte(k.kind))
-		e.String(k.id)
-		e.Uint64(d.fp)
-		e.Varint(d.expires)
+		appendDedup(&e, k, m.dedup[k], v2)
 	}
 	tkeys := make([]string, 0, len(m.ledger))
 	for k := range m.ledger {
@@ -118,7 +96,126 @@ func (m *Module) encodeLocked() []byte {
 		}
 	}
 	e.Varint(m.lastNow)
+	if v2 {
+		e.Bool(m.hashes)
+		e.Uvarint(uint64(m.partitions))
+		if m.partitions > 0 {
+			var gone []uint64
+			for p, g := range m.gone {
+				if g {
+					gone = append(gone, uint64(p))
+				}
+			}
+			e.Uvarint(uint64(len(gone)))
+			for _, p := range gone {
+				e.Uvarint(p)
+			}
+		}
+	}
 	return e.Buf
+}
+
+// v2 reports whether the section is written at version 2: after the switch
+// or a partition's metering moved, both of which need every replica at
+// TargetsClusterVersion.
+func (m *Module) v2() bool { return m.hashes || m.partitions > 0 }
+
+// appendSpan: uvarint id, target, measures, varint start, byte flags (1
+// stopped, 2 planned, 4 planned backward), [varint end], varint cursor,
+// uvarint version, uvarint seq, [varint planned start, varint planned end],
+// string start id, string stop id; version 2 only: uvarint origin span (0:
+// none), [uvarint origin group].
+func appendSpan(e *wire.Encoder, s *Span, v2 bool) {
+	e.Uvarint(s.ID)
+	appendTarget(e, s.Target)
+	appendMeasures(e, s.Measures)
+	e.Varint(s.Start)
+	var flags byte
+	if s.Stopped {
+		flags |= 1
+	}
+	if s.Planned != nil {
+		flags |= 2
+		if s.Planned.Backward {
+			flags |= 4
+		}
+	}
+	e.Byte(flags)
+	if s.Stopped {
+		e.Varint(s.End)
+	}
+	e.Varint(s.Cursor)
+	e.Uvarint(s.Version)
+	e.Uvarint(s.Seq)
+	if s.Planned != nil {
+		e.Varint(s.Planned.Start)
+		e.Varint(s.Planned.End)
+	}
+	e.String(s.StartID)
+	e.String(s.StopID)
+	if v2 {
+		e.Uvarint(s.OriginSpan)
+		if s.OriginSpan != 0 {
+			e.Uvarint(uint64(s.OriginGroup))
+		}
+	}
+}
+
+func readSpan(d *wire.Decoder, v2 bool) *Span {
+	s := &Span{ID: d.Uvarint("span id"), Target: readTarget(d), Measures: readMeasures(d, MaxMeasures), Start: d.Varint("start")}
+	flags := d.Byte("flags")
+	if flags&^7 != 0 || flags&6 == 4 {
+		d.Failf("span flags %#x", flags)
+	}
+	if flags&1 != 0 {
+		s.Stopped = true
+		s.End = d.Varint("end")
+	}
+	s.Cursor = d.Varint("cursor")
+	s.Version = d.Uvarint("version")
+	s.Seq = d.Uvarint("seq")
+	if flags&2 != 0 {
+		s.Planned = &interval.Interval{Start: d.Varint("planned start"), End: d.Varint("planned end"), Backward: flags&4 != 0}
+	}
+	s.StartID = d.String("start id", MaxIDLen)
+	s.StopID = d.String("stop id", MaxIDLen)
+	if v2 {
+		s.OriginSpan = d.Uvarint("origin span")
+		if s.OriginSpan != 0 {
+			s.OriginGroup = int(d.Uvarint("origin group") & math.MaxInt32)
+		}
+	}
+	return s
+}
+
+// appendDedup: byte kind, string id, 8 bytes fingerprint LE, varint
+// expires_ms; version 2 only: byte known, [8 bytes target hash LE].
+func appendDedup(e *wire.Encoder, k dedupKey, d dedupRec, v2 bool) {
+	e.Byte(byte(k.kind))
+	e.String(k.id)
+	e.Uint64(d.fp)
+	e.Varint(d.expires)
+	if v2 {
+		e.Bool(d.known)
+		if d.known {
+			e.Uint64(d.th)
+		}
+	}
+}
+
+func readDedup(d *wire.Decoder, v2 bool) (dedupKey, dedupRec) {
+	k := dedupKey{kind: Kind(d.Byte("kind")), id: d.String("id", MaxIDLen)}
+	r := dedupRec{fp: d.Uint64("fingerprint"), expires: d.Varint("expires")}
+	if v2 && d.Bool("target hash known") {
+		r.th, r.known = d.Uint64("target hash"), true
+	}
+	return k, r
+}
+
+func sortDedup(keys []dedupKey) {
+	slices.SortFunc(keys, func(a, b dedupKey) int {
+		return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.id, b.id))
+	})
 }
 
 // appendRecord: string usage id, span id, target, varint timestamp, varint
@@ -151,6 +248,10 @@ type state struct {
 	series    map[string]*tenantSeries
 	openMonth int64
 	lastNow   int64
+	// version 2
+	hashes     bool
+	partitions int
+	gone       []bool
 }
 
 func decodeSection(b []byte) (*state, error) {
@@ -160,32 +261,18 @@ func decodeSection(b []byte) (*state, error) {
 		return st, nil
 	}
 	d := wire.NewDecoder(b, ErrBadPayload)
-	if v := d.Byte("section version"); d.Err() == nil && v != sectionVersion {
-		d.Failf("section version %d (this build reads %d)", v, sectionVersion)
+	v := d.Byte("section version")
+	if d.Err() == nil && v != sectionVersion && v != sectionVersionV2 {
+		d.Failf("section version %d (this build reads %d and %d)", v, sectionVersion, sectionVersionV2)
 	}
+	v2 := v == sectionVersionV2
 	st.nextSpan = d.Uvarint("next span id")
 	n := d.Count("span count", len(b))
 	for range n {
 		if d.Err() != nil {
 			break
 		}
-		s := &Span{ID: d.Uvarint("span id"), Target: readTarget(&d), Measures: readMeasures(&d, MaxMeasures), Start: d.Varint("start")}
-		flags := d.Byte("flags")
-		if flags&^7 != 0 || flags&6 == 4 {
-			d.Failf("span flags %#x", flags)
-		}
-		if flags&1 != 0 {
-			s.Stopped = true
-			s.End = d.Varint("end")
-		}
-		s.Cursor = d.Varint("cursor")
-		s.Version = d.Uvarint("version")
-		s.Seq = d.Uvarint("seq")
-		if flags&2 != 0 {
-			s.Planned = &interval.Interval{Start: d.Varint("planned start"), End: d.Varint("planned end"), Backward: flags&4 != 0}
-		}
-		s.StartID = d.String("start id", MaxIDLen)
-		s.StopID = d.String("stop id", MaxIDLen)
+		s := readSpan(&d, v2)
 		if d.Err() != nil {
 			break
 		}
@@ -208,9 +295,8 @@ func decodeSection(b []byte) (*state, error) {
 		if d.Err() != nil {
 			break
 		}
-		k := dedupKey{kind: Kind(d.Byte("kind")), id: d.String("id", MaxIDLen)}
-		fp := d.Uint64("fingerprint")
-		st.dedup[k] = dedupRec{fp: fp, expires: d.Varint("expires")}
+		k, r := readDedup(&d, v2)
+		st.dedup[k] = r
 	}
 	n = d.Count("record count", len(b))
 	for range n {
@@ -251,6 +337,29 @@ func decodeSection(b []byte) (*state, error) {
 		latest = max(latest, s.minute)
 	}
 	st.lastNow = d.Varint("now")
+	if v2 {
+		st.hashes = d.Bool("hashes")
+		st.partitions = int(d.Uvarint("partitions") & math.MaxInt32)
+		if st.partitions > 0 {
+			if st.partitions > 1<<16 {
+				d.Failf("%d partitions", st.partitions)
+			} else {
+				st.gone = make([]bool, st.partitions)
+			}
+			k := d.Count("gone count", st.partitions)
+			last := -1
+			for range k {
+				p := int(d.Uvarint("gone partition") & math.MaxInt32)
+				if d.Err() == nil && (p <= last || p >= st.partitions) {
+					d.Failf("gone partition %d out of order or range", p)
+				}
+				if d.Err() != nil {
+					break
+				}
+				st.gone[p], last = true, p
+			}
+		}
+	}
 	if err := d.Finish(); err != nil {
 		return nil, err
 	}
@@ -281,6 +390,7 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 		m.nextSpan, m.spans, m.open, m.dedup = st.nextSpan, st.spans, st.open, st.dedup
 		m.ledger, m.nrec, m.dead, m.series, m.lastNow = st.ledger, st.nrec, st.dead, st.series, st.lastNow
 		m.openMonth, m.compactQ = st.openMonth, nil // the restore compacted every closed month
+		m.hashes, m.partitions, m.gone = st.hashes, st.partitions, st.gone
 		m.due.invalidate()
 		m.changes.Add(1)
 		if m.observe != nil && m.lastNow > 0 {

@@ -293,6 +293,10 @@ func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error)
 		return nil, status.Error(codes.AlreadyExists, "conflict: "+r.Reason)
 	case fsmmeter.Unprocessable:
 		return nil, status.Error(codes.FailedPrecondition, "unprocessable: "+r.Reason)
+	case fsmmeter.Moved:
+		// Nothing was recorded: the event belongs to the group the
+		// partition moved to, and a retry is routed there.
+		return nil, status.Error(codes.Unavailable, "moved: "+r.Reason)
 	}
 	return nil, status.Errorf(codes.Internal, "unknown event outcome %d", r.Code)
 }

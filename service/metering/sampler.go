@@ -13,6 +13,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 )
 
@@ -239,6 +242,16 @@ func (w *worker) dispatch(wk fsmmeter.Work) {
 func (w *worker) housekeeping(now int64) error {
 	s := w.s
 	cutoff := now - s.cfg.LedgerRetention.Milliseconds()
+	if !w.mod.Hashes() {
+		// The switch: from its entry on, dedup records keep their target's
+		// hash, which a partition move of the metering needs (fsm/metering
+		// move.go). Refused while a member runs a build below its cluster
+		// version: asked again at the next minute.
+		_, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryTargets, fsmmeter.EncodeTargets(now))
+		if err != nil && status.Code(err) != codes.FailedPrecondition {
+			return fmt.Errorf("targets switch: %w", err)
+		}
+	}
 	if w.mod.HasState() {
 		if _, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryTick, fsmmeter.EncodeTick(now, cutoff)); err != nil {
 			return fmt.Errorf("tick: %w", err)

@@ -1,0 +1,287 @@
+package metering
+
+import (
+	"fmt"
+	"math"
+	"slices"
+
+	"github.com/tollgate-io/tollgate/fsm/wire"
+	"github.com/tollgate-io/tollgate/layout"
+)
+
+// Moving one partition's metering to another group (docs/online-groups.md,
+// "The hand-off of metering"). The partition-moves module calls TakePartition
+// in the giver's apply of a give and PutPartition in the receiver's apply of
+// the receive, so both run at one index on every replica.
+//
+// What moves: the spans of the partition's targets (open ones, and stopped
+// ones with intervals still to sample) and the dedup records of their
+// events. The ledger, the dead letters and the active-series samples stay:
+// they are history or per tenant, and queries read every group.
+//
+// Usage ids: a moved span keeps naming the group and span that started it
+// (Span.OriginGroup, OriginSpan), so an interval the giver posted and did not
+// record is posted again under the same idempotency key. The receiver gives
+// the span a new id of its own (span ids are per group).
+//
+// Dedup records: those created after the switch (meter-targets) carry their
+// target's hash, so the give takes exactly the partition's. Those created
+// before are unknown on every replica alike; the give copies all of them
+// (the giver keeps them too: they may be other partitions'), so a retry of
+// any event the giver accepted finds its id in the receiver.
+//
+// The fence: from the give on, the giver answers Moved to every event of the
+// partition (before the dedup check: its ids left with it), in the apply, so
+// every replica agrees whatever its leader did; a receive of the partition
+// lifts it.
+//
+// Transfer payload (fsm/wire fields):
+//
+//	byte     1 (payload version)
+//	uvarint  partitions P, uvarint partition p (< P)
+//	varint   the giver's now (ms)
+//	uvarint  span count, spans as in the section at version 2 (the
+//	         giver's id; origin always set), rising by the giver's id
+//	uvarint  dedup count, records as in the section at version 2, in
+//	         (kind, id) order
+//
+// Targets payload (meter-targets, 28): varint now_ms.
+
+const transferVersion = 1
+
+// maxPartitions bounds P in a payload or section (layout allows fewer).
+const maxPartitions = 1 << 16
+
+// EncodeTargets encodes a meter-targets payload.
+func EncodeTargets(nowMs int64) []byte {
+	e := wire.Encoder{}
+	e.Varint(nowMs)
+	return e.Buf
+}
+
+// DecodeTargets decodes a meter-targets payload.
+func DecodeTargets(b []byte) (nowMs int64, err error) {
+	d := wire.NewDecoder(b, ErrBadPayload)
+	nowMs = d.Varint("now")
+	return nowMs, d.Finish()
+}
+
+// Hashes reports whether the switch applied here: dedup records keep their
+// target's hash.
+func (m *Module) Hashes() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.hashes
+}
+
+// goneTo reports whether the partition of target hash th was given away.
+// Under mu.
+func (m *Module) goneTo(th uint64) (int, bool) {
+	if m.partitions == 0 {
+		return 0, false
+	}
+	p := layout.Partition(th, m.partitions)
+	return p, m.gone[p]
+}
+
+// Gone reports whether partition p's metering was given away from this group
+// (and not received back).
+func (m *Module) Gone(p int) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.partitions > 0 && p >= 0 && p < len(m.gone) && m.gone[p]
+}
+
+// TakeResult says what a take moved.
+type TakeResult struct {
+	Spans, Dedup int
+}
+
+// TakePartition removes partition p's metering from the group (of P
+// partitions) and returns it as a transfer payload; from here on the
+// partition's events are answered Moved. It runs on the apply goroutine of
+// the give. A partition already given away gives an empty transfer.
+func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
+	if partitions < 1 || partitions > maxPartitions || p < 0 || p >= partitions {
+		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d", ErrBadPayload, p, partitions)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.changes.Add(1)
+	if m.partitions != 0 && m.partitions != partitions {
+		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d, but this group moved partitions of %d", ErrBadPayload, p, partitions, m.partitions)
+	}
+	e := wire.Encoder{}
+	e.Byte(transferVersion)
+	e.Uvarint(uint64(partitions))
+	e.Uvarint(uint64(p))
+	e.Varint(m.lastNow)
+	var res TakeResult
+	if m.partitions == 0 || !m.gone[p] {
+		var ids []uint64
+		for id, s := range m.spans {
+			if layout.Partition(TargetHash(s.Target), partitions) == p {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		e.Uvarint(uint64(len(ids)))
+		for _, id := range ids {
+			s := m.spans[id]
+			c := *s
+			if c.OriginSpan == 0 {
+				c.OriginGroup, c.OriginSpan = m.group, s.ID
+			}
+			appendSpan(&e, &c, true)
+			if !s.Stopped {
+				delete(m.open, s.Target.key())
+			}
+			delete(m.spans, id)
+		}
+		res.Spans = len(ids)
+		var keys []dedupKey
+		for k, d := range m.dedup {
+			if !d.known || layout.Partition(d.th, partitions) == p {
+				keys = append(keys, k)
+			}
+		}
+		sortDedup(keys)
+		e.Uvarint(uint64(len(keys)))
+		for _, k := range keys {
+			d := m.dedup[k]
+			appendDedup(&e, k, d, true)
+			if d.known {
+				delete(m.dedup, k) // unknown ones may be other partitions': kept
+			}
+		}
+		res.Dedup = len(keys)
+	} else {
+		e.Uvarint(0)
+		e.Uvarint(0)
+	}
+	if m.partitions == 0 {
+		m.partitions, m.gone = partitions, make([]bool, partitions)
+	}
+	m.gone[p] = true
+	m.due.invalidate()
+	return e.Buf, res, nil
+}
+
+// Transfer is a decoded take.
+type Transfer struct {
+	Partitions, Partition int
+	Now                   int64
+	Spans                 []*Span
+	Dedup                 map[dedupKey]dedupRec
+}
+
+// DecodeTransfer validates a transfer payload without installing it.
+func DecodeTransfer(b []byte) (*Transfer, error) {
+	d := wire.NewDecoder(b, ErrBadPayload)
+	if v := d.Byte("transfer version"); d.Err() == nil && v != transferVersion {
+		d.Failf("metering transfer version %d (this build reads %d)", v, transferVersion)
+	}
+	t := &Transfer{Dedup: map[dedupKey]dedupRec{}}
+	t.Partitions = int(d.Uvarint("partitions") & math.MaxInt32)
+	t.Partition = int(d.Uvarint("partition") & math.MaxInt32)
+	if d.Err() == nil && (t.Partitions < 1 || t.Partitions > maxPartitions || t.Partition >= t.Partitions) {
+		d.Failf("partition %d of %d", t.Partition, t.Partitions)
+	}
+	t.Now = d.Varint("now")
+	n := d.Count("span count", len(b))
+	open := map[string]bool{}
+	var last uint64
+	for range n {
+		if d.Err() != nil {
+			break
+		}
+		s := readSpan(&d, true)
+		switch {
+		case d.Err() != nil:
+		case s.ID <= last || s.OriginSpan == 0:
+			d.Failf("span %d out of order or without its origin", s.ID)
+		case layout.Partition(TargetHash(s.Target), t.Partitions) != t.Partition:
+			d.Failf("span %d is not of partition %d", s.ID, t.Partition)
+		case !s.Stopped && open[s.Target.key()]:
+			d.Failf("two open spans for one target")
+		}
+		if d.Err() != nil {
+			break
+		}
+		last = s.ID
+		if !s.Stopped {
+			open[s.Target.key()] = true
+		}
+		t.Spans = append(t.Spans, s)
+	}
+	n = d.Count("dedup count", len(b))
+	for range n {
+		if d.Err() != nil {
+			break
+		}
+		k, r := readDedup(&d, true)
+		if d.Err() == nil {
+			if _, dup := t.Dedup[k]; dup {
+				d.Failf("dedup id %q twice", k.id)
+				break
+			}
+			t.Dedup[k] = r
+		}
+	}
+	if err := d.Finish(); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// PutResult says what a put installed.
+type PutResult struct {
+	Spans, Dedup int
+	Refused      string // non-empty: nothing changed, and why
+}
+
+// PutPartition installs a transfer (DecodeTransfer's) in the receiver: each
+// span under a new id of this group, keeping its origin; each dedup record
+// unless this group has the id already (the later expiry is kept); the
+// partition's fence lifted. A transfer whose open span's target is open here
+// too is refused whole (a group never holds a partition it has not received).
+// It runs on the apply goroutine of the receive.
+func (m *Module) PutPartition(t *Transfer) PutResult {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	defer m.changes.Add(1)
+	if m.partitions != 0 && m.partitions != t.Partitions {
+		return PutResult{Refused: fmt.Sprintf("transfer of %d partitions into a group that moved partitions of %d", t.Partitions, m.partitions)}
+	}
+	for _, s := range t.Spans {
+		if _, ok := m.open[s.Target.key()]; ok && !s.Stopped {
+			return PutResult{Refused: fmt.Sprintf("span %d of group %d: its target has an open span here", s.OriginSpan, s.OriginGroup)}
+		}
+	}
+	m.tick(t.Now)
+	for _, in := range t.Spans {
+		s := *in
+		s.ID = m.nextSpan
+		m.nextSpan++
+		m.spans[s.ID] = &s
+		if !s.Stopped {
+			m.open[s.Target.key()] = s.ID
+		}
+	}
+	for k, r := range t.Dedup {
+		if have, ok := m.dedup[k]; ok {
+			if r.expires > have.expires {
+				have.expires = r.expires
+				m.dedup[k] = have
+			}
+			continue
+		}
+		m.dedup[k] = r
+	}
+	if m.partitions == 0 {
+		m.partitions, m.gone = t.Partitions, make([]bool, t.Partitions)
+	}
+	m.gone[t.Partition] = false
+	m.due.invalidate()
+	return PutResult{Spans: len(t.Spans), Dedup: len(t.Dedup)}
+}
