@@ -169,11 +169,15 @@ type Module struct {
 	// hashes is the switch (meter-targets applied): dedup records keep
 	// their target's hash and the section is written at version 2.
 	hashes bool
-	// partitions is P once a partition's metering was given or received
-	// here (0 before); gone[p] is true for each partition given away and
-	// not received back since: its events are answered Moved (move.go).
-	partitions int
-	gone       []bool
+	// The partitions whose metering this group holds (move.go). partitions,
+	// homeLo and homeHi are configuration (SetHome), the same on every
+	// replica: the range the created count's arithmetic gives the group
+	// (empty for a group a raise added). moved and owned are replicated:
+	// once a partition's metering was given or received here, owned[p]
+	// says which the group holds.
+	partitions, homeLo, homeHi int
+	moved                      bool
+	owned                      []bool
 	planned    int64 // counters since start (metrics), not replicated state
 	executed   int64
 	changes    atomic.Uint64  // bumped by every applied entry and restore
@@ -212,7 +216,7 @@ func (m *Module) reset() {
 	m.openMonth = 0
 	m.compactQ = nil
 	m.lastNow = 0
-	m.hashes, m.partitions, m.gone = false, 0, nil
+	m.hashes, m.moved, m.owned = false, false, nil
 	m.due.invalidate()
 }
 
@@ -427,10 +431,10 @@ func fingerprint(ev *Event) uint64 {
 
 func (m *Module) applyEvent(ev *Event, now, slack int64) Result {
 	th := TargetHash(ev.Target)
-	if p, ok := m.goneTo(th); ok {
+	if p, ok := m.fenced(th); ok {
 		// Before the dedup check: the partition's ids left with it, so an
 		// answer from here would differ from its new group's.
-		return Result{Code: Moved, Reason: fmt.Sprintf("partition %d of this target was given to another group; route again", p)}
+		return Result{Code: Moved, Reason: fmt.Sprintf("the metering of this target's partition %d is not in group %d; route again", p, m.group)}
 	}
 	var fp uint64
 	if ev.ID != "" {

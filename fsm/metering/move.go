@@ -39,6 +39,10 @@ import (
 //
 //	byte     1 (payload version)
 //	uvarint  partitions P, uvarint partition p (< P)
+//	byte     held: 1 if the giver held the partition's metering, 0 if not
+//	         (no span or record follows, and the receiver does not start
+//	         holding it: its metering is still where a series-only move
+//	         left it)
 //	varint   the giver's now (ms)
 //	uvarint  span count, spans as in the section at version 2 (the
 //	         giver's id; origin always set), rising by the giver's id
@@ -74,22 +78,58 @@ func (m *Module) Hashes() bool {
 	return m.hashes
 }
 
-// goneTo reports whether the partition of target hash th was given away.
-// Under mu.
-func (m *Module) goneTo(th uint64) (int, bool) {
+// SetHome configures the partitions whose metering the group holds until a
+// move: [lo, hi) of p, the range the created count's arithmetic gives it
+// (layout.GroupSpan; empty for a group a raise added, which holds none until
+// it receives one). Call it before the first entry applies. Without it the
+// module holds every target routed to it, and cannot move any.
+func (m *Module) SetHome(p, lo, hi int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.partitions, m.homeLo, m.homeHi = p, lo, hi
+}
+
+// owns reports whether the group holds partition p's metering. Under mu.
+func (m *Module) owns(p int) bool {
+	if m.moved {
+		return m.owned[p]
+	}
+	return p >= m.homeLo && p < m.homeHi
+}
+
+// fenced reports whether an event of target hash th is another group's:
+// its partition's metering was given away, or the group is one a raise
+// added and never received it. A group of the created count that never
+// moved anything takes every event routed to it, as builds before moves
+// did (routing sends it only its own). Under mu.
+func (m *Module) fenced(th uint64) (int, bool) {
 	if m.partitions == 0 {
 		return 0, false
 	}
 	p := layout.Partition(th, m.partitions)
-	return p, m.gone[p]
+	if m.moved {
+		return p, !m.owned[p]
+	}
+	return p, m.homeLo == m.homeHi
 }
 
-// Gone reports whether partition p's metering was given away from this group
-// (and not received back).
-func (m *Module) Gone(p int) bool {
+// Owns reports whether the group holds partition p's metering now.
+func (m *Module) Owns(p int) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.partitions > 0 && p >= 0 && p < len(m.gone) && m.gone[p]
+	return m.partitions > 0 && p >= 0 && p < m.partitions && m.owns(p)
+}
+
+// startMoves makes the held partitions explicit (replicated from here on).
+func (m *Module) startMoves() {
+	if m.moved {
+		return
+	}
+	m.owned = make([]bool, m.partitions)
+	for p := m.homeLo; p < m.homeHi; p++ {
+		m.owned[p] = true
+	}
+	m.moved = true
 }
 
 // TakeResult says what a take moved.
@@ -100,7 +140,9 @@ type TakeResult struct {
 // TakePartition removes partition p's metering from the group (of P
 // partitions) and returns it as a transfer payload; from here on the
 // partition's events are answered Moved. It runs on the apply goroutine of
-// the give. A partition already given away gives an empty transfer.
+// the give. A partition whose metering is not here (given away, or left in
+// its first group by a build that moved series only) gives an empty
+// transfer, which moves nothing.
 func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
 	if partitions < 1 || partitions > maxPartitions || p < 0 || p >= partitions {
 		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d", ErrBadPayload, p, partitions)
@@ -108,16 +150,18 @@ func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer m.changes.Add(1)
-	if m.partitions != 0 && m.partitions != partitions {
-		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d, but this group moved partitions of %d", ErrBadPayload, p, partitions, m.partitions)
+	if m.partitions != partitions {
+		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d, but group %d holds partitions of %d", ErrBadPayload, p, partitions, m.group, m.partitions)
 	}
 	e := wire.Encoder{}
 	e.Byte(transferVersion)
 	e.Uvarint(uint64(partitions))
 	e.Uvarint(uint64(p))
+	held := m.owns(p)
+	e.Bool(held)
 	e.Varint(m.lastNow)
 	var res TakeResult
-	if m.partitions == 0 || !m.gone[p] {
+	if held {
 		var ids []uint64
 		for id, s := range m.spans {
 			if layout.Partition(TargetHash(s.Target), partitions) == p {
@@ -159,10 +203,8 @@ func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
 		e.Uvarint(0)
 		e.Uvarint(0)
 	}
-	if m.partitions == 0 {
-		m.partitions, m.gone = partitions, make([]bool, partitions)
-	}
-	m.gone[p] = true
+	m.startMoves()
+	m.owned[p] = false
 	m.due.invalidate()
 	return e.Buf, res, nil
 }
@@ -170,6 +212,7 @@ func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
 // Transfer is a decoded take.
 type Transfer struct {
 	Partitions, Partition int
+	Held                  bool // the giver held the partition's metering
 	Now                   int64
 	Spans                 []*Span
 	Dedup                 map[dedupKey]dedupRec
@@ -187,8 +230,12 @@ func DecodeTransfer(b []byte) (*Transfer, error) {
 	if d.Err() == nil && (t.Partitions < 1 || t.Partitions > maxPartitions || t.Partition >= t.Partitions) {
 		d.Failf("partition %d of %d", t.Partition, t.Partitions)
 	}
+	t.Held = d.Bool("held")
 	t.Now = d.Varint("now")
 	n := d.Count("span count", len(b))
+	if d.Err() == nil && !t.Held && n != 0 {
+		d.Failf("%d spans in a transfer of metering the giver did not hold", n)
+	}
 	open := map[string]bool{}
 	var last uint64
 	for range n {
@@ -215,6 +262,9 @@ func DecodeTransfer(b []byte) (*Transfer, error) {
 		t.Spans = append(t.Spans, s)
 	}
 	n = d.Count("dedup count", len(b))
+	if d.Err() == nil && !t.Held && n != 0 {
+		d.Failf("%d dedup records in a transfer of metering the giver did not hold", n)
+	}
 	for range n {
 		if d.Err() != nil {
 			break
@@ -240,7 +290,8 @@ type PutResult struct {
 	Refused      string // non-empty: nothing changed, and why
 }
 
-// PutPartition installs a transfer (DecodeTransfer's) in the receiver: each
+// PutPartition installs a transfer (DecodeTransfer's) in the receiver (one
+// whose giver did not hold the metering changes nothing but the now): each
 // span under a new id of this group, keeping its origin; each dedup record
 // unless this group has the id already (the later expiry is kept); the
 // partition's fence lifted. A transfer whose open span's target is open here
@@ -250,8 +301,8 @@ func (m *Module) PutPartition(t *Transfer) PutResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	defer m.changes.Add(1)
-	if m.partitions != 0 && m.partitions != t.Partitions {
-		return PutResult{Refused: fmt.Sprintf("transfer of %d partitions into a group that moved partitions of %d", t.Partitions, m.partitions)}
+	if m.partitions != t.Partitions {
+		return PutResult{Refused: fmt.Sprintf("transfer of %d partitions into group %d of a cluster of %d", t.Partitions, m.group, m.partitions)}
 	}
 	for _, s := range t.Spans {
 		if _, ok := m.open[s.Target.key()]; ok && !s.Stopped {
@@ -278,10 +329,10 @@ func (m *Module) PutPartition(t *Transfer) PutResult {
 		}
 		m.dedup[k] = r
 	}
-	if m.partitions == 0 {
-		m.partitions, m.gone = t.Partitions, make([]bool, t.Partitions)
+	if t.Held {
+		m.startMoves()
+		m.owned[t.Partition] = true
 	}
-	m.gone[t.Partition] = false
 	m.due.invalidate()
 	return PutResult{Spans: len(t.Spans), Dedup: len(t.Dedup)}
 }

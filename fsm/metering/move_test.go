@@ -16,6 +16,8 @@ const moveP = 64
 func newGroupReplica(t testing.TB, g int) *replica {
 	t.Helper()
 	m := New(g)
+	lo, hi := layout.GroupSpan(g, moveP, 4) // created with 4 groups: 4–7 were raised
+	m.SetHome(moveP, lo, hi)
 	f, err := fsm.New(fsm.Config{Partitions: moveP, Groups: 8, Shards: 16, Group: g, Modules: []fsm.Module{m}})
 	if err != nil {
 		t.Fatal(err)
@@ -23,15 +25,18 @@ func newGroupReplica(t testing.TB, g int) *replica {
 	return &replica{t: t, f: f, m: m}
 }
 
-// targetsIn returns n targets whose partition is p and one that is not.
+// targetsIn returns n targets whose partition is p and one of another
+// partition of the same group's home (created with 4 groups).
 func targetsIn(p, n int) (in []Target, out Target) {
+	lo, hi := layout.GroupSpan(layout.GroupOf(p, moveP, 4), moveP, 4)
 	for i := 0; len(in) < n || out.Org == ""; i++ {
 		t := Target{"org", "space", fmt.Sprintf("c%d", i), "postgres", "large", "inst"}
-		if layout.Partition(TargetHash(t), moveP) == p {
+		switch q := layout.Partition(TargetHash(t), moveP); {
+		case q == p:
 			if len(in) < n {
 				in = append(in, t)
 			}
-		} else if out.Org == "" {
+		case q >= lo && q < hi && out.Org == "":
 			out = t
 		}
 	}
@@ -55,7 +60,7 @@ func usageIDs(m *Module) map[string]bool {
 // answers Moved for the partition and nothing else, both sides survive a
 // snapshot, and giving the partition back lifts the fence.
 func TestMovePartitionMetering(t *testing.T) {
-	const p = 9
+	const p = 20 // group 1's home is [16, 32)
 	h := int64(3_600_000)
 	now := int64(1_700_000_000_000) / h * h
 	in, out := targetsIn(p, 3)
@@ -93,10 +98,27 @@ func TestMovePartitionMetering(t *testing.T) {
 	if len(before) < 3 {
 		t.Fatalf("planned usage ids %v", before)
 	}
-	// The receiver has spans of its own, so the moved ones get other ids.
+	// A group a raise added holds no partition's metering until it receives
+	// one; this one first receives partition 3 from group 0, so the spans
+	// moved below get other ids than they had.
 	dst.apply(EntryTargets, EncodeTargets(now))
-	_, other := targetsIn((p+1)%moveP, 1)
-	dst.events(now, start("dst-own", other, now), start("dst-own-2", Target{Org: "x"}, now))
+	if r := dst.events(now, start("early", in[1], now)); r[0].Code != Moved {
+		t.Fatalf("a raised group before any receive: %+v", r[0])
+	}
+	g0 := newGroupReplica(t, 0)
+	in3, _ := targetsIn(3, 2)
+	g0.events(now, start("g0-a", in3[0], now), start("g0-b", in3[1], now))
+	first, _, err := g0.m.TakePartition(3, moveP)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr0, err := DecodeTransfer(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := dst.m.PutPartition(tr0); res.Spans != 2 || !dst.m.Owns(3) || dst.m.Owns(p) {
+		t.Fatalf("first put: %+v", res)
+	}
 
 	payload, took, err := src.m.TakePartition(p, moveP)
 	if err != nil || took.Spans != 3 || took.Dedup != 4 {
@@ -160,8 +182,8 @@ func TestMovePartitionMetering(t *testing.T) {
 		if !bytes.Equal(fresh.snapshot(), r.snapshot()) {
 			t.Fatalf("group %d: a restored snapshot differs", r.m.group)
 		}
-		if fresh.m.Gone(p) != (r == src) || !fresh.m.Hashes() {
-			t.Fatalf("group %d after a restore: gone %v, hashes %v", r.m.group, fresh.m.Gone(p), fresh.m.Hashes())
+		if fresh.m.Owns(p) != (r == dst) || !fresh.m.Hashes() {
+			t.Fatalf("group %d after a restore: owns %v, hashes %v", r.m.group, fresh.m.Owns(p), fresh.m.Hashes())
 		}
 		if got, want := usageIDs(fresh.m), usageIDs(r.m); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("group %d: usage ids %v after a restore, %v before", r.m.group, got, want)
@@ -180,7 +202,7 @@ func TestMovePartitionMetering(t *testing.T) {
 	if res := src.m.PutPartition(tr); res.Refused != "" {
 		t.Fatal(res.Refused)
 	}
-	if src.m.Gone(p) || !dst.m.Gone(p) {
+	if !src.m.Owns(p) || dst.m.Owns(p) {
 		t.Fatal("the fence did not follow the partition back")
 	}
 	if r := src.events(now+2*h, start("s0", in[1], now)); r[0].Code != Duplicate {
@@ -204,7 +226,7 @@ func TestMovePartitionMetering(t *testing.T) {
 // events, one restored a snapshot written before the switch) give the same
 // transfer: the records from before the switch are unknown on both.
 func TestTakeIsTheSameOnEveryReplica(t *testing.T) {
-	const p = 3
+	const p = 35 // group 2's home is [32, 48)
 	now := int64(1_700_000_000_000)
 	in, out := targetsIn(p, 2)
 	a, b := newGroupReplica(t, 2), newGroupReplica(t, 2)
@@ -231,9 +253,9 @@ func TestTakeIsTheSameOnEveryReplica(t *testing.T) {
 }
 
 func TestTransferRefusals(t *testing.T) {
-	const p = 5
+	const p = 21
 	now := int64(1_700_000_000_000)
-	in, out := targetsIn(p, 1)
+	in, _ := targetsIn(p, 1)
 	src := newGroupReplica(t, 1)
 	src.apply(EntryTargets, EncodeTargets(now))
 	src.events(now, start("s", in[0], now))
@@ -252,19 +274,59 @@ func TestTransferRefusals(t *testing.T) {
 	if _, _, err := src.m.TakePartition(moveP, moveP); err == nil {
 		t.Fatal("a take of a partition out of range was accepted")
 	}
-	// The receiver already has an open span for the moved target.
+	// The receiver already has an open span for the moved target (a group
+	// of the created count, whose home holds the partition too).
 	tr, _ := DecodeTransfer(good)
-	dst := newGroupReplica(t, 6)
+	dst := newGroupReplica(t, 1)
 	dst.events(now, start("d", in[0], now))
 	if res := dst.m.PutPartition(tr); res.Refused == "" || len(dst.m.Spans()) != 1 {
 		t.Fatalf("conflicting put: %+v", res)
 	}
 	// A span of another partition in the payload is refused.
 	other := newGroupReplica(t, 1)
-	other.events(now, start("o", out, now))
-	bad, _, _ := other.m.TakePartition(layout.Partition(TargetHash(out), moveP), moveP)
+	out, _ := targetsIn(22, 1)
+	other.events(now, start("o", out[0], now))
+	bad, res, _ := other.m.TakePartition(22, moveP)
+	if res.Spans != 1 {
+		t.Fatalf("take %+v", res)
+	}
 	bad[2] = byte(p) // relabel the partition: its span no longer belongs
 	if _, err := DecodeTransfer(bad); !errors.Is(err, ErrBadPayload) {
 		t.Fatalf("relabelled transfer: %v", err)
+	}
+}
+
+// A partition whose series a build without metering moves handed from its
+// first group to a raised one keeps its metering in the first group: a later
+// give by the raised group moves nothing, and the receiver does not start
+// holding it.
+func TestSeriesOnlyMoveLeavesMeteringHome(t *testing.T) {
+	const p = 20
+	now := int64(1_700_000_000_000)
+	in, _ := targetsIn(p, 1)
+	home, d, e := newGroupReplica(t, 1), newGroupReplica(t, 5), newGroupReplica(t, 6)
+	payload, res, err := d.m.TakePartition(p, moveP)
+	if err != nil || res != (TakeResult{}) {
+		t.Fatalf("take from a group without the metering: %+v %v", res, err)
+	}
+	tr, err := DecodeTransfer(payload)
+	if err != nil || tr.Held {
+		t.Fatalf("transfer %+v %v", tr, err)
+	}
+	e.m.PutPartition(tr)
+	if e.m.Owns(p) || d.m.Owns(p) || !home.m.Owns(p) {
+		t.Fatalf("owners after an empty move: home %v, giver %v, receiver %v", home.m.Owns(p), d.m.Owns(p), e.m.Owns(p))
+	}
+	if r := e.events(now, start("x", in[0], now)); r[0].Code != Moved {
+		t.Fatalf("receiver of an empty move: %+v", r[0])
+	}
+	if r := home.events(now, start("x", in[0], now)); r[0].Code != Created {
+		t.Fatalf("home group: %+v", r[0])
+	}
+	// A payload claiming spans of metering it did not hold is refused.
+	bad := append([]byte(nil), payload...)
+	bad[len(bad)-2] = 1 // span count
+	if _, err := DecodeTransfer(bad); !errors.Is(err, ErrBadPayload) {
+		t.Fatalf("spans without held: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package metering
 
 import (
 	"cmp"
+	"fmt"
 	"math"
 	"slices"
 
@@ -98,16 +99,17 @@ func (m *Module) encodeLocked() []byte {
 	e.Varint(m.lastNow)
 	if v2 {
 		e.Bool(m.hashes)
-		e.Uvarint(uint64(m.partitions))
-		if m.partitions > 0 {
-			var gone []uint64
-			for p, g := range m.gone {
-				if g {
-					gone = append(gone, uint64(p))
+		e.Bool(m.moved)
+		if m.moved {
+			e.Uvarint(uint64(len(m.owned)))
+			var owned []uint64
+			for p, o := range m.owned {
+				if o {
+					owned = append(owned, uint64(p))
 				}
 			}
-			e.Uvarint(uint64(len(gone)))
-			for _, p := range gone {
+			e.Uvarint(uint64(len(owned)))
+			for _, p := range owned {
 				e.Uvarint(p)
 			}
 		}
@@ -118,7 +120,7 @@ func (m *Module) encodeLocked() []byte {
 // v2 reports whether the section is written at version 2: after the switch
 // or a partition's metering moved, both of which need every replica at
 // TargetsClusterVersion.
-func (m *Module) v2() bool { return m.hashes || m.partitions > 0 }
+func (m *Module) v2() bool { return m.hashes || m.moved }
 
 // appendSpan: uvarint id, target, measures, varint start, byte flags (1
 // stopped, 2 planned, 4 planned backward), [varint end], varint cursor,
@@ -250,8 +252,8 @@ type state struct {
 	lastNow   int64
 	// version 2
 	hashes     bool
-	partitions int
-	gone       []bool
+	moved bool
+	owned []bool
 }
 
 func decodeSection(b []byte) (*state, error) {
@@ -339,24 +341,25 @@ func decodeSection(b []byte) (*state, error) {
 	st.lastNow = d.Varint("now")
 	if v2 {
 		st.hashes = d.Bool("hashes")
-		st.partitions = int(d.Uvarint("partitions") & math.MaxInt32)
-		if st.partitions > 0 {
-			if st.partitions > 1<<16 {
-				d.Failf("%d partitions", st.partitions)
-			} else {
-				st.gone = make([]bool, st.partitions)
+		if st.moved = d.Bool("moved"); st.moved {
+			np := int(d.Uvarint("partitions") & math.MaxInt32)
+			if d.Err() == nil && (np < 1 || np > maxPartitions) {
+				d.Failf("%d partitions", np)
 			}
-			k := d.Count("gone count", st.partitions)
+			if d.Err() == nil {
+				st.owned = make([]bool, np)
+			}
+			k := d.Count("owned count", np)
 			last := -1
 			for range k {
-				p := int(d.Uvarint("gone partition") & math.MaxInt32)
-				if d.Err() == nil && (p <= last || p >= st.partitions) {
-					d.Failf("gone partition %d out of order or range", p)
+				p := int(d.Uvarint("owned partition") & math.MaxInt32)
+				if d.Err() == nil && (p <= last || p >= np) {
+					d.Failf("owned partition %d out of order or range", p)
 				}
 				if d.Err() != nil {
 					break
 				}
-				st.gone[p], last = true, p
+				st.owned[p], last = true, p
 			}
 		}
 	}
@@ -384,13 +387,16 @@ func (m *Module) PrepareRestore(data []byte) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
+	if st.moved && len(st.owned) != m.partitions {
+		return nil, fmt.Errorf("%w: section of %d partitions restored into group %d of a cluster of %d", ErrBadPayload, len(st.owned), m.group, m.partitions)
+	}
 	return func() {
 		m.mu.Lock()
 		defer m.mu.Unlock()
 		m.nextSpan, m.spans, m.open, m.dedup = st.nextSpan, st.spans, st.open, st.dedup
 		m.ledger, m.nrec, m.dead, m.series, m.lastNow = st.ledger, st.nrec, st.dead, st.series, st.lastNow
 		m.openMonth, m.compactQ = st.openMonth, nil // the restore compacted every closed month
-		m.hashes, m.partitions, m.gone = st.hashes, st.partitions, st.gone
+		m.hashes, m.moved, m.owned = st.hashes, st.moved, st.owned
 		m.due.invalidate()
 		m.changes.Add(1)
 		if m.observe != nil && m.lastNow > 0 {
