@@ -178,11 +178,11 @@ type Module struct {
 	partitions, homeLo, homeHi int
 	moved                      bool
 	owned                      []bool
-	planned    int64 // counters since start (metrics), not replicated state
-	executed   int64
-	changes    atomic.Uint64  // bumped by every applied entry and restore
-	due        dueIndex       // derived: which spans have work when (the sampler's Due)
-	observe    func(ms int64) // SetTimeObserver; nil: none
+	planned                    int64 // counters since start (metrics), not replicated state
+	executed                   int64
+	changes                    atomic.Uint64  // bumped by every applied entry and restore
+	due                        dueIndex       // derived: which spans have work when (the sampler's Due)
+	observe                    func(ms int64) // SetTimeObserver; nil: none
 }
 
 // SetTimeObserver installs fn, called on the apply goroutine with the time

@@ -251,9 +251,9 @@ type state struct {
 	openMonth int64
 	lastNow   int64
 	// version 2
-	hashes     bool
-	moved bool
-	owned []bool
+	hashes bool
+	moved  bool
+	owned  []bool
 }
 
 func decodeSection(b []byte) (*state, error) {
