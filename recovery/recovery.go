@@ -19,6 +19,7 @@ import (
 	"github.com/tollgate-io/tollgate/fsm/partmove"
 	"github.com/tollgate-io/tollgate/fsm/runtimecfg"
 	"github.com/tollgate-io/tollgate/fsm/shares"
+	"github.com/tollgate-io/tollgate/layout"
 	"github.com/tollgate-io/tollgate/layout/layoutfile"
 	"github.com/tollgate-io/tollgate/nodeid"
 	"github.com/tollgate-io/tollgate/raftnode"
@@ -192,7 +193,10 @@ func FSM(partitions, groups, base, shardCount, g int, log *slog.Logger) (*fsm.FS
 	if err != nil {
 		return nil, err
 	}
-	mods := []fsm.Module{sh, runtimecfg.New(nil), fsmmeter.New(g)}
+	mt := fsmmeter.New(g)
+	lo, hi := layout.GroupSpan(g, partitions, base)
+	mt.SetHome(partitions, lo, hi)
+	mods := []fsm.Module{sh, runtimecfg.New(nil), mt}
 	if g == layouttable.OrderGroup {
 		mods = append(mods, fsmlayout.New(partitions, base, nil))
 	}
@@ -200,7 +204,7 @@ func FSM(partitions, groups, base, shardCount, g int, log *slog.Logger) (*fsm.FS
 	f, err := fsm.New(fsm.Config{Partitions: partitions, Groups: groups, Base: base, Shards: shardCount, Group: g, Logger: log,
 		MaxClusterVersion: fsm.CurrentClusterVersion, Modules: append(mods, pm)})
 	if err == nil {
-		pm.Bind(f, sh)
+		pm.Bind(f, sh, mt)
 	}
 	return f, err
 }

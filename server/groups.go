@@ -129,7 +129,7 @@ func (s *Server) newGroupFSM(g, groups int) (*fsm.FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.pmods[g].Bind(f, s.shares.Module(g))
+	s.pmods[g].Bind(f, s.shares.Module(g), s.meterMods[g])
 	s.fsms[g] = f
 	return f, nil
 }
@@ -238,6 +238,16 @@ func (s *Server) raiseGate(n int) error {
 	if s.vers.skipGate.Load() {
 		return nil
 	}
+	if lagging := s.membersBelow(partmove.ClusterVersion); len(lagging) > 0 {
+		return status.Errorf(codes.FailedPrecondition, "raise groups to %d: %s; moving partitions online needs cluster version %d on every member: finish the rolling upgrade first",
+			n, strings.Join(lagging, ", "), partmove.ClusterVersion)
+	}
+	return nil
+}
+
+// membersBelow names each member that has not left and supports a cluster
+// version below version (as VersionLag words it).
+func (s *Server) membersBelow(version int) []string {
 	ms := s.memberList()
 	servers := make([]raft.Server, 0, len(ms))
 	for _, m := range ms {
@@ -245,12 +255,7 @@ func (s *Server) raiseGate(n int) error {
 			servers = append(servers, raft.Server{ID: raft.ServerID(m.ID)})
 		}
 	}
-	lagging := cluster.VersionLag(servers, ms, s.recordedVersion, s.cfg.Node.ID, s.cfg.Cluster.MaxClusterVersion, partmove.ClusterVersion)
-	if len(lagging) > 0 {
-		return status.Errorf(codes.FailedPrecondition, "raise groups to %d: %s; moving partitions online needs cluster version %d on every member: finish the rolling upgrade first",
-			n, strings.Join(lagging, ", "), partmove.ClusterVersion)
-	}
-	return nil
+	return cluster.VersionLag(servers, ms, s.recordedVersion, s.cfg.Node.ID, s.cfg.Cluster.MaxClusterVersion, version)
 }
 
 // raiseGroups raises the cluster's group count to n on group 0's leader

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"time"
+
 	"google.golang.org/grpc"
 
 	"github.com/tollgate-io/tollgate/api"
@@ -21,14 +23,46 @@ type meteringHost struct {
 	s *Server
 }
 
-// GroupOf routes a target hash to the group holding its metering state:
-// the arithmetic of the group count the cluster was created with. A
-// partition hand-off (docs/online-groups.md) moves series and shares, not
-// metering spans and ledgers, so metering stays in the groups every node
-// serves, whatever the layout table says.
+// GroupOf routes a target hash to the group holding its metering: its
+// partition's owner in the layout table once every member runs a build
+// that moves metering with its partition (meterByLayout), the arithmetic
+// of the created count before. (A partition whose series a build without
+// metering moves handed on keeps its metering home: HomeOf, which the
+// service tries when the owner answers Moved.)
 func (h meteringHost) GroupOf(hash uint64) int {
+	p := api.Partition(hash, h.s.cfg.Layout.Partitions)
+	if h.s.meterByLayout() {
+		return h.s.layout.Owner(p)
+	}
+	return layout.GroupOf(p, h.s.cfg.Layout.Partitions, h.s.base)
+}
+
+// HomeOf is the group the created count's arithmetic gives a target hash.
+func (h meteringHost) HomeOf(hash uint64) int {
 	p := h.s.cfg.Layout.Partitions
 	return layout.GroupOf(api.Partition(hash, p), p, h.s.base)
+}
+
+// meterByLayout reports whether metering routes by the layout table: once
+// no member that has not left advertises a build below
+// fsmmeter.TargetsClusterVersion. Before, a raised group's replica on an
+// older build would take events of partitions whose metering it does not
+// hold. Asked at most once a second; once true it stays (a downgrade is not
+// supported).
+func (s *Server) meterByLayout() bool {
+	if s.meterRoute.on.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	last := s.meterRoute.checked.Load()
+	if now-last < int64(time.Second) || !s.meterRoute.checked.CompareAndSwap(last, now) {
+		return false
+	}
+	if len(s.membersBelow(fsmmeter.TargetsClusterVersion)) == 0 {
+		s.meterRoute.on.Store(true)
+		return true
+	}
+	return false
 }
 
 func (h meteringHost) Module(g int) *fsmmeter.Module { return h.s.meterMods[g] }
@@ -55,6 +89,8 @@ func (s *Server) meteringModules() {
 // the group, groups.go).
 func (s *Server) meteringModule(g int) {
 	m := fsmmeter.New(g)
+	lo, hi := layout.GroupSpan(g, s.cfg.Layout.Partitions, s.base)
+	m.SetHome(s.cfg.Layout.Partitions, lo, hi)
 	m.SetTimeObserver(s.clock.Group(g).Observe)
 	s.meterMods[g] = m
 }

@@ -65,7 +65,7 @@ func (s *Server) setupPartMoves() error {
 // exist).
 func (s *Server) bindPartMoves() {
 	for g := range s.cfg.Layout.Groups {
-		s.pmods[g].Bind(s.fsms[g], s.shares.Module(g))
+		s.pmods[g].Bind(s.fsms[g], s.shares.Module(g), s.meterMods[g])
 	}
 }
 

@@ -88,6 +88,11 @@ type Server struct {
 	shares    *sharessvc.Node     // movable per-group shares (shares.go)
 	// metering (server/metering.go)
 	meterMods []*fsmmeter.Module
+	// meterRoute caches meterByLayout (metering.go).
+	meterRoute struct {
+		on      atomic.Bool
+		checked atomic.Int64
+	}
 	meter     *metering.Service
 	layout    *layouttable.Service // the partition → group table (layout.go)
 	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)

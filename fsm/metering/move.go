@@ -336,3 +336,23 @@ func (m *Module) PutPartition(t *Transfer) PutResult {
 	m.due.invalidate()
 	return PutResult{Spans: len(t.Spans), Dedup: len(t.Dedup)}
 }
+
+// TakeMetering is TakePartition of the configured partition count (the
+// partition-moves module's Metering).
+func (m *Module) TakeMetering(p int) ([]byte, error) {
+	m.mu.RLock()
+	n := m.partitions
+	m.mu.RUnlock()
+	b, _, err := m.TakePartition(p, n)
+	return b, err
+}
+
+// PrepareMetering validates a transfer; install puts it (the partition-moves
+// module's Metering).
+func (m *Module) PrepareMetering(b []byte) (func() string, error) {
+	t, err := DecodeTransfer(b)
+	if err != nil {
+		return nil, err
+	}
+	return func() string { return m.PutPartition(t).Refused }, nil
+}

@@ -21,6 +21,9 @@ type Transfer struct {
 	From, To  int
 	Now       int64 // the giver's minute when it gave
 	Series    []fsm.PartitionSeries
+	// Metering is the partition's metering (fsm/metering's transfer), from
+	// a partition-give-metering; nil from a partition-give.
+	Metering []byte
 }
 
 // Count is the number of series the transfer carries.
@@ -37,6 +40,7 @@ const (
 	maxTenantName   = 1 << 16
 	maxTenants      = 1 << 24
 	maxSeriesTenant = 1 << 28
+	maxMetering     = 1 << 34
 )
 
 // AppendGive appends a partition-give payload.
@@ -97,6 +101,9 @@ func AppendTransfer(dst []byte, t Transfer) []byte {
 		}
 		w.Raw(ps.Minutes)
 	}
+	if t.Metering != nil {
+		w.Bytes(t.Metering)
+	}
 	return w.Buf
 }
 
@@ -150,6 +157,12 @@ func DecodeTransfer(b []byte, p int) (Transfer, error) {
 		}
 		ps.Minutes = append([]uint8(nil), d.Raw("minutes", uint64(h))...)
 		t.Series = append(t.Series, ps)
+	}
+	if d.Err() == nil && d.Len() > 0 {
+		t.Metering = append([]byte(nil), d.Bytes("metering", maxMetering)...)
+		if d.Err() == nil && len(t.Metering) == 0 {
+			d.Failf("empty metering")
+		}
 	}
 	return t, d.Finish()
 }

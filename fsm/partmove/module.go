@@ -20,15 +20,22 @@ const (
 	EntryGive     byte = 23
 	EntryReceive  byte = 24
 	EntryComplete byte = 25
+	// EntryGiveMetering is a give that takes the partition's metering
+	// with its series (cluster version 8).
+	EntryGiveMetering byte = 29
 )
 
 // ClusterVersion introduced the three entry types.
 const ClusterVersion = 7
 
+// MeteringClusterVersion introduced partition-give-metering.
+const MeteringClusterVersion = 8
+
 func init() {
 	fsm.RegisterModuleEntry(Name, EntryGive, "partition-give", ClusterVersion)
 	fsm.RegisterModuleEntry(Name, EntryReceive, "partition-receive", ClusterVersion)
 	fsm.RegisterModuleEntry(Name, EntryComplete, "partition-complete", ClusterVersion)
+	fsm.RegisterModuleEntry(Name, EntryGiveMetering, "partition-give-metering", MeteringClusterVersion)
 }
 
 // ErrBadPayload is wrapped by every payload or section decode failure.
@@ -43,6 +50,18 @@ type Series interface {
 // Shares moves a tenant's share with its series (fsm/shares.Module).
 type Shares interface {
 	AdjustForPartition(tenant string, d int64)
+}
+
+// Metering moves a partition's metering with its series (fsm/metering's
+// Module).
+type Metering interface {
+	// TakeMetering removes partition p's metering from the group and
+	// returns it encoded (a transfer that says so when the group did not
+	// hold it).
+	TakeMetering(p int) ([]byte, error)
+	// PrepareMetering validates an encoded metering transfer; install
+	// installs it, or changes nothing and says why.
+	PrepareMetering(b []byte) (install func() (refused string), err error)
 }
 
 // GiveResult is a partition-give's response.
@@ -69,6 +88,7 @@ type Module struct {
 
 	series Series
 	shares Shares
+	meter  Metering
 
 	owned atomic.Pointer[[]bool] // immutable once published
 
@@ -100,9 +120,11 @@ func (m *Module) reset() {
 	m.seen = map[uint64]bool{}
 }
 
-// Bind gives the module the group's series and shares (sh may be nil: a
-// group without movable shares moves series only).
-func (m *Module) Bind(series Series, sh Shares) { m.series, m.shares = series, sh }
+// Bind gives the module the group's series, shares and metering (sh and mt
+// may be nil: a group without them moves series only).
+func (m *Module) Bind(series Series, sh Shares, mt Metering) {
+	m.series, m.shares, m.meter = series, sh, mt
+}
 
 // Name implements fsm.Module.
 func (m *Module) Name() string { return Name }
@@ -157,18 +179,27 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		return nil, fmt.Errorf("partition-moves of group %d: not bound to the group's series", m.group)
 	}
 	switch e.Type {
-	case EntryGive:
+	case EntryGive, EntryGiveMetering:
 		g, err := DecodeGive(e.Payload, m.partitions)
 		if err != nil {
 			return nil, err
 		}
-		return m.applyGive(g), nil
+		return m.applyGive(g, e.Type == EntryGiveMetering)
 	case EntryReceive:
 		t, err := DecodeTransfer(e.Payload, m.partitions)
 		if err != nil {
 			return nil, err
 		}
-		return m.applyReceive(t, e.Payload), nil
+		var install func() string
+		if t.Metering != nil {
+			if m.meter == nil {
+				return nil, fmt.Errorf("partition-moves of group %d: a transfer with metering, and no metering bound", m.group)
+			}
+			if install, err = m.meter.PrepareMetering(t.Metering); err != nil {
+				return nil, fmt.Errorf("%w: transfer %d: %w", ErrBadPayload, t.Nonce, err)
+			}
+		}
+		return m.applyReceive(t, install), nil
 	case EntryComplete:
 		n, err := DecodeComplete(e.Payload)
 		if err != nil {
@@ -183,19 +214,28 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 	return nil, fmt.Errorf("%w: type %d is not a partition-moves entry", ErrBadPayload, e.Type)
 }
 
-func (m *Module) applyGive(g Give) GiveResult {
+func (m *Module) applyGive(g Give, metering bool) (any, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
 	case m.outbox[g.Nonce] != nil:
-		return GiveResult{Already: true}
+		return GiveResult{Already: true}, nil
 	case g.To == m.group:
-		return GiveResult{Refused: fmt.Sprintf("partition %d: group %d cannot give to itself", g.Partition, g.To)}
+		return GiveResult{Refused: fmt.Sprintf("partition %d: group %d cannot give to itself", g.Partition, g.To)}, nil
 	case !m.Owns(g.Partition):
-		return GiveResult{Refused: fmt.Sprintf("partition %d is not owned by group %d", g.Partition, m.group)}
+		return GiveResult{Refused: fmt.Sprintf("partition %d is not owned by group %d", g.Partition, m.group)}, nil
+	}
+	var meter []byte
+	if metering && m.meter != nil {
+		// Taken first: its only failure (a module configured for another
+		// partition count) must leave the series where they are.
+		var err error
+		if meter, err = m.meter.TakeMetering(g.Partition); err != nil {
+			return nil, fmt.Errorf("partition-moves of group %d: metering of partition %d: %w", m.group, g.Partition, err)
+		}
 	}
 	now, series := m.series.TakePartition(g.Partition)
-	t := Transfer{Nonce: g.Nonce, Partition: g.Partition, From: m.group, To: g.To, Now: now, Series: series}
+	t := Transfer{Nonce: g.Nonce, Partition: g.Partition, From: m.group, To: g.To, Now: now, Series: series, Metering: meter}
 	var n int64
 	for _, ps := range series {
 		n += int64(len(ps.Hashes))
@@ -206,10 +246,10 @@ func (m *Module) applyGive(g Give) GiveResult {
 	m.setOwned(g.Partition, false)
 	m.outbox[g.Nonce] = AppendTransfer(nil, t)
 	m.moved.Store(true)
-	return GiveResult{Series: n}
+	return GiveResult{Series: n}, nil
 }
 
-func (m *Module) applyReceive(t Transfer, payload []byte) ReceiveResult {
+func (m *Module) applyReceive(t Transfer, installMetering func() string) ReceiveResult {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch {
@@ -217,6 +257,12 @@ func (m *Module) applyReceive(t Transfer, payload []byte) ReceiveResult {
 		return ReceiveResult{}
 	case t.To != m.group:
 		return ReceiveResult{Refused: fmt.Sprintf("transfer %d is for group %d, not group %d", t.Nonce, t.To, m.group)}
+	}
+	if installMetering != nil {
+		// First: it may refuse (changing nothing), the series cannot.
+		if why := installMetering(); why != "" {
+			return ReceiveResult{Refused: "metering: " + why}
+		}
 	}
 	m.series.PutPartition(t.Now, t.Series)
 	var n int64

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/tollgate-io/tollgate/fsm"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/fsm/shares"
 	"github.com/tollgate-io/tollgate/layout"
 )
@@ -23,6 +24,7 @@ type group struct {
 	f   *fsm.FSM
 	m   *Module
 	sh  *shares.Module
+	mt  *fsmmeter.Module
 	idx uint64
 }
 
@@ -33,12 +35,15 @@ func newGroup(t testing.TB, g int) *group {
 		t.Fatal(err)
 	}
 	m := New(g, testP, testBase)
-	f, err := fsm.New(fsm.Config{Partitions: testP, Groups: testG, Shards: 4, Group: g, Base: testBase, Modules: []fsm.Module{sh, m}})
+	mt := fsmmeter.New(g)
+	lo, hi := layout.GroupSpan(g, testP, testBase)
+	mt.SetHome(testP, lo, hi)
+	f, err := fsm.New(fsm.Config{Partitions: testP, Groups: testG, Shards: 4, Group: g, Base: testBase, Modules: []fsm.Module{sh, mt, m}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m.Bind(f, sh)
-	return &group{f: f, m: m, sh: sh}
+	m.Bind(f, sh, mt)
+	return &group{f: f, m: m, sh: sh, mt: mt}
 }
 
 func (g *group) apply(t testing.TB, data []byte) any {
@@ -257,5 +262,75 @@ func slicesSort(h []uint64) {
 				h[i], h[j] = h[j], h[i]
 			}
 		}
+	}
+}
+
+// meterTarget returns a metering target of partition p.
+func meterTarget(p int) fsmmeter.Target {
+	for i := 0; ; i++ {
+		t := fsmmeter.Target{Org: "o", Space: "s", Consumer: "c", Resource: "r", Plan: "p", Instance: string(rune('a' + i%26)) + string(rune('a' + i/26))}
+		if layout.Partition(fsmmeter.TargetHash(t), testP) == p {
+			return t
+		}
+	}
+}
+
+// A partition-give-metering takes the partition's metering with its series
+// and the receive installs both; a plain partition-give leaves the metering
+// in the giver, which keeps answering for it.
+func TestGiveCarriesMetering(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const p, q = 3, 4 // both group 0's
+	now := int64(1_700_000_000_000)
+	src, dst := newGroup(t, 0), newGroup(t, 2)
+	src.track(t, 1000, "a", hashesIn(rng, p, 10))
+	for _, part := range []int{p, q} {
+		ev := fsmmeter.Event{Kind: fsmmeter.Start, ID: "start", Target: meterTarget(part), Timestamp: now}
+		ev.ID += string(rune('0' + part))
+		res := src.mod(t, fsmmeter.EntryEvents, fsmmeter.EncodeEvents(now, 1<<40, []fsmmeter.Event{ev})).([]fsmmeter.Result)
+		if res[0].Code != fsmmeter.Created {
+			t.Fatalf("start in partition %d: %+v", part, res[0])
+		}
+	}
+	gr := src.mod(t, EntryGiveMetering, AppendGive(nil, Give{Nonce: 1, Partition: p, To: 2})).(GiveResult)
+	if gr.Refused != "" || gr.Series != 10 {
+		t.Fatalf("give: %+v", gr)
+	}
+	tb := src.m.Outbox(1)
+	tr, err := DecodeTransfer(tb, testP)
+	if err != nil || tr.Metering == nil {
+		t.Fatalf("transfer: %v, metering %d bytes", err, len(tr.Metering))
+	}
+	if src.mt.Owns(p) || !src.mt.Owns(q) || len(src.mt.Spans()) != 1 {
+		t.Fatalf("giver after the give: owns %v/%v, %d spans", src.mt.Owns(p), src.mt.Owns(q), len(src.mt.Spans()))
+	}
+	if rr := dst.mod(t, EntryReceive, tb).(ReceiveResult); !rr.Applied || rr.Series != 10 {
+		t.Fatalf("receive: %+v", rr)
+	}
+	if !dst.mt.Owns(p) || len(dst.mt.Spans()) != 1 || dst.mt.Spans()[0].Target != meterTarget(p) {
+		t.Fatalf("receiver: owns %v, spans %+v", dst.mt.Owns(p), dst.mt.Spans())
+	}
+	// A corrupt metering part halts the receiver before anything changes.
+	bad := append([]byte(nil), tb...)
+	bad[len(bad)-1] ^= 0xff
+	other := newGroup(t, 2)
+	data, _ := fsm.AppendModuleEntry(nil, EntryReceive, 1000, bad)
+	other.idx++
+	if res := other.f.Apply(&raft.Log{Index: other.idx, Term: 1, Type: raft.LogCommand, Data: data}); res == nil {
+		t.Fatal("a corrupt metering transfer applied")
+	} else if _, isErr := res.(error); !isErr {
+		t.Fatalf("a corrupt metering transfer answered %T %+v", res, res)
+	}
+	if other.m.Owns(p) || other.f.TenantActive("a") != 0 {
+		t.Fatal("a refused transfer changed the receiver")
+	}
+
+	// The plain give moves series only: the metering stays and answers.
+	src2 := newGroup(t, 0)
+	ev := fsmmeter.Event{Kind: fsmmeter.Start, ID: "x", Target: meterTarget(p), Timestamp: now}
+	src2.mod(t, fsmmeter.EntryEvents, fsmmeter.EncodeEvents(now, 1<<40, []fsmmeter.Event{ev}))
+	src2.mod(t, EntryGive, AppendGive(nil, Give{Nonce: 2, Partition: p, To: 2}))
+	if tr, _ := DecodeTransfer(src2.m.Outbox(2), testP); tr.Metering != nil || !src2.mt.Owns(p) || len(src2.mt.Spans()) != 1 {
+		t.Fatal("a plain give moved metering")
 	}
 }

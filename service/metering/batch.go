@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,16 +37,93 @@ type batchOutcome struct {
 // every other group's share goes in one forwarded call to its leader. Why
 // not one call per event: the per-call gRPC cost and the forward hop were
 // the largest costs of the single-event path.
+//
+// A target's metering is in the group the layout table gives its partition
+// (Host.GroupOf), or, for a partition whose series a build without metering
+// moves handed on, still in its home group (Host.HomeOf); a group that does
+// not hold it answers Moved and records nothing. An event answered Moved is
+// sent to the other group, then, while a move is between its give and its
+// route, to the table's owner again after a pause, until ctx ends or
+// movedTries. A call another node forwarded here tries only the groups this
+// node leads and returns Moved to the forwarder, which carries on.
 func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batchOutcome {
 	out := make([]batchOutcome, len(evs))
-	byGroup := map[int][]int{}
+	groups := make([]int, len(evs))
+	fwd := forward.Was(ctx)
+	var idx []int
 	for i := range evs {
 		if err := s.checkFuture(&evs[i]); err != nil {
 			out[i].err = err
 			continue
 		}
-		g := s.host.GroupOf(fsmmeter.TargetHash(evs[i].Target))
-		byGroup[g] = append(byGroup[g], i)
+		h := fsmmeter.TargetHash(evs[i].Target)
+		g := s.host.GroupOf(h)
+		if home := s.host.HomeOf(h); fwd && home != g && !s.host.Leads(g) && s.host.Leads(home) {
+			g = home // the forwarder tried the owner already
+		}
+		groups[i] = g
+		idx = append(idx, i)
+	}
+	pause := 10 * time.Millisecond
+	for try := 0; len(idx) > 0; try++ {
+		s.submitTo(ctx, evs, idx, groups, out)
+		moved := idx[:0:0]
+		wait := false
+		for _, i := range idx {
+			if !isMoved(out[i].err) {
+				continue
+			}
+			h := fsmmeter.TargetHash(evs[i].Target)
+			owner, home := s.host.GroupOf(h), s.host.HomeOf(h)
+			switch {
+			case groups[i] != home && (!fwd || s.host.Leads(home)):
+				groups[i] = home
+			case fwd:
+				continue // the forwarder retries
+			default:
+				groups[i], wait = owner, true
+			}
+			moved = append(moved, i)
+		}
+		if len(moved) == 0 || try+1 >= movedTries {
+			return out
+		}
+		if wait {
+			select {
+			case <-ctx.Done():
+				return out
+			case <-s.stop:
+				return out
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, 200*time.Millisecond)
+		}
+		s.metrics.movedRetries.Add(float64(len(moved)))
+		for _, i := range moved {
+			out[i] = batchOutcome{}
+		}
+		idx = moved
+	}
+	return out
+}
+
+// movedTries bounds the rounds of SubmitBatch for events answered Moved
+// (about 5 s of pauses): a move holds a partition's events for one give,
+// one receive and one layout commit.
+const movedTries = 32
+
+// isMoved reports whether err is a Moved answer (resultToResponse), local or
+// forwarded.
+func isMoved(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && err != nil && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), movedPrefix)
+}
+
+// submitTo sends each event evs[i], i in idx, to group groups[i].
+func (s *Service) submitTo(ctx context.Context, evs []fsmmeter.Event, idx, groups []int, out []batchOutcome) {
+	byGroup := map[int][]int{}
+	for _, i := range idx {
+		byGroup[groups[i]] = append(byGroup[groups[i]], i)
 	}
 	var wg sync.WaitGroup
 	for g, idx := range byGroup {
@@ -66,7 +145,6 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 		}()
 	}
 	wg.Wait()
-	return out
 }
 
 // submitMany queues the events evs[idx] and waits for their answers. Events

@@ -44,6 +44,7 @@ type twoGroupHost struct {
 
 func (h *twoGroupHost) Groups() int             { return 2 }
 func (h *twoGroupHost) GroupOf(hash uint64) int { return int(hash % 2) }
+func (h *twoGroupHost) HomeOf(hash uint64) int  { return int(hash % 2) }
 func (h *twoGroupHost) Leads(g int) bool        { return false }
 func (h *twoGroupHost) Hosts(g int) bool        { return g == 0 }
 func (h *twoGroupHost) leaderOf(g int) (string, string) {

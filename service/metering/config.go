@@ -106,8 +106,14 @@ func (c *Config) validate() error {
 // metering state and inputs of each group.
 type Host interface {
 	nodeport.Port
-	// GroupOf returns the group owning a target hash (partition, then group).
+	// GroupOf returns the group holding a target hash's metering: its
+	// partition's owner in the layout table (the created count's
+	// arithmetic until every member can move metering).
 	GroupOf(hash uint64) int
+	// HomeOf returns the group the created count's arithmetic gives a
+	// target hash: where its metering stays when a build without metering
+	// moves handed its partition's series on.
+	HomeOf(hash uint64) int
 	Module(g int) *fsmmeter.Module
 	// TenantsActive lists every tenant's active series in group g.
 	TenantsActive(g int) []fsmmeter.TenantActive

@@ -240,31 +240,10 @@ func writeError(w http.ResponseWriter, code int, msg string) { httpjson.WriteErr
 // Submit records one event: on the leader of the target's group through the
 // batcher, elsewhere by forwarding it to that leader once.
 func (s *Service) Submit(ctx context.Context, ev fsmmeter.Event) (*api.MeterEventResponse, error) {
-	if err := s.checkFuture(&ev); err != nil {
-		return nil, err
-	}
-	g := s.host.GroupOf(fsmmeter.TargetHash(ev.Target))
-	if s.host.Leads(g) {
-		b, err := s.batcherOf(g)
-		if err != nil {
-			return nil, err
-		}
-		res, err := b.submit(ctx, ev)
-		if err != nil {
-			return nil, err
-		}
-		return resultToResponse(g, res)
-	}
-	cc, octx, err := s.host.LeaderConn(ctx, g) // at most once (nodeport)
-	if err != nil {
-		return nil, err
-	}
-	c := api.NewMeteringClient(cc)
-	req := eventToProto(&ev)
-	if ev.Kind == fsmmeter.Start {
-		return c.Start(octx, req)
-	}
-	return c.Stop(octx, req)
+	// One event is a batch of one: the same routing, and the same re-routing
+	// of a partition whose metering moved (SubmitBatch).
+	o := s.SubmitBatch(ctx, []fsmmeter.Event{ev})[0]
+	return o.resp, o.err
 }
 
 // checkFuture refuses (InvalidArgument naming the field) an event whose
@@ -283,6 +262,9 @@ func (s *Service) checkFuture(ev *fsmmeter.Event) error {
 	return nil
 }
 
+// movedPrefix starts the message of a Moved answer (isMoved).
+const movedPrefix = "moved: "
+
 func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error) {
 	switch r.Code {
 	case fsmmeter.Created:
@@ -296,7 +278,7 @@ func resultToResponse(g int, r fsmmeter.Result) (*api.MeterEventResponse, error)
 	case fsmmeter.Moved:
 		// Nothing was recorded: the event belongs to the group the
 		// partition moved to, and a retry is routed there.
-		return nil, status.Error(codes.Unavailable, "moved: "+r.Reason)
+		return nil, status.Error(codes.Unavailable, movedPrefix+r.Reason)
 	}
 	return nil, status.Errorf(codes.Internal, "unknown event outcome %d", r.Code)
 }

@@ -47,6 +47,7 @@ func (h *growingHost) Groups() int {
 }
 
 func (h *growingHost) GroupOf(hash uint64) int { return int(hash % uint64(h.Groups())) }
+func (h *growingHost) HomeOf(hash uint64) int  { return h.GroupOf(hash) }
 func (h *growingHost) Leads(g int) bool        { return g < h.Groups() }
 func (h *growingHost) Hosts(g int) bool        { return g < h.Groups() }
 func (h *growingHost) NodeID() string          { return "n1" }

@@ -197,10 +197,17 @@ func (s *Service) Give(ctx context.Context, in *api.MoveGiveRequest) (*api.MoveG
 		return nil, err
 	}
 	g, p := int(in.GetGroup()), int(in.GetPartition())
-	if err := s.cfg.CheckEntry(g, fsmpm.EntryGive); err != nil {
+	// The partition's metering goes with its series once every replica can
+	// take it (cluster version 8); before, it stays in its first group, and
+	// a later move leaves it there too (fsm/metering, move.go).
+	typ := fsmpm.EntryGiveMetering
+	if s.cfg.CheckEntry(g, typ) != nil {
+		typ = fsmpm.EntryGive
+	}
+	if err := s.cfg.CheckEntry(g, typ); err != nil {
 		return nil, err
 	}
-	data, err := fsm.AppendModuleEntry(nil, fsmpm.EntryGive, s.cfg.Minute(g),
+	data, err := fsm.AppendModuleEntry(nil, typ, s.cfg.Minute(g),
 		fsmpm.AppendGive(nil, fsmpm.Give{Nonce: in.GetNonce(), Partition: p, To: int(in.GetTo())}))
 	if err != nil {
 		return nil, status.Errorf(codes.Internal, "encode partition-give: %v", err)

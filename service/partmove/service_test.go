@@ -29,7 +29,7 @@ func TestFence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mod.Bind(f, nil)
+	mod.Bind(f, nil, nil)
 	s := New(Config{Partitions: testP, Module: func(int) *fsmpm.Module { return mod },
 		MovedErr: func(p, g int) error { return errMoved }})
 	fence := s.Fence(0)
