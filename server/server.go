@@ -93,11 +93,11 @@ type Server struct {
 		on      atomic.Bool
 		checked atomic.Int64
 	}
-	meter     *metering.Service
-	layout    *layouttable.Service // the partition → group table (layout.go)
-	grow      *cluster.Growth      // creating the groups a raise adds (groups.go)
-	pmods     []*partmove.Module   // per group: the hand-off state (partmoves.go)
-	moves     *pmsvc.Service       // partition hand-offs (partmoves.go)
+	meter  *metering.Service
+	layout *layouttable.Service // the partition → group table (layout.go)
+	grow   *cluster.Growth      // creating the groups a raise adds (groups.go)
+	pmods  []*partmove.Module   // per group: the hand-off state (partmoves.go)
+	moves  *pmsvc.Service       // partition hand-offs (partmoves.go)
 	// served is the number of groups with the node's per-group state
 	// (groups.go): fsms, trackers and the modules' tables are allocated for
 	// every group the layout allows and filled in order, and an entry below

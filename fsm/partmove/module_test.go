@@ -268,7 +268,7 @@ func slicesSort(h []uint64) {
 // meterTarget returns a metering target of partition p.
 func meterTarget(p int) fsmmeter.Target {
 	for i := 0; ; i++ {
-		t := fsmmeter.Target{Org: "o", Space: "s", Consumer: "c", Resource: "r", Plan: "p", Instance: string(rune('a' + i%26)) + string(rune('a' + i/26))}
+		t := fsmmeter.Target{Org: "o", Space: "s", Consumer: "c", Resource: "r", Plan: "p", Instance: string(rune('a'+i%26)) + string(rune('a'+i/26))}
 		if layout.Partition(fsmmeter.TargetHash(t), testP) == p {
 			return t
 		}
