@@ -2,8 +2,8 @@
 // spans, the deduplication ids of accepted events, the
 // planned and executed intervals, the built-in ledger of usage records, dead
 // letters of the HTTP sink, and per-tenant active-series samples for billing.
-// It is an fsm.Module: it owns entry types 12–16 and the snapshot section
-// "metering". It never reads a clock: every time it uses comes from the
+// It is an fsm.Module: it owns entry types 12–16 and 28 and the snapshot
+// section "metering". It never reads a clock: every time it uses comes from the
 // entries, which the leader stamps.
 //
 // # Targets and groups
@@ -34,6 +34,8 @@
 //	tick    (15): varint now_ms, varint ledger_cutoff_ms (records and samples
 //	              with a timestamp before it are dropped; 0 keeps all)
 //	series  (16): varint minute (Unix minute), count N, N × (string tenant, active)
+//	targets (28, cluster version 8): varint now_ms. The switch: from this
+//	              entry on, dedup records keep their target's hash.
 //
 // Bounds are checked on decode (ids and target fields ≤ MaxIDLen bytes,
 // ≤ MaxMeasures measures, ≤ MaxBatch items), so a corrupt payload cannot ask
@@ -53,6 +55,26 @@
 //	varint last now_ms
 //
 // The open-target index is not stored: it is every span without an end.
+//
+// Version 2 (written once the switch applied or a partition's metering was
+// given or received here, both of which need every replica at cluster
+// version 8; version 1 otherwise, so an older build reads every section
+// written while it could be a member) is version 1 with:
+//
+//	each span:   ... string stop id, uvarint origin span (0: started here),
+//	             [uvarint origin group]
+//	each dedup:  ... varint expires_ms, byte known, [8 bytes target hash LE]
+//	after now:   byte hashes (the switch applied), byte moved,
+//	             [uvarint partitions P, count, owned partitions rising]
+//
+// # Partition moves
+//
+// A raise moves a partition's metering with its series (move.go: which
+// state moves, usage ids kept, the dedup records' hashes, the Moved fence,
+// and the transfer's bytes). A group holds the partitions of its created
+// range until its first move, a group a raise added none until it receives
+// one; an event of a partition the group does not hold is answered Moved
+// and records nothing.
 //
 // # Active-series samples in memory
 //

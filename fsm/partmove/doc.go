@@ -1,7 +1,7 @@
 // Package partmove is the fsm.Module through which a group hands one
 // partition to another while both keep deciding for everything else: the
 // hand-off of docs/online-groups.md, whose pure core and simulation are in
-// layout/handoff. It owns three entry types (cluster version 7):
+// layout/handoff. It owns four entry types (cluster versions 7 and 8):
 //
 //   - partition-give (23), in the giver's log: at the entry's position it
 //     takes every series of the partition out of the group (fsm.FSM.
@@ -16,6 +16,10 @@
 //     nonce (a re-delivery changes nothing).
 //   - partition-complete (25), in the giver's log: forgets the outbox copy,
 //     once the receiver reported the nonce received.
+//   - partition-give-metering (29, cluster version 8): a partition-give that
+//     also takes the partition's metering (fsm/metering, move.go) into the
+//     transfer; its receive installs it before the series, and refuses the
+//     whole transfer (changing nothing) if the metering cannot go in.
 //
 // Which partitions the group owns is replicated state here (Owns): the
 // group's leader answers Moved for a partition it does not own, whatever the
@@ -40,6 +44,8 @@
 //	           H × 8 bytes hash (little-endian, strictly rising),
 //	           H × 1 byte minute (fsm.MinuteOf)
 //	  (tenants strictly rising by name)
+//	  [uvarint length M ≥ 1, M bytes: the metering transfer] (only from a
+//	                                  partition-give-metering)
 //
 //	snapshot section "partition-moves", version 1 (written once the group
 //	gave or received a partition; absent, the group owns its arithmetic

@@ -38,6 +38,10 @@ type Config struct {
 	// CheckEntry refuses an entry type some server of group g cannot apply
 	// (the cluster-version gate), as a gRPC status.
 	CheckEntry func(g int, typ byte) error
+	// MeterMoves reports whether gives may take a partition's metering
+	// along: every member runs a build that routes metering by the layout
+	// table and applies the metering transfer (nil: never).
+	MeterMoves func() bool
 	// Minute is the minute to stamp on group g's entries.
 	Minute func(g int) int64
 	// Layout is the table in force by this node's replica of group 0;
@@ -201,7 +205,7 @@ func (s *Service) Give(ctx context.Context, in *api.MoveGiveRequest) (*api.MoveG
 	// take it (cluster version 8); before, it stays in its first group, and
 	// a later move leaves it there too (fsm/metering, move.go).
 	typ := fsmpm.EntryGiveMetering
-	if s.cfg.CheckEntry(g, typ) != nil {
+	if s.cfg.MeterMoves == nil || !s.cfg.MeterMoves() || s.cfg.CheckEntry(g, typ) != nil {
 		typ = fsmpm.EntryGive
 	}
 	if err := s.cfg.CheckEntry(g, typ); err != nil {
