@@ -201,9 +201,9 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 	}
 	raise := func() error { return raiseAt(nil) }
 	// refused wants the raise refused, naming one of old as the build
-	// before online groups, which supports a cluster version below 7
+	// before this one, which supports a cluster version below 8
 	// (Unavailable while a leader moves is retried).
-	oldVersion := regexp.MustCompile(`(node-\d) supports cluster version ([1-6])\b`)
+	oldVersion := regexp.MustCompile(`(node-\d) supports cluster version ([1-7])\b`)
 	simulated := current == ""
 	refused := func(old []string) {
 		t.Helper()
@@ -222,7 +222,7 @@ func TestRollingUpgradeThenRaise(t *testing.T) {
 					t.Logf("raise refused as expected: %v", status.Convert(err).Message())
 					return
 				}
-				t.Fatalf("raise: %v; want it to name one of %v as supporting a cluster version below 7", err, old)
+				t.Fatalf("raise: %v; want it to name one of %v as supporting a cluster version below 8", err, old)
 			}
 			if ctx.Err() != nil {
 				t.Fatalf("raise: %v, want FailedPrecondition", err)

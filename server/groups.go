@@ -225,7 +225,9 @@ func (s *Server) raiseApplied(r fsmlayout.RaiseApplied) { s.grow.Raised(r.From, 
 
 // raiseGate refuses a raise (FailedPrecondition naming the members that
 // lag) until every member of the cluster runs a build that moves partitions
-// online (fsm/partmove.ClusterVersion). The layout-raise entry itself is
+// online with their metering (fsm/partmove.MeteringClusterVersion; a build
+// of partmove.ClusterVersion moves series only, and the partitions it moves
+// keep their metering in their first group for good). The layout-raise entry itself is
 // older (fsmlayout.RaiseClusterVersion), and the leader's entry check only
 // sees group 0's servers: a build of that older version accepts a raise
 // and creates the groups, but neither serves them without a restart nor
@@ -238,9 +240,9 @@ func (s *Server) raiseGate(n int) error {
 	if s.vers.skipGate.Load() {
 		return nil
 	}
-	if lagging := s.membersBelow(partmove.ClusterVersion); len(lagging) > 0 {
+	if lagging := s.membersBelow(partmove.MeteringClusterVersion); len(lagging) > 0 {
 		return status.Errorf(codes.FailedPrecondition, "raise groups to %d: %s; moving partitions online needs cluster version %d on every member: finish the rolling upgrade first",
-			n, strings.Join(lagging, ", "), partmove.ClusterVersion)
+			n, strings.Join(lagging, ", "), partmove.MeteringClusterVersion)
 	}
 	return nil
 }

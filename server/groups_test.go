@@ -207,7 +207,7 @@ func TestRaiseGroupsDev(t *testing.T) {
 // before it is forwarded to group 0's leader (raiseGate), and nothing
 // changes anywhere.
 func TestRaiseGroupsRefusedWhileAVoterLags(t *testing.T) {
-	for _, old := range []int{5, 6} {
+	for _, old := range []int{5, 6, 7} {
 		t.Run(fmt.Sprintf("version %d", old), func(t *testing.T) {
 			tc := startCluster(t, 3, func(i int, c *Config) {
 				if i == 2 {
