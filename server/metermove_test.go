@@ -20,7 +20,16 @@ import (
 // has exactly its one open span, in the group the table gives its partition
 // (for moved partitions: a raised group), and a retry of a start accepted
 // before the raise is still a duplicate.
+//
+// "series only" raises with gives that move series only, as a version-7
+// build's did: the metering stays in its first groups, and the events still
+// reach it (the owner answers Moved, the node tries the home group).
 func TestRaiseMovesMetering(t *testing.T) {
+	t.Run("with metering", func(t *testing.T) { testRaiseMetering(t, false) })
+	t.Run("series only", func(t *testing.T) { testRaiseMetering(t, true) })
+}
+
+func testRaiseMetering(t *testing.T, seriesOnly bool) {
 	tc := startCluster(t, 3, nil)
 	nodes := tc.live()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -29,6 +38,7 @@ func TestRaiseMovesMetering(t *testing.T) {
 	target := layout.RaiseTarget(p, 4, 8)
 	for _, s := range nodes {
 		waitFor(t, s.cfg.Node.ID+" routes metering by the layout table", s.meterByLayout)
+		s.meterRoute.seriesOnly.Store(seriesOnly)
 	}
 
 	const nTargets = 48
@@ -112,9 +122,13 @@ func TestRaiseMovesMetering(t *testing.T) {
 		t.Fatalf("only %d events sent during the raise", sent.Load())
 	}
 
-	// Each target's open span is in one group, its partition's owner.
+	// Each target's open span is in one group: its partition's owner, or
+	// its home group after series-only moves.
 	for i, tg := range targets {
 		want := target[api.Partition(fsmmeter.TargetHash(tg), p)]
+		if seriesOnly {
+			want = layout.GroupOf(api.Partition(fsmmeter.TargetHash(tg), p), p, 4)
+		}
 		var where []int
 		for g := range 8 {
 			for _, sp := range tc.leader(g).meterMods[g].Spans() {
@@ -126,7 +140,7 @@ func TestRaiseMovesMetering(t *testing.T) {
 		if len(where) != 1 || where[0] != want {
 			t.Fatalf("target %d (partition's group %d): open spans in groups %v", i, want, where)
 		}
-		if want >= 4 && !tc.leader(want).meterMods[want].Owns(api.Partition(fsmmeter.TargetHash(tg), p)) {
+		if !tc.leader(want).meterMods[want].Owns(api.Partition(fsmmeter.TargetHash(tg), p)) {
 			t.Fatalf("group %d does not hold target %d's partition", want, i)
 		}
 	}

@@ -51,7 +51,7 @@ func (s *Server) setupPartMoves() error {
 			return s.trackers[g].t.AppendFenced(fn, data)
 		},
 		CheckEntry:    s.checkEntryType,
-		MeterMoves:    s.meterByLayout,
+		MeterMoves:    func() bool { return !s.meterRoute.seriesOnly.Load() && s.meterByLayout() },
 		Minute:        func(g int) int64 { return nodePort{s}.entryMinute(g) },
 		Layout:        s.layout.Module().Current,
 		ProposeLayout: s.layout.Propose,

@@ -92,6 +92,9 @@ type Server struct {
 	meterRoute struct {
 		on      atomic.Bool
 		checked atomic.Int64
+		// seriesOnly (tests) makes this node's gives move series only, as
+		// a version-7 build's did.
+		seriesOnly atomic.Bool
 	}
 	meter  *metering.Service
 	layout *layouttable.Service // the partition → group table (layout.go)
