@@ -2,7 +2,6 @@ package metering
 
 import (
 	"errors"
-	"hash/fnv"
 	"math"
 
 	"github.com/tollgate-io/tollgate/fsm/wire"
@@ -46,13 +45,18 @@ func (t Target) key() string {
 
 // TargetHash is the hash that places a target in a partition (see the package
 // documentation): FNV-1a 64 over each field followed by 0x1f.
+// It is computed inline (no hash.Hash, no byte-slice conversions): every
+// event hashes its target on the routing node and on each replica's apply.
 func TargetHash(t Target) uint64 {
-	h := fnv.New64a()
+	const offset, prime = 14695981039346656037, 1099511628211
+	h := uint64(offset)
 	for _, s := range t.Fields() {
-		h.Write([]byte(s))
-		h.Write([]byte{0x1f})
+		for i := 0; i < len(s); i++ {
+			h = (h ^ uint64(s[i])) * prime
+		}
+		h = (h ^ 0x1f) * prime
 	}
-	return h.Sum64()
+	return h
 }
 
 // Measure is one measured quantity.

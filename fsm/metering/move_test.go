@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"testing"
 
 	"github.com/tollgate-io/tollgate/fsm"
@@ -328,5 +329,20 @@ func TestSeriesOnlyMoveLeavesMeteringHome(t *testing.T) {
 	bad[len(bad)-2] = 1 // span count
 	if _, err := DecodeTransfer(bad); !errors.Is(err, ErrBadPayload) {
 		t.Fatalf("spans without held: %v", err)
+	}
+}
+
+// TargetHash is FNV-1a 64 over each field followed by 0x1f, as the package
+// documentation says (computed inline).
+func TestTargetHashIsFNV1a(t *testing.T) {
+	for _, tg := range []Target{{}, tg, {Org: "ö", Space: "\x1f", Instance: "long-" + string(make([]byte, 300))}} {
+		h := fnv.New64a()
+		for _, s := range tg.Fields() {
+			h.Write([]byte(s))
+			h.Write([]byte{0x1f})
+		}
+		if got, want := TargetHash(tg), h.Sum64(); got != want {
+			t.Fatalf("TargetHash(%q) = %#x, FNV-1a gives %#x", tg, got, want)
+		}
 	}
 }
