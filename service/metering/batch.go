@@ -125,26 +125,48 @@ func (s *Service) submitTo(ctx context.Context, evs []fsmmeter.Event, idx, group
 	for _, i := range idx {
 		byGroup[groups[i]] = append(byGroup[groups[i]], i)
 	}
+	if len(byGroup) == 1 { // a single event, or one group's: no goroutine
+		for g, idx := range byGroup {
+			s.submitGroup(ctx, g, evs, idx, out)
+		}
+		return
+	}
 	var wg sync.WaitGroup
 	for g, idx := range byGroup {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if s.host.Leads(g) {
-				b, err := s.batcherOf(g)
-				if err != nil {
-					for _, i := range idx {
-						out[i].err = err
-					}
-					return
-				}
-				b.submitMany(ctx, evs, idx, out)
-				return
-			}
-			s.forwardBatch(ctx, g, evs, idx, out)
+			s.submitGroup(ctx, g, evs, idx, out)
 		}()
 	}
 	wg.Wait()
+}
+
+// submitGroup sends group g's events: into its batcher when this node
+// leads it, else in one call forwarded to its leader.
+func (s *Service) submitGroup(ctx context.Context, g int, evs []fsmmeter.Event, idx []int, out []batchOutcome) {
+	if s.host.Leads(g) {
+		b, err := s.batcherOf(g)
+		if err != nil {
+			for _, i := range idx {
+				out[i].err = err
+			}
+			return
+		}
+		if len(idx) == 1 { // the single-event path: no waves
+			i := idx[0]
+			res, err := b.submit(ctx, evs[i])
+			if err != nil {
+				out[i].err = err
+			} else {
+				out[i].resp, out[i].err = resultToResponse(g, res)
+			}
+			return
+		}
+		b.submitMany(ctx, evs, idx, out)
+		return
+	}
+	s.forwardBatch(ctx, g, evs, idx, out)
 }
 
 // submitMany queues the events evs[idx] and waits for their answers. Events
