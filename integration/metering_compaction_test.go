@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/tollgate-io/tollgate/api"
+	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 	"github.com/tollgate-io/tollgate/metering/interval"
 	"github.com/tollgate-io/tollgate/server"
 	"github.com/tollgate-io/tollgate/service/metering"
@@ -91,6 +92,14 @@ func TestClosedMonthBillAcrossCompaction(t *testing.T) {
 		}
 		c.advance(time.Minute)
 		waitSample(t, base, t0, int64(total))
+	}
+	// Each group's housekeeping appended the switch that makes dedup records
+	// keep their target's hash (a partition move needs it) without moving
+	// the group's time: October stays the open month (checked below).
+	for g := range 4 {
+		if m, ok := s.FSM(g).Module(fsmmeter.Name).(*fsmmeter.Module); !ok || !m.Hashes() {
+			t.Fatalf("group %d: the metering switch was not applied", g)
+		}
 	}
 	// The last October minute: every minute of the month is billed, and
 	// the month is still open, so nothing is compacted yet.

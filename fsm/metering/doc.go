@@ -34,8 +34,9 @@
 //	tick    (15): varint now_ms, varint ledger_cutoff_ms (records and samples
 //	              with a timestamp before it are dropped; 0 keeps all)
 //	series  (16): varint minute (Unix minute), count N, N × (string tenant, active)
-//	targets (28, cluster version 8): varint now_ms. The switch: from this
-//	              entry on, dedup records keep their target's hash.
+//	targets (28, cluster version 8): empty. The switch: from this entry on,
+//	              dedup records keep their target's hash. It carries no
+//	              time and moves none.
 //
 // Bounds are checked on decode (ids and target fields ≤ MaxIDLen bytes,
 // ≤ MaxMeasures measures, ≤ MaxBatch items), so a corrupt payload cannot ask

@@ -302,13 +302,14 @@ func (m *Module) Apply(e fsm.ModuleEntry) (any, error) {
 		m.compactSome()
 		return len(rows), nil
 	case EntryTargets:
-		now, err := DecodeTargets(e.Payload)
-		if err != nil {
+		if err := DecodeTargets(e.Payload); err != nil {
 			return nil, err
 		}
+		// No time: the switch is appended at a group's first housekeeping,
+		// whatever the metering clock then says, and must not move the
+		// group's now (and its open billing month) on its own.
 		m.mu.Lock()
 		defer m.mu.Unlock()
-		m.tick(now)
 		was := m.hashes
 		m.hashes = true
 		return !was, nil

@@ -49,25 +49,20 @@ import (
 //	uvarint  dedup count, records as in the section at version 2, in
 //	         (kind, id) order
 //
-// Targets payload (meter-targets, 28): varint now_ms.
+// Targets payload (meter-targets, 28): empty.
 
 const transferVersion = 1
 
 // maxPartitions bounds P in a payload or section (layout allows fewer).
 const maxPartitions = 1 << 16
 
-// EncodeTargets encodes a meter-targets payload.
-func EncodeTargets(nowMs int64) []byte {
-	e := wire.Encoder{}
-	e.Varint(nowMs)
-	return e.Buf
-}
+// EncodeTargets encodes a meter-targets payload (empty).
+func EncodeTargets() []byte { return []byte{} }
 
-// DecodeTargets decodes a meter-targets payload.
-func DecodeTargets(b []byte) (nowMs int64, err error) {
+// DecodeTargets checks a meter-targets payload.
+func DecodeTargets(b []byte) error {
 	d := wire.NewDecoder(b, ErrBadPayload)
-	nowMs = d.Varint("now")
-	return nowMs, d.Finish()
+	return d.Finish()
 }
 
 // Hashes reports whether the switch applied here: dedup records keep their

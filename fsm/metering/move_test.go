@@ -71,10 +71,10 @@ func TestMovePartitionMetering(t *testing.T) {
 	if r := src.events(now, start("old-start", in[0], now)); r[0].Code != Created {
 		t.Fatal(r)
 	}
-	if !src.apply(EntryTargets, EncodeTargets(now)).(bool) || !src.m.Hashes() {
+	if !src.apply(EntryTargets, EncodeTargets()).(bool) || !src.m.Hashes() {
 		t.Fatal("the switch did not turn hashes on")
 	}
-	if src.apply(EntryTargets, EncodeTargets(now)).(bool) {
+	if src.apply(EntryTargets, EncodeTargets()).(bool) {
 		t.Fatal("a second switch reported a change")
 	}
 	for i, tg := range []Target{in[1], in[2], out} {
@@ -102,7 +102,7 @@ func TestMovePartitionMetering(t *testing.T) {
 	// A group a raise added holds no partition's metering until it receives
 	// one; this one first receives partition 3 from group 0, so the spans
 	// moved below get other ids than they had.
-	dst.apply(EntryTargets, EncodeTargets(now))
+	dst.apply(EntryTargets, EncodeTargets())
 	if r := dst.events(now, start("early", in[1], now)); r[0].Code != Moved {
 		t.Fatalf("a raised group before any receive: %+v", r[0])
 	}
@@ -237,7 +237,7 @@ func TestTakeIsTheSameOnEveryReplica(t *testing.T) {
 		t.Fatal("a section before the switch is written at version 2")
 	}
 	for _, r := range []*replica{a, b} {
-		r.apply(EntryTargets, EncodeTargets(now))
+		r.apply(EntryTargets, EncodeTargets())
 		r.events(now, start("a3", in[1], now))
 	}
 	pa, ra, errA := a.m.TakePartition(p, moveP)
@@ -258,7 +258,7 @@ func TestTransferRefusals(t *testing.T) {
 	now := int64(1_700_000_000_000)
 	in, _ := targetsIn(p, 1)
 	src := newGroupReplica(t, 1)
-	src.apply(EntryTargets, EncodeTargets(now))
+	src.apply(EntryTargets, EncodeTargets())
 	src.events(now, start("s", in[0], now))
 	good, _, err := src.m.TakePartition(p, moveP)
 	if err != nil {

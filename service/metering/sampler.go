@@ -247,7 +247,7 @@ func (w *worker) housekeeping(now int64) error {
 		// hash, which a partition move of the metering needs (fsm/metering
 		// move.go). Refused while a member runs a build below its cluster
 		// version: asked again at the next minute.
-		_, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryTargets, fsmmeter.EncodeTargets(now))
+		_, err := s.host.Propose(w.ctx, w.g, fsmmeter.EntryTargets, fsmmeter.EncodeTargets())
 		if err != nil && status.Code(err) != codes.FailedPrecondition {
 			return fmt.Errorf("targets switch: %w", err)
 		}
