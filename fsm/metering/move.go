@@ -102,10 +102,7 @@ func (m *Module) fenced(th uint64) (int, bool) {
 		return 0, false
 	}
 	p := layout.Partition(th, m.partitions)
-	if m.moved {
-		return p, !m.owned[p]
-	}
-	return p, m.homeLo == m.homeHi
+	return p, (m.moved || m.homeLo == m.homeHi) && !m.owns(p)
 }
 
 // Owns reports whether the group holds partition p's metering now.
@@ -132,22 +129,20 @@ type TakeResult struct {
 	Spans, Dedup int
 }
 
-// TakePartition removes partition p's metering from the group (of P
-// partitions) and returns it as a transfer payload; from here on the
+// TakePartition removes partition p's metering from the group and returns
+// it as a transfer payload; from here on the
 // partition's events are answered Moved. It runs on the apply goroutine of
 // the give. A partition whose metering is not here (given away, or left in
 // its first group by a build that moved series only) gives an empty
 // transfer, which moves nothing.
-func (m *Module) TakePartition(p, partitions int) ([]byte, TakeResult, error) {
-	if partitions < 1 || partitions > maxPartitions || p < 0 || p >= partitions {
-		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d", ErrBadPayload, p, partitions)
-	}
+func (m *Module) TakePartition(p int) ([]byte, TakeResult, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	defer m.changes.Add(1)
-	if m.partitions != partitions {
-		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of %d, but group %d holds partitions of %d", ErrBadPayload, p, partitions, m.group, m.partitions)
+	partitions := m.partitions
+	if p < 0 || p >= partitions {
+		return nil, TakeResult{}, fmt.Errorf("%w: partition %d of group %d's %d (SetHome)", ErrBadPayload, p, m.group, partitions)
 	}
+	defer m.changes.Add(1)
 	e := wire.Encoder{}
 	e.Byte(transferVersion)
 	e.Uvarint(uint64(partitions))
@@ -332,13 +327,9 @@ func (m *Module) PutPartition(t *Transfer) PutResult {
 	return PutResult{Spans: len(t.Spans), Dedup: len(t.Dedup)}
 }
 
-// TakeMetering is TakePartition of the configured partition count (the
-// partition-moves module's Metering).
+// TakeMetering is TakePartition for the partition-moves module's Metering.
 func (m *Module) TakeMetering(p int) ([]byte, error) {
-	m.mu.RLock()
-	n := m.partitions
-	m.mu.RUnlock()
-	b, _, err := m.TakePartition(p, n)
+	b, _, err := m.TakePartition(p)
 	return b, err
 }
 

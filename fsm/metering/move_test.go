@@ -109,7 +109,7 @@ func TestMovePartitionMetering(t *testing.T) {
 	g0 := newGroupReplica(t, 0)
 	in3, _ := targetsIn(3, 2)
 	g0.events(now, start("g0-a", in3[0], now), start("g0-b", in3[1], now))
-	first, _, err := g0.m.TakePartition(3, moveP)
+	first, _, err := g0.m.TakePartition(3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestMovePartitionMetering(t *testing.T) {
 		t.Fatalf("first put: %+v", res)
 	}
 
-	payload, took, err := src.m.TakePartition(p, moveP)
+	payload, took, err := src.m.TakePartition(p)
 	if err != nil || took.Spans != 3 || took.Dedup != 4 {
 		t.Fatalf("take: %+v %v (want 3 spans, 3 ids of p and 1 from before the switch)", took, err)
 	}
@@ -138,7 +138,7 @@ func TestMovePartitionMetering(t *testing.T) {
 	if r := src.events(now+2*h, stop("stop-out", out, now+h)); r[0].Code != Created {
 		t.Fatalf("giver, another partition: %+v", r[0])
 	}
-	if again, res, err := src.m.TakePartition(p, moveP); err != nil || res.Spans != 0 || res.Dedup != 0 || len(again) == 0 {
+	if again, res, err := src.m.TakePartition(p); err != nil || res.Spans != 0 || res.Dedup != 0 || len(again) == 0 {
 		t.Fatalf("a second take: %+v %v", res, err)
 	}
 
@@ -192,7 +192,7 @@ func TestMovePartitionMetering(t *testing.T) {
 	}
 
 	// Given back: the fence is lifted and the events are the giver's again.
-	back, _, err := dst.m.TakePartition(p, moveP)
+	back, _, err := dst.m.TakePartition(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,8 +240,8 @@ func TestTakeIsTheSameOnEveryReplica(t *testing.T) {
 		r.apply(EntryTargets, EncodeTargets())
 		r.events(now, start("a3", in[1], now))
 	}
-	pa, ra, errA := a.m.TakePartition(p, moveP)
-	pb, rb, errB := b.m.TakePartition(p, moveP)
+	pa, ra, errA := a.m.TakePartition(p)
+	pb, rb, errB := b.m.TakePartition(p)
 	if errA != nil || errB != nil || !bytes.Equal(pa, pb) || ra != rb {
 		t.Fatalf("transfers differ: %+v %+v %v %v", ra, rb, errA, errB)
 	}
@@ -260,7 +260,7 @@ func TestTransferRefusals(t *testing.T) {
 	src := newGroupReplica(t, 1)
 	src.apply(EntryTargets, EncodeTargets())
 	src.events(now, start("s", in[0], now))
-	good, _, err := src.m.TakePartition(p, moveP)
+	good, _, err := src.m.TakePartition(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,10 +269,7 @@ func TestTransferRefusals(t *testing.T) {
 			t.Fatalf("truncated at %d: %v", i, err)
 		}
 	}
-	if _, _, err := src.m.TakePartition(p, moveP*2); err == nil {
-		t.Fatal("a take with another partition count was accepted")
-	}
-	if _, _, err := src.m.TakePartition(moveP, moveP); err == nil {
+	if _, _, err := src.m.TakePartition(moveP); err == nil {
 		t.Fatal("a take of a partition out of range was accepted")
 	}
 	// The receiver already has an open span for the moved target (a group
@@ -287,7 +284,7 @@ func TestTransferRefusals(t *testing.T) {
 	other := newGroupReplica(t, 1)
 	out, _ := targetsIn(22, 1)
 	other.events(now, start("o", out[0], now))
-	bad, res, _ := other.m.TakePartition(22, moveP)
+	bad, res, _ := other.m.TakePartition(22)
 	if res.Spans != 1 {
 		t.Fatalf("take %+v", res)
 	}
@@ -306,7 +303,7 @@ func TestSeriesOnlyMoveLeavesMeteringHome(t *testing.T) {
 	now := int64(1_700_000_000_000)
 	in, _ := targetsIn(p, 1)
 	home, d, e := newGroupReplica(t, 1), newGroupReplica(t, 5), newGroupReplica(t, 6)
-	payload, res, err := d.m.TakePartition(p, moveP)
+	payload, res, err := d.m.TakePartition(p)
 	if err != nil || res != (TakeResult{}) {
 		t.Fatalf("take from a group without the metering: %+v %v", res, err)
 	}
