@@ -249,7 +249,11 @@ func (c *Controller) waitCaughtUp(ctx context.Context, g int, grpcAddr, id strin
 		case err != nil:
 			last = fmt.Sprintf("its node at %s did not answer: %v", grpcAddr, status.Convert(err).Message())
 		case gs.RaftState == raft.Shutdown.String():
-			last = "its replica of the group is shut down"
+			// Terminal: a raft replica that was shut down never runs again
+			// in that process, so waiting out the bound (autoCatchUp is
+			// minutes) would only hold the (group, server) claim, and
+			// keep the operator's own add-voter of it Aborted, for nothing.
+			return 0, fmt.Errorf("%w: its replica of the group is shut down (it runs again only when its node restarts)", errCatchUp)
 		case gs.LeaderId != c.cfg.NodeID:
 			last = fmt.Sprintf("its replica is %s and follows %q, not this leader", gs.RaftState, gs.LeaderId)
 		case gs.LastIndex < addIndex:
