@@ -22,8 +22,18 @@
 # with TOLLGATE_TEST_MOVE_STEP_PAUSE (default 300ms with KILLS=1) between a
 # move's steps, so that the kills land mid-move.
 #
+# LIMITED=1: every tenant is limited to its prefill (--default-max-series
+# SERIES/16, so the prefill puts each at its limit) and the load's universe is
+# 5 % larger (NEW_FRACTION defaults to 0.02): throughout the raises the load
+# offers series above every tenant's limit, which must all be refused. At the
+# end each tenant's series (GET /api/v1/tenants, every group) must be at most
+# its limit. No series expires during the run (it must end within the 20 min
+# idle timeout, which the script checks) and none is lost (the held check),
+# so the final count bounds the count at every earlier moment: no tenant was
+# above its limit at any time.
+#
 # Environment: TOLLGATE_BIN (default ./bin/tollgate, built), SERIES (2000000),
-# RAISES ("8 16"), NEW_FRACTION (0), RESTART (0), KILLS (0),
+# RAISES ("8 16"), NEW_FRACTION (0; 0.02 with LIMITED=1), RESTART (0), KILLS (0), LIMITED (0),
 # TOLLGATE_CLUSTER_DIR (a new temp dir, removed unless KEEP=1),
 # TOLLGATE_CLUSTER_PORT_BASE (63).
 set -euo pipefail
@@ -32,7 +42,16 @@ bin=${TOLLGATE_BIN:-./bin/tollgate}
 series=${SERIES:-2000000}
 raises=${RAISES:-8 16}
 export TOLLGATE_BIN=$bin
-export TOLLGATE_MAX_SERIES=0
+per=$((series / 16))
+universe=$per
+new_fraction=${NEW_FRACTION:-0}
+if [ "${LIMITED:-0}" = 1 ]; then
+  export TOLLGATE_MAX_SERIES=$per
+  universe=$((per + per / 20))
+  new_fraction=${NEW_FRACTION:-0.02}
+else
+  export TOLLGATE_MAX_SERIES=0
+fi
 export TOLLGATE_CLUSTER_PORT_BASE=${TOLLGATE_CLUSTER_PORT_BASE:-63}
 export TOLLGATE_CLUSTER_DIR=${TOLLGATE_CLUSTER_DIR:-$(mktemp -d /tmp/tollgate-raise.XXXXXX)}
 if [ "${KILLS:-0}" = 1 ]; then
@@ -44,8 +63,8 @@ go build -o "$bin" ./cmd/tollgate
 addrs="127.0.0.1:${pb}10,127.0.0.1:${pb}20,127.0.0.1:${pb}30"
 
 . scripts/lib-loaded-cluster.sh # cleanup on exit, cluster start, admin token, now
-per=$((series / 16))
-echo "cluster up in $dir; prefilling $series series (16 tenants × $per)"
+start=$(now)
+echo "cluster up in $dir; prefilling $series series (16 tenants × $per$([ "${LIMITED:-0}" = 1 ] && echo ", each tenant's limit"))"
 "$bin" bench --addr "$addrs" --tenants 16 --series-per-tenant "$per" --prefill --new-fraction 0 --request-size 1000 \
   --concurrency 4 --duration 1s --seed 7 >/dev/null 2>&1
 
@@ -102,7 +121,7 @@ kill_during_moves() {
     printf '  %s node-%s ready again\n' "$(date +%T.%3N)" "$n"
   done
 }
-"$bin" bench --addr "$addrs" --fail-open --tenants 16 --series-per-tenant "$per" --new-fraction "${NEW_FRACTION:-0}" \
+"$bin" bench --addr "$addrs" --fail-open --tenants 16 --series-per-tenant "$universe" --new-fraction "$new_fraction" \
   --request-size 1000 --concurrency 4 --duration 3600s --seed 7 --json > "$dir/bench.json" 2> "$dir/bench.err" &
 bench_pid=$!
 sleep 5
@@ -142,3 +161,13 @@ bad=$(jq '.requests_failed + .failed_open' "$dir/bench.json")
 echo "series held: before $before, after $after"
 [ "$after" -ge "$before" ] || { echo "series lost: $before before, $after after" >&2; exit 1; }
 [ "$bad" = 0 ] || { echo "the load saw $bad failed requests or fail-open decisions" >&2; exit 1; }
+if [ "${LIMITED:-0}" = 1 ]; then
+  took=$(echo "$(now) - $start" | bc)
+  [ "$(echo "$took < 1200" | bc)" = 1 ] || { echo "the run took ${took} s, past the 20 min idle timeout: the final count no longer bounds the earlier ones" >&2; exit 1; }
+  tenants=$(curl -fsS -H "Authorization: Bearer $TOLLGATE_ADMIN_TOKEN" "http://127.0.0.1:${pb}13/api/v1/tenants?limit=100")
+  jq -r --argjson lim "$per" '"tenants at the end (limit \($lim) each): series min \([.tenants[].series] | min), max \([.tenants[].series] | max), above the limit: \([.tenants[] | select(.series > $lim)] | length)"' <<< "$tenants"
+  jq -r '"  the load sent \(.new) series it had not sent before (the prefill'"'"'s among them): \(.new_rejected) refused, the tenant at its limit; \(.rejected) refusals in all, re-sends of refused series included"' "$dir/bench.json"
+  over=$(jq --argjson lim "$per" '[.tenants[] | select(.series > $lim)] | length' <<< "$tenants")
+  [ "$over" = 0 ] || { echo "$over tenants above their limit" >&2; exit 1; }
+  [ "$(jq '.new_rejected' "$dir/bench.json")" -gt 0 ] || { echo "the load never offered a series above a limit" >&2; exit 1; }
+fi
