@@ -47,7 +47,7 @@ const (
 	// inside it.
 	CredentialWindow = 2 * time.Minute
 	// maxSeen bounds the replay cache: only valid credentials enter it, so
-	// only nodes fill it (about 45 bytes each: 190 MB at the bound). Each
+	// only nodes fill it (about 55 bytes each: 230 MB at the bound). Each
 	// nonce is kept 2×CredentialWindow, so the bound is reached at a
 	// sustained 17,000 node calls a second into one node; an earlier bound
 	// of 2^20 refused node calls from 4,400 a second on.
