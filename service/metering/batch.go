@@ -29,6 +29,9 @@ const maxBatchBody = 16 << 20
 type batchOutcome struct {
 	resp *api.MeterEventResponse
 	err  error
+	// unsent: err came before the event left this node (no leader of its
+	// group was known), so sending it again cannot record it twice.
+	unsent bool
 }
 
 // SubmitBatch records many events and answers each on its own. Events are
@@ -46,6 +49,14 @@ type batchOutcome struct {
 // route, to the table's owner again after a pause, until ctx ends or
 // movedTries. A call another node forwarded here tries only the groups this
 // node leads and returns Moved to the forwarder, which carries on.
+//
+// An event whose group has no leader known here (an election, a leadership
+// hand-off the node has not seen yet) is held and sent again after the same
+// pauses, within the same bound, rather than answered Unavailable at once:
+// an election lasts a few hundred milliseconds, and a client's retry would
+// cost more than the wait. Only events that never left the node are held
+// (batchOutcome.unsent); one that reached a leader and failed there may be
+// recorded, and its answer goes back as it came.
 func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batchOutcome {
 	out := make([]batchOutcome, len(evs))
 	groups := make([]int, len(evs))
@@ -68,8 +79,13 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 	for try := 0; len(idx) > 0; try++ {
 		s.submitTo(ctx, evs, idx, groups, out)
 		moved := idx[:0:0]
-		wait := false
+		wait, held := false, 0
 		for _, i := range idx {
+			if out[i].unsent && !fwd {
+				wait, held = true, held+1
+				moved = append(moved, i)
+				continue
+			}
 			if !isMoved(out[i].err) {
 				continue
 			}
@@ -98,7 +114,8 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 			}
 			pause = min(2*pause, 200*time.Millisecond)
 		}
-		s.metrics.movedRetries.Add(float64(len(moved)))
+		s.metrics.movedRetries.Add(float64(len(moved) - held))
+		s.metrics.leaderWaits.Add(float64(held))
 		for _, i := range moved {
 			out[i] = batchOutcome{}
 		}
@@ -233,6 +250,9 @@ func (s *Service) forwardBatch(ctx context.Context, g int, evs []fsmmeter.Event,
 	cc, fctx, err := s.host.LeaderConn(ctx, g) // at most once (nodeport)
 	if err != nil {
 		fail(err)
+		for _, i := range idx {
+			out[i].unsent = true
+		}
 		return
 	}
 	req := &api.MeterEventsRequest{Events: make([]*api.MeterEventItem, len(idx))}

@@ -10,8 +10,10 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
 )
@@ -193,5 +195,105 @@ func TestGroupsAddedWhileRunning(t *testing.T) {
 	host.addGroup()
 	if _, err := svc.Submit(ctx, start("e4", targetIn(t, 4, 5))); status.Code(err) != codes.Unavailable {
 		t.Fatalf("event for a group added after Stop: %v, want Unavailable", err)
+	}
+}
+
+// electingHost is a node of one group whose leader is unknown (an election)
+// until elect is called; from then on it leads. Every LeaderConn before
+// that fails as a node's does when no leader is known.
+type electingHost struct {
+	*growingHost
+	mu      sync.Mutex
+	elected bool
+	asked   int // LeaderConn calls
+}
+
+func (h *electingHost) elect() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.elected = true
+}
+
+func (h *electingHost) Leads(int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.elected
+}
+
+func (h *electingHost) LeaderConn(context.Context, int) (*grpc.ClientConn, context.Context, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.asked++
+	return nil, nil, status.Error(codes.Unavailable, "group 0: no leader reachable from n1 at the moment; retry")
+}
+
+func (h *electingHost) askedLeader() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.asked
+}
+
+// TestEventWaitsOutAnElection: an event whose group has no leader known is
+// held and sent again, so an election shorter than the bound is not an
+// error to the client; a call another node forwarded is answered at once
+// (the forwarder holds it); a group that stays without a leader is answered
+// Unavailable when the caller's deadline ends.
+func TestEventWaitsOutAnElection(t *testing.T) {
+	host := &electingHost{growingHost: newGrowingHost(1)}
+	svc, err := New(Config{TestClock: true}, host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Stop()
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	if err := svc.Clock().Set(now); err != nil {
+		t.Fatal(err)
+	}
+	start := func(id string) fsmmeter.Event {
+		return fsmmeter.Event{Kind: fsmmeter.Start, ID: id, Timestamp: now, Target: targetIn(t, 0, 1),
+			Measures: []fsmmeter.Measure{{Name: "instances", Quantity: 1}}}
+	}
+
+	// Forwarded: not held.
+	fctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(forward.Header, "1"))
+	if _, err := svc.Submit(fctx, start("fwd")); status.Code(err) != codes.Unavailable {
+		t.Fatalf("forwarded event without a leader: %v, want Unavailable", err)
+	}
+	if n := host.askedLeader(); n != 1 {
+		t.Fatalf("forwarded event: leader asked %d times, want 1", n)
+	}
+
+	// No leader for the caller's whole deadline: Unavailable, after more
+	// than one try.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	_, err = svc.Submit(ctx, start("never"))
+	cancel()
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("event without a leader for its deadline: %v, want Unavailable", err)
+	}
+	if n := host.askedLeader(); n < 3 {
+		t.Fatalf("event without a leader: leader asked %d times in all, want it held and asked again", n)
+	}
+
+	// A leader is elected while the event waits: recorded, once.
+	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type answer struct {
+		created bool
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := svc.Submit(ctx, start("held"))
+		done <- answer{err == nil && !r.Duplicate, err}
+	}()
+	before := host.askedLeader()
+	waitFor(t, "the held event to ask for a leader twice", func() bool { return host.askedLeader() >= before+2 })
+	host.elect()
+	if a := <-done; !a.created {
+		t.Fatalf("event held through an election: created %v, %v", a.created, a.err)
+	}
+	if open := host.Module(0).Stats(svc.Grid(), now).SpansOpen; open != 1 {
+		t.Fatalf("group 0 holds %d open spans, want 1 (the held event's)", open)
 	}
 }

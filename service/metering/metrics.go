@@ -12,20 +12,23 @@ type metrics struct {
 	events *prometheus.CounterVec
 	// movedRetries counts events sent again after a group answered Moved.
 	movedRetries prometheus.Counter
-	planned      prometheus.Counter
-	executed     prometheus.Counter
-	sinkDur      prometheus.Histogram
-	scanDur      prometheus.Histogram
-	passDur      prometheus.Histogram
-	sinkResp     *prometheus.CounterVec
-	deadTotal    prometheus.Counter
-	spansOpen    *prometheus.Desc
-	spans        *prometheus.Desc
-	pending      *prometheus.Desc
-	lag          *prometheus.Desc
-	deadLedger   *prometheus.Desc
-	records      *prometheus.Desc
-	seriesMem    *prometheus.Desc
+	// leaderWaits counts events held and sent again because no leader of
+	// their group was known (SubmitBatch).
+	leaderWaits prometheus.Counter
+	planned     prometheus.Counter
+	executed    prometheus.Counter
+	sinkDur     prometheus.Histogram
+	scanDur     prometheus.Histogram
+	passDur     prometheus.Histogram
+	sinkResp    *prometheus.CounterVec
+	deadTotal   prometheus.Counter
+	spansOpen   *prometheus.Desc
+	spans       *prometheus.Desc
+	pending     *prometheus.Desc
+	lag         *prometheus.Desc
+	deadLedger  *prometheus.Desc
+	records     *prometheus.Desc
+	seriesMem   *prometheus.Desc
 }
 
 // samplerBuckets bound the sampler histograms: 0.1 ms to 5 s, with 10 ms
@@ -39,6 +42,8 @@ func newMetrics(s *Service) *metrics {
 			Help: "Start/stop events answered by this node, by kind and HTTP status."}, []string{"kind", "code"}),
 		movedRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_metering_moved_retries_total",
 			Help: "Events this node sent again after a group answered that their partition's metering is elsewhere (a partition move)."}),
+		leaderWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_metering_leader_waits_total",
+			Help: "Events this node held and sent again because no leader of their group was known to it (an election or a leadership hand-off)."}),
 		planned: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_metering_intervals_planned_total",
 			Help: "Intervals planned by samplers on this node."}),
 		executed: prometheus.NewCounter(prometheus.CounterOpts{Name: "tollgate_metering_intervals_executed_total",
@@ -76,7 +81,7 @@ func (m *metrics) register(r prometheus.Registerer) error {
 	for _, k := range []string{"start", "stop"} {
 		m.events.WithLabelValues(k, "201")
 	}
-	for _, c := range []prometheus.Collector{m.events, m.movedRetries, m.planned, m.executed, m.sinkDur, m.scanDur, m.passDur, m.sinkResp, m.deadTotal, m} {
+	for _, c := range []prometheus.Collector{m.events, m.movedRetries, m.leaderWaits, m.planned, m.executed, m.sinkDur, m.scanDur, m.passDur, m.sinkResp, m.deadTotal, m} {
 		if err := r.Register(c); err != nil {
 			return errors.Join(errors.New("metering metrics"), err)
 		}
