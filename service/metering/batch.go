@@ -56,11 +56,17 @@ type batchOutcome struct {
 // an election lasts a few hundred milliseconds, and a client's retry would
 // cost more than the wait. Only events that never left the node are held
 // (batchOutcome.unsent); one that reached a leader and failed there may be
-// recorded, and its answer goes back as it came.
+// recorded, and its answer goes back as it came. A node another node
+// forwarded an event to, and which knows no leader either (it has just
+// lost the leadership), answers it with notSentPrefix, so the forwarder,
+// which cannot tell otherwise, holds it too.
 func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batchOutcome {
 	out := make([]batchOutcome, len(evs))
 	groups := make([]int, len(evs))
 	fwd := forward.Was(ctx)
+	if fwd {
+		defer markNotSent(out) // the forwarder holds them (out shares its array)
+	}
 	var idx []int
 	for i := range evs {
 		if err := s.checkFuture(&evs[i]); err != nil {
@@ -128,6 +134,27 @@ func (s *Service) SubmitBatch(ctx context.Context, evs []fsmmeter.Event) []batch
 // (about 5 s of pauses): a move holds a partition's events for one give,
 // one receive and one layout commit.
 const movedTries = 32
+
+// notSentPrefix starts the message of an event a forwarded call answers
+// without having sent it anywhere (no leader of its group known there): the
+// forwarder may send it again without risking a second record.
+const notSentPrefix = "not sent: "
+
+// markNotSent gives the unsent events' errors the notSentPrefix.
+func markNotSent(out []batchOutcome) {
+	for i := range out {
+		if out[i].unsent && out[i].err != nil {
+			st := status.Convert(out[i].err)
+			out[i].err = status.Error(st.Code(), notSentPrefix+st.Message())
+		}
+	}
+}
+
+// isNotSent reports whether err is a forwarded answer marked notSentPrefix.
+func isNotSent(err error) bool {
+	st, ok := status.FromError(err)
+	return ok && err != nil && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), notSentPrefix)
+}
 
 // isMoved reports whether err is a Moved answer (resultToResponse), local or
 // forwarded.
@@ -277,6 +304,7 @@ func (s *Service) forwardBatch(ctx context.Context, g int, evs []fsmmeter.Event,
 			out[i].resp = r.Response
 		} else {
 			out[i].err = status.Error(codes.Code(r.Code), r.Message)
+			out[i].unsent = isNotSent(out[i].err)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/tollgate-io/tollgate/forward"
 	"github.com/tollgate-io/tollgate/fsm"
 	fsmmeter "github.com/tollgate-io/tollgate/fsm/metering"
+	"github.com/tollgate-io/tollgate/nodeport"
 )
 
 // growingHost is a node that leads every group and adds groups while the
@@ -295,5 +297,85 @@ func TestEventWaitsOutAnElection(t *testing.T) {
 	}
 	if open := host.Module(0).Stats(svc.Grid(), now).SpansOpen; open != 1 {
 		t.Fatalf("group 0 holds %d open spans, want 1 (the held event's)", open)
+	}
+}
+
+// forwardingHost is a node that leads no group and sends every group's
+// events to one other node over a real gRPC connection.
+type forwardingHost struct {
+	*growingHost
+	pool *nodeport.Pool
+	addr string
+}
+
+func (h *forwardingHost) Leads(int) bool { return false }
+func (h *forwardingHost) LeaderConn(ctx context.Context, _ int) (*grpc.ClientConn, context.Context, error) {
+	return h.pool.Forward(ctx, h.addr)
+}
+
+// TestForwardedEventWaitsOutAHandOff: node A forwards an event to node B,
+// which has just lost the group's leadership and knows no leader either. B
+// answers "not sent" at once (a forwarded call is not held); A holds the
+// event and sends it again, and once B leads again the event is recorded
+// there, once. Without the mark A could not tell B's answer from a failure
+// after the entry was appended, and would answer the client Unavailable.
+func TestForwardedEventWaitsOutAHandOff(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
+	bHost := &electingHost{growingHost: newGrowingHost(1)}
+	b, err := New(Config{TestClock: true}, bHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	if err := b.Clock().Set(now); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gs := grpc.NewServer()
+	b.RegisterGRPC(gs)
+	go gs.Serve(lis)
+	defer gs.Stop()
+
+	aHost := &forwardingHost{growingHost: newGrowingHost(1), pool: nodeport.NewPool(nil, nil), addr: lis.Addr().String()}
+	defer aHost.pool.Close()
+	a, err := New(Config{TestClock: true}, aHost, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Stop()
+	if err := a.Clock().Set(now); err != nil {
+		t.Fatal(err)
+	}
+	ev := fsmmeter.Event{Kind: fsmmeter.Start, ID: "fwd-held", Timestamp: now, Target: targetIn(t, 0, 1),
+		Measures: []fsmmeter.Measure{{Name: "instances", Quantity: 1}}}
+
+	// B's own answer to a forwarded call carries the mark.
+	fctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs(forward.Header, "1"))
+	if _, err := b.Submit(fctx, ev); !isNotSent(err) {
+		t.Fatalf("forwarded event on a node without a leader: %v, want Unavailable marked %q", err, notSentPrefix)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	type answer struct {
+		created bool
+		err     error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		r, err := a.Submit(ctx, ev)
+		done <- answer{err == nil && !r.Duplicate, err}
+	}()
+	before := bHost.askedLeader()
+	waitFor(t, "B to be asked twice more for a leader", func() bool { return bHost.askedLeader() >= before+2 })
+	bHost.elect()
+	if got := <-done; !got.created {
+		t.Fatalf("event A held through B's hand-off: created %v, %v", got.created, got.err)
+	}
+	if open := bHost.Module(0).Stats(b.Grid(), now).SpansOpen; open != 1 {
+		t.Fatalf("B's group holds %d open spans, want 1", open)
 	}
 }
