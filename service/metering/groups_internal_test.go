@@ -242,15 +242,8 @@ func (h *electingHost) askedLeader() int {
 // Unavailable when the caller's deadline ends.
 func TestEventWaitsOutAnElection(t *testing.T) {
 	host := &electingHost{growingHost: newGrowingHost(1)}
-	svc, err := New(Config{TestClock: true}, host, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer svc.Stop()
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
-	if err := svc.Clock().Set(now); err != nil {
-		t.Fatal(err)
-	}
+	svc := startOnTestClock(t, host, now)
 	start := func(id string) fsmmeter.Event {
 		return fsmmeter.Event{Kind: fsmmeter.Start, ID: id, Timestamp: now, Target: targetIn(t, 0, 1),
 			Measures: []fsmmeter.Measure{{Name: "instances", Quantity: 1}}}
@@ -268,7 +261,7 @@ func TestEventWaitsOutAnElection(t *testing.T) {
 	// No leader for the caller's whole deadline: Unavailable, after more
 	// than one try.
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	_, err = svc.Submit(ctx, start("never"))
+	_, err := svc.Submit(ctx, start("never"))
 	cancel()
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("event without a leader for its deadline: %v, want Unavailable", err)
@@ -278,26 +271,7 @@ func TestEventWaitsOutAnElection(t *testing.T) {
 	}
 
 	// A leader is elected while the event waits: recorded, once.
-	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	type answer struct {
-		created bool
-		err     error
-	}
-	done := make(chan answer, 1)
-	go func() {
-		r, err := svc.Submit(ctx, start("held"))
-		done <- answer{err == nil && !r.Duplicate, err}
-	}()
-	before := host.askedLeader()
-	waitFor(t, "the held event to ask for a leader twice", func() bool { return host.askedLeader() >= before+2 })
-	host.elect()
-	if a := <-done; !a.created {
-		t.Fatalf("event held through an election: created %v, %v", a.created, a.err)
-	}
-	if open := host.Module(0).Stats(svc.Grid(), now).SpansOpen; open != 1 {
-		t.Fatalf("group 0 holds %d open spans, want 1 (the held event's)", open)
-	}
+	heldUntilElected(t, svc, host, svc, start("held"))
 }
 
 // forwardingHost is a node that leads no group and sends every group's
@@ -322,14 +296,7 @@ func (h *forwardingHost) LeaderConn(ctx context.Context, _ int) (*grpc.ClientCon
 func TestForwardedEventWaitsOutAHandOff(t *testing.T) {
 	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC).UnixMilli()
 	bHost := &electingHost{growingHost: newGrowingHost(1)}
-	b, err := New(Config{TestClock: true}, bHost, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Stop()
-	if err := b.Clock().Set(now); err != nil {
-		t.Fatal(err)
-	}
+	b := startOnTestClock(t, bHost, now)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -341,14 +308,7 @@ func TestForwardedEventWaitsOutAHandOff(t *testing.T) {
 
 	aHost := &forwardingHost{growingHost: newGrowingHost(1), pool: nodeport.NewPool(nil, nil), addr: lis.Addr().String()}
 	defer aHost.pool.Close()
-	a, err := New(Config{TestClock: true}, aHost, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Stop()
-	if err := a.Clock().Set(now); err != nil {
-		t.Fatal(err)
-	}
+	a := startOnTestClock(t, aHost, now)
 	ev := fsmmeter.Event{Kind: fsmmeter.Start, ID: "fwd-held", Timestamp: now, Target: targetIn(t, 0, 1),
 		Measures: []fsmmeter.Measure{{Name: "instances", Quantity: 1}}}
 
@@ -358,6 +318,15 @@ func TestForwardedEventWaitsOutAHandOff(t *testing.T) {
 		t.Fatalf("forwarded event on a node without a leader: %v, want Unavailable marked %q", err, notSentPrefix)
 	}
 
+	heldUntilElected(t, a, bHost, b, ev)
+}
+
+// heldUntilElected submits ev through svc while host knows no leader,
+// elects host's node once the event has asked for a leader twice more, and
+// checks that the event was created once, in host's group 0 (which owner
+// serves).
+func heldUntilElected(t *testing.T, svc *Service, host *electingHost, owner *Service, ev fsmmeter.Event) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	type answer struct {
@@ -366,16 +335,31 @@ func TestForwardedEventWaitsOutAHandOff(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := a.Submit(ctx, ev)
+		r, err := svc.Submit(ctx, ev)
 		done <- answer{err == nil && !r.Duplicate, err}
 	}()
-	before := bHost.askedLeader()
-	waitFor(t, "B to be asked twice more for a leader", func() bool { return bHost.askedLeader() >= before+2 })
-	bHost.elect()
-	if got := <-done; !got.created {
-		t.Fatalf("event A held through B's hand-off: created %v, %v", got.created, got.err)
+	before := host.askedLeader()
+	waitFor(t, "the held event to ask for a leader twice", func() bool { return host.askedLeader() >= before+2 })
+	host.elect()
+	if a := <-done; !a.created {
+		t.Fatalf("event %s held through an election: created %v, %v", ev.ID, a.created, a.err)
 	}
-	if open := bHost.Module(0).Stats(b.Grid(), now).SpansOpen; open != 1 {
-		t.Fatalf("B's group holds %d open spans, want 1", open)
+	if open := host.Module(0).Stats(owner.Grid(), ev.Timestamp).SpansOpen; open != 1 {
+		t.Fatalf("group 0 holds %d open spans, want 1 (event %s's)", open, ev.ID)
 	}
+}
+
+// startOnTestClock starts a service for host on the test clock, set to now,
+// and stops it when the test ends.
+func startOnTestClock(t *testing.T, host Host, now int64) *Service {
+	t.Helper()
+	svc, err := New(Config{TestClock: true}, host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(svc.Stop)
+	if err := svc.Clock().Set(now); err != nil {
+		t.Fatal(err)
+	}
+	return svc
 }
