@@ -151,16 +151,17 @@ func markNotSent(out []batchOutcome) {
 }
 
 // isNotSent reports whether err is a forwarded answer marked notSentPrefix.
-func isNotSent(err error) bool {
-	st, ok := status.FromError(err)
-	return ok && err != nil && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), notSentPrefix)
-}
+func isNotSent(err error) bool { return unavailableWith(err, notSentPrefix) }
 
 // isMoved reports whether err is a Moved answer (resultToResponse), local or
 // forwarded.
-func isMoved(err error) bool {
+func isMoved(err error) bool { return unavailableWith(err, movedPrefix) }
+
+// unavailableWith reports whether err is Unavailable with a message that
+// starts with prefix: the marks one node's answers carry to another.
+func unavailableWith(err error, prefix string) bool {
 	st, ok := status.FromError(err)
-	return ok && err != nil && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), movedPrefix)
+	return ok && err != nil && st.Code() == codes.Unavailable && strings.HasPrefix(st.Message(), prefix)
 }
 
 // submitTo sends each event evs[i], i in idx, to group groups[i].
